@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""PyTorch peer benchmark: GPT-2 124M fp32 training step on CPU (random tokens).
+
+    OPENBLAS_CORETYPE=... /usr/bin/python3 bench/pytorch_gpt2_step.py \
+        --batch 4 --seq 64 --threads 2 --steps 10 --warmup 2
+
+Uses the same model definition as the C++ reference fixtures
+(tools/reference/gpt2_torch.py). Each timed step: zero_grad(set_to_none=True),
+forward, loss, backward, AdamW step (foreach=True). Prints one JSON line.
+Environment (OPENBLAS_CORETYPE, GLIBC_TUNABLES, OMP_WAIT_POLICY) is the caller's.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "tools", "reference"))
+import gpt2_torch as G  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    cfg = G.GPTConfig(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024)
+    assert args.seq <= cfg.n_positions
+    model = G.GPT(cfg).train()
+    opt = torch.optim.AdamW(G.param_groups(model, 0.1), lr=6e-4, betas=(0.9, 0.95),
+                            eps=1e-8, foreach=True)
+    B, T = args.batch, args.seq
+    gen = torch.Generator().manual_seed(args.seed + 1)
+
+    def batch():
+        d = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=gen)
+        return d[:, :T].contiguous(), d[:, 1:].contiguous()
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step(*batch())
+    times = []
+    for _ in range(args.steps):
+        x, y = batch()  # data generation excluded from timing
+        t0 = time.perf_counter()
+        step(x, y)
+        times.append(time.perf_counter() - t0)
+
+    total = sum(times)
+    print(json.dumps({
+        "impl": "pytorch",
+        "B": B, "T": T,
+        "threads": args.threads,
+        "tokens_per_s": (B * T * len(times) / total) if total > 0 else None,
+        "step_ms_median": statistics.median(times) * 1e3 if times else None,
+        "step_ms_mean": statistics.mean(times) * 1e3 if times else None,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "torch": torch.__version__,
+        "blas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+        "steps": len(times), "warmup": args.warmup,
+    }))
+
+
+if __name__ == "__main__":
+    main()

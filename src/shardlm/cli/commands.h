@@ -1,0 +1,15 @@
+// cli/commands.h: every verb of the `shardlm` binary registers itself on the CLI11 app here.
+// A verb lives in cli/cmd_<verb>.cpp and defines add_<verb>_command(app): it adds a subcommand,
+// its flags, and a callback that does the work (throwing shardlm::Error on bad input).
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace shardlm::cli {
+
+void add_train_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_export_command(CLI::App& app);
+void add_encode_command(CLI::App& app);    // encode + decode
+void add_tokenize_command(CLI::App& app);
+
+}  // namespace shardlm::cli

@@ -1,0 +1,16 @@
+// core/runtime.h: process start-up that must happen before anything else runs.
+#pragma once
+
+namespace shardlm {
+
+// Debian's OpenBLAS 0.3.21 does not recognise this CPU family and silently runs its generic
+// "Prescott" kernels (~8x slower). It reads OPENBLAS_CORETYPE only when the library loads, so if the
+// variable is unset and the CPU has AVX-512, set it to SkylakeX and re-exec this same program once.
+// A value the user set is respected. Call first thing in main(), before MPI_Init.
+void ensure_blas_coretype(int argc, char** argv);
+
+// Threads for our OpenMP kernels and for OpenBLAS (same libgomp runtime). k <= 0: leave the default.
+void set_threads(int k);
+int get_threads();
+
+}  // namespace shardlm

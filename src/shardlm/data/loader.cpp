@@ -1,0 +1,55 @@
+#include "shardlm/data/loader.h"
+
+#include <algorithm>
+#include <random>
+
+#include "shardlm/core/check.h"
+
+namespace shardlm::data {
+
+BatchLoader::BatchLoader(std::vector<uint16_t> tokens, int T, std::string order, uint64_t seed, std::string source)
+    : tokens_(std::move(tokens)), T_(T), order_(std::move(order)), seed_(seed) {
+    SHARDLM_CHECK(order_ == "sequential" || order_ == "random", "--data-order '", order_,
+                  "' is not known\n---> HINT: use sequential or random");
+    rows_ = tokens_.size() > 0 ? int64_t(tokens_.size() - 1) / T_ : 0;
+    SHARDLM_CHECK(rows_ > 0, "token shard '", source, "' holds ", tokens_.size(), " tokens, fewer than one row of T+1 = ",
+                  T_ + 1, "\n---> HINT: use a smaller --seq or more data");
+}
+
+int64_t BatchLoader::row_of(int64_t k, int G, int j) {
+    int64_t r = k * G + j;
+    if (order_ == "sequential") return r % rows_;
+    int64_t epoch = r / rows_;
+    if (epoch != perm_epoch_) {
+        perm_.resize(size_t(rows_));
+        for (int64_t i = 0; i < rows_; i++) perm_[size_t(i)] = i;
+        std::mt19937_64 rng(seed_ * 0x9e3779b97f4a7c15ull + uint64_t(epoch));
+        // Fisher-Yates with our own index draw (std::uniform_int_distribution is not portable bit for bit)
+        for (int64_t i = rows_ - 1; i > 0; i--) {
+            int64_t t = int64_t(rng() % uint64_t(i + 1));
+            std::swap(perm_[size_t(i)], perm_[size_t(t)]);
+        }
+        perm_epoch_ = epoch;
+    }
+    return perm_[size_t(r % rows_)];
+}
+
+void BatchLoader::fill(int64_t k, int G, int j, int* inputs, int* targets) {
+    fill_row(row_of(k, G, j), inputs, targets);
+}
+
+void BatchLoader::fill_row(int64_t i, int* inputs, int* targets) const {
+    const uint16_t* p = tokens_.data() + size_t(i % rows_) * T_;
+    for (int t = 0; t < T_; t++) {
+        inputs[t] = p[t];
+        targets[t] = p[t + 1];
+    }
+}
+
+int BatchLoader::max_token() const {
+    uint16_t m = 0;
+    for (uint16_t t : tokens_) m = std::max(m, t);
+    return m;
+}
+
+}  // namespace shardlm::data

@@ -1,0 +1,35 @@
+// data/loader.h: which T+1 tokens make row j of global batch k. A pure function of
+// (order, seed, k, j), so any process, any data-parallel rank and any resumed run agree.
+//   sequential: row r = k*G + j of the shard (wrapping around), tokens[r*T .. r*T + T]
+//   random:     rows of each epoch in a permutation seeded by (seed, epoch)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardlm::data {
+
+class BatchLoader {
+public:
+    BatchLoader(std::vector<uint16_t> tokens, int T, std::string order, uint64_t seed, std::string source);
+
+    int64_t num_rows() const { return rows_; }
+    int64_t num_tokens() const { return int64_t(tokens_.size()); }
+    // inputs, targets: T ints each, for row j of global batch k of G rows.
+    void fill(int64_t k, int G, int j, int* inputs, int* targets);
+    // The i-th row of a fixed, ordered sweep (validation): row i mod num_rows.
+    void fill_row(int64_t i, int* inputs, int* targets) const;
+    int max_token() const;
+
+private:
+    int64_t row_of(int64_t k, int G, int j);
+    std::vector<uint16_t> tokens_;
+    int T_;
+    std::string order_;
+    uint64_t seed_;
+    int64_t rows_;
+    int64_t perm_epoch_ = -1;
+    std::vector<int64_t> perm_;
+};
+
+}  // namespace shardlm::data

@@ -1,0 +1,118 @@
+#include "shardlm/kernels/attention.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "shardlm/kernels/vec_math.h"
+
+namespace shardlm::kernels {
+
+namespace {
+
+// p[0..n) <- softmax(p[0..n)); p[n..end) <- 0.
+void softmax_row(float* p, int n, int end) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, p + j));
+    }
+    __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(mx)), s = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
+        __m512 e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vm)));
+        _mm512_mask_storeu_ps(p + j, m, e);
+        s = _mm512_add_ps(s, e);
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(s));
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
+        _mm512_mask_storeu_ps(p + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + j), inv));
+    }
+    for (int j = n; j < end; j++) p[j] = 0.0f;
+}
+
+// ds[0..n) <- scale * p * (dp - sum(dp * p)); ds[n..end) <- 0. ds may alias dp.
+void softmax_backward_row(float* ds, const float* dp, const float* p, int n, int end, float scale) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dp + j), _mm512_maskz_loadu_ps(m, p + j), acc);
+    }
+    __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(acc)), vs = _mm512_set1_ps(scale);
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
+        __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), dot);
+        _mm512_mask_storeu_ps(ds + j, m, _mm512_mul_ps(vs, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + j), d)));
+    }
+    for (int j = n; j < end; j++) ds[j] = 0.0f;
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    const int HS = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(float(HS));
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float* q = qkv + size_t(b) * T * C3 + h * HS;
+        const float* k = q + C;
+        const float* v = q + 2 * C;
+        float* a = att + size_t(bh) * T * T;
+        float* o = out + size_t(b) * T * C + h * HS;
+        for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
+            int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
+            float* ab = a + size_t(r0) * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, scale, q + size_t(r0) * C3, C3, k, C3,
+                        0.0f, ab, T);
+            for (int i = r0; i < r1; i++) softmax_row(a + size_t(i) * T, i + 1, r1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ab, T, v, C3, 0.0f,
+                        o + size_t(r0) * C, C);
+        }
+    }
+}
+
+size_t attention_scratch_floats(int T, int threads) { return size_t(kAttnBlock) * T * threads; }
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+    const int HS = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(float(HS));
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
+        const float* q = qkv + size_t(b) * T * C3 + h * HS;
+        const float* k = q + C;
+        const float* v = q + 2 * C;
+        float* dq = dqkv + size_t(b) * T * C3 + h * HS;
+        float* dk = dq + C;
+        float* dv = dq + 2 * C;
+        const float* a = att + size_t(bh) * T * T;
+        const float* dO = dout + size_t(b) * T * C + h * HS;
+        for (int t = 0; t < T; t++) {
+            std::memset(dk + size_t(t) * C3, 0, sizeof(float) * HS);
+            std::memset(dv + size_t(t) * C3, 0, sizeof(float) * HS);
+        }
+        for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
+            int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
+            const float* p = a + size_t(r0) * T;
+            const float* g = dO + size_t(r0) * C;
+            // dP = dO V^T ; dV += P^T dO
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v, C3, 0.0f, ds, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p, T, g, C, 1.0f, dv, C3);
+            for (int i = 0; i < M; i++)
+                softmax_backward_row(ds + size_t(i) * T, ds + size_t(i) * T, p + size_t(i) * T, r0 + i + 1, r1, scale);
+            // dQ = dS K ; dK += dS^T Q
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k, C3, 0.0f,
+                        dq + size_t(r0) * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * C3, C3,
+                        1.0f, dk, C3);
+        }
+    }
+}
+
+}  // namespace shardlm::kernels

@@ -1,0 +1,17 @@
+// kernels/layernorm.h: LayerNorm over the last dimension (eps as given; GPT-2 uses 1e-5).
+#pragma once
+
+namespace shardlm::kernels {
+
+// out, inp: (N,C); mean, rstd: (N), cached for backward. out =.
+void layernorm_forward(float* out, float* mean, float* rstd,
+                       const float* inp, const float* weight, const float* bias,
+                       int N, int C, float eps);
+
+// dinp: += (it sits on the residual stream). dweight, dbias: += (gradient accumulation), summed
+// over rows in order: bit-identical for any thread count.
+void layernorm_backward(float* dinp, float* dweight, float* dbias,
+                        const float* dout, const float* inp, const float* weight,
+                        const float* mean, const float* rstd, int N, int C);
+
+}  // namespace shardlm::kernels

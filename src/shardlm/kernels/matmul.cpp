@@ -1,0 +1,53 @@
+#include "shardlm/kernels/matmul.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace shardlm::kernels {
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC, bool accumulate) {
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+        if (accumulate) {
+#pragma omp parallel for schedule(static)
+            for (int n = 0; n < N; n++) {
+                float* o = out + size_t(n) * OC;
+                for (int j = 0; j < OC; j++) o[j] += bias[j];
+            }
+        } else {
+#pragma omp parallel for schedule(static)
+            for (int n = 0; n < N; n++) std::memcpy(out + size_t(n) * OC, bias, sizeof(float) * OC);
+        }
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+// dbias(OC) += sum_n dout(n, :), parallel over column blocks of 16, rows summed in order.
+static void bias_backward(float* dbias, const float* dout, int N, int OC) {
+    int nblk = (OC + 15) / 16;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < nblk; b++) {
+        int j = b * 16;
+        int w = OC - j < 16 ? OC - j : 16;
+        __mmask16 m = __mmask16((1u << w) - 1u);
+        __m512 acc = _mm512_maskz_loadu_ps(m, dbias + j);
+        for (int n = 0; n < N; n++) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, dout + size_t(n) * OC + j));
+        _mm512_mask_storeu_ps(dbias + j, m, acc);
+    }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias,
+                     const float* dout, const float* inp, const float* weight,
+                     int N, int C, int OC) {
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+}  // namespace shardlm::kernels

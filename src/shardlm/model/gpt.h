@@ -1,0 +1,82 @@
+// model/gpt.h: GPT-2 forward and backward over the flat parameter buffer (explicit kernels, no
+// autograd, like llm.c). The model knows nothing of MPI or files: it reads parameters through
+// pointers into a flat buffer it is handed, and tells its caller, through UnitHooks, when each
+// unit is about to be used and when its gradient is final, so that the parallel layer can gather
+// parameters or reduce gradients around it.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "shardlm/core/aligned_buffer.h"
+#include "shardlm/model/config.h"
+#include "shardlm/model/layout.h"
+
+namespace shardlm::model {
+
+// Called around each unit (index into Layout::units). Defaults do nothing.
+struct UnitHooks {
+    virtual ~UnitHooks() = default;
+    virtual void before_forward(int unit) {}
+    virtual void before_backward(int unit) {}
+    virtual void after_backward(int unit) {}  // this unit's gradient is final for the micro-batch
+};
+
+// Activations of one micro-batch of at most B x T tokens, allocated once.
+struct Activations {
+    int B = 0, T = 0;
+    AlignedBuffer<int> inputs, targets;
+    std::vector<AlignedBuffer<float>> resid;  // L + 1 of (B,T,C): block inputs; resid[L] feeds ln_f
+    struct Block {
+        AlignedBuffer<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, resid2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+    };
+    std::vector<Block> blocks;
+    AlignedBuffer<float> lnf, lnf_mean, lnf_rstd, logits, losses;
+    // backward scratch, shared by all layers
+    AlignedBuffer<float> dresid, dln, dqkv, datty, dfch, attn_scratch;
+    size_t bytes() const;
+};
+
+class Gpt {
+public:
+    // B, T: the largest micro-batch that will be run. threads: OpenMP threads (attention scratch).
+    Gpt(GptConfig config, int B, int T, int threads);
+
+    const GptConfig& config() const { return config_; }
+    const Layout& layout() const { return layout_; }
+    size_t num_elems() const { return layout_.total; }
+
+    // Parameters and gradients are flat buffers of layout().total floats owned by the caller, so
+    // that the caller (trainer / ZeRO) decides where they live. Must be set before forward.
+    void bind(float* params, float* grads) {
+        params_ = params;
+        grads_ = grads;
+    }
+
+    // Forward over B x T tokens (B <= max B, T <= max T). With targets: returns the mean loss over
+    // the B*T targets, and if `dloss` != 0 leaves d(loss_sum * dloss)/dlogits ready for backward()
+    // (the classifier is fused). Without targets: logits for every position are left in logits().
+    float forward(const int* inputs, const int* targets, int B, int T, float dloss, UnitHooks* hooks = nullptr);
+    // Accumulates (+=) parameter gradients of the last forward into the bound gradient buffer.
+    void backward(UnitHooks* hooks = nullptr);
+
+    // Logits of the last forward without targets: (B, T, padded_vocab), row (b, t) at (b*T + t)*Vp.
+    const float* logits() const { return acts_.logits.data(); }
+    const float* losses() const { return acts_.losses.data(); }
+    size_t activation_bytes() const { return acts_.bytes(); }
+
+private:
+    const float* param(int unit, int i) const { return params_ + layout_.params[layout_.units[unit].first_param + i].offset; }
+    float* grad(int unit, int i) const { return grads_ + layout_.params[layout_.units[unit].first_param + i].offset; }
+    void block_forward(int l, int B, int T);
+    void block_backward(int l, int B, int T);
+
+    GptConfig config_;
+    Layout layout_;
+    Activations acts_;
+    float* params_ = nullptr;
+    float* grads_ = nullptr;
+    int B_ = 0, T_ = 0;  // shape of the last forward
+    bool has_grad_ = false;
+};
+
+}  // namespace shardlm::model

@@ -1,0 +1,93 @@
+#include "shardlm/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "shardlm/core/check.h"
+#include "shardlm/kernels/optimizer_kernels.h"
+
+namespace shardlm::optim {
+
+Kind parse_kind(const std::string& name) {
+    if (name == "sgd") return Kind::SGD;
+    if (name == "momentum") return Kind::Momentum;
+    if (name == "adagrad") return Kind::AdaGrad;
+    if (name == "adam") return Kind::Adam;
+    if (name == "adamw") return Kind::AdamW;
+    fail("unknown optimizer '", name, "'\n---> HINT: choose one of sgd, momentum, adagrad, adam, adamw");
+}
+
+std::string kind_name(Kind k) {
+    switch (k) {
+        case Kind::SGD: return "sgd";
+        case Kind::Momentum: return "momentum";
+        case Kind::AdaGrad: return "adagrad";
+        case Kind::Adam: return "adam";
+        case Kind::AdamW: return "adamw";
+    }
+    return "?";
+}
+
+Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, Range owned)
+    : cfg_(cfg), layout_(layout), owned_(owned) {
+    size_t n = owned.size();
+    switch (cfg_.kind) {
+        case Kind::SGD: break;
+        case Kind::Momentum:
+        case Kind::AdaGrad: s0_.resize(n); break;
+        case Kind::Adam:
+        case Kind::AdamW:
+            s0_.resize(n);
+            s1_.resize(n);
+            break;
+    }
+}
+
+std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
+    switch (cfg_.kind) {
+        case Kind::SGD: return {};
+        case Kind::Momentum: return {{"momentum_buffer", &s0_}};
+        case Kind::AdaGrad: return {{"sum", &s0_}};
+        case Kind::Adam:
+        case Kind::AdamW: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
+    }
+    return {};
+}
+
+size_t Optimizer::state_bytes() const { return s0_.bytes() + s1_.bytes(); }
+
+void Optimizer::step(float* params, const float* grads, float lr) {
+    step_++;
+    for (const model::ParamSpec& p : layout_.params) {
+        size_t b = std::max(p.offset, owned_.begin), e = std::min(p.offset + p.numel, owned_.end);
+        if (b >= e) continue;
+        float* w = params + b;
+        const float* g = grads + b;
+        size_t n = e - b, s = b - owned_.begin;  // s: offset into this optimiser's state
+        float wd = p.decay ? cfg_.weight_decay : 0.0f;
+        switch (cfg_.kind) {
+            case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd); break;
+            case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd); break;
+            case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd); break;
+            case Kind::Adam:
+                kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
+                                     step_);
+                break;
+            case Kind::AdamW:
+                kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
+                                      step_);
+                break;
+        }
+    }
+}
+
+float LrSchedule::at(int step) const {
+    if (kind == "constant") return lr;
+    SHARDLM_CHECK(kind == "cosine", "unknown lr schedule '", kind, "'\n---> HINT: use constant or cosine");
+    if (step < warmup) return lr * float(step + 1) / float(warmup);
+    if (step >= total) return lr_min;
+    double progress = double(step - warmup) / double(std::max(1, total - warmup));
+    return float(lr_min + 0.5 * (lr - lr_min) * (1.0 + std::cos(M_PI * progress)));
+}
+
+}  // namespace shardlm::optim

@@ -1,0 +1,65 @@
+// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam and AdamW over the flat parameter buffer.
+//
+// The optimiser owns its state for one contiguous range of the flat buffer (the whole buffer in one
+// process; this rank's slice under ZeRO) and walks the layout table to give each parameter's piece of
+// that range its weight decay (none for biases and norm gains). Padding between parameters is skipped.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "shardlm/core/aligned_buffer.h"
+#include "shardlm/model/layout.h"
+
+namespace shardlm::optim {
+
+enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW };
+Kind parse_kind(const std::string& name);  // sgd | momentum | adagrad | adam | adamw
+std::string kind_name(Kind k);
+
+struct OptimConfig {
+    Kind kind = Kind::AdamW;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW
+    float momentum = 0.9f;                           // Momentum
+    float adagrad_eps = 1e-10f;                      // AdaGrad (PyTorch's default)
+    float weight_decay = 0.0f;                       // on 2-D tensors only
+};
+
+struct Range {
+    size_t begin = 0, end = 0;
+    size_t size() const { return end - begin; }
+};
+
+class Optimizer {
+public:
+    // State for range [owned.begin, owned.end) of a flat buffer laid out by `layout`.
+    Optimizer(OptimConfig cfg, const model::Layout& layout, Range owned);
+
+    // One update of params[owned] from grads[owned] (pointers to the start of the full flat buffers).
+    void step(float* params, const float* grads, float lr);
+
+    const OptimConfig& config() const { return cfg_; }
+    int steps_done() const { return step_; }
+    void set_steps_done(int s) { step_ = s; }
+    Range owned() const { return owned_; }
+    // Named state buffers over the owned range ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum").
+    std::vector<std::pair<std::string, AlignedBuffer<float>*>> state();
+    size_t state_bytes() const;
+
+private:
+    OptimConfig cfg_;
+    const model::Layout& layout_;
+    Range owned_;
+    AlignedBuffer<float> s0_, s1_;
+    int step_ = 0;
+};
+
+// LR schedules: constant, or linear warm-up over `warmup` steps then cosine decay to `lr_min` at `total`.
+struct LrSchedule {
+    std::string kind = "constant";  // constant | cosine
+    float lr = 1e-3f, lr_min = 0.0f;
+    int warmup = 0, total = 1;
+    float at(int step) const;
+};
+
+}  // namespace shardlm::optim

@@ -1,0 +1,231 @@
+// Every fast kernel against its scalar reference (kernels/reference/) on odd shapes, and the
+// reference backward passes against central finite differences.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "shardlm/kernels/attention.h"
+#include "shardlm/kernels/crossentropy.h"
+#include "shardlm/kernels/encoder.h"
+#include "shardlm/kernels/gelu.h"
+#include "shardlm/kernels/layernorm.h"
+#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/optimizer_kernels.h"
+#include "shardlm/kernels/reference/reference.h"
+#include "shardlm/kernels/vec_math.h"
+
+namespace {
+
+using namespace shardlm::kernels;
+namespace ref = shardlm::kernels::reference;
+using Vec = std::vector<float>;
+
+Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    Vec v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+// max |a - b| <= tol * max(1, max|b|)
+void expect_close(const char* what, const Vec& a, const Vec& b, float tol) {
+    ASSERT_EQ(a.size(), b.size());
+    float scale = 1.0f, worst = 0;
+    size_t wi = 0;
+    for (float x : b) scale = std::max(scale, std::fabs(x));
+    for (size_t i = 0; i < a.size(); i++)
+        if (std::fabs(a[i] - b[i]) > worst) worst = std::fabs(a[i] - b[i]), wi = i;
+    EXPECT_LE(worst, tol * scale) << what << " element " << wi << ": " << a[wi] << " vs " << b[wi];
+}
+
+TEST(Kernels, Exp512AndTanh512) {
+    Vec x(4096);
+    for (size_t i = 0; i < x.size(); i++) x[i] = -90.0f + 180.0f * float(i) / float(x.size() - 1);
+    for (size_t i = 0; i < x.size(); i += 16) {
+        float e[16], t[16];
+        _mm512_storeu_ps(e, exp512(_mm512_loadu_ps(&x[i])));
+        _mm512_storeu_ps(t, tanh512(_mm512_mul_ps(_mm512_loadu_ps(&x[i]), _mm512_set1_ps(0.1f))));
+        for (int j = 0; j < 16; j++) {
+            double re = std::exp(double(x[i + j]));
+            if (x[i + j] > -87.0f && x[i + j] < 88.0f) {
+                EXPECT_NEAR(e[j], re, 4e-7 * re) << x[i + j];
+            }
+            EXPECT_NEAR(t[j], std::tanh(0.1 * x[i + j]), 2e-7) << x[i + j];
+        }
+    }
+}
+
+TEST(Kernels, Matmul) {
+    const int N = 37, C = 45, OC = 67;
+    Vec inp = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), dout = randn(N * OC, 4);
+    Vec out(N * OC), out_ref(N * OC);
+    matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    ref::matmul_forward(out_ref.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    expect_close("matmul out", out, out_ref, 1e-5f);
+    // accumulate onto an existing residual
+    Vec acc = randn(N * OC, 5), acc_ref = acc;
+    matmul_forward(acc.data(), inp.data(), w.data(), b.data(), N, C, OC, true);
+    ref::matmul_forward(acc_ref.data(), inp.data(), w.data(), b.data(), N, C, OC, true);
+    expect_close("matmul accumulate", acc, acc_ref, 1e-5f);
+    // backward: dweight/dbias accumulate onto non-zero values
+    Vec dinp(N * C), dinp_ref(N * C), dw = randn(OC * C, 6), dw_ref = dw, db = randn(OC, 7), db_ref = db;
+    matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    ref::matmul_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    expect_close("matmul dinp", dinp, dinp_ref, 1e-5f);
+    expect_close("matmul dweight", dw, dw_ref, 1e-5f);
+    expect_close("matmul dbias", db, db_ref, 1e-5f);
+}
+
+TEST(Kernels, LayerNorm) {
+    const int N = 29, C = 77;
+    Vec x = randn(N * C, 1, 3.0f), w = randn(C, 2), b = randn(C, 3), dout = randn(N * C, 4);
+    Vec out(N * C), mean(N), rstd(N), out_r(N * C), mean_r(N), rstd_r(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    ref::layernorm_forward(out_r.data(), mean_r.data(), rstd_r.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    expect_close("ln out", out, out_r, 1e-5f);
+    expect_close("ln rstd", rstd, rstd_r, 1e-5f);
+    Vec dx = randn(N * C, 5), dx_r = dx, dw = randn(C, 6), dw_r = dw, db = randn(C, 7), db_r = db;
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    ref::layernorm_backward(dx_r.data(), dw_r.data(), db_r.data(), dout.data(), x.data(), w.data(), mean_r.data(),
+                            rstd_r.data(), N, C);
+    expect_close("ln dinp", dx, dx_r, 1e-5f);
+    expect_close("ln dweight", dw, dw_r, 1e-5f);
+    expect_close("ln dbias", db, db_r, 1e-5f);
+}
+
+TEST(Kernels, Gelu) {
+    const size_t n = 16 * 300 + 13;  // a tail
+    Vec x = randn(n, 1, 3.0f), g = randn(n, 2);
+    Vec y(n), y_r(n), dx(n), dx_r(n);
+    gelu_forward(y.data(), x.data(), n);
+    ref::gelu_forward(y_r.data(), x.data(), n);
+    expect_close("gelu", y, y_r, 1e-6f);
+    gelu_backward(dx.data(), x.data(), g.data(), n);
+    ref::gelu_backward(dx_r.data(), x.data(), g.data(), n);
+    expect_close("gelu backward", dx, dx_r, 1e-6f);
+}
+
+TEST(Kernels, Encoder) {
+    const int B = 3, T = 11, C = 35, V = 19;
+    Vec wte = randn(V * C, 1), wpe = randn(T * C, 2), dout = randn(B * T * C, 3);
+    std::vector<int> tok(B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % V;
+    Vec out(B * T * C), out_r(B * T * C);
+    encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    ref::encoder_forward(out_r.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    expect_close("encoder", out, out_r, 0.0f);
+    Vec dwte(V * C), dwpe(T * C), dwte_r(V * C), dwpe_r(T * C);
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+    ref::encoder_backward(dwte_r.data(), dwpe_r.data(), dout.data(), tok.data(), B, T, C);
+    expect_close("encoder dwte", dwte, dwte_r, 0.0f);  // same summation order: exact
+    expect_close("encoder dwpe", dwpe, dwpe_r, 0.0f);
+}
+
+TEST(Kernels, CrossEntropy) {
+    const int N = 23, V = 101, Vp = 128;
+    Vec logits = randn(N * Vp, 1, 4.0f), logits_r = logits, logits_f = logits;
+    std::vector<int> t(N);
+    for (int i = 0; i < N; i++) t[i] = (i * 13) % V;
+    Vec loss(N), loss_r(N), loss_f(N);
+    crossentropy_forward_backward(logits.data(), loss.data(), t.data(), N, V, Vp, 0.25f);
+    ref::crossentropy_forward_backward(logits_r.data(), loss_r.data(), t.data(), N, V, Vp, 0.25f);
+    crossentropy_forward(loss_f.data(), logits_f.data(), t.data(), N, V, Vp);
+    expect_close("ce loss", loss, loss_r, 1e-6f);
+    expect_close("ce loss (forward only)", loss_f, loss_r, 1e-6f);
+    expect_close("ce dlogits", logits, logits_r, 1e-6f);
+}
+
+TEST(Kernels, AttentionAcrossBlocks) {
+    // T = 150 spans three query blocks of 64; head dim 10.
+    const int B = 2, T = 150, C = 40, NH = 4;
+    Vec qkv = randn(size_t(B) * T * 3 * C, 1), dout = randn(size_t(B) * T * C, 2);
+    Vec out(size_t(B) * T * C), out_r(out.size()), att(size_t(B) * NH * T * T), att_r(att.size());
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    ref::attention_forward(out_r.data(), att_r.data(), qkv.data(), B, T, C, NH);
+    expect_close("attention out", out, out_r, 1e-5f);
+    for (int bh = 0; bh < B * NH; bh++)  // compare the causal part of the probabilities
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j <= i; j++) {
+                size_t k = (size_t(bh) * T + i) * T + j;
+                ASSERT_NEAR(att[k], att_r[k], 1e-6f) << bh << " " << i << " " << j;
+            }
+    Vec dqkv(qkv.size()), dqkv_r(qkv.size());
+    Vec scratch(attention_scratch_floats(T, 8));
+    attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    ref::attention_backward(dqkv_r.data(), dout.data(), qkv.data(), att_r.data(), B, T, C, NH);
+    expect_close("attention dqkv", dqkv, dqkv_r, 1e-5f);
+}
+
+// The references' backward passes against central differences of L = sum(out * R), in float with
+// a step large enough for float rounding; this checks the oracle itself.
+void finite_diff_check(const char* what, Vec& x, const Vec& analytic, const std::function<double()>& loss,
+                       float h, float tol) {
+    for (size_t i = 0; i < x.size(); i += std::max<size_t>(1, x.size() / 40)) {
+        float x0 = x[i];
+        x[i] = x0 + h;
+        double lp = loss();
+        x[i] = x0 - h;
+        double lm = loss();
+        x[i] = x0;
+        double fd = (lp - lm) / (2.0 * h);
+        EXPECT_NEAR(analytic[i], fd, tol * std::max(1.0, std::fabs(fd))) << what << " element " << i;
+    }
+}
+
+TEST(KernelsReference, BackwardMatchesFiniteDifferences) {
+    {  // layernorm, d/dx
+        const int N = 3, C = 7;
+        Vec x = randn(N * C, 1), w = randn(C, 2), b = randn(C, 3), R = randn(N * C, 4);
+        Vec out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
+        auto loss = [&] {
+            ref::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+            double s = 0;
+            for (int i = 0; i < N * C; i++) s += double(out[i]) * R[i];
+            return s;
+        };
+        loss();
+        ref::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                                N, C);
+        finite_diff_check("layernorm dinp", x, dx, loss, 1e-2f, 2e-3f);
+    }
+    {  // gelu
+        Vec x = randn(50, 5, 2.0f), R = randn(50, 6), y(50), dx(50);
+        auto loss = [&] {
+            ref::gelu_forward(y.data(), x.data(), 50);
+            double s = 0;
+            for (int i = 0; i < 50; i++) s += double(y[i]) * R[i];
+            return s;
+        };
+        ref::gelu_backward(dx.data(), x.data(), R.data(), 50);
+        finite_diff_check("gelu", x, dx, loss, 1e-2f, 2e-3f);
+    }
+    {  // attention, d/dqkv
+        const int B = 1, T = 5, C = 6, NH = 2;
+        Vec qkv = randn(size_t(B) * T * 3 * C, 7), R = randn(size_t(B) * T * C, 8);
+        Vec out(R.size()), att(size_t(B) * NH * T * T), dqkv(qkv.size());
+        auto loss = [&] {
+            ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+            double s = 0;
+            for (size_t i = 0; i < out.size(); i++) s += double(out[i]) * R[i];
+            return s;
+        };
+        loss();
+        ref::attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+        finite_diff_check("attention dqkv", qkv, dqkv, loss, 1e-2f, 2e-3f);
+    }
+}
+
+TEST(Kernels, SumSquaresIsThreadCountIndependent) {
+    Vec x = randn(300000, 9);
+    double a = sum_squares(x.data(), x.size());
+    double r = 0;
+    for (float v : x) r += double(v) * v;
+    EXPECT_NEAR(a, r, 1e-9 * r);
+}
+
+}  // namespace

@@ -1,0 +1,128 @@
+// The model and every optimiser against PyTorch (tests/fixtures/gpt2_tiny, made by
+// tools/reference/make_fixtures.py): logits, loss, every parameter gradient, and parameters after
+// 3 steps of SGD, momentum, AdaGrad, Adam and AdamW. Awkward sizes: V = 101 (padded to 128),
+// head dim 20, T = 13, 3 layers.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "shardlm/core/aligned_buffer.h"
+#include "shardlm/io/atomic_file.h"
+#include "shardlm/io/safetensors.h"
+#include "shardlm/model/gpt.h"
+#include "shardlm/model/weights.h"
+#include "shardlm/optim/optimizer.h"
+
+namespace {
+
+using namespace shardlm;
+
+const std::string kDir = std::string(SHARDLM_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny";
+
+float max_abs(const float* x, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = std::max(m, std::fabs(x[i]));
+    return m;
+}
+
+// |ours - ref| <= tol * max(max|ref|, floor) element-wise; reports the worst element.
+void expect_close(const std::string& what, const float* ours, const float* ref, size_t n, float tol,
+                  float floor = 1e-30f) {
+    float scale = std::max(max_abs(ref, n), floor);
+    size_t worst = 0;
+    float worst_err = 0;
+    for (size_t i = 0; i < n; i++) {
+        float e = std::fabs(ours[i] - ref[i]);
+        if (!(e <= worst_err)) worst_err = e, worst = i;
+    }
+    EXPECT_LE(worst_err, tol * scale) << what << ": element " << worst << " ours " << ours[worst] << " ref "
+                                      << ref[worst] << " (max|ref| " << scale << ")";
+}
+
+struct Fixture {
+    model::GptConfig cfg = model::load_hf_dir_config(kDir);
+    io::SafetensorsReader ref{kDir + "/reference.safetensors"};
+    nlohmann::json hyper = nlohmann::json::parse(io::read_file(kDir + "/reference.json"));
+    int B = hyper["B"], T = hyper["T"];
+    std::vector<int32_t> inputs = ref.read_i32("inputs"), targets = ref.read_i32("targets");
+    model::Gpt gpt{cfg, B, T, 2};
+    AlignedBuffer<float> params{gpt.layout().total}, grads{gpt.layout().total};
+    Fixture() {
+        model::load_hf_weights(kDir, cfg, gpt.layout(), params.data());
+        gpt.bind(params.data(), grads.data());
+    }
+    float train_forward_backward() {
+        grads.zero();
+        float loss = gpt.forward(inputs.data(), targets.data(), B, T, 1.0f / float(B * T));
+        gpt.backward();
+        return loss;
+    }
+    // Compare every parameter (HF layout) with the reference tensors "<prefix><name>".
+    void compare_params(const std::string& prefix, const float* buf, float tol, float floor = 1e-30f) {
+        for (const model::ParamSpec& p : gpt.layout().params) {
+            std::vector<int64_t> hs = p.hf_shape();
+            size_t n = 1;
+            for (auto d : hs) n *= size_t(d);
+            std::vector<float> r(n), ours(n);
+            ref.read_f32(prefix + p.name, hs, r.data());
+            model::to_hf_layout(ours.data(), buf + p.offset, p);
+            expect_close(prefix + p.name, ours.data(), r.data(), n, tol, floor);
+        }
+    }
+};
+
+TEST(PytorchReference, LogitsAndLoss) {
+    Fixture f;
+    const int V = f.cfg.vocab_size, Vp = f.cfg.padded_vocab(), N = f.B * f.T;
+    f.gpt.forward(f.inputs.data(), nullptr, f.B, f.T, 0.0f);
+    std::vector<float> ours(size_t(N) * V), ref(size_t(N) * V);
+    for (int i = 0; i < N; i++)
+        std::copy(f.gpt.logits() + size_t(i) * Vp, f.gpt.logits() + size_t(i) * Vp + V, ours.begin() + size_t(i) * V);
+    f.ref.read_f32("logits", std::vector<int64_t>{f.B, f.T, V}, ref.data());
+    expect_close("logits", ours.data(), ref.data(), ours.size(), 1e-5f);
+
+    float loss = f.gpt.forward(f.inputs.data(), f.targets.data(), f.B, f.T, 0.0f);
+    float ref_loss;
+    f.ref.read_f32("loss", std::vector<int64_t>{1}, &ref_loss);
+    EXPECT_NEAR(loss, ref_loss, 1e-5f * std::fabs(ref_loss));
+}
+
+TEST(PytorchReference, EveryGradient) {
+    Fixture f;
+    float loss = f.train_forward_backward();
+    float ref_loss;
+    f.ref.read_f32("loss", std::vector<int64_t>{1}, &ref_loss);
+    EXPECT_NEAR(loss, ref_loss, 1e-5f * std::fabs(ref_loss));
+    f.compare_params("grad.", f.grads.data(), 1e-4f);
+}
+
+class OptimizerReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OptimizerReference, ThreeSteps) {
+    const std::string name = GetParam();
+    Fixture f;
+    const nlohmann::json& h = f.hyper["optimizers"][name];
+    optim::OptimConfig oc;
+    oc.kind = optim::parse_kind(name);
+    oc.weight_decay = h["weight_decay"];
+    if (h.contains("betas")) oc.beta1 = h["betas"][0], oc.beta2 = h["betas"][1];
+    if (h.contains("eps")) oc.eps = h["eps"], oc.adagrad_eps = h["eps"];
+    if (h.contains("momentum")) oc.momentum = h["momentum"];
+    optim::Optimizer opt(oc, f.gpt.layout(), {0, f.gpt.layout().total});
+    const std::vector<double> losses = f.hyper["losses_per_optimizer"][name];
+    for (int s = 0; s < 3; s++) {
+        float loss = f.train_forward_backward();
+        EXPECT_NEAR(loss, losses[s], 1e-5 * losses[s]) << name << " step " << s;
+        opt.step(f.params.data(), f.grads.data(), float(h["lr"]));
+    }
+    // Parameters are O(0.1): 1e-5 absolute (PyTorch fp32 itself is within 1.6e-6 of fp64 here).
+    f.compare_params(name + ".step3.", f.params.data(), 1e-5f, 1.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OptimizerReference, ::testing::Values("sgd", "momentum", "adagrad", "adam", "adamw"));
+
+}  // namespace

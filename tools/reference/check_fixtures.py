@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""Self-check of the committed fixtures (reads them back only through the files).
+
+    nice -n 10 /usr/bin/python3 tools/reference/check_fixtures.py [--dir tests/fixtures]
+
+- safetensors format sanity (header padding, contiguous offsets, names/shapes vs config)
+- model.safetensors -> reference forward reproduces logits/loss/grads/grad_norm
+- HF Conv1D transpose convention checked with an independent numpy forward
+  (y = x @ W + b with W stored [in, out]) of the whole network
+- optimiser step3 tensors reproduced
+- gpt2_e2e: data.bin header/tokens, training replay reproduces losses/grad_norms/final
+- if `transformers` is importable: GPT2LMHeadModel on the same files gives the same logits
+Exits non-zero on failure.
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, HERE)
+import gpt2_torch as G  # noqa: E402
+import make_fixtures as MF  # noqa: E402
+
+FAILS = []
+
+
+def check(cond, msg):
+    print(("  ok   " if cond else "  FAIL ") + msg)
+    if not cond:
+        FAILS.append(msg)
+
+
+def close(name, a, b, rtol=1e-5, atol=1e-6):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    ok = a.shape == b.shape and np.allclose(a, b, rtol=rtol, atol=atol)
+    err = float(np.max(np.abs(a - b))) if a.shape == b.shape and a.size else float("nan")
+    check(ok, f"{name} (max abs err {err:.3g})")
+
+
+def expected_shapes(cfg):
+    C, V, P = cfg.n_embd, cfg.vocab_size, cfg.n_positions
+    s = {"transformer.wte.weight": [V, C], "transformer.wpe.weight": [P, C]}
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}."
+        s.update({p + "ln_1.weight": [C], p + "ln_1.bias": [C],
+                  p + "attn.c_attn.weight": [C, 3 * C], p + "attn.c_attn.bias": [3 * C],
+                  p + "attn.c_proj.weight": [C, C], p + "attn.c_proj.bias": [C],
+                  p + "ln_2.weight": [C], p + "ln_2.bias": [C],
+                  p + "mlp.c_fc.weight": [C, 4 * C], p + "mlp.c_fc.bias": [4 * C],
+                  p + "mlp.c_proj.weight": [4 * C, C], p + "mlp.c_proj.bias": [C]})
+    s.update({"transformer.ln_f.weight": [C], "transformer.ln_f.bias": [C]})
+    return s
+
+
+def check_format(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    hdr = json.loads(raw[8:8 + n])
+    meta = hdr.pop("__metadata__", None)
+    end = 0
+    for name, info in hdr.items():
+        b, e = info["data_offsets"]
+        ok = b == end and e - b == 4 * int(np.prod(info["shape"], dtype=np.int64))
+        if not ok:
+            break
+        end = e
+    check(n % 8 == 0 and meta == {"format": "pt"} and ok and 8 + n + end == len(raw),
+          f"{os.path.basename(path)}: safetensors layout")
+
+
+def load_dir(d):
+    cfg = G.GPTConfig.from_hf_json(json.load(open(os.path.join(d, "config.json"))))
+    check_format(os.path.join(d, "model.safetensors"))
+    w, _ = G.load_safetensors(os.path.join(d, "model.safetensors"))
+    exp = expected_shapes(cfg)
+    check(set(w) == set(exp) and all(list(w[k].shape) == exp[k] for k in exp),
+          f"{os.path.basename(d)}/model.safetensors: names and HF shapes")
+    m = G.GPT(cfg)
+    G.from_hf(m, w)
+    return cfg, w, m
+
+
+def numpy_forward(cfg, w, idx):
+    """Independent forward straight from HF-layout arrays (Conv1D: x @ W[in,out] + b)."""
+    f = lambda a: a.astype(np.float64)  # noqa: E731
+    W = {k: f(v) for k, v in w.items()}
+    B, T = idx.shape
+    C, nh = cfg.n_embd, cfg.n_head
+    hs = C // nh
+    eps = cfg.layer_norm_epsilon
+
+    def ln(x, g, b):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + eps) * g + b
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    x = W["transformer.wte.weight"][idx] + W["transformer.wpe.weight"][:T][None]
+    mask = np.tril(np.ones((T, T), dtype=bool))
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}."
+        h = ln(x, W[p + "ln_1.weight"], W[p + "ln_1.bias"])
+        qkv = h @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]
+        y = np.empty((B, T, C))
+        for hd in range(nh):
+            q = qkv[..., hd * hs:(hd + 1) * hs]
+            k = qkv[..., C + hd * hs:C + (hd + 1) * hs]
+            v = qkv[..., 2 * C + hd * hs:2 * C + (hd + 1) * hs]
+            a = q @ k.transpose(0, 2, 1) / math.sqrt(hs)
+            a = np.where(mask, a, -np.inf)
+            a = np.exp(a - a.max(-1, keepdims=True))
+            a /= a.sum(-1, keepdims=True)
+            y[..., hd * hs:(hd + 1) * hs] = a @ v
+        x = x + y @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"]
+        h = ln(x, W[p + "ln_2.weight"], W[p + "ln_2.bias"])
+        h = gelu(h @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"])
+        x = x + h @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
+    x = ln(x, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"])
+    return x @ W["transformer.wte.weight"].T
+
+
+def np_ce(logits, targets):
+    z = logits - logits.max(-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(-1))
+    picked = np.take_along_axis(z, targets[..., None], -1)[..., 0]
+    return float((lse - picked).mean())
+
+
+def maybe_transformers(d, idx, logits_ref):
+    try:
+        import transformers  # noqa: F401
+        from transformers import GPT2LMHeadModel
+    except Exception:
+        return
+    hf = GPT2LMHeadModel.from_pretrained(d).eval()
+    with torch.no_grad():
+        out = hf(torch.from_numpy(idx.astype(np.int64))).logits.numpy()
+    close(f"{os.path.basename(d)}: transformers GPT2LMHeadModel logits", out, logits_ref,
+          rtol=1e-4, atol=1e-5)
+
+
+def check_tiny(d):
+    print(f"[{d}]")
+    cfg, w, m = load_dir(d)
+    check_format(os.path.join(d, "reference.safetensors"))
+    ref, _ = G.load_safetensors(os.path.join(d, "reference.safetensors"))
+    hyper = json.load(open(os.path.join(d, "reference.json")))
+    x = torch.from_numpy(ref["inputs"].astype(np.int64))
+    y = torch.from_numpy(ref["targets"].astype(np.int64))
+    check(list(ref["inputs"].shape) == [hyper["B"], hyper["T"]], "inputs shape == [B,T]")
+
+    logits, loss = m(x, y)
+    loss.backward()
+    close("torch forward logits", logits.detach().numpy(), ref["logits"])
+    close("torch forward loss", [loss.item()], ref["loss"])
+    close("grad_norm", [G.global_grad_norm(m).item()], ref["grad_norm"])
+    g = G.grads_to_hf(m)
+    close("all grad.* tensors", np.concatenate([g[k].ravel() for k in sorted(g)]),
+          np.concatenate([ref[k].ravel() for k in sorted(g)]))
+    check(set(k for k in ref if k.startswith("grad.")) == set(g), "grad.* name set")
+
+    npl = numpy_forward(cfg, w, ref["inputs"])
+    close("independent numpy forward (HF Conv1D layout) logits", npl, ref["logits"],
+          rtol=1e-4, atol=1e-5)
+    close("independent numpy loss", [np_ce(npl, ref["targets"])], ref["loss"], rtol=1e-5)
+    maybe_transformers(d, ref["inputs"], ref["logits"])
+
+    for oname in MF.OPTIMISERS:
+        mm = G.GPT(cfg)
+        G.from_hf(mm, w)
+        opt = MF.make_optimizer(mm, oname)
+        for _ in range(hyper["steps"]):
+            opt.zero_grad(set_to_none=True)
+            mm(x, y)[1].backward()
+            opt.step()
+        got = G.to_hf(mm)
+        pre = f"{oname}.step{hyper['steps']}."
+        names = sorted(got)
+        check(all(pre + n in ref for n in names), f"{pre}* names present")
+        close(f"{oname} params after {hyper['steps']} steps",
+              np.concatenate([got[n].ravel() for n in names]),
+              np.concatenate([ref[pre + n].ravel() for n in names]))
+        moved = max(float(np.abs(ref[pre + n] - w[n]).max()) for n in names if w[n].ndim == 1)
+        check(moved > 1e-4, f"{oname}: 1-D params actually changed (max |d|={moved:.3g})")
+
+
+def check_e2e(d):
+    print(f"[{d}]")
+    cfg, w, m = load_dir(d)
+    exp = json.load(open(os.path.join(d, "expected.json")))
+    hp = exp["hyper"]
+    raw = open(os.path.join(d, "data.bin"), "rb").read()
+    hdr = np.frombuffer(raw[:1024], dtype="<i4")
+    toks = np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64)
+    check(hdr[0] == 20240520 and hdr[1] == 1 and hdr[2] == len(toks) and not hdr[3:].any(),
+          f"data.bin header (magic, version, {len(toks)} tokens)")
+    Gr, T = hp["global_batch_rows"], hp["T"]
+    check(len(toks) >= hp["steps"] * Gr * T + 1 and toks.max() < cfg.vocab_size,
+          "data.bin has enough in-vocab tokens")
+    opt = torch.optim.AdamW(G.param_groups(m, hp["weight_decay"]), lr=hp["lr"],
+                            betas=tuple(hp["betas"]), eps=hp["eps"], foreach=False)
+    tt = torch.from_numpy(toks)
+    losses, norms = [], []
+    for k in range(hp["steps"]):
+        b = torch.stack([tt[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
+        opt.zero_grad(set_to_none=True)
+        _, loss = m(b[:, :T], b[:, 1:])
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), hp["grad_clip"]).item())
+        losses.append(loss.item())
+        opt.step()
+        if k == 0:
+            close("step-0 loss vs numpy forward",
+                  [np_ce(numpy_forward(cfg, w, b[:, :T].numpy()), b[:, 1:].numpy())],
+                  [losses[0]], rtol=1e-5)
+    close("losses", losses, exp["losses"])
+    close("grad_norms", norms, exp["grad_norms"])
+    check(exp["losses"][-1] < exp["losses"][0] - 0.2, "loss decreases over training")
+    check_format(os.path.join(d, "final.safetensors"))
+    fin, _ = G.load_safetensors(os.path.join(d, "final.safetensors"))
+    got = G.to_hf(m)
+    close("final params", np.concatenate([got[n].ravel() for n in sorted(got)]),
+          np.concatenate([fin[n].ravel() for n in sorted(got)]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default=os.path.join(MF.REPO, "tests", "fixtures"))
+    args = ap.parse_args()
+    MF.setup_determinism()
+    check_tiny(os.path.join(args.dir, "gpt2_tiny"))
+    check_e2e(os.path.join(args.dir, "gpt2_e2e"))
+    print("FAILED: %d check(s)" % len(FAILS) if FAILS else "all checks passed")
+    sys.exit(1 if FAILS else 0)
+
+
+if __name__ == "__main__":
+    main()

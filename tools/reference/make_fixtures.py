@@ -1,0 +1,247 @@
+#!/usr/bin/python3
+"""Generate the PyTorch reference fixtures used by the shardlm C++ tests.
+
+    nice -n 10 /usr/bin/python3 tools/reference/make_fixtures.py [--out tests/fixtures]
+
+Deterministic (fixed seeds, 1 thread, deterministic algorithms, fp32): rerunning
+produces byte-identical files.
+
+Fixture A  tests/fixtures/gpt2_tiny/  : forward/backward/optimiser unit reference.
+Fixture B  tests/fixtures/gpt2_e2e/   : 10-step AdamW end-to-end training reference.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_torch as G  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def setup_determinism():
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.set_default_dtype(torch.float32)
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def report(path):
+    print(f"  wrote {os.path.relpath(path, REPO)} ({os.path.getsize(path)} bytes)")
+
+
+# ---------------------------------------------------------------------------
+# Fixture A
+
+TINY_CFG = G.GPTConfig(n_layer=3, n_head=3, n_embd=60, vocab_size=101, n_positions=32)
+TINY_B, TINY_T = 3, 13
+TINY_SEED = 1234
+TINY_STEPS = 3
+PERTURB_STD = 0.02
+
+# name -> (torch class, kwargs, weight_decay for the "decay" group)
+OPTIMISERS = {
+    "sgd": ("SGD", dict(lr=0.1, momentum=0.0, dampening=0.0, nesterov=False), 0.01),
+    "momentum": ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.0, nesterov=False), 0.01),
+    # The adaptive optimisers use lr 1e-3 and eps 1e-6 so the comparison is well conditioned:
+    # with eps 1e-8..1e-10 they turn rounding noise into +-lr steps wherever a gradient is ~0
+    # (e.g. the key bias, whose exact gradient is 0 since softmax is shift-invariant), and PyTorch
+    # fp32 itself then differs from PyTorch fp64 by up to 1e-1 (AdaGrad) / 2e-4 (Adam). With these
+    # values PyTorch fp32 vs fp64 after 3 steps differs by <= 1.6e-6 absolute.
+    "adagrad": ("Adagrad", dict(lr=1e-3, lr_decay=0.0, initial_accumulator_value=0.0,
+                                eps=1e-6), 0.01),
+    "adam": ("Adam", dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-6, amsgrad=False), 0.01),
+    "adamw": ("AdamW", dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-6, amsgrad=False), 0.1),
+}
+
+
+def make_optimizer(model, name):
+    cls_name, kw, wd = OPTIMISERS[name]
+    cls = getattr(torch.optim, cls_name)
+    return cls(G.param_groups(model, wd), foreach=False, **kw)
+
+
+def fixture_tiny(outdir):
+    cfg = TINY_CFG
+    torch.manual_seed(TINY_SEED)
+    model = G.GPT(cfg)
+    # Perturb LayerNorm weights/biases and Linear biases so their grads/updates
+    # are non-trivial.
+    with torch.no_grad():
+        for name, p, _ in G.hf_param_map(model):
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * PERTURB_STD)
+    gen = torch.Generator().manual_seed(TINY_SEED + 1)
+    inputs = torch.randint(0, cfg.vocab_size, (TINY_B, TINY_T), generator=gen)
+    targets = torch.randint(0, cfg.vocab_size, (TINY_B, TINY_T), generator=gen)
+
+    init_hf = G.to_hf(model)
+    G.save_model_dir(outdir, cfg, model)
+
+    ref = {}
+    ref["inputs"] = inputs.numpy().astype(np.int32)
+    ref["targets"] = targets.numpy().astype(np.int32)
+
+    model.zero_grad(set_to_none=True)
+    logits, loss = model(inputs, targets)
+    loss.backward()
+    ref["logits"] = logits.detach().numpy().astype(np.float32)
+    ref["loss"] = np.array([loss.item()], dtype=np.float32)
+    ref["grad_norm"] = np.array([G.global_grad_norm(model).item()], dtype=np.float32)
+    ref.update(G.grads_to_hf(model, prefix="grad."))
+    print(f"[gpt2_tiny] loss={loss.item():.7f} grad_norm={ref['grad_norm'][0]:.7f}")
+
+    opt_losses = {}
+    for oname in OPTIMISERS:
+        m = G.GPT(cfg)
+        G.from_hf(m, init_hf)
+        opt = make_optimizer(m, oname)
+        losses = []
+        for _ in range(TINY_STEPS):
+            opt.zero_grad(set_to_none=True)
+            _, l = m(inputs, targets)
+            l.backward()
+            losses.append(l.item())
+            opt.step()
+        with torch.no_grad():
+            _, l = m(inputs, targets)
+        losses.append(l.item())
+        opt_losses[oname] = losses
+        ref.update(G.to_hf(m, prefix=f"{oname}.step{TINY_STEPS}."))
+        print(f"[gpt2_tiny] {oname:8s} losses (before steps 1..3, after 3): "
+              + " ".join(f"{x:.6f}" for x in losses))
+
+    G.save_safetensors(os.path.join(outdir, "reference.safetensors"), ref)
+
+    hyper = {
+        "B": TINY_B, "T": TINY_T, "seed": TINY_SEED,
+        "steps": TINY_STEPS,
+        "same_batch_every_step": True,
+        "init": "normal(0,0.02) for Linear weights and embeddings, zero biases, LN weight 1 "
+                "bias 0; then N(0,%g) noise added to every 1-D tensor (LN weights/biases, "
+                "Linear biases)" % PERTURB_STD,
+        "grad_clip": None,
+        "param_groups": {
+            "decay": "tensors with 2+ dims (wte, wpe, c_attn/c_proj/c_fc/mlp.c_proj weights)",
+            "no_decay": "biases and LayerNorm weights/biases (weight_decay 0)",
+        },
+        "optimizers": {},
+        "losses_per_optimizer": opt_losses,
+        "torch_version": torch.__version__,
+    }
+    for oname, (cls_name, kw, wd) in OPTIMISERS.items():
+        d = {"torch_class": cls_name}
+        d.update({k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()})
+        d["weight_decay"] = wd
+        d["weight_decay_mode"] = "decoupled" if cls_name == "AdamW" else "coupled_l2"
+        d["foreach"] = False
+        hyper["optimizers"][oname] = d
+    write_json(os.path.join(outdir, "reference.json"), hyper)
+    for f in ("config.json", "model.safetensors", "reference.safetensors", "reference.json"):
+        report(os.path.join(outdir, f))
+
+
+# ---------------------------------------------------------------------------
+# Fixture B
+
+E2E_CFG = G.GPTConfig(n_layer=2, n_head=4, n_embd=48, vocab_size=211, n_positions=64)
+E2E_SEED = 4321
+E2E_DATA_SEED = 777
+E2E_NTOK = 700
+E2E_G, E2E_T, E2E_STEPS = 4, 16, 10
+E2E_HYPER = {
+    "optimizer": "adamw", "lr": 3e-3, "lr_schedule": "constant", "betas": [0.9, 0.95],
+    "eps": 1e-8, "weight_decay": 0.1,
+    "weight_decay_groups": "decay = tensors with 2+ dims; biases and LayerNorm params 0",
+    "grad_clip": 1.0, "grad_clip_mode": "global L2 norm over all params (tied wte once)",
+    "steps": E2E_STEPS, "global_batch_rows": E2E_G, "T": E2E_T,
+    "data_order": "sequential",
+    "data_order_detail": "global batch k, row j uses tokens[(k*G+j)*T : (k*G+j)*T+T+1]; "
+                         "inputs first T, targets last T",
+    "loss": "mean cross-entropy over all G*T targets",
+    "init": "normal(0,0.02) Linear weights and embeddings, zero biases, LN 1/0",
+    "model_seed": E2E_SEED, "data_seed": E2E_DATA_SEED, "n_tokens": E2E_NTOK,
+}
+
+
+def markov_tokens(vocab, n, seed):
+    """Sparse random Markov chain: each token has 4 successors with probs .7/.15/.1/.05."""
+    rng = np.random.RandomState(seed)
+    succ = np.stack([rng.choice(vocab, size=4, replace=False) for _ in range(vocab)])
+    probs = np.array([0.7, 0.15, 0.1, 0.05])
+    toks = np.empty(n, dtype=np.int64)
+    toks[0] = rng.randint(vocab)
+    for i in range(1, n):
+        toks[i] = succ[toks[i - 1], rng.choice(4, p=probs)]
+    return toks
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype="<i4")
+    header[0] = 20240520
+    header[1] = 1
+    header[2] = len(tokens)
+    assert tokens.max() < 65536 and tokens.min() >= 0
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.astype("<u2").tobytes())
+
+
+def fixture_e2e(outdir):
+    cfg = E2E_CFG
+    torch.manual_seed(E2E_SEED)
+    model = G.GPT(cfg)
+    G.save_model_dir(outdir, cfg, model)
+
+    toks = markov_tokens(cfg.vocab_size, E2E_NTOK, E2E_DATA_SEED)
+    write_shard(os.path.join(outdir, "data.bin"), toks)
+    toks_t = torch.from_numpy(toks)
+
+    opt = torch.optim.AdamW(G.param_groups(model, E2E_HYPER["weight_decay"]),
+                            lr=E2E_HYPER["lr"], betas=tuple(E2E_HYPER["betas"]),
+                            eps=E2E_HYPER["eps"], foreach=False)
+    Gr, T = E2E_G, E2E_T
+    losses, norms = [], []
+    for k in range(E2E_STEPS):
+        rows = [toks_t[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)]
+        batch = torch.stack(rows)
+        x, y = batch[:, :T], batch[:, 1:]
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), E2E_HYPER["grad_clip"])
+        opt.step()
+        losses.append(float(np.float32(loss.item())))
+        norms.append(float(np.float32(norm.item())))
+        print(f"[gpt2_e2e] step {k}: loss={losses[-1]:.6f} grad_norm={norms[-1]:.6f}")
+
+    G.save_safetensors(os.path.join(outdir, "final.safetensors"), G.to_hf(model))
+    write_json(os.path.join(outdir, "expected.json"),
+               {"losses": losses, "grad_norms": norms, "hyper": E2E_HYPER,
+                "torch_version": torch.__version__})
+    for f in ("config.json", "model.safetensors", "data.bin", "final.safetensors",
+              "expected.json"):
+        report(os.path.join(outdir, f))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures"))
+    args = ap.parse_args()
+    setup_determinism()
+    fixture_tiny(os.path.join(args.out, "gpt2_tiny"))
+    fixture_e2e(os.path.join(args.out, "gpt2_e2e"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tools/setup.sh: install what shardlm needs on Debian 12 (idempotent), then configure and build.
+#   bash tools/setup.sh            # packages + build into ./build
+#   SHARDLM_NO_APT=1 bash tools/setup.sh   # skip the package step
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake pkg-config libgtest-dev libbenchmark-dev
+          libopenblas-dev libopenblas0-openmp libdnnl-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+          libopenmpi-dev openmpi-bin npm python3-torch python3-numpy)
+
+if [ -z "${SHARDLM_NO_APT:-}" ]; then
+  missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  # nodesource's nodejs ships npm itself; don't ask apt for Debian's npm then.
+  if command -v npm >/dev/null 2>&1; then
+    missing=("${missing[@]/npm}")
+  fi
+  missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built ./build/shardlm"
