@@ -11,5 +11,7 @@ void add_info_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_encode_command(CLI::App& app);    // encode + decode
 void add_tokenize_command(CLI::App& app);
+void add_report_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace shardlm::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
     add_export_command(app);
     add_encode_command(app);
     add_tokenize_command(app);
+    add_report_command(app);
+    add_generate_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

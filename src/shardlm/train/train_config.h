@@ -1,8 +1,11 @@
-// train/train_config.h: everything `shardlm train` can be told. Field names are the config-file keys
-// and, with '_' -> '-', the command-line flags.
+// train/train_config.h: everything `shardlm train` can be told. Each field is a key of the JSON
+// config file (configs/*.json) and, with '_' -> '-', a command-line flag; flags override the file.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "shardlm/optim/optimizer.h"
 
@@ -14,6 +17,7 @@ struct TrainConfig {
     std::string model;
     // data
     std::string data;
+    std::string val_data;
     std::string data_order = "sequential";  // sequential | random
     int seq = 64;
     int global_batch = 8;
@@ -29,14 +33,70 @@ struct TrainConfig {
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
     float momentum = 0.9f;
     float grad_clip = 0.0f;  // 0 = off
+    // evaluation, output, checkpoints
+    int val_every = 0;       // 0 = only at the end (if val_data is set)
+    int val_batches = 8;     // micro-batches of val_data rows per evaluation
+    std::string out;         // run directory: metrics, checkpoints, config, report
+    int ckpt_every = 0;      // 0 = only at the end (if out is set)
+    bool resume = false;     // continue from the latest complete checkpoint in out
+    int keep_ckpts = 2;      // complete checkpoints kept in out
+    int log_every = 10;      // plain log line every N steps when stdout is not a TTY
+    int sample_tokens = 0;   // after training, print a sample of this many tokens (needs the GPT-2 vocab)
+    std::string sample_prompt = "\n";
     // runtime
     uint64_t seed = 1337;
-    int threads = 0;  // 0 = OpenMP default
-    std::string metrics;  // JSONL file, one object per optimiser step
+    int threads = 0;      // 0 = OpenMP default
+    std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
 
     optim::OptimConfig optim_config() const;
     // Throws a clear error for values out of range.
     void validate() const;
 };
+
+// The field table: name, a reference to the member, and its help text. Used by the CLI (flags),
+// the JSON config reader, meta.json and config.json.
+template <typename Cfg, typename F>
+void for_each_field(Cfg& c, F&& f) {
+    f("init", c.init, "HF GPT-2 directory (config.json + model.safetensors) to start from");
+    f("model", c.model, "Model preset to initialise randomly (see `shardlm info --list`)");
+    f("data", c.data, "Token shard (llm.c format) to train on");
+    f("val_data", c.val_data, "Token shard for validation");
+    f("data_order", c.data_order, "sequential | random");
+    f("seq", c.seq, "Sequence length T");
+    f("global_batch", c.global_batch, "Rows per optimiser step (G)");
+    f("micro_batch", c.micro_batch, "Rows per forward/backward (M; G % M == 0)");
+    f("steps", c.steps, "Total optimiser steps");
+    f("optimizer", c.optimizer, "sgd | momentum | adagrad | adam | adamw");
+    f("lr", c.lr, "Peak learning rate");
+    f("lr_schedule", c.lr_schedule, "constant | cosine (linear warm-up, cosine decay to lr_min)");
+    f("warmup", c.warmup, "Warm-up steps (cosine schedule)");
+    f("lr_min", c.lr_min, "Final learning rate (cosine schedule)");
+    f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
+    f("beta1", c.beta1, "Adam beta1");
+    f("beta2", c.beta2, "Adam beta2");
+    f("eps", c.eps, "Adam epsilon");
+    f("momentum", c.momentum, "SGD momentum");
+    f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
+    f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
+    f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation");
+    f("out", c.out, "Run directory: metrics, checkpoints, config, report");
+    f("ckpt_every", c.ckpt_every, "Checkpoint every N steps (0 = only at the end)");
+    f("resume", c.resume, "Continue from the latest complete checkpoint in --out");
+    f("keep_ckpts", c.keep_ckpts, "Complete checkpoints to keep");
+    f("log_every", c.log_every, "Log line every N steps when not on a TTY");
+    f("sample_tokens", c.sample_tokens, "Print a sample of N tokens after training (0 = off)");
+    f("sample_prompt", c.sample_prompt, "Prompt for that sample");
+    f("seed", c.seed, "Random seed (init and data order)");
+    f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
+    f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
+}
+
+nlohmann::json config_to_json(const TrainConfig& c);
+// Applies the keys of a JSON object to c. Unknown keys and wrong types are errors that name `source`,
+// the key, and the closest valid key or the expected type.
+void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source);
+TrainConfig load_config_file(const std::string& path);
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace shardlm::train

@@ -1,46 +1,49 @@
 #include "shardlm/train/trainer.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
 #include "shardlm/data/token_shard.h"
+#include "shardlm/data/tokenizer.h"
+#include "shardlm/io/atomic_file.h"
 #include "shardlm/kernels/optimizer_kernels.h"
+#include "shardlm/model/inference.h"
 #include "shardlm/model/weights.h"
+#include "shardlm/train/checkpoint.h"
 
 namespace shardlm::train {
 
-optim::OptimConfig TrainConfig::optim_config() const {
-    optim::OptimConfig o;
-    o.kind = optim::parse_kind(optimizer);
-    o.beta1 = beta1;
-    o.beta2 = beta2;
-    o.eps = eps;
-    o.momentum = momentum;
-    o.weight_decay = weight_decay;
-    return o;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const TrainConfig& cfg,
+                                               const model::GptConfig& mc, const std::string& order) {
+    auto l = std::make_unique<data::BatchLoader>(data::read_token_shard(path), cfg.seq, order, cfg.seed, path);
+    int mx = l->max_token();
+    SHARDLM_CHECK(mx < mc.vocab_size, "token shard '", path, "' holds token id ", mx, " but the model's vocab_size is ",
+                  mc.vocab_size, "\n---> HINT: tokenize with the model's tokenizer, or use a larger vocabulary");
+    return l;
 }
 
-void TrainConfig::validate() const {
-    SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
-    SHARDLM_CHECK(!data.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
-    SHARDLM_CHECK(steps >= 0, "--steps must be >= 0 (got ", steps, ")");
-    SHARDLM_CHECK(seq > 0, "--seq must be > 0 (got ", seq, ")");
-    SHARDLM_CHECK(micro_batch > 0, "--micro-batch must be > 0 (got ", micro_batch, ")");
-    SHARDLM_CHECK(global_batch > 0 && global_batch % micro_batch == 0, "--global-batch (", global_batch,
-                  ") must be a positive multiple of --micro-batch (", micro_batch, ")");
-    SHARDLM_CHECK(lr >= 0 && std::isfinite(lr), "--lr must be a finite number >= 0 (got ", lr, ")");
-    SHARDLM_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off; got ", grad_clip, ")");
-    SHARDLM_CHECK(beta1 >= 0 && beta1 < 1, "--beta1 must be in [0, 1) (got ", beta1, ")");
-    SHARDLM_CHECK(beta2 >= 0 && beta2 < 1, "--beta2 must be in [0, 1) (got ", beta2, ")");
-    SHARDLM_CHECK(eps > 0, "--eps must be > 0 (got ", eps, ")");
-    SHARDLM_CHECK(warmup >= 0, "--warmup must be >= 0 (got ", warmup, ")");
-    SHARDLM_CHECK(lr_schedule == "constant" || lr_schedule == "cosine", "--lr-schedule '", lr_schedule,
-                  "' is not known\n---> HINT: use constant or cosine");
-    optim::parse_kind(optimizer);
+std::string fmt_duration(double s) {
+    char buf[32];
+    int t = int(s + 0.5);
+    if (t >= 3600) std::snprintf(buf, sizeof(buf), "%dh%02dm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) std::snprintf(buf, sizeof(buf), "%dm%02ds", t / 60, t % 60);
+    else std::snprintf(buf, sizeof(buf), "%ds", t);
+    return buf;
 }
+
+}  // namespace
 
 Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     cfg_.validate();
@@ -48,30 +51,30 @@ Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
     model_cfg_ = cfg_.init.empty() ? model::find_preset(cfg_.model) : model::load_hf_dir_config(cfg_.init);
     SHARDLM_CHECK(cfg_.seq <= model_cfg_.n_ctx, "--seq ", cfg_.seq, " exceeds the model's context length n_ctx = ",
                   model_cfg_.n_ctx, "\n---> HINT: use --seq <= ", model_cfg_.n_ctx);
+    loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
+    if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, "sequential");
+
     model_ = std::make_unique<model::Gpt>(model_cfg_, cfg_.micro_batch, cfg_.seq, get_threads());
     const model::Layout& layout = model_->layout();
     params_.resize(layout.total);
     grads_.resize(layout.total);
     model_->bind(params_.data(), grads_.data());
-    if (cfg_.init.empty())
-        model::init_gpt2_weights(params_.data(), layout, cfg_.seed);
-    else
-        model::load_hf_weights(cfg_.init, model_cfg_, layout, params_.data());
     optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), layout, optim::Range{0, layout.total});
 
-    loader_ = std::make_unique<data::BatchLoader>(data::read_token_shard(cfg_.data), cfg_.seq, cfg_.data_order,
-                                                  cfg_.seed, cfg_.data);
-    int mx = loader_->max_token();
-    SHARDLM_CHECK(mx < model_cfg_.vocab_size, "token shard '", cfg_.data, "' holds token id ", mx,
-                  " but the model's vocab_size is ", model_cfg_.vocab_size,
-                  "\n---> HINT: tokenize with the model's tokenizer, or use a model with a larger vocabulary");
+    std::string ckpt = cfg_.resume ? latest_checkpoint(cfg_.out) : "";
+    if (!ckpt.empty()) {
+        nlohmann::json meta = load_checkpoint(ckpt, model_cfg_, layout, params_.data(), *optimizer_);
+        start_step_ = meta["step"];
+        std::printf("resuming from %s (step %d of %d)\n", ckpt.c_str(), start_step_, cfg_.steps);
+    } else {
+        if (cfg_.resume) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
+        if (cfg_.init.empty()) model::init_gpt2_weights(params_.data(), layout, cfg_.seed);
+        else model::load_hf_weights(cfg_.init, model_cfg_, layout, params_.data());
+    }
     schedule_ = {cfg_.lr_schedule, cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
     inputs_.resize(size_t(cfg_.micro_batch) * cfg_.seq);
     targets_.resize(inputs_.size());
-    if (!cfg_.metrics.empty()) {
-        metrics_ = std::fopen(cfg_.metrics.c_str(), "w");
-        SHARDLM_CHECK(metrics_, "cannot write metrics file '", cfg_.metrics, "': ", std::strerror(errno));
-    }
+    tty_ = ::isatty(STDOUT_FILENO);
 }
 
 Trainer::~Trainer() {
@@ -107,27 +110,125 @@ StepStats Trainer::train_step(int step) {
     return s;
 }
 
+double Trainer::evaluate() {
+    SHARDLM_CHECK(val_loader_, "evaluate() without --val-data");
+    const int M = cfg_.micro_batch, T = cfg_.seq;
+    double sum = 0;
+    for (int b = 0; b < cfg_.val_batches; b++) {
+        for (int j = 0; j < M; j++)
+            val_loader_->fill_row(int64_t(b) * M + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
+        sum += model_->forward(inputs_.data(), targets_.data(), M, T, 0.0f);
+    }
+    return sum / cfg_.val_batches;
+}
+
 std::string stats_json(const StepStats& s) {
-    char buf[256];
-    std::snprintf(buf, sizeof(buf),
-                  "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"step_ms\": %.3f, "
-                  "\"tokens_per_s\": %.3f}",
-                  s.step, s.loss, s.grad_norm, double(s.lr), s.step_ms, s.tokens_per_s);
+    char buf[320];
+    int n = std::snprintf(buf, sizeof(buf),
+                          "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"step_ms\": %.3f, "
+                          "\"tokens_per_s\": %.3f",
+                          s.step, s.loss, s.grad_norm, double(s.lr), s.step_ms, s.tokens_per_s);
+    if (s.val_loss >= 0) n += std::snprintf(buf + n, sizeof(buf) - n, ", \"val_loss\": %.9g", s.val_loss);
+    std::snprintf(buf + n, sizeof(buf) - n, "}");
     return buf;
 }
 
+void Trainer::open_run_dir() {
+    std::string metrics = cfg_.metrics;
+    if (!cfg_.out.empty()) {
+        fs::create_directories(cfg_.out);
+        io::write_file_atomic((fs::path(cfg_.out) / "config.json").string(), config_to_json(cfg_).dump(2) + "\n");
+        if (metrics.empty()) metrics = (fs::path(cfg_.out) / "metrics.jsonl").string();
+    }
+    if (metrics.empty()) return;
+    if (start_step_ > 0 && fs::exists(metrics)) {
+        // Keep the rows of the steps the checkpoint covers; the killed run's later rows are redone.
+        std::ifstream in(metrics);
+        std::string line, kept;
+        while (std::getline(in, line)) {
+            if (line.empty()) continue;
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"] < start_step_)
+                kept += line + "\n";
+        }
+        io::write_file_atomic(metrics, kept);
+    }
+    metrics_ = std::fopen(metrics.c_str(), start_step_ > 0 ? "a" : "w");
+    SHARDLM_CHECK(metrics_, "cannot write metrics file '", metrics, "': ", std::strerror(errno));
+}
+
+void Trainer::log_step(const StepStats& s, double elapsed_s) {
+    int done = s.step + 1 - start_step_, left = cfg_.steps - s.step - 1;
+    double eta = done > 0 ? elapsed_s / done * left : 0;
+    char val[48] = "";
+    if (best_val_ >= 0) std::snprintf(val, sizeof(val), " | val %.4f", best_val_);
+    if (tty_) {
+        const int width = 24;
+        int filled = cfg_.steps > 0 ? int(double(s.step + 1) / cfg_.steps * width) : width;
+        std::string bar(size_t(filled), '#');
+        bar.resize(width, '-');
+        std::printf("\r\033[K[%s] step %d/%d | loss %.4f%s | %.0f tok/s | ETA %s", bar.c_str(), s.step + 1, cfg_.steps,
+                    s.loss, val, s.tokens_per_s, fmt_duration(eta).c_str());
+        if (left == 0) std::printf("\n");
+    } else if ((s.step + 1) % std::max(1, cfg_.log_every) == 0 || left == 0 || s.val_loss >= 0) {
+        std::printf("step %5d/%d | loss %.6f | grad_norm %.4f | lr %.3e%s | %.1f ms | %.0f tok/s | ETA %s\n", s.step + 1,
+                    cfg_.steps, s.loss, s.grad_norm, double(s.lr), val, s.step_ms, s.tokens_per_s,
+                    fmt_duration(eta).c_str());
+    }
+    std::fflush(stdout);
+}
+
+void Trainer::write_summary(const StepStats& last, double train_s, const std::string& sample) {
+    if (cfg_.out.empty()) return;
+    nlohmann::json j = {{"steps", cfg_.steps},
+                        {"final_loss", last.loss},
+                        {"train_time_s", train_s},
+                        {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.steps - start_step_)}};
+    if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
+    if (!sample.empty()) j["sample"] = sample;
+    io::write_file_atomic((fs::path(cfg_.out) / "summary.json").string(), j.dump(2) + "\n");
+}
+
 void Trainer::run() {
-    for (int step = 0; step < cfg_.steps; step++) {
+    open_run_dir();
+    const double t_start = now_s();
+    StepStats last;
+    for (int step = start_step_; step < cfg_.steps; step++) {
         StepStats s = train_step(step);
-        std::string line = stats_json(s);
+        const bool final = step + 1 == cfg_.steps;
+        if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
+            s.val_loss = evaluate();
+            best_val_ = s.val_loss;
+        }
         if (metrics_) {
-            std::fprintf(metrics_, "%s\n", line.c_str());
+            std::fprintf(metrics_, "%s\n", stats_json(s).c_str());
             std::fflush(metrics_);
         }
-        std::printf("step %5d/%d | loss %.6f | grad_norm %.4f | lr %.3e | %.1f ms | %.0f tok/s\n", step + 1,
-                    cfg_.steps, s.loss, s.grad_norm, double(s.lr), s.step_ms, s.tokens_per_s);
-        std::fflush(stdout);
+        log_step(s, now_s() - t_start);
+        if (!cfg_.out.empty() && ((cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final))
+            save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, model_->layout(), params_.data(), *optimizer_,
+                            cfg_.keep_ckpts);
+        last = s;
     }
+    const double train_s = now_s() - t_start;
+    if (last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
+    std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
+    std::string sample;
+    if (cfg_.sample_tokens > 0) {
+        data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
+        model::KvCacheGpt gen(model_cfg_, params_.data());
+        model::SampleOptions so;
+        so.max_tokens = cfg_.sample_tokens;
+        so.temperature = 1.0f;
+        so.top_k = 40;
+        so.seed = cfg_.seed;
+        std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
+        if (prompt.empty()) prompt.push_back(tok.eot_id());
+        std::vector<int> ids = model::sample_tokens(gen, prompt, so);
+        sample = cfg_.sample_prompt + tok.decode(ids);
+        std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
+    }
+    write_summary(last, train_s, sample);
 }
 
 }  // namespace shardlm::train

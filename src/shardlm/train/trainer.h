@@ -1,5 +1,5 @@
 // train/trainer.h: the training loop of one process: gradient accumulation over micro-batches,
-// global-norm clipping, the optimiser step and the metrics line of every step.
+// global-norm clipping, the optimiser step, validation, metrics, progress, checkpoints and resume.
 #pragma once
 #include <cstdio>
 #include <memory>
@@ -21,6 +21,7 @@ struct StepStats {
     float lr = 0;
     double step_ms = 0;
     double tokens_per_s = 0;
+    double val_loss = -1;  // < 0: not measured at this step
 };
 
 class Trainer {
@@ -28,24 +29,34 @@ public:
     explicit Trainer(TrainConfig cfg);
     ~Trainer();
 
-    StepStats train_step(int step);  // one optimiser step (global batch `step`)
-    void run();                      // steps [0, cfg.steps), metrics to cfg.metrics
+    StepStats train_step(int step);  // one optimiser step on global batch `step`
+    double evaluate();               // mean validation loss over val_batches micro-batches of val_data
+    void run();                      // steps [start, cfg.steps) with everything around them
 
     model::Gpt& model() { return *model_; }
+    const model::GptConfig& model_config() const { return model_cfg_; }
     float* params() { return params_.data(); }
     float* grads() { return grads_.data(); }
     const TrainConfig& config() const { return cfg_; }
+    int start_step() const { return start_step_; }
 
 private:
+    void open_run_dir();
+    void log_step(const StepStats& s, double elapsed_s);
+    void write_summary(const StepStats& last, double train_s, const std::string& sample);
+
     TrainConfig cfg_;
     model::GptConfig model_cfg_;
     std::unique_ptr<model::Gpt> model_;
     AlignedBuffer<float> params_, grads_;
     std::unique_ptr<optim::Optimizer> optimizer_;
-    std::unique_ptr<data::BatchLoader> loader_;
+    std::unique_ptr<data::BatchLoader> loader_, val_loader_;
     optim::LrSchedule schedule_;
     std::vector<int> inputs_, targets_;
     std::FILE* metrics_ = nullptr;
+    int start_step_ = 0;
+    bool tty_ = false;
+    double best_val_ = -1;
 };
 
 std::string stats_json(const StepStats& s);

@@ -1,0 +1,136 @@
+#include "shardlm/train/train_config.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <type_traits>
+
+#include "shardlm/core/check.h"
+#include "shardlm/io/atomic_file.h"
+
+namespace shardlm::train {
+
+optim::OptimConfig TrainConfig::optim_config() const {
+    optim::OptimConfig o;
+    o.kind = optim::parse_kind(optimizer);
+    o.beta1 = beta1;
+    o.beta2 = beta2;
+    o.eps = eps;
+    o.momentum = momentum;
+    o.weight_decay = weight_decay;
+    return o;
+}
+
+void TrainConfig::validate() const {
+    SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
+    SHARDLM_CHECK(!data.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
+    SHARDLM_CHECK(steps >= 0, "--steps must be >= 0 (got ", steps, ")");
+    SHARDLM_CHECK(seq > 0, "--seq must be > 0 (got ", seq, ")");
+    SHARDLM_CHECK(micro_batch > 0, "--micro-batch must be > 0 (got ", micro_batch, ")");
+    SHARDLM_CHECK(global_batch > 0 && global_batch % micro_batch == 0, "--global-batch (", global_batch,
+                  ") must be a positive multiple of --micro-batch (", micro_batch, ")");
+    SHARDLM_CHECK(lr >= 0 && std::isfinite(lr), "--lr must be a finite number >= 0 (got ", lr, ")");
+    SHARDLM_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off; got ", grad_clip, ")");
+    SHARDLM_CHECK(beta1 >= 0 && beta1 < 1, "--beta1 must be in [0, 1) (got ", beta1, ")");
+    SHARDLM_CHECK(beta2 >= 0 && beta2 < 1, "--beta2 must be in [0, 1) (got ", beta2, ")");
+    SHARDLM_CHECK(eps > 0, "--eps must be > 0 (got ", eps, ")");
+    SHARDLM_CHECK(warmup >= 0, "--warmup must be >= 0 (got ", warmup, ")");
+    SHARDLM_CHECK(lr_schedule == "constant" || lr_schedule == "cosine", "--lr-schedule '", lr_schedule,
+                  "' is not known\n---> HINT: use constant or cosine");
+    SHARDLM_CHECK(data_order == "sequential" || data_order == "random", "--data-order '", data_order,
+                  "' is not known\n---> HINT: use sequential or random");
+    SHARDLM_CHECK(val_every >= 0 && val_batches > 0, "--val-every must be >= 0 and --val-batches > 0");
+    SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
+    SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");
+    SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");
+    SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
+    SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
+    optim::parse_kind(optimizer);
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= b.size(); j++)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+nlohmann::json config_to_json(const TrainConfig& c) {
+    nlohmann::json j = nlohmann::json::object();
+    for_each_field(c, [&](const char* key, const auto& v, const char*) { j[key] = v; });
+    return j;
+}
+
+namespace {
+
+template <typename T>
+const char* type_name() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_integral_v<T>) return "an integer";
+    else if constexpr (std::is_floating_point_v<T>) return "a number";
+    else return "a string";
+}
+
+template <typename T>
+void assign(T& dst, const nlohmann::json& v, const std::string& source, const std::string& key) {
+    bool ok;
+    if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+    else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer() && (std::is_signed_v<T> || v.get<int64_t>() >= 0);
+    else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+    else ok = v.is_string();
+    SHARDLM_CHECK(ok, source, ": key '", key, "' must be ", type_name<T>(), " (got ", v.dump(), ")");
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        if constexpr (std::is_signed_v<T>) {
+            int64_t x = v.get<int64_t>();
+            SHARDLM_CHECK(x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max(), source, ": key '",
+                          key, "' is out of range (", x, ")");
+        }
+    }
+    dst = v.get<T>();
+}
+
+}  // namespace
+
+void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source) {
+    SHARDLM_CHECK(j.is_object(), source, ": expected a JSON object of training settings");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        const std::string& key = it.key();
+        bool found = false;
+        std::string best;
+        size_t best_d = SIZE_MAX;
+        for_each_field(c, [&](const char* name, auto& ref, const char*) {
+            if (key == name) {
+                assign(ref, it.value(), source, key);
+                found = true;
+            }
+            size_t d = edit_distance(key, name);
+            if (d < best_d) best_d = d, best = name;
+        });
+        if (!found) {
+            std::string dashed = key;
+            for (auto& ch : dashed) ch = ch == '-' ? '_' : ch;
+            if (dashed != key) best = dashed;
+            fail(source, ": unknown key '", key, "'\n---> HINT: did you mean '", best,
+                 "'? (`shardlm train --help` lists every key as a flag)");
+        }
+    }
+}
+
+TrainConfig load_config_file(const std::string& path) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(io::read_file(path));
+    } catch (const nlohmann::json::parse_error& e) {
+        fail(path, ": not valid JSON (", e.what(), ")");
+    }
+    TrainConfig c;
+    apply_config_json(c, j, path);
+    return c;
+}
+
+}  // namespace shardlm::train
