@@ -292,6 +292,13 @@ TEST(Svg, EdgeCases) {
     std::string one = chart({0}, {3.5});
     EXPECT_EQ(polyline_points(one), 1u);
     EXPECT_EQ(count(one, "<circle"), 1u);
+    ChartSpec steps;
+    steps.x_integer = true;
+    steps.series.push_back({"", {0}, {1}, "", true, false});
+    std::string s = svg_line_chart(steps);
+    EXPECT_NE(s.find(">5</text>"), std::string::npos);   // x axis 0..5 in whole steps
+    EXPECT_EQ(s.find(">0.2</text>"), std::string::npos);
+    EXPECT_EQ(s.find(">-1</text>"), std::string::npos);
     // All-equal values, and only non-finite values.
     for (const std::string& svg : {chart({0, 1, 2, 3}, {2, 2, 2, 2}), chart({0, 1}, {NAN, INFINITY}), chart({}, {})}) {
         EXPECT_EQ(svg.rfind("<svg", 0), 0u);

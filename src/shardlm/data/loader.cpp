@@ -1,6 +1,7 @@
 #include "shardlm/data/loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "shardlm/core/check.h"
@@ -50,6 +51,19 @@ int BatchLoader::max_token() const {
     uint16_t m = 0;
     for (uint16_t t : tokens_) m = std::max(m, t);
     return m;
+}
+
+}  // namespace shardlm::data
+
+namespace shardlm::data {
+
+double BatchLoader::unigram_entropy() const {
+    std::vector<int64_t> count(65536, 0);
+    for (uint16_t t : tokens_) count[t]++;
+    double n = double(tokens_.size()), h = 0;
+    for (int64_t c : count)
+        if (c > 0) h -= double(c) / n * std::log(double(c) / n);
+    return h;
 }
 
 }  // namespace shardlm::data

@@ -20,6 +20,8 @@ public:
     // The i-th row of a fixed, ordered sweep (validation): row i mod num_rows.
     void fill_row(int64_t i, int* inputs, int* targets) const;
     int max_token() const;
+    // Entropy (nats) of the shard's unigram token distribution: the loss of the best context-free model.
+    double unigram_entropy() const;
 
 private:
     int64_t row_of(int64_t k, int G, int j);

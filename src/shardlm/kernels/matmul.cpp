@@ -42,11 +42,12 @@ static void bias_backward(float* dbias, const float* dout, int N, int OC) {
 
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
-                     int N, int C, int OC) {
+                     int N, int C, int OC, bool accumulate_dweight) {
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
     if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                    accumulate_dweight ? 1.0f : 0.0f, dweight, C);
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 

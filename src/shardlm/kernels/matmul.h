@@ -11,10 +11,11 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int N, int C, int OC, bool accumulate = false);
 
 // dinp(N,C) = dout(N,OC) @ weight(OC,C)        (=, overwritten; null to skip)
-// dweight(OC,C) += dout^T @ inp,  dbias(OC) += column sums of dout   (+=: gradient accumulation;
-// dbias may be null). Column sums run over rows in order: bit-identical for any thread count.
+// dweight(OC,C) += dout^T @ inp (= if !accumulate_dweight: saves zeroing the gradient buffer on the
+// first micro-batch), dbias(OC) += column sums of dout (dbias may be null). Column sums run over rows
+// in order: bit-identical for any thread count.
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
-                     int N, int C, int OC);
+                     int N, int C, int OC, bool accumulate_dweight = true);
 
 }  // namespace shardlm::kernels

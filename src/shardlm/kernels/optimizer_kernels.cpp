@@ -1,74 +1,114 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 
+#include <immintrin.h>
+
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace shardlm::kernels {
 
-void sgd_update(float* p, const float* g, size_t n, float lr, float wd) {
+void sgd_update(float* p, const float* g, size_t n, float lr, float wd, float gs) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
+        float d = g[i] * gs + wd * p[i];
         p[i] -= lr * d;
     }
 }
 
-void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, float mu, float wd) {
+void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, float mu, float wd, float gs) {
     // PyTorch: buf = g on the first step, then mu*buf + g; a zero-initialised buf gives the same.
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
+        float d = g[i] * gs + wd * p[i];
         float b = mu * buf[i] + d;
         buf[i] = b;
         p[i] -= lr * b;
     }
 }
 
-void adagrad_update(float* p, const float* g, float* sum, size_t n, float lr, float eps, float wd) {
+void adagrad_update(float* p, const float* g, float* sum, size_t n, float lr, float eps, float wd, float gs) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
+        float d = g[i] * gs + wd * p[i];
         float s = sum[i] + d * d;
         sum[i] = s;
         p[i] -= lr * (d / (std::sqrt(s) + eps));
     }
 }
 
-void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                 float eps, float wd, int step) {
-    // Bias corrections in double, as PyTorch computes them in Python floats.
-    double bc1 = 1.0 - std::pow(double(beta1), step);
-    float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(beta2), step)));
-    float step_size = float(double(lr) / bc1);
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * d;
-        float vi = beta2 * v[i] + (1.0f - beta2) * d * d;
-        m[i] = mi;
-        v[i] = vi;
-        float denom = std::sqrt(vi) / bc2_sqrt + eps;
-        p[i] -= step_size * (mi / denom);
+namespace {
+
+struct AdamArgs {
+    float beta1, beta2, eps, step_size, bc2_sqrt, l2, decay, gs;
+};
+
+// One Adam/AdamW update of 16 lanes (masked). coupled: g += l2 p (Adam); decay: p *= decay (AdamW).
+template <bool kStream>
+inline void adam16(float* p, const float* g, float* m, float* v, __mmask16 k, const AdamArgs& a) {
+    __m512 pv = _mm512_maskz_loadu_ps(k, p), gv = _mm512_maskz_loadu_ps(k, g);
+    __m512 mv = _mm512_maskz_loadu_ps(k, m), vv = _mm512_maskz_loadu_ps(k, v);
+    __m512 d = _mm512_fmadd_ps(_mm512_set1_ps(a.l2), pv, _mm512_mul_ps(gv, _mm512_set1_ps(a.gs)));
+    mv = _mm512_fmadd_ps(_mm512_set1_ps(1.0f - a.beta1), d, _mm512_mul_ps(_mm512_set1_ps(a.beta1), mv));
+    vv = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(1.0f - a.beta2), d), d, _mm512_mul_ps(_mm512_set1_ps(a.beta2), vv));
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), _mm512_set1_ps(a.bc2_sqrt)), _mm512_set1_ps(a.eps));
+    pv = _mm512_fnmadd_ps(_mm512_set1_ps(a.step_size), _mm512_div_ps(mv, denom), _mm512_mul_ps(pv, _mm512_set1_ps(a.decay)));
+    if constexpr (kStream) {
+        _mm512_stream_ps(p, pv);
+        _mm512_stream_ps(m, mv);
+        _mm512_stream_ps(v, vv);
+    } else {
+        _mm512_mask_storeu_ps(p, k, pv);
+        _mm512_mask_storeu_ps(m, k, mv);
+        _mm512_mask_storeu_ps(v, k, vv);
     }
 }
 
-void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float wd, int step) {
+void adam_common(float* p, const float* g, float* m, float* v, size_t n, const AdamArgs& a) {
+    // Non-temporal stores need p, m, v at the same 64-byte alignment: peel scalar-ish heads until p
+    // is aligned, then stream if m and v are aligned too. Blocks of 16 lanes, split statically.
+    const bool aligned_together = ((uintptr_t(p) ^ uintptr_t(m)) % 64 == 0) && ((uintptr_t(p) ^ uintptr_t(v)) % 64 == 0);
+    size_t head = aligned_together ? ((64 - uintptr_t(p) % 64) % 64) / 4 : 0;
+    if (head > n) head = n;
+    if (head) adam16<false>(p, g, m, v, __mmask16((1u << head) - 1u), a);
+    size_t body = (n - head) / 16;
+    float *pb = p + head, *mb = m + head, *vb = v + head;
+    const float* gb = g + head;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < body; b++) {
+        if (aligned_together) adam16<true>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, 0xffff, a);
+        else adam16<false>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, 0xffff, a);
+    }
+    size_t done = head + body * 16;
+    if (done < n) adam16<false>(p + done, g + done, m + done, v + done, __mmask16((1u << (n - done)) - 1u), a);
+    _mm_sfence();
+}
+
+AdamArgs adam_args(float lr, float beta1, float beta2, float eps, int step, float gs) {
     // Bias corrections in double, as PyTorch computes them in Python floats.
     double bc1 = 1.0 - std::pow(double(beta1), step);
-    float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(beta2), step)));
-    float step_size = float(double(lr) / bc1);
-    float decay = 1.0f - lr * wd;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * d;
-        float vi = beta2 * v[i] + (1.0f - beta2) * d * d;
-        m[i] = mi;
-        v[i] = vi;
-        float denom = std::sqrt(vi) / bc2_sqrt + eps;
-        p[i] = p[i] * decay - step_size * (mi / denom);
-    }
+    AdamArgs a;
+    a.beta1 = beta1, a.beta2 = beta2, a.eps = eps, a.gs = gs;
+    a.step_size = float(double(lr) / bc1);
+    a.bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(beta2), step)));
+    a.l2 = 0.0f, a.decay = 1.0f;
+    return a;
+}
+
+}  // namespace
+
+void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                 float eps, float wd, int step, float gs) {
+    AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
+    a.l2 = wd;  // coupled L2: d = g + wd p
+    adam_common(p, g, m, v, n, a);
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, int step, float gs) {
+    AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
+    a.decay = 1.0f - lr * wd;  // decoupled: p *= 1 - lr wd
+    adam_common(p, g, m, v, n, a);
 }
 
 double sum_squares(const float* x, size_t n) {

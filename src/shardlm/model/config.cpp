@@ -36,7 +36,7 @@ const std::vector<GptConfig>& presets() {
         {"gpt3-175b",     96, 96, 12288, 50257, 2048},
         // Small models: tests, and the default training run on one CPU.
         {"tiny",           2,  4,    64, 50257,  256},
-        {"small",          4,  4,   256, 50257,  256},
+        {"small",          4,  4,   128, 50257,  256},
     };
     return p;
 }

@@ -117,40 +117,55 @@ float Gpt::forward(const int* inputs, const int* targets, int B, int T, float dl
     return float(s / N);
 }
 
-void Gpt::block_backward(int l, int B, int T) {
+void Gpt::zero_small_grads(int unit) {
+    const Unit& u = layout_.units[unit];
+    for (int i = 0; i < u.num_params; i++) {
+        const ParamSpec& p = layout_.params[u.first_param + i];
+        bool gemm_weight = p.shape.size() == 2 && p.name.find(".wpe.") == std::string::npos;
+        if (!gemm_weight) std::memset(grads_ + p.offset, 0, p.numel * sizeof(float));
+    }
+}
+
+void Gpt::block_backward(int l, int B, int T, bool acc) {
     const int C = config_.n_embd, NH = config_.n_head, N = B * T, u = 1 + l;
     Activations::Block& a = acts_.blocks[l];
     float* dres = acts_.dresid.data();
     float* dln = acts_.dln.data();
     float* dfch = acts_.dfch.data();
-    matmul_backward(dfch, grad(u, kFcProjW), grad(u, kFcProjB), dres, a.fch_gelu.data(), param(u, kFcProjW), N, 4 * C, C);
+    matmul_backward(dfch, grad(u, kFcProjW), grad(u, kFcProjB), dres, a.fch_gelu.data(), param(u, kFcProjW), N, 4 * C, C,
+                    acc);
     gelu_backward(dfch, a.fch.data(), dfch, size_t(N) * 4 * C);
-    matmul_backward(dln, grad(u, kFcW), grad(u, kFcB), dfch, a.ln2.data(), param(u, kFcW), N, C, 4 * C);
+    matmul_backward(dln, grad(u, kFcW), grad(u, kFcB), dfch, a.ln2.data(), param(u, kFcW), N, C, 4 * C, acc);
     layernorm_backward(dres, grad(u, kLn2W), grad(u, kLn2B), dln, a.resid2.data(), param(u, kLn2W), a.ln2_mean.data(),
                        a.ln2_rstd.data(), N, C);
     matmul_backward(acts_.datty.data(), grad(u, kAttnProjW), grad(u, kAttnProjB), dres, a.atty.data(),
-                    param(u, kAttnProjW), N, C, C);
+                    param(u, kAttnProjW), N, C, C, acc);
     attention_backward(acts_.dqkv.data(), acts_.attn_scratch.data(), acts_.datty.data(), a.qkv.data(), a.att.data(),
                        B, T, C, NH);
-    matmul_backward(dln, grad(u, kQkvW), grad(u, kQkvB), acts_.dqkv.data(), a.ln1.data(), param(u, kQkvW), N, C, 3 * C);
+    matmul_backward(dln, grad(u, kQkvW), grad(u, kQkvB), acts_.dqkv.data(), a.ln1.data(), param(u, kQkvW), N, C, 3 * C,
+                    acc);
     layernorm_backward(dres, grad(u, kLn1W), grad(u, kLn1B), dln, acts_.resid[l].data(), param(u, kLn1W),
                        a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
-void Gpt::backward(UnitHooks* hooks) {
+void Gpt::backward(UnitHooks* hooks, bool accumulate) {
     SHARDLM_CHECK(has_grad_, "Gpt::backward without a training forward (targets and dloss)");
     const int B = B_, T = T_, C = config_.n_embd, N = B * T, Vp = config_.padded_vocab();
     const int L = config_.n_layer, head = L + 1;
     // head: logits = lnf @ wte^T (wte's gradient is final only after the embedding's backward)
+    if (!accumulate)
+        for (int u = 0; u <= head; u++) zero_small_grads(u);
     if (hooks) hooks->before_backward(head);
-    matmul_backward(acts_.dln.data(), grad(0, 0), nullptr, acts_.logits.data(), acts_.lnf.data(), param(0, 0), N, C, Vp);
+    // wte's gradient: = here on the first micro-batch, then += from the embedding's backward
+    matmul_backward(acts_.dln.data(), grad(0, 0), nullptr, acts_.logits.data(), acts_.lnf.data(), param(0, 0), N, C, Vp,
+                    accumulate);
     std::memset(acts_.dresid.data(), 0, sizeof(float) * N * C);
     layernorm_backward(acts_.dresid.data(), grad(head, 0), grad(head, 1), acts_.dln.data(), acts_.resid[L].data(),
                        param(head, 0), acts_.lnf_mean.data(), acts_.lnf_rstd.data(), N, C);
     if (hooks) hooks->after_backward(head);
     for (int l = L - 1; l >= 0; l--) {
         if (hooks) hooks->before_backward(1 + l);
-        block_backward(l, B, T);
+        block_backward(l, B, T, accumulate);
         if (hooks) hooks->after_backward(1 + l);
     }
     if (hooks) hooks->before_backward(0);

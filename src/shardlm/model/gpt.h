@@ -56,8 +56,9 @@ public:
     // the B*T targets, and if `dloss` != 0 leaves d(loss_sum * dloss)/dlogits ready for backward()
     // (the classifier is fused). Without targets: logits for every position are left in logits().
     float forward(const int* inputs, const int* targets, int B, int T, float dloss, UnitHooks* hooks = nullptr);
-    // Accumulates (+=) parameter gradients of the last forward into the bound gradient buffer.
-    void backward(UnitHooks* hooks = nullptr);
+    // Parameter gradients of the last forward into the bound gradient buffer: += if accumulate,
+    // else = (the first micro-batch of a step: no separate pass to zero the buffer).
+    void backward(UnitHooks* hooks = nullptr, bool accumulate = true);
 
     // Logits of the last forward without targets: (B, T, padded_vocab), row (b, t) at (b*T + t)*Vp.
     const float* logits() const { return acts_.logits.data(); }
@@ -68,7 +69,9 @@ private:
     const float* param(int unit, int i) const { return params_ + layout_.params[layout_.units[unit].first_param + i].offset; }
     float* grad(int unit, int i) const { return grads_ + layout_.params[layout_.units[unit].first_param + i].offset; }
     void block_forward(int l, int B, int T);
-    void block_backward(int l, int B, int T);
+    void block_backward(int l, int B, int T, bool acc);
+    // Zeroes the gradients of `unit` that are accumulated by += kernels (all but GEMM weights).
+    void zero_small_grads(int unit);
 
     GptConfig config_;
     Layout layout_;

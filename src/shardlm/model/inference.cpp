@@ -96,7 +96,7 @@ std::vector<int> sample_tokens(KvCacheGpt& model, const std::vector<int>& prompt
     std::vector<int> out;
     std::vector<float> p(V);
     std::vector<int> idx(V);
-    for (int n = 0; n < opt.max_tokens && model.position() < T; n++) {
+    for (int n = 0; n < opt.max_tokens; n++) {
         int next;
         if (opt.temperature <= 0.0f) {
             next = int(std::max_element(logits, logits + V) - logits);
@@ -122,8 +122,9 @@ std::vector<int> sample_tokens(KvCacheGpt& model, const std::vector<int>& prompt
             }
         }
         out.push_back(next);
-        if (next == opt.stop_token) break;
-        if (n + 1 < opt.max_tokens && model.position() < T) logits = model.step(next);
+        // the last token is predicted from a full context but never fed back
+        if (next == opt.stop_token || n + 1 == opt.max_tokens || model.position() >= T) break;
+        logits = model.step(next);
     }
     return out;
 }

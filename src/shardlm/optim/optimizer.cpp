@@ -56,7 +56,7 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
 
 size_t Optimizer::state_bytes() const { return s0_.bytes() + s1_.bytes(); }
 
-void Optimizer::step(float* params, const float* grads, float lr) {
+void Optimizer::step(float* params, const float* grads, float lr, float gs) {
     step_++;
     for (const model::ParamSpec& p : layout_.params) {
         size_t b = std::max(p.offset, owned_.begin), e = std::min(p.offset + p.numel, owned_.end);
@@ -66,16 +66,16 @@ void Optimizer::step(float* params, const float* grads, float lr) {
         size_t n = e - b, s = b - owned_.begin;  // s: offset into this optimiser's state
         float wd = p.decay ? cfg_.weight_decay : 0.0f;
         switch (cfg_.kind) {
-            case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd); break;
-            case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd); break;
-            case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd); break;
+            case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
+            case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd, gs); break;
+            case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
             case Kind::Adam:
                 kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                     step_);
+                                     step_, gs);
                 break;
             case Kind::AdamW:
                 kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                      step_);
+                                      step_, gs);
                 break;
         }
     }

@@ -35,8 +35,9 @@ public:
     // State for range [owned.begin, owned.end) of a flat buffer laid out by `layout`.
     Optimizer(OptimConfig cfg, const model::Layout& layout, Range owned);
 
-    // One update of params[owned] from grads[owned] (pointers to the start of the full flat buffers).
-    void step(float* params, const float* grads, float lr);
+    // One update of params[owned] from grad_scale * grads[owned] (pointers to the start of the full
+    // flat buffers; grad_scale applies gradient clipping without a separate pass).
+    void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 
     const OptimConfig& config() const { return cfg_; }
     int steps_done() const { return step_; }

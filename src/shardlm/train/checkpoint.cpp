@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -92,6 +94,8 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
         w.write((tmp / "optimizer.safetensors").string());
     }
     bufs.clear();
+    // Fault injection for the tests: die by SIGKILL with this checkpoint half-written.
+    if (const char* k = std::getenv("SHARDLM_TEST_KILL_IN_CKPT"); k && std::atoi(k) == step) std::raise(SIGKILL);
     io::write_file_atomic((tmp / "config.json").string(), model::hf_config_json(mc));
     const optim::OptimConfig& oc = opt.config();
     nlohmann::json meta = {
@@ -116,6 +120,14 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
     std::vector<fs::path> all = list_checkpoints(run_dir);
     for (size_t i = 0; i + size_t(keep) < all.size(); i++) fs::remove_all(all[i]);
     return final_dir.string();
+}
+
+void remove_stale_checkpoint_temps(const std::string& run_dir) {
+    if (!fs::is_directory(run_dir)) return;
+    for (const auto& e : fs::directory_iterator(run_dir)) {
+        std::string n = e.path().filename().string();
+        if (e.is_directory() && n.rfind(".ckpt_", 0) == 0 && n.find(".tmp.") != std::string::npos) fs::remove_all(e.path());
+    }
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {

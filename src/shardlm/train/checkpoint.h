@@ -26,6 +26,9 @@ inline constexpr int kCheckpointVersion = 1;
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
                             const model::Layout& layout, const float* params, optim::Optimizer& opt, int keep);
 
+// Removes hidden temporary checkpoint directories left by a killed run.
+void remove_stale_checkpoint_temps(const std::string& run_dir);
+
 // The newest complete checkpoint directory in RUN_DIR, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
 

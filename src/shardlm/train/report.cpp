@@ -207,8 +207,12 @@ std::vector<MetricsRow> read_metrics(const std::string& path) {
         json row;
         try {
             row = json::parse(nan_tokens_to_null(line));
-        } catch (const json::exception& e) {
-            fail("metrics file '", path, "' line ", line_no, ": not valid JSON (", e.what(),
+        } catch (const json::parse_error& e) {
+            // nlohmann says "[json.exception.parse_error.101] parse error at line 1, column 18: why".
+            std::string why = e.what();
+            size_t colon = why.find(": ");
+            why = colon == std::string::npos ? why : why.substr(colon + 2);
+            fail("metrics file '", path, "' line ", line_no, ", column ", e.byte, ": not valid JSON (", why,
                  ")\n---> HINT: every line must be one object like {\"step\": 0, \"loss\": 10.9, ...}; fix or delete that line");
         }
         SHARDLM_CHECK(row.is_object(), "metrics file '", path, "' line ", line_no, ": a JSON ", row.type_name(),
@@ -317,9 +321,18 @@ std::string svg_line_chart(const ChartSpec& spec) {
     }
     bool empty = !(xlo <= xhi);
     if (empty) xlo = 0, xhi = 1, ylo = 0, yhi = 1;
+    if (spec.x_integer && xhi - xlo < 5) xhi = xlo + 5;  // a short run: ticks 0, 1, ..., 5 (not 0.2, 0.4)
     NiceScale xs = nice_scale(xlo, xhi, 8), ys = nice_scale(ylo, yhi, 6);
-    auto px = [&](double x) { return ml + (x - xs.lo) / (xs.hi - xs.lo) * pw; };
-    auto py = [&](double y) { return mt + ph - (y - ys.lo) / (ys.hi - ys.lo) * ph; };
+    // The axes span the ticks, plus a little room on a side where the data touches the end tick,
+    // so that no point sits on an axis line.
+    auto axis = [](const NiceScale& s, double dlo, double dhi) {
+        double span = s.hi - s.lo, near = 0.01 * span, pad = 0.03 * span;
+        return std::pair{dlo - s.lo < near ? s.lo - pad : s.lo, s.hi - dhi < near ? s.hi + pad : s.hi};
+    };
+    const auto [ax0, ax1] = axis(xs, xlo, xhi);
+    const auto [ay0, ay1] = axis(ys, ylo, yhi);
+    auto px = [&](double x) { return ml + (x - ax0) / (ax1 - ax0) * pw; };
+    auto py = [&](double y) { return mt + ph - (y - ay0) / (ay1 - ay0) * ph; };
 
     std::string o;
     o += fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" ", W, H, W, H);
@@ -442,6 +455,7 @@ std::vector<std::string> write_report(const std::string& run_dir) {
     auto one = [&](const char* id, const char* title, const char* ylabel, const std::vector<double>& y) {
         ChartSpec c;
         c.id = id, c.title = title, c.x_label = "step", c.y_label = ylabel;
+        c.x_integer = true;
         c.series.push_back({"", step, y, "", true, false});  // one unnamed series: no legend
         return c;
     };
@@ -514,12 +528,12 @@ std::vector<std::string> write_report(const std::string& run_dir) {
     h += "<h1>shardlm run: " + xml_escape(name) + "</h1>\n";
     h += "<p class=\"dir\">" + xml_escape(fs::absolute(dir).lexically_normal().string()) + "</p>\n";
     h += "<h2>Final numbers</h2>\n" + numbers;
+    h += "<h2>Curves</h2>\n<div class=\"plots\">\n" + plots + "</div>\n";
     if (has_summary) {
         h += "<h2>Summary</h2>\n" + kv_table(summary, "sample");
         if (summary.contains("sample"))
             h += "<h3>Sample</h3>\n<pre>" + xml_escape(json_value_text(summary["sample"])) + "</pre>\n";
     }
-    h += "<h2>Curves</h2>\n<div class=\"plots\">\n" + plots + "</div>\n";
     h += "<h2>Config</h2>\n";
     h += has_config ? kv_table(config) : std::string("<p>no config.json in the run directory</p>\n");
     h += "</body>\n</html>\n";

@@ -61,6 +61,8 @@ struct ChartSpec {
     // More points than this in one series: the polyline is downsampled (min and max of each
     // bucket, first and last point kept), so that spikes survive.
     size_t max_points = 2000;
+    // The x values are integers (steps): the x axis spans at least 5 and has whole-number ticks.
+    bool x_integer = false;
 };
 
 // A standalone SVG document (starts with "<svg", has xmlns) with title, axes, ticks, grid,

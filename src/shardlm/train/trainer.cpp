@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -85,26 +88,24 @@ StepStats Trainer::train_step(int step) {
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
     const float dloss = 1.0f / float(G * T);
-    grads_.zero();
     double loss_sum = 0.0;
     for (int m0 = 0; m0 < G; m0 += M) {
         for (int j = 0; j < M; j++)
             loader_->fill(step, G, m0 + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
         float loss = model_->forward(inputs_.data(), targets_.data(), M, T, dloss);
-        model_->backward();
+        model_->backward(nullptr, /*accumulate=*/m0 > 0);
         loss_sum += double(loss) * M;
     }
     StepStats s;
     s.step = step;
     s.loss = loss_sum / G;
     s.grad_norm = std::sqrt(kernels::sum_squares(grads_.data(), grads_.size()));
-    if (cfg_.grad_clip > 0) {
-        // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6))
-        float coef = float(cfg_.grad_clip / (s.grad_norm + 1e-6));
-        if (coef < 1.0f) kernels::scale_inplace(grads_.data(), grads_.size(), coef);
-    }
+    // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
+    // applies the scale as it reads each gradient (same rounding as scaling in place first).
+    float grad_scale = 1.0f;
+    if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (s.grad_norm + 1e-6)));
     s.lr = schedule_.at(step);
-    optimizer_->step(params_.data(), grads_.data(), s.lr);
+    optimizer_->step(params_.data(), grads_.data(), s.lr, grad_scale);
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
     return s;
@@ -125,10 +126,10 @@ double Trainer::evaluate() {
 std::string stats_json(const StepStats& s) {
     char buf[320];
     int n = std::snprintf(buf, sizeof(buf),
-                          "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"step_ms\": %.3f, "
+                          "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, \"step_ms\": %.3f, "
                           "\"tokens_per_s\": %.3f",
                           s.step, s.loss, s.grad_norm, double(s.lr), s.step_ms, s.tokens_per_s);
-    if (s.val_loss >= 0) n += std::snprintf(buf + n, sizeof(buf) - n, ", \"val_loss\": %.9g", s.val_loss);
+    if (s.val_loss >= 0) n += std::snprintf(buf + n, sizeof(buf) - n, ", \"val_loss\": %.17g", s.val_loss);
     std::snprintf(buf + n, sizeof(buf) - n, "}");
     return buf;
 }
@@ -137,6 +138,7 @@ void Trainer::open_run_dir() {
     std::string metrics = cfg_.metrics;
     if (!cfg_.out.empty()) {
         fs::create_directories(cfg_.out);
+        remove_stale_checkpoint_temps(cfg_.out);
         io::write_file_atomic((fs::path(cfg_.out) / "config.json").string(), config_to_json(cfg_).dump(2) + "\n");
         if (metrics.empty()) metrics = (fs::path(cfg_.out) / "metrics.jsonl").string();
     }
@@ -161,7 +163,7 @@ void Trainer::log_step(const StepStats& s, double elapsed_s) {
     int done = s.step + 1 - start_step_, left = cfg_.steps - s.step - 1;
     double eta = done > 0 ? elapsed_s / done * left : 0;
     char val[48] = "";
-    if (best_val_ >= 0) std::snprintf(val, sizeof(val), " | val %.4f", best_val_);
+    if (last_val_ >= 0) std::snprintf(val, sizeof(val), " | val %.4f", last_val_);
     if (tty_) {
         const int width = 24;
         int filled = cfg_.steps > 0 ? int(double(s.step + 1) / cfg_.steps * width) : width;
@@ -185,12 +187,17 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
                         {"train_time_s", train_s},
                         {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.steps - start_step_)}};
     if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
+    j["train_unigram_entropy"] = unigram_;
     if (!sample.empty()) j["sample"] = sample;
     io::write_file_atomic((fs::path(cfg_.out) / "summary.json").string(), j.dump(2) + "\n");
 }
 
 void Trainer::run() {
     open_run_dir();
+    unigram_ = loader_->unigram_entropy();
+    std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats\n",
+                model_cfg_.name.c_str(), model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(),
+                (long long)loader_->num_tokens(), unigram_);
     const double t_start = now_s();
     StepStats last;
     for (int step = start_step_; step < cfg_.steps; step++) {
@@ -198,16 +205,20 @@ void Trainer::run() {
         const bool final = step + 1 == cfg_.steps;
         if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
             s.val_loss = evaluate();
-            best_val_ = s.val_loss;
+            last_val_ = s.val_loss;
         }
         if (metrics_) {
             std::fprintf(metrics_, "%s\n", stats_json(s).c_str());
             std::fflush(metrics_);
         }
         log_step(s, now_s() - t_start);
-        if (!cfg_.out.empty() && ((cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final))
+        if (!cfg_.out.empty() && ((cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final)) {
             save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, model_->layout(), params_.data(), *optimizer_,
                             cfg_.keep_ckpts);
+            // Fault injection for the resume tests: die by SIGKILL right after this checkpoint.
+            if (const char* k = std::getenv("SHARDLM_TEST_KILL_AFTER_CKPT"); k && std::atoi(k) == step + 1)
+                std::raise(SIGKILL);
+        }
         last = s;
     }
     const double train_s = now_s() - t_start;

@@ -56,7 +56,8 @@ private:
     std::FILE* metrics_ = nullptr;
     int start_step_ = 0;
     bool tty_ = false;
-    double best_val_ = -1;
+    double last_val_ = -1;
+    double unigram_ = 0;
 };
 
 std::string stats_json(const StepStats& s);

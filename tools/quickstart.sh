@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# tools/quickstart.sh: from a fresh Debian 12 machine to a trained model, end to end:
+# install packages and build (tools/setup.sh), fetch the GPT-2 vocabulary and the State of the Union
+# corpus (tools/fetch_assets.sh), tokenize it, train the default model (configs/sotu.json), write the
+# report (loss curves) and sample text. Extra arguments go to `shardlm train` (e.g. --steps 100).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+bash tools/fetch_assets.sh
+if [ ! -f data/sotu/sotu_train.bin ] || [ ! -f data/sotu/sotu_val.bin ]; then
+  ./build/shardlm tokenize data/sotu/raw --out data/sotu --name sotu
+fi
+RUN=runs/sotu
+./build/shardlm train --config configs/sotu.json --out "$RUN" "$@"
+./build/shardlm report "$RUN"
+./build/shardlm generate --ckpt "$RUN" --prompt "My fellow citizens," --max-tokens 80 --seed 1
+echo "quickstart: done. Open $RUN/report.html for the curves."
