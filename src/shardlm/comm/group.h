@@ -1,0 +1,181 @@
+// comm/group.h: collectives over a group of ranks, with exact byte accounting.
+//
+// A Group wraps an MPI communicator, or is a "self" group of size 1 that never touches MPI. On any
+// group of size 1 every collective is the identity (a copy where in != out) and sends 0 bytes.
+//
+// The collectives are our own ring algorithms on MPI point-to-point messages, so we know exactly
+// what each rank sends (tests compare the counters with the formulas of ring_bytes):
+//   reduce-scatter (ring)      rank r sends N-1 blocks           = (N-1)/N * total bytes
+//   all-gather (ring)          the same                          = (N-1)/N * total bytes
+//   all-reduce                 reduce-scatter + all-gather       = 2(N-1)/N * total bytes
+//   broadcast (pipelined chain root -> root+1 -> ... -> root-1)  every rank but the last of the
+//                              chain sends the whole buffer      = (N-1)/N * bytes on average
+//   send/recv                  the payload (recv counts 0 bytes sent), barrier 0.
+// all_reduce splits n elements into N blocks of n/N (the first n%N blocks one longer), so rank r
+// sends total - |block r| - |block r+1| (ring_bytes_rank gives the exact count for any n).
+// Sums are deterministic: block b is accumulated along the ring in the fixed order
+// ((x[b+1] + x[b+2]) + ...) + x[b] and then copied, so the same inputs give bit-identical outputs on
+// every rank and in every run. Messages are cut into segments (pipelined: a segment is added
+// while later ones are in flight); segmentation never changes the order of the additions.
+//
+// Blocking calls run on the calling thread. Non-blocking calls (i*) are queued to the process's
+// communication thread (comm/engine.h) and executed there in submission order, so they make real
+// progress while the caller computes; a blocking call issued while non-blocking work is pending is
+// queued behind it (all ranks must issue operations on a group in the same order, as in MPI). The
+// buffers of a non-blocking call belong to the library until its Request completes. A Group and
+// its Requests are used from one thread (the one that owns the training loop).
+//
+// Why a thread: Open MPI 4.1 does not progress MPI_Iallreduce without calls into MPI. Measured
+// here (2 ranks, 16 MiB): MPI_Allreduce 16-30 ms; MPI_Iallreduce + 190 ms of compute + MPI_Wait:
+// the wait still took 14-15 ms, i.e. nothing was hidden. See bench/bench_comm.cpp for the overlap
+// measurement of our design.
+#pragma once
+#include <mpi.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardlm::comm {
+
+namespace detail {
+struct Op;
+struct GroupState;
+}  // namespace detail
+
+enum class OpKind { AllReduce, ReduceScatter, AllGather, Broadcast, SendRecv, Barrier };
+inline constexpr int kNumOpKinds = 6;
+std::string_view op_name(OpKind k);  // "all_reduce", "reduce_scatter", ...
+
+struct OpStats {
+    uint64_t calls = 0;
+    uint64_t bytes_sent = 0;  // payload bytes this rank handed to MPI_Isend
+    double seconds = 0;       // wall time inside the call; for i* calls: from submission to the
+                              // wait()/test() that saw it complete
+};
+
+struct CommStats {
+    std::array<OpStats, kNumOpKinds> ops{};
+    OpStats& operator[](OpKind k) { return ops[size_t(k)]; }
+    const OpStats& operator[](OpKind k) const { return ops[size_t(k)]; }
+    uint64_t total_bytes_sent() const;
+    double total_seconds() const;
+};
+
+// How the communication thread waits for messages while the caller computes (blocking calls on
+// the caller's thread always poll MPI without sleeping: that thread has nothing else to do).
+//   Sleep (default): poll MPI_Testall a few times, then sleep with back-off (5 -> 100 us) between
+//                    polls, so the thread takes little CPU from compute on a 2-core machine.
+//   Yield: poll with sched_yield() between polls.   Spin: poll continuously (steals a core).
+enum class WaitMode { Sleep, Yield, Spin };
+void set_background_wait(WaitMode m);
+WaitMode background_wait();
+// Segment size of the pipelined ring steps (bytes, rounded to whole elements); default 1 MiB.
+void set_segment_bytes(size_t bytes);
+size_t segment_bytes();
+
+class Group;
+
+// Handle of a non-blocking operation. wait() blocks until it completed (and rethrows its error);
+// test() returns whether it completed without blocking. A default Request is complete. Destroying
+// a pending Request waits for it (errors are then swallowed): always wait() explicitly.
+class Request {
+public:
+    Request() = default;
+    Request(Request&&) noexcept = default;
+    Request& operator=(Request&& o) noexcept;
+    Request(const Request&) = delete;
+    Request& operator=(const Request&) = delete;
+    ~Request();
+
+    void wait();
+    bool test();
+    bool pending() const { return op_ != nullptr; }
+
+private:
+    friend class Group;
+    Request(std::shared_ptr<detail::Op> op, std::shared_ptr<detail::GroupState> g);
+    void finish();  // records stats, drops the op, rethrows its error
+    std::shared_ptr<detail::Op> op_;
+    std::shared_ptr<detail::GroupState> group_;
+};
+
+class Group {
+public:
+    // A group of size 1 without MPI (members(): this process's world rank).
+    static Group self();
+    // Adopts comm (MPI_Comm_dup'ed internally; the caller keeps ownership of comm). Collective.
+    static Group from_comm(MPI_Comm comm);
+
+    Group(Group&&) noexcept;
+    Group& operator=(Group&&) noexcept;
+    Group(const Group&) = delete;
+    Group& operator=(const Group&) = delete;
+    ~Group();  // frees the communicators (after every operation queued on them)
+
+    int rank() const;
+    int size() const;
+    bool is_self() const;                  // true for the MPI-less self group
+    const std::vector<int>& members() const;  // world rank of each group rank
+    // MPI_Comm_split of this group (collective over it); a self group splits into a self group.
+    Group split(int color, int key) const;
+
+    // ---- blocking collectives --------------------------------------------------------------
+    void all_reduce_sum(float* data, size_t n);
+    void all_reduce_sum(double* data, size_t n);
+    void all_reduce_max(float* data, size_t n);
+    void all_reduce_max(double* data, size_t n);
+    // in: size()*n_per_rank floats; out (n_per_rank floats, may alias in + rank()*n_per_rank)
+    // receives block rank() of the element-wise sum over ranks.
+    void reduce_scatter_sum(const float* in, float* out, size_t n_per_rank);
+    // out: size()*n_per_rank; block r of out = in of rank r. in may alias out + rank()*n_per_rank.
+    void all_gather(const float* in, float* out, size_t n_per_rank);
+    void all_gather_bytes(const void* in, void* out, size_t bytes_per_rank);
+    void broadcast(float* data, size_t n, int root);
+    void broadcast_bytes(void* data, size_t bytes, int root);
+    void send(const void* data, size_t bytes, int dst, int tag);
+    void recv(void* data, size_t bytes, int src, int tag);
+    void barrier();
+
+    // ---- non-blocking (executed in order on the communication thread) ------------------------
+    Request iall_reduce_sum(float* data, size_t n);
+    Request ireduce_scatter_sum(const float* in, float* out, size_t n_per_rank);
+    Request iall_gather(const float* in, float* out, size_t n_per_rank);
+    Request iall_gather_bytes(const void* in, void* out, size_t bytes_per_rank);
+    Request ibroadcast(float* data, size_t n, int root);
+    // Posted in order on the communication thread and completed asynchronously (an isend and an
+    // irecv between the same two ranks do not deadlock each other).
+    Request isend(const void* data, size_t bytes, int dst, int tag);
+    Request irecv(void* data, size_t bytes, int src, int tag);
+
+    // ---- accounting ---------------------------------------------------------------------------
+    const CommStats& stats() const;
+    void reset_stats();
+    std::string stats_table() const;  // one line per op kind with calls > 0, plus a total
+
+    // Bytes one rank sends when the buffer divides evenly into n blocks: bytes_total is the whole
+    // buffer (for reduce-scatter/all-gather: size() * bytes_per_rank). AllReduce 2(n-1)/n*B,
+    // ReduceScatter and AllGather (n-1)/n*B, Broadcast (n-1)/n*B (mean over the chain: the last rank
+    // sends 0, the others B), SendRecv B, Barrier 0. n == 1 gives 0 (except SendRecv).
+    static size_t ring_bytes(OpKind kind, size_t bytes_total, int n);
+    // Exact bytes rank `rank` sends for `count` elements of elem_bytes (count = whole buffer:
+    // all-reduce/broadcast n, reduce-scatter/all-gather size()*n_per_rank), uneven blocks included.
+    static size_t ring_bytes_rank(OpKind kind, size_t count, size_t elem_bytes, int n, int rank,
+                                  int root = 0);
+
+    // The raw communicator for collectives (MPI_COMM_NULL for the self group). Calling MPI on it
+    // directly bypasses the serialisation token: only for benchmarks, with no i* call pending.
+    MPI_Comm raw_comm() const;
+
+private:
+    explicit Group(std::shared_ptr<detail::GroupState> s);
+    Request submit(std::shared_ptr<detail::Op> op);
+    void run(std::shared_ptr<detail::Op> op);
+    std::shared_ptr<detail::GroupState> s_;
+};
+
+}  // namespace shardlm::comm
