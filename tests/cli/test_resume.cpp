@@ -59,9 +59,11 @@ TEST(Resume, KilledAndResumedRunIsBitExact) {
         EXPECT_EQ(ja["loss"].get<double>(), jb["loss"].get<double>()) << "step " << i;  // bit-exact
         EXPECT_EQ(ja["grad_norm"].get<double>(), jb["grad_norm"].get<double>()) << "step " << i;
         EXPECT_EQ(ja.contains("val_loss"), jb.contains("val_loss"));
-        if (ja.contains("val_loss")) EXPECT_EQ(ja["val_loss"].get<double>(), jb["val_loss"].get<double>());
+        if (ja.contains("val_loss")) {
+            EXPECT_EQ(ja["val_loss"].get<double>(), jb["val_loss"].get<double>());
+        }
     }
-    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    for (const char* f : {"model.safetensors", "optimizer.rank00000-of-00001.safetensors"})
         EXPECT_EQ(shardlm::io::read_file(a + "/ckpt_00000008/" + f), shardlm::io::read_file(b + "/ckpt_00000008/" + f))
             << f;
     // no temporary checkpoint directory is left behind

@@ -380,6 +380,32 @@ TEST_F(Determinism, BitIdenticalAndInRingOrder) {
     EXPECT_EQ(bad, 0u);
 }
 
+TEST_F(Determinism, SegmentSizeDoesNotChangeResults) {
+    // Tiny segments: many segments per block and the receive slots reused many times over.
+    const int n = nranks();
+    const size_t count = 200003, m = 50001;
+    std::mt19937 g(99u + unsigned(rank()));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> x(count), in(size_t(n) * m);
+    for (auto& v : x) v = u(g);
+    for (auto& v : in) v = u(g);
+    std::vector<float> a = x, rs_a(m), bc_a = x;
+    world().all_reduce_sum(a.data(), count);
+    world().reduce_scatter_sum(in.data(), rs_a.data(), m);
+    world().broadcast(bc_a.data(), count, n - 1);
+    const size_t saved = segment_bytes();
+    set_segment_bytes(4096);
+    std::vector<float> b = x, rs_b(m), bc_b = x;
+    world().all_reduce_sum(b.data(), count);
+    Request rq = world().ireduce_scatter_sum(in.data(), rs_b.data(), m);
+    rq.wait();
+    world().broadcast(bc_b.data(), count, n - 1);
+    set_segment_bytes(saved);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), count * 4), 0);
+    EXPECT_EQ(std::memcmp(rs_a.data(), rs_b.data(), m * 4), 0);
+    EXPECT_EQ(std::memcmp(bc_a.data(), bc_b.data(), count * 4), 0);
+}
+
 TEST_F(SelfGroup, IdentityAndZeroBytes) {
     Group g = Group::self();
     EXPECT_EQ(g.size(), 1);

@@ -1,12 +1,14 @@
 // cli/cmd_train.cpp: `shardlm train`. Every TrainConfig field is a flag (--global-batch for
 // global_batch); --config FILE reads the same keys from JSON, and flags given on the command line
 // override the file.
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
 
 #include "shardlm/cli/commands.h"
+#include "shardlm/comm/mpi_env.h"
 #include "shardlm/train/trainer.h"
 
 namespace shardlm::cli {
@@ -38,8 +40,21 @@ void add_train_command(CLI::App& app) {
                 });
             });
         }
-        train::Trainer t(run);
-        t.run();
+        // MPI only when launched by mpirun; otherwise one process, no MPI at all.
+        comm::MpiEnv env;
+        if (!env.is_distributed()) {
+            train::Trainer t(run, env.world());
+            t.run();
+            return;
+        }
+        try {
+            train::Trainer t(run, env.world());
+            t.run();
+        } catch (const std::exception& e) {
+            // one rank failing must not leave the others waiting in a collective
+            std::fprintf(stderr, "shardlm: error (rank %d of %d): %s\n", env.world_rank(), env.world_size(), e.what());
+            env.abort(1);
+        }
     });
 }
 

@@ -72,7 +72,7 @@ private:
     bool token_ = false;
     bool stop_ = false;
     std::thread thread_;
-    AlignedBuffer<unsigned char> scratch_[2];
+    AlignedBuffer<unsigned char> scratch_[3];
 };
 
 Engine& engine();

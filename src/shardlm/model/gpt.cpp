@@ -26,11 +26,11 @@ size_t Activations::bytes() const {
     return n;
 }
 
-Gpt::Gpt(GptConfig config, int B, int T, int threads) : config_(std::move(config)) {
+Gpt::Gpt(GptConfig config, int B, int T, int threads, int unit_multiple) : config_(std::move(config)) {
     config_.validate("model '" + config_.name + "'");
     SHARDLM_CHECK(T <= config_.n_ctx, "sequence length ", T, " exceeds the model's n_ctx ", config_.n_ctx,
                   "\n---> HINT: use --seq <= ", config_.n_ctx);
-    layout_ = make_gpt2_layout(config_);
+    layout_ = make_gpt2_layout(config_, unit_multiple);
     const size_t BT = size_t(B) * T, C = config_.n_embd, L = config_.n_layer, NH = config_.n_head;
     Activations& a = acts_;
     a.B = B;
@@ -52,6 +52,20 @@ Gpt::Gpt(GptConfig config, int B, int T, int threads) : config_(std::move(config
     a.dresid.resize(BT * C), a.dln.resize(BT * C), a.dqkv.resize(BT * 3 * C), a.datty.resize(BT * C);
     a.dfch.resize(BT * 4 * C);
     a.attn_scratch.resize(attention_scratch_floats(T, threads > 0 ? threads : 1));
+}
+
+void Gpt::bind(float* params, float* grads) {
+    unit_params_.resize(layout_.units.size());
+    unit_grads_.resize(layout_.units.size());
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        unit_params_[u] = params ? params + layout_.units[u].offset : nullptr;
+        unit_grads_[u] = grads ? grads + layout_.units[u].offset : nullptr;
+    }
+}
+
+void Gpt::bind_unit(int unit, float* params, float* grads) {
+    if (params) unit_params_[size_t(unit)] = params;
+    if (grads) unit_grads_[size_t(unit)] = grads;
 }
 
 void Gpt::block_forward(int l, int B, int T) {
@@ -76,7 +90,7 @@ void Gpt::block_forward(int l, int B, int T) {
 }
 
 float Gpt::forward(const int* inputs, const int* targets, int B, int T, float dloss, UnitHooks* hooks) {
-    SHARDLM_CHECK(params_ && grads_, "Gpt::forward before bind()");
+    SHARDLM_CHECK(!unit_params_.empty(), "Gpt::forward before bind()");
     SHARDLM_CHECK(B <= acts_.B && T <= acts_.T, "micro-batch ", B, "x", T, " exceeds the allocated ", acts_.B, "x",
                   acts_.T);
     B_ = B;
@@ -122,7 +136,7 @@ void Gpt::zero_small_grads(int unit) {
     for (int i = 0; i < u.num_params; i++) {
         const ParamSpec& p = layout_.params[u.first_param + i];
         bool gemm_weight = p.shape.size() == 2 && p.name.find(".wpe.") == std::string::npos;
-        if (!gemm_weight) std::memset(grads_ + p.offset, 0, p.numel * sizeof(float));
+        if (!gemm_weight) std::memset(unit_grads_[size_t(unit)] + (p.offset - u.offset), 0, p.numel * sizeof(float));
     }
 }
 
@@ -152,11 +166,11 @@ void Gpt::backward(UnitHooks* hooks, bool accumulate) {
     SHARDLM_CHECK(has_grad_, "Gpt::backward without a training forward (targets and dloss)");
     const int B = B_, T = T_, C = config_.n_embd, N = B * T, Vp = config_.padded_vocab();
     const int L = config_.n_layer, head = L + 1;
-    // head: logits = lnf @ wte^T (wte's gradient is final only after the embedding's backward)
-    if (!accumulate)
-        for (int u = 0; u <= head; u++) zero_small_grads(u);
+    // The head writes the tied wte's gradient first, so the embedding unit's gradient storage is
+    // needed from the start; it is final only after the embedding's own backward, last.
     if (hooks) hooks->before_backward(head);
-    // wte's gradient: = here on the first micro-batch, then += from the embedding's backward
+    if (hooks) hooks->before_backward(0);
+    if (!accumulate) zero_small_grads(head), zero_small_grads(0);
     matmul_backward(acts_.dln.data(), grad(0, 0), nullptr, acts_.logits.data(), acts_.lnf.data(), param(0, 0), N, C, Vp,
                     accumulate);
     std::memset(acts_.dresid.data(), 0, sizeof(float) * N * C);
@@ -165,10 +179,10 @@ void Gpt::backward(UnitHooks* hooks, bool accumulate) {
     if (hooks) hooks->after_backward(head);
     for (int l = L - 1; l >= 0; l--) {
         if (hooks) hooks->before_backward(1 + l);
+        if (!accumulate) zero_small_grads(1 + l);
         block_backward(l, B, T, accumulate);
         if (hooks) hooks->after_backward(1 + l);
     }
-    if (hooks) hooks->before_backward(0);
     encoder_backward(grad(0, 0), grad(0, 1), acts_.dresid.data(), acts_.inputs.data(), B, T, C);
     if (hooks) hooks->after_backward(0);
     has_grad_ = false;

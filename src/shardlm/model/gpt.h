@@ -14,11 +14,15 @@
 namespace shardlm::model {
 
 // Called around each unit (index into Layout::units). Defaults do nothing.
+// Forward: before_forward(0), (1), ..., (L+1). The head (L+1) also reads the embedding's tied wte.
+// Backward: before_backward(L+1), before_backward(0) (the head writes wte's gradient first), then
+// after_backward(L+1); for each block from the last: before_backward(u), after_backward(u); and
+// after_backward(0) last. A unit's gradient is final for the micro-batch at its after_backward.
 struct UnitHooks {
     virtual ~UnitHooks() = default;
     virtual void before_forward(int unit) {}
     virtual void before_backward(int unit) {}
-    virtual void after_backward(int unit) {}  // this unit's gradient is final for the micro-batch
+    virtual void after_backward(int unit) {}
 };
 
 // Activations of one micro-batch of at most B x T tokens, allocated once.
@@ -39,7 +43,8 @@ struct Activations {
 class Gpt {
 public:
     // B, T: the largest micro-batch that will be run. threads: OpenMP threads (attention scratch).
-    Gpt(GptConfig config, int B, int T, int threads);
+    // unit_multiple: see make_gpt2_layout (the data-parallel size under ZeRO).
+    Gpt(GptConfig config, int B, int T, int threads, int unit_multiple = 1);
 
     const GptConfig& config() const { return config_; }
     const Layout& layout() const { return layout_; }
@@ -47,10 +52,11 @@ public:
 
     // Parameters and gradients are flat buffers of layout().total floats owned by the caller, so
     // that the caller (trainer / ZeRO) decides where they live. Must be set before forward.
-    void bind(float* params, float* grads) {
-        params_ = params;
-        grads_ = grads;
-    }
+    void bind(float* params, float* grads);
+    // Points one unit at its own parameter and gradient storage (unit-sized, same layout as the
+    // unit's range of the flat buffer): ZeRO-3 binds gathered parameters just before a unit runs,
+    // ZeRO-2 a temporary gradient buffer. Either may be null to keep the current one.
+    void bind_unit(int unit, float* params, float* grads);
 
     // Forward over B x T tokens (B <= max B, T <= max T). With targets: returns the mean loss over
     // the B*T targets, and if `dloss` != 0 leaves d(loss_sum * dloss)/dlogits ready for backward()
@@ -66,8 +72,12 @@ public:
     size_t activation_bytes() const { return acts_.bytes(); }
 
 private:
-    const float* param(int unit, int i) const { return params_ + layout_.params[layout_.units[unit].first_param + i].offset; }
-    float* grad(int unit, int i) const { return grads_ + layout_.params[layout_.units[unit].first_param + i].offset; }
+    // Parameter i of `unit` (i indexes the unit's params, e.g. a BlockParam).
+    size_t local_offset(int unit, int i) const {
+        return layout_.params[layout_.units[unit].first_param + i].offset - layout_.units[unit].offset;
+    }
+    const float* param(int unit, int i) const { return unit_params_[unit] + local_offset(unit, i); }
+    float* grad(int unit, int i) const { return unit_grads_[unit] + local_offset(unit, i); }
     void block_forward(int l, int B, int T);
     void block_backward(int l, int B, int T, bool acc);
     // Zeroes the gradients of `unit` that are accumulated by += kernels (all but GEMM weights).
@@ -76,8 +86,7 @@ private:
     GptConfig config_;
     Layout layout_;
     Activations acts_;
-    float* params_ = nullptr;
-    float* grads_ = nullptr;
+    std::vector<float*> unit_params_, unit_grads_;  // per unit: start of its range
     int B_ = 0, T_ = 0;  // shape of the last forward
     bool has_grad_ = false;
 };

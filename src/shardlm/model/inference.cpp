@@ -14,7 +14,10 @@
 namespace shardlm::model {
 
 KvCacheGpt::KvCacheGpt(GptConfig config, const float* params)
-    : cfg_(std::move(config)), layout_(make_gpt2_layout(cfg_)), params_(params) {
+    : KvCacheGpt(config, make_gpt2_layout(config), params) {}
+
+KvCacheGpt::KvCacheGpt(GptConfig config, Layout layout, const float* params)
+    : cfg_(std::move(config)), layout_(std::move(layout)), params_(params) {
     const size_t C = cfg_.n_embd, L = cfg_.n_layer, T = cfg_.n_ctx;
     k_cache_.resize(L * T * C);
     v_cache_.resize(L * T * C);

@@ -14,7 +14,9 @@ namespace shardlm::model {
 
 class KvCacheGpt {
 public:
+    // params: a flat buffer laid out by `layout` (make_gpt2_layout(config) unless given).
     KvCacheGpt(GptConfig config, const float* params);
+    KvCacheGpt(GptConfig config, Layout layout, const float* params);
 
     // Feeds the token at position pos (= number of tokens fed so far; must be < n_ctx) and returns
     // the logits of the next token over the true vocabulary (vocab_size floats).

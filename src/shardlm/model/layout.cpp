@@ -39,17 +39,20 @@ struct Builder {
         L.params.push_back(std::move(p));
         L.units.back().num_params++;
     }
+    size_t unit_align = kAlignElems;
     void end_unit() {
         Unit& u = L.units.back();
-        u.numel = L.total - u.offset;
+        u.numel = (L.total - u.offset + unit_align - 1) / unit_align * unit_align;
+        L.total = u.offset + u.numel;
     }
 };
 
 }  // namespace
 
-Layout make_gpt2_layout(const GptConfig& c) {
+Layout make_gpt2_layout(const GptConfig& c, int unit_multiple) {
     const int64_t C = c.n_embd, Vp = c.padded_vocab();
     Builder b;
+    b.unit_align = kAlignElems * size_t(unit_multiple > 0 ? unit_multiple : 1);
     b.begin_unit("embedding");
     b.add("transformer.wte.weight", {Vp, C}, false, c.vocab_size);
     b.add("transformer.wpe.weight", {c.n_ctx, C});

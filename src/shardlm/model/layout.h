@@ -44,6 +44,8 @@ enum BlockParam : int {
     kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kNumBlockParams
 };
 
-Layout make_gpt2_layout(const GptConfig& c);
+// unit_multiple: every unit's size is padded to a multiple of 16 * unit_multiple floats, so that a
+// unit splits into unit_multiple equal, 64-byte aligned ZeRO shards (pass the data-parallel size).
+Layout make_gpt2_layout(const GptConfig& c, int unit_multiple = 1);
 
 }  // namespace shardlm::model

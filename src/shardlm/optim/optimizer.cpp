@@ -28,9 +28,10 @@ std::string kind_name(Kind k) {
     return "?";
 }
 
-Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, Range owned)
-    : cfg_(cfg), layout_(layout), owned_(owned) {
-    size_t n = owned.size();
+Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<Range> owned)
+    : cfg_(cfg), layout_(layout), owned_(std::move(owned)) {
+    for (const Range& r : owned_) owned_elems_ += r.size();
+    size_t n = owned_elems_;
     switch (cfg_.kind) {
         case Kind::SGD: break;
         case Kind::Momentum:
@@ -57,27 +58,45 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
 size_t Optimizer::state_bytes() const { return s0_.bytes() + s1_.bytes(); }
 
 void Optimizer::step(float* params, const float* grads, float lr, float gs) {
+    std::vector<float*> p;
+    std::vector<const float*> g;
+    for (const Range& r : owned_) p.push_back(params + r.begin), g.push_back(grads + r.begin);
+    step(p, g, lr, gs);
+}
+
+void Optimizer::step(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs) {
+    SHARDLM_CHECK(params.size() == owned_.size() && grads.size() == owned_.size(), "Optimizer::step: ",
+                  params.size(), " parameter ranges for ", owned_.size(), " owned ranges");
     step_++;
-    for (const model::ParamSpec& p : layout_.params) {
-        size_t b = std::max(p.offset, owned_.begin), e = std::min(p.offset + p.numel, owned_.end);
-        if (b >= e) continue;
-        float* w = params + b;
-        const float* g = grads + b;
-        size_t n = e - b, s = b - owned_.begin;  // s: offset into this optimiser's state
-        float wd = p.decay ? cfg_.weight_decay : 0.0f;
-        switch (cfg_.kind) {
-            case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
-            case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd, gs); break;
-            case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
-            case Kind::Adam:
-                kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                     step_, gs);
-                break;
-            case Kind::AdamW:
-                kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                      step_, gs);
-                break;
+    size_t state_base = 0;  // offset of range k in the state buffers
+    size_t first = 0;       // first parameter that can intersect the current range (ranges ascend)
+    for (size_t k = 0; k < owned_.size(); k++) {
+        const Range r = owned_[k];
+        while (first < layout_.params.size() && layout_.params[first].offset + layout_.params[first].numel <= r.begin)
+            first++;
+        for (size_t pi = first; pi < layout_.params.size() && layout_.params[pi].offset < r.end; pi++) {
+            const model::ParamSpec& p = layout_.params[pi];
+            size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
+            if (b >= e) continue;
+            float* w = params[k] + (b - r.begin);
+            const float* g = grads[k] + (b - r.begin);
+            size_t n = e - b, s = state_base + (b - r.begin);
+            float wd = p.decay ? cfg_.weight_decay : 0.0f;
+            switch (cfg_.kind) {
+                case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
+                case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd, gs); break;
+                case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
+                case Kind::Adam:
+                    kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                                         wd, step_, gs);
+                    break;
+                case Kind::AdamW:
+                    kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                                          wd, step_, gs);
+                    break;
+            }
         }
+        state_base += r.size();
     }
 }
 

@@ -1,8 +1,10 @@
 // optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam and AdamW over the flat parameter buffer.
 //
-// The optimiser owns its state for one contiguous range of the flat buffer (the whole buffer in one
-// process; this rank's slice under ZeRO) and walks the layout table to give each parameter's piece of
-// that range its weight decay (none for biases and norm gains). Padding between parameters is skipped.
+// The optimiser owns its state for a list of ranges of the flat buffer (the whole buffer in one
+// process; this rank's shard of every unit under ZeRO), stored one after another, and walks the
+// layout table to give each parameter's piece of a range its weight decay (none for biases and norm
+// gains). Padding between parameters is skipped. Ranges ignore parameter boundaries: a parameter may
+// straddle two ranks' shards, so each piece is found by intersection.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -32,25 +34,33 @@ struct Range {
 
 class Optimizer {
 public:
-    // State for range [owned.begin, owned.end) of a flat buffer laid out by `layout`.
-    Optimizer(OptimConfig cfg, const model::Layout& layout, Range owned);
+    // State for the ranges `owned` (flat-buffer coordinates, ascending) of a buffer laid out by `layout`.
+    Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<Range> owned);
+    Optimizer(OptimConfig cfg, const model::Layout& layout, Range owned)
+        : Optimizer(cfg, layout, std::vector<Range>{owned}) {}
 
-    // One update of params[owned] from grad_scale * grads[owned] (pointers to the start of the full
-    // flat buffers; grad_scale applies gradient clipping without a separate pass).
+    // One update from grad_scale * gradients (grad_scale applies clipping without a separate pass).
+    // params[k], grads[k]: where range k is stored (owned()[k].size() floats each).
+    void step(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
+              float grad_scale = 1.0f);
+    // Same, with every range stored at its own offset of full flat buffers.
     void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 
     const OptimConfig& config() const { return cfg_; }
     int steps_done() const { return step_; }
     void set_steps_done(int s) { step_ = s; }
-    Range owned() const { return owned_; }
-    // Named state buffers over the owned range ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum").
+    const std::vector<Range>& owned() const { return owned_; }
+    size_t owned_elems() const { return owned_elems_; }
+    // Named state buffers over the owned ranges, concatenated ("exp_avg", "exp_avg_sq",
+    // "momentum_buffer", "sum").
     std::vector<std::pair<std::string, AlignedBuffer<float>*>> state();
     size_t state_bytes() const;
 
 private:
     OptimConfig cfg_;
     const model::Layout& layout_;
-    Range owned_;
+    std::vector<Range> owned_;
+    size_t owned_elems_ = 0;
     AlignedBuffer<float> s0_, s1_;
     int step_ = 0;
 };

@@ -45,6 +45,9 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");
     SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
     SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
+    SHARDLM_CHECK(dp >= 0, "--dp must be >= 0 (got ", dp, ")");
+    SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
+    SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
     optim::parse_kind(optimizer);
 }
 

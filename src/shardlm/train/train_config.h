@@ -43,6 +43,12 @@ struct TrainConfig {
     int log_every = 10;      // plain log line every N steps when stdout is not a TTY
     int sample_tokens = 0;   // after training, print a sample of this many tokens (needs the GPT-2 vocab)
     std::string sample_prompt = "\n";
+    // parallelism
+    int dp = 0;              // data-parallel size; 0 = world size / (tp * pp)
+    int zero = 0;            // ZeRO stage 0-3
+    float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
+    bool memory_report = false;
+    bool comm_report = false;
     // runtime
     uint64_t seed = 1337;
     int threads = 0;      // 0 = OpenMP default
@@ -86,6 +92,11 @@ void for_each_field(Cfg& c, F&& f) {
     f("log_every", c.log_every, "Log line every N steps when not on a TTY");
     f("sample_tokens", c.sample_tokens, "Print a sample of N tokens after training (0 = off)");
     f("sample_prompt", c.sample_prompt, "Prompt for that sample");
+    f("dp", c.dp, "Data-parallel ranks (0 = all ranks of mpirun)");
+    f("zero", c.zero, "ZeRO stage: 0 replicate, 1 shard optimiser state, 2 + gradients, 3 + parameters (FSDP)");
+    f("bucket_mb", c.bucket_mb, "Gradient all-reduce bucket size in MiB (ZeRO-0)");
+    f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas");
+    f("comm_report", c.comm_report, "Print each rank's bytes sent per step beside the ring formulas");
     f("seed", c.seed, "Random seed (init and data order)");
     f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");

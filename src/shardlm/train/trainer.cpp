@@ -48,36 +48,47 @@ std::string fmt_duration(double s) {
 
 }  // namespace
 
-Trainer::Trainer(TrainConfig cfg) : cfg_(std::move(cfg)) {
+Trainer::Trainer(TrainConfig cfg) : own_world_(std::make_unique<comm::Group>(comm::Group::self())), cfg_(std::move(cfg)) {
+    init(*own_world_);
+}
+
+Trainer::Trainer(TrainConfig cfg, comm::Group& world) : cfg_(std::move(cfg)) { init(world); }
+
+void Trainer::init(comm::Group& world) {
     cfg_.validate();
     set_threads(cfg_.threads);
+    grid_ = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg_.dp, 1, 1}));
+    const int dp = grid_->dp_size();
+    SHARDLM_CHECK(cfg_.global_batch % (dp * cfg_.micro_batch) == 0, "--global-batch (", cfg_.global_batch,
+                  ") must be a multiple of dp (", dp, ") x --micro-batch (", cfg_.micro_batch,
+                  "): each data-parallel rank runs whole micro-batches of its G/dp rows");
     model_cfg_ = cfg_.init.empty() ? model::find_preset(cfg_.model) : model::load_hf_dir_config(cfg_.init);
     SHARDLM_CHECK(cfg_.seq <= model_cfg_.n_ctx, "--seq ", cfg_.seq, " exceeds the model's context length n_ctx = ",
                   model_cfg_.n_ctx, "\n---> HINT: use --seq <= ", model_cfg_.n_ctx);
     loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
     if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, "sequential");
 
-    model_ = std::make_unique<model::Gpt>(model_cfg_, cfg_.micro_batch, cfg_.seq, get_threads());
+    model_ = std::make_unique<model::Gpt>(model_cfg_, cfg_.micro_batch, cfg_.seq, get_threads(), dp);
+    dp_ = std::make_unique<parallel::DataParallel>(grid_->dp(), *model_, cfg_.zero, cfg_.bucket_mb);
     const model::Layout& layout = model_->layout();
-    params_.resize(layout.total);
-    grads_.resize(layout.total);
-    model_->bind(params_.data(), grads_.data());
-    optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), layout, optim::Range{0, layout.total});
+    optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), layout, dp_->owned_ranges());
 
+    AlignedBuffer<float> full(layout.total);  // the whole model, only while loading
     std::string ckpt = cfg_.resume ? latest_checkpoint(cfg_.out) : "";
     if (!ckpt.empty()) {
-        nlohmann::json meta = load_checkpoint(ckpt, model_cfg_, layout, params_.data(), *optimizer_);
+        nlohmann::json meta = load_checkpoint(ckpt, model_cfg_, layout, full.data(), *optimizer_);
         start_step_ = meta["step"];
-        std::printf("resuming from %s (step %d of %d)\n", ckpt.c_str(), start_step_, cfg_.steps);
+        if (is_root()) std::printf("resuming from %s (step %d of %d)\n", ckpt.c_str(), start_step_, cfg_.steps);
     } else {
-        if (cfg_.resume) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
-        if (cfg_.init.empty()) model::init_gpt2_weights(params_.data(), layout, cfg_.seed);
-        else model::load_hf_weights(cfg_.init, model_cfg_, layout, params_.data());
+        if (cfg_.resume && is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
+        if (cfg_.init.empty()) model::init_gpt2_weights(full.data(), layout, cfg_.seed);
+        else model::load_hf_weights(cfg_.init, model_cfg_, layout, full.data());
     }
+    dp_->load_params(full.data());
     schedule_ = {cfg_.lr_schedule, cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
     inputs_.resize(size_t(cfg_.micro_batch) * cfg_.seq);
     targets_.resize(inputs_.size());
-    tty_ = ::isatty(STDOUT_FILENO);
+    tty_ = is_root() && ::isatty(STDOUT_FILENO);
 }
 
 Trainer::~Trainer() {
@@ -87,25 +98,31 @@ Trainer::~Trainer() {
 StepStats Trainer::train_step(int step) {
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
-    const float dloss = 1.0f / float(G * T);
+    const int dp = grid_->dp_size(), G_local = G / dp, row0 = grid_->dp_rank() * G_local, micro = G_local / M;
+    const float dloss = 1.0f / float(G * T);  // the global mean: summing over ranks gives the full gradient
+    grid_->dp().reset_stats();
     double loss_sum = 0.0;
-    for (int m0 = 0; m0 < G; m0 += M) {
+    for (int i = 0; i < micro; i++) {
         for (int j = 0; j < M; j++)
-            loader_->fill(step, G, m0 + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
-        float loss = model_->forward(inputs_.data(), targets_.data(), M, T, dloss);
-        model_->backward(nullptr, /*accumulate=*/m0 > 0);
+            loader_->fill(step, G, row0 + i * M + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
+        dp_->begin_micro_batch(i, micro);
+        float loss = model_->forward(inputs_.data(), targets_.data(), M, T, dloss, dp_.get());
+        model_->backward(dp_.get(), dp_->backward_accumulates());
+        dp_->end_backward();
         loss_sum += double(loss) * M;
     }
+    grid_->dp().all_reduce_sum(&loss_sum, 1);
     StepStats s;
     s.step = step;
     s.loss = loss_sum / G;
-    s.grad_norm = std::sqrt(kernels::sum_squares(grads_.data(), grads_.size()));
+    s.grad_norm = std::sqrt(dp_->grad_norm_sq());
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
     // applies the scale as it reads each gradient (same rounding as scaling in place first).
     float grad_scale = 1.0f;
     if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (s.grad_norm + 1e-6)));
     s.lr = schedule_.at(step);
-    optimizer_->step(params_.data(), grads_.data(), s.lr, grad_scale);
+    optimizer_->step(dp_->owned_params(), dp_->owned_grads(), s.lr, grad_scale);
+    dp_->after_step();
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
     return s;
@@ -113,13 +130,15 @@ StepStats Trainer::train_step(int step) {
 
 double Trainer::evaluate() {
     SHARDLM_CHECK(val_loader_, "evaluate() without --val-data");
-    const int M = cfg_.micro_batch, T = cfg_.seq;
+    const int M = cfg_.micro_batch, T = cfg_.seq, dp = grid_->dp_size();
     double sum = 0;
-    for (int b = 0; b < cfg_.val_batches; b++) {
+    for (int b = grid_->dp_rank(); b < cfg_.val_batches; b += dp) {
         for (int j = 0; j < M; j++)
             val_loader_->fill_row(int64_t(b) * M + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
-        sum += model_->forward(inputs_.data(), targets_.data(), M, T, 0.0f);
+        dp_->begin_micro_batch(0, 1);
+        sum += model_->forward(inputs_.data(), targets_.data(), M, T, 0.0f, dp_.get());
     }
+    grid_->dp().all_reduce_sum(&sum, 1);
     return sum / cfg_.val_batches;
 }
 
@@ -135,6 +154,7 @@ std::string stats_json(const StepStats& s) {
 }
 
 void Trainer::open_run_dir() {
+    if (!is_root()) return;
     std::string metrics = cfg_.metrics;
     if (!cfg_.out.empty()) {
         fs::create_directories(cfg_.out);
@@ -160,6 +180,7 @@ void Trainer::open_run_dir() {
 }
 
 void Trainer::log_step(const StepStats& s, double elapsed_s) {
+    if (!is_root()) return;
     int done = s.step + 1 - start_step_, left = cfg_.steps - s.step - 1;
     double eta = done > 0 ? elapsed_s / done * left : 0;
     char val[48] = "";
@@ -181,7 +202,7 @@ void Trainer::log_step(const StepStats& s, double elapsed_s) {
 }
 
 void Trainer::write_summary(const StepStats& last, double train_s, const std::string& sample) {
-    if (cfg_.out.empty()) return;
+    if (cfg_.out.empty() || !is_root()) return;
     nlohmann::json j = {{"steps", cfg_.steps},
                         {"final_loss", last.loss},
                         {"train_time_s", train_s},
@@ -195,13 +216,31 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
 void Trainer::run() {
     open_run_dir();
     unigram_ = loader_->unigram_entropy();
-    std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats\n",
-                model_cfg_.name.c_str(), model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(),
-                (long long)loader_->num_tokens(), unigram_);
+    if (is_root())
+        std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats | dp %d, ZeRO-%d\n",
+                    model_cfg_.name.c_str(), model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(),
+                    (long long)loader_->num_tokens(), unigram_, grid_->dp_size(), cfg_.zero);
     const double t_start = now_s();
     StepStats last;
+    AlignedBuffer<float> full;  // the whole model, for checkpoints and the sample
+    auto gather_full = [&]() -> const float* {
+        if (const float* p = dp_->full_params()) return p;
+        if (full.size() == 0) full.resize(model_->layout().total);
+        dp_->gather_params(full.data());
+        return full.data();
+    };
     for (int step = start_step_; step < cfg_.steps; step++) {
         StepStats s = train_step(step);
+        if ((cfg_.memory_report || cfg_.comm_report) && step == start_step_) {
+            const int micro = cfg_.global_batch / grid_->dp_size() / cfg_.micro_batch;
+            std::string rep = (cfg_.memory_report ? dp_->memory_report(*optimizer_) : "") +
+                              (cfg_.comm_report ? dp_->comm_report(micro) : "");
+            // one rank after the other, in order
+            for (int r = 0; r < grid_->world_size(); r++) {
+                if (r == grid_->world_rank()) std::printf("%s", rep.c_str()), std::fflush(stdout);
+                grid_->dp().barrier();
+            }
+        }
         const bool final = step + 1 == cfg_.steps;
         if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
             s.val_loss = evaluate();
@@ -213,8 +252,8 @@ void Trainer::run() {
         }
         log_step(s, now_s() - t_start);
         if (!cfg_.out.empty() && ((cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final)) {
-            save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, model_->layout(), params_.data(), *optimizer_,
-                            cfg_.keep_ckpts);
+            save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, model_->layout(), gather_full(), *optimizer_,
+                            cfg_.keep_ckpts, grid_->dp());
             // Fault injection for the resume tests: die by SIGKILL right after this checkpoint.
             if (const char* k = std::getenv("SHARDLM_TEST_KILL_AFTER_CKPT"); k && std::atoi(k) == step + 1)
                 std::raise(SIGKILL);
@@ -222,22 +261,25 @@ void Trainer::run() {
         last = s;
     }
     const double train_s = now_s() - t_start;
-    if (last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
-    std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
+    if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
+    if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
     std::string sample;
     if (cfg_.sample_tokens > 0) {
-        data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
-        model::KvCacheGpt gen(model_cfg_, params_.data());
-        model::SampleOptions so;
-        so.max_tokens = cfg_.sample_tokens;
-        so.temperature = 1.0f;
-        so.top_k = 40;
-        so.seed = cfg_.seed;
-        std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
-        if (prompt.empty()) prompt.push_back(tok.eot_id());
-        std::vector<int> ids = model::sample_tokens(gen, prompt, so);
-        sample = cfg_.sample_prompt + tok.decode(ids);
-        std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
+        const float* params = gather_full();  // collective
+        if (is_root()) {
+            data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
+            model::KvCacheGpt gen(model_cfg_, model_->layout(), params);
+            model::SampleOptions so;
+            so.max_tokens = cfg_.sample_tokens;
+            so.temperature = 1.0f;
+            so.top_k = 40;
+            so.seed = cfg_.seed;
+            std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
+            if (prompt.empty()) prompt.push_back(tok.eot_id());
+            std::vector<int> ids = model::sample_tokens(gen, prompt, so);
+            sample = cfg_.sample_prompt + tok.decode(ids);
+            std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
+        }
     }
     write_summary(last, train_s, sample);
 }

@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "shardlm/comm/grid.h"
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/data/loader.h"
 #include "shardlm/model/gpt.h"
 #include "shardlm/optim/optimizer.h"
+#include "shardlm/parallel/data_parallel.h"
 #include "shardlm/train/train_config.h"
 
 namespace shardlm::train {
@@ -26,29 +28,36 @@ struct StepStats {
 
 class Trainer {
 public:
-    explicit Trainer(TrainConfig cfg);
+    // world: all ranks of this run (comm::Group::self() for one process). The data-parallel grid is
+    // built over it; with dp ranks, rank r computes rows [r G/dp, (r+1) G/dp) of every global batch.
+    Trainer(TrainConfig cfg, comm::Group& world);
+    explicit Trainer(TrainConfig cfg);  // one process
     ~Trainer();
 
-    StepStats train_step(int step);  // one optimiser step on global batch `step`
-    double evaluate();               // mean validation loss over val_batches micro-batches of val_data
+    StepStats train_step(int step);  // one optimiser step on global batch `step` (collective)
+    double evaluate();               // mean validation loss over val_batches micro-batches (collective)
     void run();                      // steps [start, cfg.steps) with everything around them
 
     model::Gpt& model() { return *model_; }
     const model::GptConfig& model_config() const { return model_cfg_; }
-    float* params() { return params_.data(); }
-    float* grads() { return grads_.data(); }
+    parallel::DataParallel& data_parallel() { return *dp_; }
+    optim::Optimizer& optimizer() { return *optimizer_; }
     const TrainConfig& config() const { return cfg_; }
     int start_step() const { return start_step_; }
+    bool is_root() const { return grid_->world_rank() == 0; }
 
 private:
+    void init(comm::Group& world);
     void open_run_dir();
     void log_step(const StepStats& s, double elapsed_s);
     void write_summary(const StepStats& last, double train_s, const std::string& sample);
 
+    std::unique_ptr<comm::Group> own_world_;  // the self group of the one-process constructor
     TrainConfig cfg_;
+    std::unique_ptr<comm::Grid> grid_;
     model::GptConfig model_cfg_;
     std::unique_ptr<model::Gpt> model_;
-    AlignedBuffer<float> params_, grads_;
+    std::unique_ptr<parallel::DataParallel> dp_;
     std::unique_ptr<optim::Optimizer> optimizer_;
     std::unique_ptr<data::BatchLoader> loader_, val_loader_;
     optim::LrSchedule schedule_;
