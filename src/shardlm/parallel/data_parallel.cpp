@@ -311,6 +311,8 @@ std::array<size_t, 3> DataParallel::expected_step_bytes(int micro) const {
     auto rs = [&](size_t elems) { return comm::Group::ring_bytes_rank(comm::OpKind::ReduceScatter, elems, 4, n, dp_.rank()); };
     auto ag = [&](size_t elems) { return comm::Group::ring_bytes_rank(comm::OpKind::AllGather, elems, 4, n, dp_.rank()); };
     const int U = int(units_.size()), L = U - 2;
+    // every step also all-reduces two doubles: the loss and the squared gradient norm
+    b[0] += 2 * comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, n, dp_.rank());
     if (zero_ == 0) {
         // the same buckets after_backward forms
         size_t lo = 0, hi = 0;
@@ -344,7 +346,8 @@ std::string DataParallel::comm_report(int micro) const {
     const comm::OpKind kinds[3] = {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather};
     std::string out = "communication, rank " + std::to_string(dp_.rank()) + " of " + std::to_string(dp_.size()) +
                       " (bytes sent by this rank in the last step; theory: ring all-reduce 2(N-1)/N B, "
-                      "reduce-scatter and all-gather (N-1)/N B each)\n";
+                      "reduce-scatter and all-gather (N-1)/N B each, for the buffers each ZeRO stage moves, plus "
+                      "two 8-byte all-reduces for the loss and the gradient norm)\n";
     char line[256];
     for (int i = 0; i < 3; i++) {
         const comm::OpStats& o = st[kinds[i]];

@@ -1,0 +1,154 @@
+// Data parallelism and ZeRO through the binary under mpirun: for dp in {2, 4} x zero in {0..3}, ten
+// steps with gradient accumulation give the losses of the single-process run of the same global
+// batch and the same final parameters; a run over TCP; checkpoints written by dp=4/ZeRO-3 resumed
+// under dp=2/ZeRO-1 and under one process; memory and communication reports equal their formulas.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shardlm/io/atomic_file.h"
+#include "shardlm/io/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSrc = SHARDLM_SOURCE_DIR;
+const std::string kBin = std::string(SHARDLM_BINARY_DIR) + "/shardlm";
+const std::string kFix = kSrc + "/tests/fixtures/gpt2_e2e";
+
+class DataParallel : public ::testing::Test {
+protected:
+    fs::path tmp = fs::temp_directory_path() / ("shardlm_dp_" + std::to_string(::getpid()));
+    void SetUp() override { fs::create_directories(tmp); }
+    void TearDown() override { fs::remove_all(tmp); }
+
+    // G = 8 rows of T = 16, micro-batch 1: dp=2 runs 4 micro-batches per rank, dp=4 two. Adam eps 1e-6:
+    // with 1e-8, Adam turns the rounding noise of gradients that are exactly 0 in theory (the key bias:
+    // softmax is shift-invariant) into steps of up to lr, which differ with any change of summation order.
+    static std::string train(const std::string& extra) {
+        return kBin + " train --init " + kFix + " --data " + kFix + "/data.bin --data-order sequential --seq 16" +
+               " --global-batch 8 --micro-batch 1 --optimizer adamw --lr 3e-3 --weight-decay 0.1 --grad-clip 1.0" +
+               " --eps 1e-6 --threads 1 --bucket-mb 0.05 " + extra;
+    }
+    static std::string mpirun(int np, const std::string& mca = "") {
+        return std::string(SHARDLM_MPIEXEC) + " --allow-run-as-root --oversubscribe " + mca + " -np " + std::to_string(np) + " ";
+    }
+    std::string run(const std::string& cmd, const std::string& name) {
+        std::string log = (tmp / (name + ".log")).string();
+        int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+        std::string out = shardlm::io::read_file(log);
+        EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+        return out;
+    }
+    static std::vector<nlohmann::json> metrics(const fs::path& run_dir) {
+        std::vector<nlohmann::json> rows;
+        std::ifstream f(run_dir / "metrics.jsonl");
+        for (std::string l; std::getline(f, l);)
+            if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
+        return rows;
+    }
+    static void expect_same_losses(const fs::path& a, const fs::path& b, size_t from, const std::string& what) {
+        auto ma = metrics(a), mb = metrics(b);
+        ASSERT_EQ(ma.size(), mb.size()) << what;
+        for (size_t i = from; i < ma.size(); i++) {
+            double x = ma[i]["loss"], y = mb[i]["loss"];
+            EXPECT_NEAR(x, y, 1e-5 * std::fabs(x)) << what << ", step " << i;
+            double gx = ma[i]["grad_norm"], gy = mb[i]["grad_norm"];
+            EXPECT_NEAR(gx, gy, 1e-5 * std::fabs(gx)) << what << ", step " << i;
+        }
+    }
+    static void expect_same_params(const fs::path& a, const fs::path& b, const std::string& what) {
+        shardlm::io::SafetensorsReader ra((a / "ckpt_00000010" / "model.safetensors").string());
+        shardlm::io::SafetensorsReader rb((b / "ckpt_00000010" / "model.safetensors").string());
+        for (const auto& t : ra.tensors()) {
+            std::vector<float> x = ra.read_f32(t.name), y = rb.read_f32(t.name);
+            ASSERT_EQ(x.size(), y.size());
+            float scale = 0, worst = 0;
+            for (size_t i = 0; i < x.size(); i++) {
+                scale = std::max(scale, std::fabs(x[i]));
+                worst = std::max(worst, std::fabs(x[i] - y[i]));
+            }
+            EXPECT_LE(worst, 1e-5f * scale) << what << ": " << t.name;
+        }
+    }
+};
+
+TEST_F(DataParallel, EveryZeroStageEqualsOneProcess) {
+    const fs::path single = tmp / "single";
+    run(train("--steps 10 --out " + single.string()), "single");
+    for (int np : {2, 4})
+        for (int zero : {0, 1, 2, 3}) {
+            std::string name = "dp" + std::to_string(np) + "_zero" + std::to_string(zero);
+            const fs::path dir = tmp / name;
+            run(mpirun(np) + train("--steps 10 --zero " + std::to_string(zero) + " --out " + dir.string()), name);
+            expect_same_losses(single, dir, 0, name);
+            expect_same_params(single, dir, name);
+        }
+}
+
+TEST_F(DataParallel, OverTcp) {
+    const fs::path single = tmp / "single", tcp = tmp / "tcp";
+    run(train("--steps 10 --out " + single.string()), "single");
+    run(mpirun(2, "--mca btl self,tcp") + train("--steps 10 --zero 2 --out " + tcp.string()), "tcp");
+    expect_same_losses(single, tcp, 0, "tcp");
+}
+
+TEST_F(DataParallel, CheckpointsResumeAcrossLayouts) {
+    const fs::path ref = tmp / "ref", a = tmp / "a", b = tmp / "b";
+    run(train("--steps 10 --out " + ref.string()), "ref");
+    // dp=4 ZeRO-3 writes the step-5 checkpoint (each rank its own optimiser shard) ...
+    run(mpirun(4) + train("--steps 5 --zero 3 --out " + a.string()), "a");
+    EXPECT_TRUE(fs::exists(a / "ckpt_00000005" / "optimizer.rank00003-of-00004.safetensors"));
+    fs::copy(a, b, fs::copy_options::recursive);
+    // ... and the run continues under dp=2 ZeRO-1 and under one process as if nothing had changed
+    run(mpirun(2) + train("--steps 10 --zero 1 --resume --out " + a.string()), "a2");
+    run(train("--steps 10 --resume --out " + b.string()), "b2");
+    expect_same_losses(ref, a, 0, "dp4/zero3 -> dp2/zero1");
+    expect_same_losses(ref, b, 0, "dp4/zero3 -> one process");
+    expect_same_params(ref, a, "dp4/zero3 -> dp2/zero1");
+    expect_same_params(ref, b, "dp4/zero3 -> one process");
+}
+
+// "  <name>   <allocated MiB>   <formula MiB>" rows of --memory-report, and the all_reduce /
+// reduce_scatter / all_gather rows of --comm-report ("sent X theory Y").
+TEST_F(DataParallel, MemoryAndCommunicationReportsMatchTheFormulas) {
+    for (int zero : {0, 1, 2, 3}) {
+        std::string out = run(mpirun(2) + train("--steps 1 --zero " + std::to_string(zero) + " --memory-report --comm-report"),
+                              "report" + std::to_string(zero));
+        for (const char* row : {"parameters", "gradients", "optimizer state", "model states total"}) {
+            std::regex re(std::string("  ") + row + R"(\s+([0-9.]+)\s+([0-9.]+))");
+            int seen = 0;
+            for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it) {
+                EXPECT_EQ((*it)[1].str(), (*it)[2].str()) << "ZeRO-" << zero << " " << row << "\n" << out;
+                seen++;
+            }
+            EXPECT_EQ(seen, 2) << "ZeRO-" << zero << " row '" << row << "' on both ranks\n" << out;
+        }
+        std::regex comm(R"((all_reduce|reduce_scatter|all_gather)\s+calls\s+\d+\s+sent\s+(\d+)\s+theory\s+(\d+))");
+        int seen = 0;
+        for (auto it = std::sregex_iterator(out.begin(), out.end(), comm); it != std::sregex_iterator(); ++it) {
+            EXPECT_EQ((*it)[2].str(), (*it)[3].str()) << "ZeRO-" << zero << " " << (*it)[1].str() << "\n" << out;
+            seen++;
+        }
+        EXPECT_EQ(seen, 6) << out;
+    }
+}
+
+TEST_F(DataParallel, WrongFactorisationIsAClearError) {
+    std::string log = (tmp / "bad.log").string();
+    int rc = std::system((mpirun(4) + train("--steps 1 --dp 3") + " > " + log + " 2>&1").c_str());
+    EXPECT_NE(rc, 0);
+    std::string out = shardlm::io::read_file(log);
+    EXPECT_NE(out.find("dp(3) * tp(1) * pp(1) = 3 != world size 4"), std::string::npos) << out;
+}
+
+}  // namespace
