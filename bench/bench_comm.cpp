@@ -6,7 +6,8 @@
 //    MPI_Allreduce (in place) / MPI_Reduce_scatter_block / MPI_Allgather. Median of --iters.
 // 2. Overlap: one GEMM thread per rank (the training loop's situation) with a non-blocking
 //    all-reduce running meanwhile: time of compute alone, all-reduce alone, and
-//    (start, compute, wait); hidden = (t_compute + t_comm - t_overlap) / t_comm. For each wait
+//    (start, compute, wait); hidden = (t_compute + t_comm - t_overlap) / t_comm (median over
+//    iterations of the per-iteration value). For each wait
 //    mode of the communication thread, and for MPI_Iallreduce + compute + MPI_Wait as the baseline.
 #include <mpi.h>
 
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
                          [&] { MPI_Iallreduce(MPI_IN_PLACE, grad.data(), int(count), MPI_FLOAT, MPI_SUM, comm, &mrq); },
                          [&] { MPI_Wait(&mrq, MPI_STATUS_IGNORE); }});
     for (auto& mode : modes) {
-        std::vector<double> tc, ta, to;
+        std::vector<double> tc, ta, to, th;
         for (int it = 0; it < iters; it++) {
             tc.push_back(time_collective(world, 1, [&] { gemm.run(reps); }));
             ta.push_back(time_collective(world, 1, [&] { mode.start(); mode.wait(); }));
@@ -186,9 +187,11 @@ int main(int argc, char** argv) {
                 gemm.run(reps);
                 mode.wait();
             }));
+            th.push_back((tc.back() + ta.back() - to.back()) / ta.back());
         }
-        double c = median(tc), a = median(ta), o = median(to);
-        double hidden = (c + a - o) / a;
+        // hidden: median of the per-iteration fractions (the three timings of an iteration are
+        // taken back to back, so a change of background load affects them alike).
+        double c = median(tc), a = median(ta), o = median(to), hidden = median(th);
         if (me == 0)
             std::printf("%-28s %10.2f %10.2f %10.2f %7.0f%%\n", mode.name, c * 1e3, a * 1e3, o * 1e3, hidden * 100);
     }

@@ -37,6 +37,7 @@ struct Op {
     std::vector<MPI_Request> reqs;
     uint64_t bytes_sent = 0;
     double t_submit = 0;
+    double t_start = 0, t_end = 0;  // execution of body (collectives), for busy time
     std::atomic<bool> done{false};
     std::exception_ptr error;
 };

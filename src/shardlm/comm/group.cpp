@@ -326,6 +326,7 @@ void Request::finish() {
         st.calls++;
         st.bytes_sent += op->bytes_sent;
         st.seconds += now_s() - op->t_submit;
+        st.busy_seconds += op->t_end > op->t_start ? op->t_end - op->t_start : 0.0;
     }
     group_.reset();
     if (op->error) std::rethrow_exception(op->error);
@@ -401,6 +402,7 @@ void Group::run(std::shared_ptr<Op> op) {
     st.calls++;
     st.bytes_sent += op->bytes_sent;
     st.seconds += now_s() - op->t_submit;
+    st.busy_seconds += now_s() - op->t_submit;
 }
 
 Request Group::submit(std::shared_ptr<Op> op) {

@@ -56,6 +56,8 @@ struct OpStats {
     uint64_t bytes_sent = 0;  // payload bytes this rank handed to MPI_Isend
     double seconds = 0;       // wall time inside the call; for i* calls: from submission to the
                               // wait()/test() that saw it complete
+    double busy_seconds = 0;  // time the collective itself ran (on the communication thread for i*
+                              // calls): what overlapping has to hide
 };
 
 struct CommStats {
@@ -74,7 +76,8 @@ struct CommStats {
 enum class WaitMode { Sleep, Yield, Spin };
 void set_background_wait(WaitMode m);
 WaitMode background_wait();
-// Segment size of the pipelined ring steps (bytes, rounded to whole elements); default 1 MiB.
+// Segment size of the pipelined ring steps (bytes, rounded to whole elements); default 256 KiB.
+// Set it on every rank alike, with no operation pending (both ends must cut messages the same way).
 void set_segment_bytes(size_t bytes);
 size_t segment_bytes();
 

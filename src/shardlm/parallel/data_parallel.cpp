@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/timer.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 
 namespace shardlm::parallel {
@@ -118,7 +119,9 @@ void DataParallel::prefetch(int unit) {
 float* DataParallel::gathered(int unit) {
     prefetch(unit);  // no-op if it is there or on its way
     Slot& s = *param_slots_[size_t(param_slot_of_[size_t(unit)])];
+    double t0 = now_s();
     s.req.wait();
+    exposed_s_ += now_s() - t0;
     return s.buf.data();
 }
 
@@ -156,7 +159,9 @@ DataParallel::Slot& DataParallel::grad_slot(int unit) {
 }
 
 void DataParallel::finish_grad_slot(Slot& s) {
+    double t0 = now_s();
     s.req.wait();
+    exposed_s_ += now_s() - t0;
     if (s.unit < 0) return;
     float* dst = grad_shards_.data() + shard_offset(s.unit);
     size_t n = shard_elems(s.unit);
@@ -220,7 +225,9 @@ void DataParallel::end_backward() {
     }
     if (!last_micro()) return;
     flush_bucket();
+    double t0 = now_s();
     for (auto& r : pending_) r.wait();
+    exposed_s_ += now_s() - t0;
     pending_.clear();
 }
 
@@ -263,7 +270,9 @@ void DataParallel::after_step() {
         optim::Range r = shard(int(u));
         pending_.push_back(dp_.iall_gather(params_.data() + r.begin, params_.data() + units_[u].offset, shard_elems(int(u))));
     }
-    for (auto& r : pending_) r.wait();
+    double t0 = now_s();
+    for (auto& r : pending_) r.wait();  // nothing to overlap with: the next step needs the parameters
+    exposed_s_ += now_s() - t0;
     pending_.clear();
 }
 
@@ -351,11 +360,15 @@ std::string DataParallel::comm_report(int micro) const {
     char line[256];
     for (int i = 0; i < 3; i++) {
         const comm::OpStats& o = st[kinds[i]];
-        std::snprintf(line, sizeof(line), "  %-15s calls %5llu  sent %14llu  theory %14zu  %.3f s\n",
+        std::snprintf(line, sizeof(line), "  %-15s calls %5llu  sent %14llu  theory %14zu  busy %.3f s\n",
                       std::string(comm::op_name(kinds[i])).c_str(), (unsigned long long)o.calls,
-                      (unsigned long long)o.bytes_sent, exp[size_t(i)], o.seconds);
+                      (unsigned long long)o.bytes_sent, exp[size_t(i)], o.busy_seconds);
         out += line;
     }
+    double total = st[kinds[0]].busy_seconds + st[kinds[1]].busy_seconds + st[kinds[2]].busy_seconds;
+    std::snprintf(line, sizeof(line), "  communication busy %.3f s, training thread waited %.3f s: %.0f %% hidden behind compute\n", total,
+                  exposed_s_, total > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_s_ / total) : 0.0);
+    out += line;
     return out;
 }
 

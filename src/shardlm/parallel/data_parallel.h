@@ -78,6 +78,11 @@ public:
     // Theory for one step: {all_reduce, reduce_scatter, all_gather} bytes sent by this rank.
     std::array<size_t, 3> expected_step_bytes(int micro) const;
 
+    // Seconds the training thread spent waiting for communication since the last reset (the part
+    // not hidden behind compute), and the reset.
+    double exposed_comm_s() const { return exposed_s_; }
+    void reset_exposed() { exposed_s_ = 0; }
+
     // UnitHooks
     void before_forward(int unit) override;
     void before_backward(int unit) override;
@@ -110,6 +115,7 @@ private:
     std::vector<int> param_slot_of_;  // unit -> param slot holding it (-1: none)
     std::vector<comm::Request> pending_;  // stage 0-1 reductions, stage 1-2 gathers
     size_t bucket_lo_ = 0, bucket_hi_ = 0;  // stage 0: pending bucket [lo, hi)
+    double exposed_s_ = 0;
 };
 
 }  // namespace shardlm::parallel

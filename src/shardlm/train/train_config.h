@@ -95,8 +95,8 @@ void for_each_field(Cfg& c, F&& f) {
     f("dp", c.dp, "Data-parallel ranks (0 = all ranks of mpirun)");
     f("zero", c.zero, "ZeRO stage: 0 replicate, 1 shard optimiser state, 2 + gradients, 3 + parameters (FSDP)");
     f("bucket_mb", c.bucket_mb, "Gradient all-reduce bucket size in MiB (ZeRO-0)");
-    f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas");
-    f("comm_report", c.comm_report, "Print each rank's bytes sent per step beside the ring formulas");
+    f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas (after the last step)");
+    f("comm_report", c.comm_report, "Print each rank's bytes sent in the last step beside the ring formulas, and how much was hidden");
     f("seed", c.seed, "Random seed (init and data order)");
     f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");

@@ -101,6 +101,7 @@ StepStats Trainer::train_step(int step) {
     const int dp = grid_->dp_size(), G_local = G / dp, row0 = grid_->dp_rank() * G_local, micro = G_local / M;
     const float dloss = 1.0f / float(G * T);  // the global mean: summing over ranks gives the full gradient
     grid_->dp().reset_stats();
+    dp_->reset_exposed();
     double loss_sum = 0.0;
     for (int i = 0; i < micro; i++) {
         for (int j = 0; j < M; j++)
@@ -231,7 +232,8 @@ void Trainer::run() {
     };
     for (int step = start_step_; step < cfg_.steps; step++) {
         StepStats s = train_step(step);
-        if ((cfg_.memory_report || cfg_.comm_report) && step == start_step_) {
+        const bool final = step + 1 == cfg_.steps;
+        if ((cfg_.memory_report || cfg_.comm_report) && final) {
             const int micro = cfg_.global_batch / grid_->dp_size() / cfg_.micro_batch;
             std::string rep = (cfg_.memory_report ? dp_->memory_report(*optimizer_) : "") +
                               (cfg_.comm_report ? dp_->comm_report(micro) : "");
@@ -241,7 +243,6 @@ void Trainer::run() {
                 grid_->dp().barrier();
             }
         }
-        const bool final = step + 1 == cfg_.steps;
         if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
             s.val_loss = evaluate();
             last_val_ = s.val_loss;
