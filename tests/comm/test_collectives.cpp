@@ -48,6 +48,9 @@ TEST_F(CommEnv, WorldMatchesLauncher) {
     EXPECT_EQ(world().size(), env().world_size());
     EXPECT_EQ(world().rank(), env().world_rank());
     EXPECT_EQ(world().is_self(), !env().is_distributed());
+    int inited = 0;
+    MPI_Initialized(&inited);
+    EXPECT_EQ(inited != 0, env().is_distributed()) << "MPI_Init must happen only under mpirun";
     ASSERT_EQ(world().members().size(), size_t(nranks()));
     for (int r = 0; r < nranks(); r++) EXPECT_EQ(world().members()[size_t(r)], r);
 }
