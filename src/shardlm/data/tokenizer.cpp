@@ -13,12 +13,8 @@
 // by that string too (every comma split of a merge's key whose parts are tokens is a mergeable pair),
 // which with the GPT-2 vocabulary adds 11 pairs. The tie rule above matters only for such pairs.
 //
-// The regex runs in PCRE2 (JIT), but with JavaScript's character classes spelled out:
-//   JS \s = [\t\n\v\f\r \xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFEFF]; PCRE2's \s with
-//   UCP also has U+0085 and U+180E and lacks U+FEFF.
-//   JS \p{L}/\p{N} follow the Unicode version of Node's ICU (17.0 for Node 20.20 here); PCRE2 10.42 has
-//   Unicode 14. The code points that are L/N in Unicode 17 but not in PCRE2's tables are appended
-//   below (computed by testing every code point in both; nothing was removed between the versions).
+// The regex runs in PCRE2 (JIT), with JavaScript's character classes spelled out (gpt2_pattern.cpp).
+// Invalid UTF-8 is replaced as the WHATWG decoder does (utf8.h).
 #include "shardlm/data/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -33,6 +29,8 @@
 #include <unordered_map>
 
 #include "shardlm/core/check.h"
+#include "shardlm/data/gpt2_pattern.h"
+#include "shardlm/data/utf8.h"
 #include "shardlm/io/atomic_file.h"
 
 #ifndef SHARDLM_DEFAULT_DATA_DIR
@@ -48,119 +46,6 @@ constexpr const char* kFetchHint =
     "--vocab / $SHARDLM_DATA at a directory that has them";
 constexpr std::string_view kEotText = "<|endoftext|>";
 constexpr int kEotId = 50256;
-
-// ---- the pre-tokenisation pattern ---------------------------------------------------------------
-
-constexpr const char* kJsSpace =
-    "\\x{09}-\\x{0D}\\x{20}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}"
-    "\\x{3000}\\x{FEFF}";
-// \p{L} in Unicode 17 minus \p{L} in PCRE2 10.42 (Unicode 14).
-constexpr const char* kLetterExtra =
-    "\\x{88F}\\x{C5C}\\x{CDC}\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CF}\\x{A7D2}\\x{A7D4}\\x{A7DA}-\\x{A7DC}"
-    "\\x{A7F1}\\x{105C0}-\\x{105F3}\\x{10940}-\\x{10959}\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}"
-    "\\x{10EC2}-\\x{10EC7}\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}"
-    "\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11DB0}-\\x{11DDB}"
-    "\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}\\x{13441}-\\x{13446}"
-    "\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}\\x{16D40}-\\x{16D6C}\\x{16EA0}-\\x{16EB8}"
-    "\\x{16EBB}-\\x{16ED3}\\x{16FF2}-\\x{16FF3}\\x{187F8}-\\x{187FF}\\x{18CFF}\\x{18D09}-\\x{18D1E}"
-    "\\x{18D80}-\\x{18DF2}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}"
-    "\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{1E6C0}-\\x{1E6DE}\\x{1E6E0}-\\x{1E6E2}"
-    "\\x{1E6E4}-\\x{1E6E5}\\x{1E6E7}-\\x{1E6ED}\\x{1E6F0}-\\x{1E6F4}\\x{1E6FE}-\\x{1E6FF}"
-    "\\x{2B739}-\\x{2B73F}\\x{2CEA2}-\\x{2CEAD}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{33479}";
-// \p{N} in Unicode 17 minus \p{N} in PCRE2 10.42.
-constexpr const char* kNumberExtra =
-    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11DE0}-\\x{11DE9}"
-    "\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{16FF4}-\\x{16FF6}"
-    "\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
-
-std::string gpt2_pattern() {
-    const std::string s = kJsSpace;
-    const std::string l = std::string("\\p{L}") + kLetterExtra;
-    const std::string n = std::string("\\p{N}") + kNumberExtra;
-    return "'s|'t|'re|'ve|'m|'ll|'d"
-           "| ?[" + l + "]+"
-           "| ?[" + n + "]+"
-           "| ?[^" + s + l + n + "]+"
-           "|[" + s + "]+(?![^" + s + "])"
-           "|[" + s + "]+";
-}
-
-// ---- UTF-8 --------------------------------------------------------------------------------------
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
-}
-
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-
-// WHATWG UTF-8 decoder (https://encoding.spec.whatwg.org/#utf-8-decoder). Calls emit(ptr, len) for
-// each run of valid bytes and emit(nullptr, 0) for each U+FFFD. Returns true when all bytes were valid.
-template <typename Emit>
-bool whatwg_utf8(std::string_view in, Emit&& emit) {
-    const auto* p = reinterpret_cast<const unsigned char*>(in.data());
-    const size_t n = in.size();
-    bool valid = true;
-    size_t run = 0;  // start of the current run of valid bytes
-    size_t i = 0;
-    while (i < n) {
-        unsigned b = p[i];
-        if (b < 0x80) {
-            ++i;
-            continue;
-        }
-        int need;
-        unsigned lower = 0x80, upper = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) {
-            need = 1;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            need = 2;
-            if (b == 0xE0) lower = 0xA0;
-            if (b == 0xED) upper = 0x9F;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            need = 3;
-            if (b == 0xF0) lower = 0x90;
-            if (b == 0xF4) upper = 0x8F;
-        } else {
-            need = -1;  // never starts a sequence
-        }
-        size_t j = i + 1;
-        int seen = 0;
-        if (need > 0) {
-            while (seen < need && j < n && p[j] >= lower && p[j] <= upper) {
-                lower = 0x80;
-                upper = 0xBF;
-                ++j;
-                ++seen;
-            }
-        }
-        if (need > 0 && seen == need) {
-            i = j;
-            continue;
-        }
-        // Invalid: the maximal subsequence [i, j) becomes one U+FFFD; p[j] is looked at afresh.
-        valid = false;
-        if (i > run) emit(in.data() + run, i - run);
-        emit(nullptr, 0);
-        i = j;
-        run = j;
-    }
-    if (!valid && n > run) emit(in.data() + run, n - run);
-    return valid;
-}
 
 bool is_js_space_ascii(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0D); }
 
@@ -221,19 +106,6 @@ std::string read_vocab_file(const std::string& path) {
 }
 
 }  // namespace
-
-std::string sanitize_utf8(std::string_view bytes) {
-    std::string out;
-    bool valid = whatwg_utf8(bytes, [&](const char* p, size_t n) {
-        if (p) {
-            out.append(p, n);
-        } else {
-            out += kReplacement;
-        }
-    });
-    if (valid) return std::string(bytes);
-    return out;
-}
 
 // ---- the tokenizer --------------------------------------------------------------------------------
 

