@@ -35,7 +35,8 @@ void add_generate_command(CLI::App& app) {
         SHARDLM_CHECK(o->s.temperature >= 0, "--temperature must be >= 0");
         SHARDLM_CHECK(o->s.top_k >= 0, "--top-k must be >= 0");
         std::string dir = o->ckpt;
-        if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
+        // a checkpoint or HF directory holds model.safetensors; a run directory holds checkpoints
+        if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
             std::string latest = train::latest_checkpoint(dir);
             SHARDLM_CHECK(!latest.empty(), "'", dir, "' is neither a checkpoint (config.json + model.safetensors) nor a ",
                           "run directory with checkpoints\n---> HINT: train with --out RUN_DIR first");

@@ -9,6 +9,10 @@ std::vector<int64_t> ParamSpec::hf_shape() const {
     return s;
 }
 
+size_t ParamSpec::hf_numel() const {
+    return hf_rows >= 0 ? size_t(hf_rows) * (numel / size_t(shape[0])) : numel;
+}
+
 const ParamSpec* Layout::find(const std::string& name) const {
     for (const auto& p : params)
         if (p.name == name) return &p;

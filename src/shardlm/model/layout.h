@@ -24,6 +24,7 @@ struct ParamSpec {
     bool hf_transposed = false;  // HF Conv1D stores this weight as [in, out]
     int64_t hf_rows = -1;        // if >= 0, only the first hf_rows rows are real (padded vocabulary)
     std::vector<int64_t> hf_shape() const;
+    size_t hf_numel() const;  // elements of hf_shape(): numel without vocabulary padding
 };
 
 struct Unit {

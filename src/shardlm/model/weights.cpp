@@ -55,7 +55,7 @@ void init_gpt2_weights(float* params, const Layout& layout, uint64_t seed) {
             continue;
         }
         float sd = ends_with(p.name, "c_proj.weight") ? std_resid : 0.02f;
-        size_t real = p.hf_rows >= 0 ? size_t(p.hf_rows) * size_t(p.shape[1]) : p.numel;
+        size_t real = p.hf_numel();
         uint64_t base = splitmix64(seed ^ fnv1a(p.name));
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < p.numel; i++) w[i] = i < real ? sd * normal_from_key(base + i) : 0.0f;
@@ -63,9 +63,7 @@ void init_gpt2_weights(float* params, const Layout& layout, uint64_t seed) {
 }
 
 void to_hf_layout(float* dst, const float* src, const ParamSpec& p) {
-    std::vector<int64_t> hs = p.hf_shape();
-    size_t n = 1;
-    for (auto d : hs) n *= size_t(d);
+    size_t n = p.hf_numel();
     if (!p.hf_transposed) {
         std::memcpy(dst, src, n * sizeof(float));
         return;
@@ -79,10 +77,7 @@ void to_hf_layout(float* dst, const float* src, const ParamSpec& p) {
 
 void from_hf_layout(float* dst, const float* src, const ParamSpec& p) {
     if (!p.hf_transposed) {
-        std::vector<int64_t> hs = p.hf_shape();
-        size_t n = 1;
-        for (auto d : hs) n *= size_t(d);
-        std::memcpy(dst, src, n * sizeof(float));
+        std::memcpy(dst, src, p.hf_numel() * sizeof(float));
         return;
     }
     const size_t R = size_t(p.shape[0]), Cc = size_t(p.shape[1]);
@@ -108,8 +103,7 @@ void load_hf_weights(const std::string& dir, const GptConfig& c, const Layout& l
     for (const ParamSpec& p : layout.params) {
         expected.insert(p.name);
         std::vector<int64_t> hs = p.hf_shape();
-        size_t n = 1;
-        for (auto d : hs) n *= size_t(d);
+        size_t n = p.hf_numel();
         tmp.resize(n);
         st.read_f32(p.name, hs, tmp.data());
         from_hf_layout(params + p.offset, tmp.data(), p);
@@ -131,8 +125,7 @@ void save_hf_model(const std::string& dir, const GptConfig& c, const Layout& lay
     io::SafetensorsWriter w;
     for (const ParamSpec& p : layout.params) {
         std::vector<int64_t> hs = p.hf_shape();
-        size_t n = 1;
-        for (auto d : hs) n *= size_t(d);
+        size_t n = p.hf_numel();
         std::vector<float> tmp(n);
         to_hf_layout(tmp.data(), params + p.offset, p);
         w.add_f32(p.name, hs, tmp.data(), dtype);

@@ -51,8 +51,7 @@ void add_flat(io::SafetensorsWriter& w, const std::string& prefix, const model::
               std::vector<std::vector<float>>& keep_alive) {
     for (const model::ParamSpec& p : layout.params) {
         std::vector<int64_t> hs = p.hf_shape();
-        size_t n = 1;
-        for (auto d : hs) n *= size_t(d);
+        size_t n = p.hf_numel();
         keep_alive.emplace_back(n);
         model::to_hf_layout(keep_alive.back().data(), flat + p.offset, p);
         w.add_f32_ref(prefix + p.name, hs, keep_alive.back().data());
