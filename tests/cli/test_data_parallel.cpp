@@ -64,6 +64,11 @@ protected:
             EXPECT_NEAR(x, y, 1e-5 * std::fabs(x)) << what << ", step " << i;
             double gx = ma[i]["grad_norm"], gy = mb[i]["grad_norm"];
             EXPECT_NEAR(gx, gy, 1e-5 * std::fabs(gx)) << what << ", step " << i;
+            EXPECT_EQ(ma[i].contains("val_loss"), mb[i].contains("val_loss")) << what << ", step " << i;
+            if (ma[i].contains("val_loss")) {
+                double vx = ma[i]["val_loss"], vy = mb[i]["val_loss"];
+                EXPECT_NEAR(vx, vy, 1e-5 * std::fabs(vx)) << what << ", step " << i;
+            }
         }
     }
     static void expect_same_params(const fs::path& a, const fs::path& b, const std::string& what) {
@@ -83,13 +88,15 @@ protected:
 };
 
 TEST_F(DataParallel, EveryZeroStageEqualsOneProcess) {
+    // validation over the whole shard (43 rows: uneven over 2 and 4 ranks) every 5 steps
+    const std::string val = " --val-data " + kFix + "/data.bin --val-batches 0 --val-every 5";
     const fs::path single = tmp / "single";
-    run(train("--steps 10 --out " + single.string()), "single");
+    run(train("--steps 10 --out " + single.string() + val), "single");
     for (int np : {2, 4})
         for (int zero : {0, 1, 2, 3}) {
             std::string name = "dp" + std::to_string(np) + "_zero" + std::to_string(zero);
             const fs::path dir = tmp / name;
-            run(mpirun(np) + train("--steps 10 --zero " + std::to_string(zero) + " --out " + dir.string()), name);
+            run(mpirun(np) + train("--steps 10 --zero " + std::to_string(zero) + " --out " + dir.string() + val), name);
             expect_same_losses(single, dir, 0, name);
             expect_same_params(single, dir, name);
         }

@@ -18,15 +18,15 @@ float row_max(const float* x, int V) {
     return _mm512_reduce_max_ps(mx);
 }
 
-// sum_j exp(x_j - mx); if `store`, also writes the exponentials over x.
+// sum_j exp(x_j - mx); if `store`, also writes the exponentials to out (which may be x).
 template <bool store>
-float row_sum_exp(float* x, int V, float mx) {
+float row_sum_exp(const float* x, float* out, int V, float mx) {
     __m512 s = _mm512_setzero_ps(), vm = _mm512_set1_ps(mx);
     for (int j = 0; j < V; j += 16) {
         __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : tail_mask(V - j);
         __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vm));
         e = _mm512_maskz_mov_ps(m, e);
-        if constexpr (store) _mm512_mask_storeu_ps(x + j, m, e);
+        if constexpr (store) _mm512_mask_storeu_ps(out + j, m, e);
         s = _mm512_add_ps(s, e);
     }
     return _mm512_reduce_add_ps(s);
@@ -42,7 +42,7 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
         int t = targets[n];
         float xt = x[t];
         float mx = row_max(x, V);
-        float sum = row_sum_exp<true>(x, V, mx);
+        float sum = row_sum_exp<true>(x, x, V, mx);
         losses[n] = mx + std::log(sum) - xt;
         __m512 scale = _mm512_set1_ps(dloss / sum);
         for (int j = 0; j < V; j += 16) {
@@ -57,9 +57,9 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
 void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        float* x = const_cast<float*>(logits) + size_t(n) * Vp;  // read only: store=false
+        const float* x = logits + size_t(n) * Vp;
         float mx = row_max(x, V);
-        float sum = row_sum_exp<false>(x, V, mx);
+        float sum = row_sum_exp<false>(x, nullptr, V, mx);
         losses[n] = mx + std::log(sum) - x[targets[n]];
     }
 }

@@ -128,9 +128,4 @@ double sum_squares(const float* x, size_t n) {
     return s;
 }
 
-void scale_inplace(float* x, size_t n, float s) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
 }  // namespace shardlm::kernels

@@ -20,6 +20,5 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float 
 
 // sum of squares in double, over fixed chunks summed in order: bit-identical for any thread count.
 double sum_squares(const float* x, size_t n);
-void scale_inplace(float* x, size_t n, float s);
 
 }  // namespace shardlm::kernels

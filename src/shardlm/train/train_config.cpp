@@ -39,7 +39,7 @@ void TrainConfig::validate() const {
                   "' is not known\n---> HINT: use constant or cosine");
     SHARDLM_CHECK(data_order == "sequential" || data_order == "random", "--data-order '", data_order,
                   "' is not known\n---> HINT: use sequential or random");
-    SHARDLM_CHECK(val_every >= 0 && val_batches > 0, "--val-every must be >= 0 and --val-batches > 0");
+    SHARDLM_CHECK(val_every >= 0 && val_batches >= 0, "--val-every and --val-batches must be >= 0");
     SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");
     SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");

@@ -35,7 +35,7 @@ struct TrainConfig {
     float grad_clip = 0.0f;  // 0 = off
     // evaluation, output, checkpoints
     int val_every = 0;       // 0 = only at the end (if val_data is set)
-    int val_batches = 8;     // micro-batches of val_data rows per evaluation
+    int val_batches = 8;     // micro-batches of val_data rows per evaluation (0 = the whole shard)
     std::string out;         // run directory: metrics, checkpoints, config, report
     int ckpt_every = 0;      // 0 = only at the end (if out is set)
     bool resume = false;     // continue from the latest complete checkpoint in out
@@ -84,7 +84,7 @@ void for_each_field(Cfg& c, F&& f) {
     f("momentum", c.momentum, "SGD momentum");
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
     f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
-    f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation");
+    f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation (0 = the whole shard)");
     f("out", c.out, "Run directory: metrics, checkpoints, config, report");
     f("ckpt_every", c.ckpt_every, "Checkpoint every N steps (0 = only at the end)");
     f("resume", c.resume, "Continue from the latest complete checkpoint in --out");

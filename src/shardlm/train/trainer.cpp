@@ -88,7 +88,9 @@ void Trainer::init(comm::Group& world) {
     schedule_ = {cfg_.lr_schedule, cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
     inputs_.resize(size_t(cfg_.micro_batch) * cfg_.seq);
     targets_.resize(inputs_.size());
-    tty_ = is_root() && ::isatty(STDOUT_FILENO);
+    // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
+    // of mpirun's even when mpirun's own output goes to a file, so multi-process runs log lines.
+    tty_ = is_root() && ::isatty(STDOUT_FILENO) && world.size() == 1;
 }
 
 Trainer::~Trainer() {
@@ -132,15 +134,26 @@ StepStats Trainer::train_step(int step) {
 double Trainer::evaluate() {
     SHARDLM_CHECK(val_loader_, "evaluate() without --val-data");
     const int M = cfg_.micro_batch, T = cfg_.seq, dp = grid_->dp_size();
-    double sum = 0;
-    for (int b = grid_->dp_rank(); b < cfg_.val_batches; b += dp) {
-        for (int j = 0; j < M; j++)
-            val_loader_->fill_row(int64_t(b) * M + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
+    // val_batches = 0: every row of the validation shard once (the last batch may be short)
+    const int64_t rows = cfg_.val_batches > 0 ? int64_t(cfg_.val_batches) * M : val_loader_->num_rows();
+    const int64_t batches = (rows + M - 1) / M;
+    double sum = 0;  // loss summed over rows
+    // Every rank runs the same number of forwards (ZeRO-3 gathers inside them are collective); a
+    // rank left without a batch in the last round recomputes batch 0 and does not count it.
+    const int64_t rounds = (batches + dp - 1) / dp;
+    for (int64_t round = 0; round < rounds; round++) {
+        const int64_t mine = round * dp + grid_->dp_rank();
+        const bool counts = mine < batches;
+        const int64_t b = counts ? mine : 0;
+        const int n = int(std::min<int64_t>(M, rows - b * M));
+        for (int j = 0; j < n; j++)
+            val_loader_->fill_row(b * M + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
         dp_->begin_micro_batch(0, 1);
-        sum += model_->forward(inputs_.data(), targets_.data(), M, T, 0.0f, dp_.get());
+        double loss = model_->forward(inputs_.data(), targets_.data(), n, T, 0.0f, dp_.get());
+        if (counts) sum += loss * n;
     }
     grid_->dp().all_reduce_sum(&sum, 1);
-    return sum / cfg_.val_batches;
+    return sum / double(rows);
 }
 
 std::string stats_json(const StepStats& s) {
