@@ -24,12 +24,13 @@ const std::vector<GptConfig>& presets() {
         {"gpt2-medium",   24, 16,  1024, 50257, 1024},
         {"gpt2-large",    36, 20,  1280, 50257, 1024},
         {"gpt2-xl",       48, 25,  1600, 50257, 1024},
-        // GPT-3 (Brown et al. 2020, table 2.1; seed 002). The table prints d_model 5140 for 13B, a
-        // known typo: 40 heads x 128 = 5120.
+        // GPT-3 (Brown et al. 2020, table 2.1; seed 002). Two entries of that table do not add up:
+        // 13B prints d_model 5140 (40 heads x d_head 128 = 5120), and XL prints 24 heads with d_head
+        // 128 for d_model 2048; we keep d_model and d_head (16 heads for XL, 5120 for 13B).
         {"gpt3-small",    12, 12,   768, 50257, 2048},
         {"gpt3-medium",   24, 16,  1024, 50257, 2048},
         {"gpt3-large",    24, 16,  1536, 50257, 2048},
-        {"gpt3-xl",       24, 24,  2048, 50257, 2048},
+        {"gpt3-xl",       24, 16,  2048, 50257, 2048},
         {"gpt3-2.7b",     32, 32,  2560, 50257, 2048},
         {"gpt3-6.7b",     32, 32,  4096, 50257, 2048},
         {"gpt3-13b",      40, 40,  5120, 50257, 2048},

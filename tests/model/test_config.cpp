@@ -1,0 +1,42 @@
+// Parameter counts of every preset: the layout table holds exactly count_params() real elements,
+// and the count is 12 l h^2 + 13 l h + v h + n_ctx h + 2 h (tied head), i.e. seed 002's
+// 12 l h^2 + 2 v h minus the untied head's v h plus the small terms.
+#include <gtest/gtest.h>
+
+#include "shardlm/model/config.h"
+#include "shardlm/model/layout.h"
+
+namespace {
+
+using namespace shardlm::model;
+
+TEST(Presets, ParameterCountsMatchTheLayoutAndTheFormula) {
+    for (const GptConfig& c : presets()) {
+        c.validate(c.name);
+        const int64_t l = c.n_layer, h = c.n_embd, v = c.vocab_size;
+        ParamCount p = count_params(c);
+        EXPECT_EQ(p.total, 12 * l * h * h + 13 * l * h + v * h + int64_t(c.n_ctx) * h + 2 * h) << c.name;
+        EXPECT_EQ(estimate_params_12lh2_2vh(c) - v * h + 13 * l * h + int64_t(c.n_ctx) * h + 2 * h, p.total) << c.name;
+        Layout L = make_gpt2_layout(c, 4);
+        int64_t real = 0;
+        for (const ParamSpec& s : L.params) real += int64_t(s.hf_numel());
+        EXPECT_EQ(real, p.total) << c.name;
+        for (const Unit& u : L.units) EXPECT_EQ(u.numel % (16 * 4), 0u) << c.name << " " << u.name;
+    }
+    // the GPT-2 124M and GPT-3 175B figures everyone quotes
+    EXPECT_EQ(count_params(find_preset("gpt2")).total, 124439808);
+    EXPECT_NEAR(double(count_params(find_preset("gpt3-175b")).total), 174.6e9, 0.1e9);
+}
+
+TEST(Presets, UnknownPresetListsTheKnownOnes) {
+    try {
+        find_preset("gpt5");
+        FAIL();
+    } catch (const std::exception& e) {
+        std::string m = e.what();
+        EXPECT_NE(m.find("gpt2-medium"), std::string::npos) << m;
+        EXPECT_NE(m.find("gpt3-13b"), std::string::npos) << m;
+    }
+}
+
+}  // namespace
