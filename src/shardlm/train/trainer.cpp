@@ -250,10 +250,22 @@ void Trainer::run() {
             const int micro = cfg_.global_batch / grid_->dp_size() / cfg_.micro_batch;
             std::string rep = (cfg_.memory_report ? dp_->memory_report(*optimizer_) : "") +
                               (cfg_.comm_report ? dp_->comm_report(micro) : "");
-            // one rank after the other, in order
-            for (int r = 0; r < grid_->world_size(); r++) {
-                if (r == grid_->world_rank()) std::printf("%s", rep.c_str()), std::fflush(stdout);
-                grid_->dp().barrier();
+            // rank 0 prints every rank's report in order (mpirun would interleave their output)
+            comm::Group& g = grid_->dp();
+            if (g.rank() == 0) {
+                std::printf("%s", rep.c_str());
+                for (int r = 1; r < g.size(); r++) {
+                    uint64_t n = 0;
+                    g.recv(&n, sizeof(n), r, 7001);
+                    std::string other(n, '\0');
+                    g.recv(other.data(), n, r, 7002);
+                    std::printf("%s", other.c_str());
+                }
+                std::fflush(stdout);
+            } else {
+                uint64_t n = rep.size();
+                g.send(&n, sizeof(n), 0, 7001);
+                g.send(rep.data(), n, 0, 7002);
             }
         }
         if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
