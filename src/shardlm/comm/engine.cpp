@@ -49,20 +49,26 @@ Engine::~Engine() {
     }
 }
 
+// Runs op's body on this thread (the caller holds the token), timing it; for point-to-point ops,
+// also waits for their requests if wait_p2p. Returns the error, if any.
+std::exception_ptr Engine::execute(Op& op, bool wait_p2p) {
+    try {
+        op.t_start = now_s();
+        op.body(op);
+        if (op.p2p && wait_p2p) wait_requests(op.reqs.data(), int(op.reqs.size()));
+        op.t_end = now_s();
+    } catch (...) {
+        return std::current_exception();
+    }
+    return nullptr;
+}
+
 void Engine::run(const std::shared_ptr<Op>& op) {
     std::unique_lock lk(mu_);
     if (!token_ && queue_.empty() && inflight_.empty()) {
         token_ = true;
         lk.unlock();
-        std::exception_ptr err;
-        try {
-            op->t_start = now_s();
-            op->body(*op);
-            if (op->p2p) wait_requests(op->reqs.data(), int(op->reqs.size()));
-            op->t_end = now_s();
-        } catch (...) {
-            err = std::current_exception();
-        }
+        std::exception_ptr err = execute(*op, /*wait_p2p=*/true);
         lk.lock();
         token_ = false;
         op->error = err;
@@ -182,14 +188,7 @@ void Engine::loop() {
             queue_.pop_front();
             token_ = true;
             lk.unlock();
-            std::exception_ptr err;
-            try {
-                op->t_start = now_s();
-                op->body(*op);
-                op->t_end = now_s();
-            } catch (...) {
-                err = std::current_exception();
-            }
+            std::exception_ptr err = execute(*op, /*wait_p2p=*/false);
             lk.lock();
             token_ = false;
             if (op->p2p && !err) {

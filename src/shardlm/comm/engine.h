@@ -62,6 +62,7 @@ public:
     void* scratch(size_t bytes, int slot);
 
 private:
+    std::exception_ptr execute(Op& op, bool wait_p2p);
     void loop();
     bool poll_inflight();  // returns whether any in-flight op completed
     void complete(Op& op, std::exception_ptr e);
