@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardlm/core/check.h"
-#include "shardlm/io/atomic_file.h"
+#include "shardlm/io/json_file.h"
 
 namespace shardlm::model {
 
@@ -52,12 +52,7 @@ GptConfig find_preset(const std::string& name) {
 }
 
 GptConfig load_hf_config(const std::string& path) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(io::read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        fail(path, ": not valid JSON (", e.what(), ")");
-    }
+    nlohmann::json j = io::read_json_file(path);
     SHARDLM_CHECK(j.is_object(), path, ": expected a JSON object with GPT-2 keys");
     auto get = [&](const char* key, const char* alt) -> int {
         const char* k = j.contains(key) ? key : (alt && j.contains(alt) ? alt : nullptr);

@@ -55,6 +55,18 @@ DataParallel::DataParallel(comm::Group& dp, model::Gpt& gpt, int zero, double bu
         }
     }
     param_slot_of_.assign(units_.size(), -1);
+    // ZeRO-0 buckets: units finish in descending memory order (head, last block, ..., embedding), so a
+    // bucket is one contiguous range, closed by its lowest unit once it reaches bucket_elems_.
+    closes_bucket_.assign(units_.size(), -1);
+    for (size_t lo = 0, hi = 0, u = units_.size(); u-- > 0;) {
+        if (hi == lo) hi = units_[u].offset + units_[u].numel;
+        lo = units_[u].offset;
+        if (hi - lo >= bucket_elems_ || u == 0) {
+            closes_bucket_[u] = int(buckets_.size());
+            buckets_.push_back({lo, hi});
+            lo = hi = 0;
+        }
+    }
     // alignment padding inside each unit (local coordinates)
     const auto& params = gpt.layout().params;
     gaps_.resize(units_.size());
@@ -194,11 +206,6 @@ void DataParallel::before_backward(int unit) {
     if (p || g) gpt_.bind_unit(unit, p, g);
 }
 
-void DataParallel::flush_bucket() {
-    if (bucket_hi_ > bucket_lo_) pending_.push_back(dp_.iall_reduce_sum(grads_.data() + bucket_lo_, bucket_hi_ - bucket_lo_));
-    bucket_lo_ = bucket_hi_ = 0;
-}
-
 void DataParallel::after_backward(int unit) {
     const model::Unit& u = units_[size_t(unit)];
     if (zero_ >= 2) {
@@ -212,10 +219,9 @@ void DataParallel::after_backward(int unit) {
         pending_.push_back(dp_.ireduce_scatter_sum(grads_.data() + u.offset, grads_.data() + r.begin, shard_elems(unit)));
         return;
     }
-    // stage 0: units finish in descending memory order, so a bucket is one contiguous range
-    if (bucket_hi_ == bucket_lo_) bucket_hi_ = u.offset + u.numel;
-    bucket_lo_ = u.offset;
-    if (bucket_hi_ - bucket_lo_ >= bucket_elems_ || unit == 0) flush_bucket();
+    // stage 0: all-reduce the bucket this unit completes, if any
+    if (int b = closes_bucket_[size_t(unit)]; b >= 0)
+        pending_.push_back(dp_.iall_reduce_sum(grads_.data() + buckets_[size_t(b)].begin, buckets_[size_t(b)].size()));
 }
 
 void DataParallel::end_backward() {
@@ -224,7 +230,6 @@ void DataParallel::end_backward() {
         return;
     }
     if (!last_micro()) return;
-    flush_bucket();
     double t0 = now_s();
     for (auto& r : pending_) r.wait();
     exposed_s_ += now_s() - t0;
@@ -323,16 +328,8 @@ std::array<size_t, 3> DataParallel::expected_step_bytes(int micro) const {
     // every step also all-reduces two doubles: the loss and the squared gradient norm
     b[0] += 2 * comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, n, dp_.rank());
     if (zero_ == 0) {
-        // the same buckets after_backward forms
-        size_t lo = 0, hi = 0;
-        for (int u = U - 1; u >= 0; u--) {
-            if (hi == lo) hi = units_[size_t(u)].offset + units_[size_t(u)].numel;
-            lo = units_[size_t(u)].offset;
-            if (hi - lo >= bucket_elems_ || u == 0) {
-                b[0] += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, hi - lo, 4, n, dp_.rank());
-                lo = hi = 0;
-            }
-        }
+        for (const optim::Range& r : buckets_)
+            b[0] += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, r.size(), 4, n, dp_.rank());
         return b;
     }
     for (int u = 0; u < U; u++) {

@@ -97,7 +97,6 @@ private:
     void prefetch(int unit);                         // stage 3: start gathering unit into a free slot
     Slot& grad_slot(int unit);                       // stages 2-3
     void finish_grad_slot(Slot& s);
-    void flush_bucket();
 
     comm::Group& dp_;
     model::Gpt& gpt_;
@@ -114,7 +113,8 @@ private:
     std::vector<std::unique_ptr<Slot>> param_slots_, grad_slots_;
     std::vector<int> param_slot_of_;  // unit -> param slot holding it (-1: none)
     std::vector<comm::Request> pending_;  // stage 0-1 reductions, stage 1-2 gathers
-    size_t bucket_lo_ = 0, bucket_hi_ = 0;  // stage 0: pending bucket [lo, hi)
+    std::vector<optim::Range> buckets_;  // stage 0, in the order they complete
+    std::vector<int> closes_bucket_;      // unit -> index of the bucket it completes, or -1
     double exposed_s_ = 0;
 };
 

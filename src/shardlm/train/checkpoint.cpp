@@ -13,6 +13,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/io/atomic_file.h"
+#include "shardlm/io/json_file.h"
 #include "shardlm/io/safetensors.h"
 #include "shardlm/model/weights.h"
 
@@ -161,12 +162,7 @@ std::string latest_checkpoint(const std::string& run_dir) {
 nlohmann::json read_checkpoint_meta(const std::string& dir) {
     const std::string path = (fs::path(dir) / "meta.json").string();
     SHARDLM_CHECK(fs::exists(path), "'", dir, "' is not a shardlm checkpoint (no meta.json)");
-    nlohmann::json meta;
-    try {
-        meta = nlohmann::json::parse(io::read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-        fail(path, ": not valid JSON (", e.what(), ")");
-    }
+    nlohmann::json meta = io::read_json_file(path);
     SHARDLM_CHECK(meta.value("format", "") == "shardlm-checkpoint", path, ": field 'format' is not \"shardlm-checkpoint\"");
     SHARDLM_CHECK(meta.value("format_version", -1) == kCheckpointVersion, path, ": field 'format_version' is ",
                   meta.value("format_version", -1), ", this shardlm reads version ", kCheckpointVersion);

@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "shardlm/core/check.h"
-#include "shardlm/io/atomic_file.h"
+#include "shardlm/io/json_file.h"
 
 namespace shardlm::train {
 
@@ -125,12 +125,7 @@ void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::strin
 }
 
 TrainConfig load_config_file(const std::string& path) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(io::read_file(path));
-    } catch (const nlohmann::json::parse_error& e) {
-        fail(path, ": not valid JSON (", e.what(), ")");
-    }
+    nlohmann::json j = io::read_json_file(path);
     TrainConfig c;
     apply_config_json(c, j, path);
     return c;
