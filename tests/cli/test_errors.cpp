@@ -75,6 +75,11 @@ TEST_F(CliErrors, FlagsOutOfRange) {
     EXPECT_ERROR(run(train_args() + " --lr-schedule linear"), "--lr-schedule 'linear'");
     EXPECT_ERROR(run("train --model gpt5 --data " + kFix + "/data.bin"), "unknown model preset 'gpt5'", "gpt2");
     EXPECT_ERROR(run("train --data " + kFix + "/data.bin"), "--init DIR or --model PRESET");
+    // shape overrides: only for a preset, and they must make a consistent model
+    EXPECT_ERROR(run(train_args() + " --n-layer 3"), "--n-layer", "config.json", "use --model");
+    EXPECT_ERROR(run("train --model tiny --n-embd 66 --data " + kFix + "/data.bin --seq 16"), "--model tiny",
+                 "n_embd");
+    EXPECT_ERROR(run("train --model tiny --n-ctx 8 --data " + kFix + "/data.bin --seq 16"), "--seq 16", "n_ctx = 8");
 }
 
 TEST_F(CliErrors, BadShards) {

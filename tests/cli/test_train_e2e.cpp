@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +52,38 @@ TEST(TrainE2E, TenStepsMatchPytorchWithGradientAccumulation) {
             EXPECT_FLOAT_EQ(float(rows[s]["lr"]), 3e-3f);
         }
     }
+    std::filesystem::remove_all(tmp);
+}
+
+// --n-layer/--n-head/--n-embd/--n-ctx reshape a preset: the checkpoint's HF config.json and the
+// parameter count follow, the summary carries the train and train+val unigram entropies, and
+// `generate` rebuilds the reshaped model from the checkpoint alone.
+TEST(TrainE2E, PresetShapeOverrides) {
+    const std::string data = kSrc + "/tests/fixtures/gpt2_e2e/data.bin";
+    auto tmp = std::filesystem::temp_directory_path() / ("shardlm_shape_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(tmp);
+    const std::string out = (tmp / "run").string(), log = (tmp / "log.txt").string();
+    std::filesystem::create_directories(tmp);
+    std::string cmd = kBin + " train --model tiny --n-layer 3 --n-head 3 --n-embd 48 --n-ctx 32 --data " + data +
+                      " --val-data " + data + " --seq 16 --steps 2 --global-batch 2 --micro-batch 2 --threads 1 --out " +
+                      out + " > " + log + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << shardlm::io::read_file(log);
+    auto cfg = nlohmann::json::parse(shardlm::io::read_file(out + "/ckpt_00000002/config.json"));
+    EXPECT_EQ(cfg["n_layer"], 3);
+    EXPECT_EQ(cfg["n_head"], 3);
+    EXPECT_EQ(cfg["n_embd"], 48);
+    EXPECT_EQ(cfg["n_positions"], 32);
+    // 12 l C^2 + 13 l C + V C + n_ctx C + 2 C
+    const long l = 3, C = 48, V = 50257, P = 12 * l * C * C + 13 * l * C + V * C + 32 * C + 2 * C;
+    char want[64];
+    std::snprintf(want, sizeof want, "%.2fM parameters", double(P) / 1e6);
+    EXPECT_NE(shardlm::io::read_file(log).find(want), std::string::npos) << want << "\n" << shardlm::io::read_file(log);
+    auto summary = nlohmann::json::parse(shardlm::io::read_file(out + "/summary.json"));
+    // the same shard for train and val: train+val has the same distribution, hence the same entropy
+    EXPECT_GT(double(summary["train_unigram_entropy"]), 1.0);
+    EXPECT_NEAR(double(summary["corpus_unigram_entropy"]), double(summary["train_unigram_entropy"]), 1e-9);
+    cmd = kBin + " generate --ckpt " + out + " --prompt \"Hello\" --max-tokens 4 > " + log + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << shardlm::io::read_file(log);
     std::filesystem::remove_all(tmp);
 }
 

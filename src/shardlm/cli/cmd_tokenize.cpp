@@ -2,7 +2,8 @@
 // Each file is one document. Like llm.c / nanoGPT, every document is preceded by <|endoftext|> (50256)
 // and its text is encoded as plain text (a literal "<|endoftext|>" inside is not special). The last
 // documents go to DIR/<name>_val.bin until it holds at least --val-fraction of all tokens (at least
-// one document); the others, in order, to DIR/<name>_train.bin.
+// one document); the others, in order, to DIR/<name>_train.bin. --normalize punct rewrites
+// typographic punctuation to ASCII first (data/normalize.h); the default, none, encodes the files as they are.
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "shardlm/cli/commands.h"
 #include "shardlm/core/check.h"
 #include "shardlm/core/timer.h"
+#include "shardlm/data/normalize.h"
 #include "shardlm/data/token_shard.h"
 #include "shardlm/data/tokenizer.h"
 #include "shardlm/io/atomic_file.h"
@@ -31,6 +33,7 @@ struct TokenizeOptions {
     double val_fraction = 0.015;
     std::string vocab;
     std::string name = "sotu";
+    std::string normalize = "none";
 };
 
 // Files in command-line order; a directory contributes every *.txt below it, sorted by path.
@@ -111,8 +114,9 @@ void run_tokenize(const TokenizeOptions& o) {
     const double t0 = now_s();
     Progress progress(docs.size());
     for (size_t i = 0; i < docs.size(); ++i) {
-        const std::string text = io::read_file(docs[i]);
-        bytes += text.size();
+        const std::string raw = io::read_file(docs[i]);
+        bytes += raw.size();
+        const std::string text = data::normalize_text(raw, o.normalize);
         ids.clear();
         ids.push_back(tok.eot_id());
         tok.encode_append(text, ids);
@@ -150,6 +154,7 @@ void run_tokenize(const TokenizeOptions& o) {
     std::printf("tokenize: %zu tokens (%zu train / %zu val, %.2f%% val), %zu of them <|endoftext|> separators\n",
                 total, train_tokens, val_tokens, total ? 100.0 * double(val_tokens) / double(total) : 0.0,
                 docs.size());
+    if (o.normalize != "none") std::printf("tokenize: text normalized with '%s'\n", o.normalize.c_str());
     std::printf("tokenize: %.3f bytes per token (text bytes / text tokens)\n",
                 text_tokens ? double(bytes) / double(text_tokens) : 0.0);
     std::printf("tokenize: wrote %s and %s\n", train_path.c_str(), val_path.c_str());
@@ -172,6 +177,11 @@ void add_tokenize_command(CLI::App& app) {
     cmd->add_option("--vocab", o->vocab,
                     "Directory with encoder.json and vocab.bpe (default: $SHARDLM_DATA/gpt2, else <repo>/data/gpt2)");
     cmd->add_option("--name", o->name, "Shard file name prefix")->capture_default_str();
+    cmd->add_option("--normalize", o->normalize,
+                    "Text clean-up before encoding: none (files as they are) or punct (typographic quotes, dashes, "
+                    "ellipsis and no-break spaces to ASCII)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"none", "punct"}));
     cmd->callback([o] { run_tokenize(*o); });
 }
 

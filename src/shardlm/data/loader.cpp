@@ -57,10 +57,17 @@ int BatchLoader::max_token() const {
 
 namespace shardlm::data {
 
-double BatchLoader::unigram_entropy() const {
+double BatchLoader::unigram_entropy() const { return unigram_entropy({this}); }
+
+double BatchLoader::unigram_entropy(const std::vector<const BatchLoader*>& shards) {
     std::vector<int64_t> count(65536, 0);
-    for (uint16_t t : tokens_) count[t]++;
-    double n = double(tokens_.size()), h = 0;
+    int64_t total = 0;
+    for (const BatchLoader* s : shards) {
+        for (uint16_t t : s->tokens_) count[t]++;
+        total += int64_t(s->tokens_.size());
+    }
+    const double n = double(total);
+    double h = 0;
     for (int64_t c : count)
         if (c > 0) h -= double(c) / n * std::log(double(c) / n);
     return h;

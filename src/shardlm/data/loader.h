@@ -22,6 +22,8 @@ public:
     int max_token() const;
     // Entropy (nats) of the shard's unigram token distribution: the loss of the best context-free model.
     double unigram_entropy() const;
+    // The same over the concatenation of several shards (e.g. train + validation: the whole corpus).
+    static double unigram_entropy(const std::vector<const BatchLoader*>& shards);
 
 private:
     int64_t row_of(int64_t k, int G, int j);

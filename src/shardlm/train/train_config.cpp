@@ -7,6 +7,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/io/json_file.h"
+#include "shardlm/model/weights.h"
 
 namespace shardlm::train {
 
@@ -21,8 +22,28 @@ optim::OptimConfig TrainConfig::optim_config() const {
     return o;
 }
 
+model::GptConfig TrainConfig::model_config() const {
+    if (!init.empty()) return model::load_hf_dir_config(init);
+    model::GptConfig c = model::find_preset(model);
+    if (n_layer || n_head || n_embd || n_ctx) {
+        if (n_layer) c.n_layer = n_layer;
+        if (n_head) c.n_head = n_head;
+        if (n_embd) c.n_embd = n_embd;
+        if (n_ctx) c.n_ctx = n_ctx;
+        c.name = model + " (n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) +
+                 ", n_embd " + std::to_string(c.n_embd) + ", n_ctx " + std::to_string(c.n_ctx) + ")";
+    }
+    c.validate("--model " + model + " with --n-layer/--n-head/--n-embd/--n-ctx");
+    return c;
+}
+
 void TrainConfig::validate() const {
     SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
+    SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0,
+                  "--n-layer, --n-head, --n-embd and --n-ctx must be >= 0 (0 = the preset's value)");
+    SHARDLM_CHECK(init.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0),
+                  "--n-layer/--n-head/--n-embd/--n-ctx reshape a --model preset; with --init the shape comes from '",
+                  init, "/config.json'\n---> HINT: drop them, or use --model");
     SHARDLM_CHECK(!data.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
     SHARDLM_CHECK(steps >= 0, "--steps must be >= 0 (got ", steps, ")");
     SHARDLM_CHECK(seq > 0, "--seq must be > 0 (got ", seq, ")");

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shardlm/model/config.h"
 #include "shardlm/optim/optimizer.h"
 
 namespace shardlm::train {
@@ -15,6 +16,8 @@ struct TrainConfig {
     // model: exactly one of init (HF directory) or model (preset name)
     std::string init;
     std::string model;
+    // shape overrides of the preset (0 = the preset's value); only with model
+    int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0;
     // data
     std::string data;
     std::string val_data;
@@ -55,6 +58,8 @@ struct TrainConfig {
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
 
     optim::OptimConfig optim_config() const;
+    // The model to build: the HF directory's config (init) or the preset with the shape overrides.
+    model::GptConfig model_config() const;
     // Throws a clear error for values out of range.
     void validate() const;
 };
@@ -65,6 +70,10 @@ template <typename Cfg, typename F>
 void for_each_field(Cfg& c, F&& f) {
     f("init", c.init, "HF GPT-2 directory (config.json + model.safetensors) to start from");
     f("model", c.model, "Model preset to initialise randomly (see `shardlm info --list`)");
+    f("n_layer", c.n_layer, "Override the preset's number of blocks (0 = the preset's)");
+    f("n_head", c.n_head, "Override the preset's attention heads (0 = the preset's)");
+    f("n_embd", c.n_embd, "Override the preset's width C (0 = the preset's)");
+    f("n_ctx", c.n_ctx, "Override the preset's context length (0 = the preset's)");
     f("data", c.data, "Token shard (llm.c format) to train on");
     f("val_data", c.val_data, "Token shard for validation");
     f("data_order", c.data_order, "sequential | random");

@@ -62,7 +62,7 @@ void Trainer::init(comm::Group& world) {
     SHARDLM_CHECK(cfg_.global_batch % (dp * cfg_.micro_batch) == 0, "--global-batch (", cfg_.global_batch,
                   ") must be a multiple of dp (", dp, ") x --micro-batch (", cfg_.micro_batch,
                   "): each data-parallel rank runs whole micro-batches of its G/dp rows");
-    model_cfg_ = cfg_.init.empty() ? model::find_preset(cfg_.model) : model::load_hf_dir_config(cfg_.init);
+    model_cfg_ = cfg_.model_config();
     SHARDLM_CHECK(cfg_.seq <= model_cfg_.n_ctx, "--seq ", cfg_.seq, " exceeds the model's context length n_ctx = ",
                   model_cfg_.n_ctx, "\n---> HINT: use --seq <= ", model_cfg_.n_ctx);
     loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
@@ -223,6 +223,7 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
                         {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.steps - start_step_)}};
     if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
     j["train_unigram_entropy"] = unigram_;
+    if (val_loader_) j["corpus_unigram_entropy"] = corpus_unigram_;
     if (!sample.empty()) j["sample"] = sample;
     io::write_file_atomic((fs::path(cfg_.out) / "summary.json").string(), j.dump(2) + "\n");
 }
@@ -230,10 +231,14 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
 void Trainer::run() {
     open_run_dir();
     unigram_ = loader_->unigram_entropy();
-    if (is_root())
-        std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats | dp %d, ZeRO-%d\n",
-                    model_cfg_.name.c_str(), model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(),
-                    (long long)loader_->num_tokens(), unigram_, grid_->dp_size(), cfg_.zero);
+    if (val_loader_) corpus_unigram_ = data::BatchLoader::unigram_entropy({loader_.get(), val_loader_.get()});
+    if (is_root()) {
+        std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats", model_cfg_.name.c_str(),
+                    model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
+                    unigram_);
+        if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
+        std::printf(" | dp %d, ZeRO-%d\n", grid_->dp_size(), cfg_.zero);
+    }
     const double t_start = now_s();
     StepStats last;
     AlignedBuffer<float> full;  // the whole model, for checkpoints and the sample

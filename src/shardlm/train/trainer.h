@@ -66,7 +66,8 @@ private:
     int start_step_ = 0;
     bool tty_ = false;
     double last_val_ = -1;
-    double unigram_ = 0;
+    double unigram_ = 0;          // of the training shard
+    double corpus_unigram_ = 0;   // of training + validation shards
 };
 
 std::string stats_json(const StepStats& s);
