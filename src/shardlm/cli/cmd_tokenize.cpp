@@ -181,7 +181,7 @@ void add_tokenize_command(CLI::App& app) {
                     "Text clean-up before encoding: none (files as they are) or punct (typographic quotes, dashes, "
                     "ellipsis and no-break spaces to ASCII)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"none", "punct"}));
+        ->check(CLI::IsMember(data::normalizations()));
     cmd->callback([o] { run_tokenize(*o); });
 }
 

@@ -1,5 +1,6 @@
 #include "shardlm/data/normalize.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "shardlm/core/check.h"
@@ -23,11 +24,15 @@ const char* punct_replacement(uint32_t cp) {
 
 }  // namespace
 
-bool is_normalization(std::string_view name) { return name == "none" || name == "punct"; }
+const std::vector<std::string>& normalizations() {
+    static const std::vector<std::string> names = {"none", "punct"};
+    return names;
+}
 
 std::string normalize_text(std::string_view text, std::string_view normalization) {
-    SHARDLM_CHECK(is_normalization(normalization), "unknown text normalization '", std::string(normalization),
-                  "'\n---> HINT: use none or punct");
+    const auto& names = normalizations();
+    SHARDLM_CHECK(std::find(names.begin(), names.end(), normalization) != names.end(), "unknown text normalization '",
+                  std::string(normalization), "'\n---> HINT: use none or punct");
     if (normalization == "none") return std::string(text);
     std::string out;
     out.reserve(text.size());

@@ -6,11 +6,12 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shardlm::data {
 
 // Names accepted by --normalize: "none" (text unchanged) and "punct".
-bool is_normalization(std::string_view name);
+const std::vector<std::string>& normalizations();
 
 // "punct": typographic punctuation to its ASCII spelling:
 //   ‘ ’ ‚ ‛ ′ -> '     “ ” „ ‟ ″ -> "     — ― -> --     ‐ ‑ ‒ – − -> -     … -> ...     NBSP -> space
