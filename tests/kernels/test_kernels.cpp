@@ -17,6 +17,7 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/kernels/reference/reference.h"
 #include "shardlm/kernels/vec_math.h"
+#include "shardlm/core/dtype.h"
 
 namespace {
 
@@ -81,6 +82,66 @@ TEST(Kernels, Matmul) {
     expect_close("matmul dbias", db, db_ref, 1e-5f);
 }
 
+// bf16 rounding of every element (what matmul_precision bf16 does to the operands).
+Vec round_bf16(Vec v) {
+    for (float& x : v) x = shardlm::bf16_to_f32(shardlm::f32_to_bf16(x));
+    return v;
+}
+
+TEST(Kernels, ConvertToBf16MatchesScalar) {
+    Vec v = randn(1000 + 7, 11, 100.0f);  // not a multiple of 16: the scalar tail runs too
+    float specials[] = {0.0f, -0.0f, 1.0f, 1.00390625f /* tie: rounds to even */, 1.01171875f /* tie, odd */,
+                        1e-40f, -1e-40f, 3.4e38f, INFINITY, -INFINITY, NAN, -NAN};
+    for (size_t i = 0; i < sizeof(specials) / sizeof(float); i++) v[i * 37] = specials[i];
+    std::vector<unsigned short> got(v.size());
+    convert_f32_to_bf16(got.data(), v.data(), v.size());
+    for (size_t i = 0; i < v.size(); i++)
+        ASSERT_EQ(got[i], shardlm::f32_to_bf16(v[i])) << "element " << i << " = " << v[i];
+}
+
+// bf16 precision: equal to the fp32 reference run on bf16-rounded operands (fp32 accumulation), and
+// measurably not the fp32 product of the unrounded ones (the rounding really happens).
+class MatmulBf16 : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(MatmulBf16, EqualsFp32OnRoundedOperands) {
+    const auto [N, C, OC] = GetParam();
+    const MatmulPrecision bf16 = MatmulPrecision::bf16;
+    Vec inp = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), dout = randn(N * OC, 4);
+    Vec inp_r = round_bf16(inp), w_r = round_bf16(w), dout_r = round_bf16(dout);
+    Vec out(N * OC), out_ref(N * OC), out_fp32(N * OC);
+    matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC, false, bf16);
+    ref::matmul_forward(out_ref.data(), inp_r.data(), w_r.data(), b.data(), N, C, OC);
+    expect_close("bf16 matmul out", out, out_ref, 1e-5f);
+    ref::matmul_forward(out_fp32.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    float diff = 0;
+    for (int i = 0; i < N * OC; i++) diff = std::max(diff, std::fabs(out[i] - out_fp32[i]));
+    EXPECT_GT(diff, 1e-3f) << "bf16 product equals the fp32 one: operands were not rounded";
+    Vec acc = randn(N * OC, 5), acc_ref = acc;
+    matmul_forward(acc.data(), inp.data(), w.data(), b.data(), N, C, OC, true, bf16);
+    ref::matmul_forward(acc_ref.data(), inp_r.data(), w_r.data(), b.data(), N, C, OC, true);
+    expect_close("bf16 matmul accumulate", acc, acc_ref, 1e-5f);
+    for (bool accumulate : {false, true}) {
+        Vec dinp(N * C), dinp_ref(N * C), dw = randn(OC * C, 6), dw_ref = dw, db = randn(OC, 7), db_ref = db;
+        if (!accumulate) std::fill(dw_ref.begin(), dw_ref.end(), 0.0f);
+        matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC, accumulate,
+                        bf16);
+        // bias gradients are fp32 sums of the unrounded dout
+        Vec db_only = db_ref;
+        ref::matmul_backward(dinp_ref.data(), dw_ref.data(), db_only.data(), dout_r.data(), inp_r.data(), w_r.data(),
+                             N, C, OC);
+        ref::matmul_backward(nullptr, nullptr, db_ref.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+        expect_close("bf16 matmul dinp", dinp, dinp_ref, 1e-5f);
+        expect_close("bf16 matmul dweight", dw, dw_ref, 1e-5f);
+        expect_close("bf16 matmul dbias", db, db_ref, 1e-5f);
+    }
+}
+
+// (N, C, OC): odd sizes, the shapes of a GPT block (C, 3C, 4C) and a head.
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulBf16,
+                         ::testing::Values(std::make_tuple(37, 45, 67), std::make_tuple(39, 60, 180),
+                                           std::make_tuple(39, 240, 60), std::make_tuple(39, 60, 128),
+                                           std::make_tuple(256, 128, 1001)));
+
 TEST(Kernels, LayerNorm) {
     const int N = 29, C = 77;
     Vec x = randn(N * C, 1, 3.0f), w = randn(C, 2), b = randn(C, 3), dout = randn(N * C, 4);
@@ -138,6 +199,11 @@ TEST(Kernels, CrossEntropy) {
     expect_close("ce loss", loss, loss_r, 1e-6f);
     expect_close("ce loss (forward only)", loss_f, loss_r, 1e-6f);
     expect_close("ce dlogits", logits, logits_r, 1e-6f);
+    // the bf16 copy of the gradient (for the bf16 head backward) is the rounding of the fp32 one
+    Vec logits_b = randn(N * Vp, 1, 4.0f), loss_b(N);
+    std::vector<unsigned short> d_bf16(N * Vp, 0xffff);
+    crossentropy_forward_backward(logits_b.data(), loss_b.data(), t.data(), N, V, Vp, 0.25f, d_bf16.data());
+    for (int i = 0; i < N * Vp; i++) ASSERT_EQ(d_bf16[i], shardlm::f32_to_bf16(logits[i])) << "element " << i;
 }
 
 TEST(Kernels, AttentionAcrossBlocks) {

@@ -8,6 +8,7 @@ Internal modules use nn.Linear ([out, in] weights). HF GPT-2 uses Conv1D, which
 stores weights as [in, out]; to_hf()/from_hf() transpose the 2-D Linear weights.
 The LM head is tied: lm_head.weight IS transformer.wte.weight (no bias).
 """
+import contextlib
 import json
 import math
 import struct
@@ -149,6 +150,47 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(),
                                    targets.reshape(-1), reduction="mean")
         return logits, loss
+
+
+# ---------------------------------------------------------------------------
+# bf16 matmul precision (shardlm's --matmul-precision bf16, src/shardlm/kernels/matmul.h)
+
+def _bf16(t):
+    """Round to bf16 (nearest even) and back to fp32."""
+    return t.to(torch.bfloat16).to(torch.float32)
+
+
+class _Bf16Linear(torch.autograd.Function):
+    """y = bf16(x) @ bf16(w)^T + b, accumulated in fp32; the backward rounds dy the same way
+    before both of its products. Bias and bias gradient stay fp32."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xr, wr = _bf16(x), _bf16(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.has_bias = b is not None
+        y = xr @ wr.t()
+        return y + b if b is not None else y
+
+    @staticmethod
+    def backward(ctx, gy):
+        xr, wr = ctx.saved_tensors
+        gr = _bf16(gy)
+        gx = gr @ wr
+        gw = gr.reshape(-1, gr.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])
+        gb = gy.reshape(-1, gy.shape[-1]).sum(0) if ctx.has_bias else None
+        return gx, gw, gb
+
+
+@contextlib.contextmanager
+def matmul_bf16():
+    """Every nn.Linear (the LM head included) runs as _Bf16Linear inside this block."""
+    orig = F.linear
+    F.linear = lambda x, w, b=None: _Bf16Linear.apply(x, w, b)
+    try:
+        yield
+    finally:
+        F.linear = orig
 
 
 # ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 Deterministic (fixed seeds, 1 thread, deterministic algorithms, fp32): rerunning
 produces byte-identical files.
 
-Fixture A  tests/fixtures/gpt2_tiny/  : forward/backward/optimiser unit reference.
+Fixture A  tests/fixtures/gpt2_tiny/  : forward/backward/optimiser unit reference (and the
+                                        forward/backward with bf16 matmul operands).
 Fixture B  tests/fixtures/gpt2_e2e/   : 10-step AdamW end-to-end training reference.
 """
 import argparse
@@ -100,6 +101,15 @@ def fixture_tiny(outdir):
     ref["grad_norm"] = np.array([G.global_grad_norm(model).item()], dtype=np.float32)
     ref.update(G.grads_to_hf(model, prefix="grad."))
     print(f"[gpt2_tiny] loss={loss.item():.7f} grad_norm={ref['grad_norm'][0]:.7f}")
+
+    # The same forward/backward with every linear layer's operands rounded to bf16.
+    model.zero_grad(set_to_none=True)
+    with G.matmul_bf16():
+        _, loss_bf16 = model(inputs, targets)
+        loss_bf16.backward()
+    ref["bf16.loss"] = np.array([loss_bf16.item()], dtype=np.float32)
+    ref.update(G.grads_to_hf(model, prefix="bf16.grad."))
+    print(f"[gpt2_tiny] bf16 matmuls: loss={loss_bf16.item():.7f}")
 
     opt_losses = {}
     for oname in OPTIMISERS:

@@ -35,7 +35,7 @@ float row_sum_exp(const float* x, float* out, int V, float mx) {
 }  // namespace
 
 void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
-                                   int N, int V, int Vp, float dloss) {
+                                   int N, int V, int Vp, float dloss, unsigned short* dlogits_bf16) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* x = logits + size_t(n) * Vp;
@@ -51,6 +51,13 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
         }
         x[t] -= dloss;
         for (int j = V; j < Vp; j++) x[j] = 0.0f;
+        if (dlogits_bf16) {
+            unsigned short* d = dlogits_bf16 + size_t(n) * Vp;
+            for (int j = 0; j < Vp; j += 16) {
+                __mmask16 m = j + 16 <= Vp ? __mmask16(0xffff) : tail_mask(Vp - j);
+                _mm256_mask_storeu_epi16(d + j, m, f32x16_to_bf16(_mm512_maskz_loadu_ps(m, x + j)));
+            }
+        }
     }
 }
 

@@ -7,8 +7,19 @@
 
 namespace shardlm::kernels {
 
+std::string_view matmul_precision_name(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
+
+bool matmul_precision_from_name(std::string_view s, MatmulPrecision* out) {
+    for (MatmulPrecision p : {MatmulPrecision::fp32, MatmulPrecision::bf16})
+        if (s == matmul_precision_name(p)) {
+            *out = p;
+            return true;
+        }
+    return false;
+}
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int N, int C, int OC, bool accumulate) {
+                    int N, int C, int OC, bool accumulate, MatmulPrecision precision) {
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
         if (accumulate) {
@@ -23,7 +34,11 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
         }
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+    if (precision == MatmulPrecision::bf16)
+        gemm_bf16(out, {to_bf16_scratch(0, inp, size_t(N) * C), C, 1}, {to_bf16_scratch(1, weight, size_t(OC) * C), 1, C},
+                  N, OC, C, beta != 0.0f);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 // dbias(OC) += sum_n dout(n, :), parallel over column blocks of 16, rows summed in order.
@@ -42,13 +57,25 @@ static void bias_backward(float* dbias, const float* dout, int N, int OC) {
 
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
-                     int N, int C, int OC, bool accumulate_dweight) {
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                    accumulate_dweight ? 1.0f : 0.0f, dweight, C);
+                     int N, int C, int OC, bool accumulate_dweight, MatmulPrecision precision) {
+    if (precision == MatmulPrecision::bf16) {
+        matmul_backward_bf16(dinp, dweight, to_bf16_scratch(0, dout, size_t(N) * OC), inp, weight, N, C, OC,
+                             accumulate_dweight);
+    } else {
+        if (dinp)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+        if (dweight)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                        accumulate_dweight ? 1.0f : 0.0f, dweight, C);
+    }
     if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* d, const float* inp,
+                          const float* weight, int N, int C, int OC, bool accumulate_dweight) {
+    if (dinp) gemm_bf16(dinp, {d, OC, 1}, {to_bf16_scratch(1, weight, size_t(OC) * C), C, 1}, N, C, OC, false);
+    if (dweight)
+        gemm_bf16(dweight, {d, 1, OC}, {to_bf16_scratch(2, inp, size_t(N) * C), C, 1}, OC, C, N, accumulate_dweight);
 }
 
 }  // namespace shardlm::kernels

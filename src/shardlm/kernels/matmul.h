@@ -1,14 +1,28 @@
 // kernels/matmul.h: linear layers on BLAS (OpenBLAS sgemm, row-major).
 // Weights are stored [OC, C] (out, in), like torch.nn.Linear; HF's Conv1D [in, out] is transposed
 // on import/export only.
+//
+// Precision (like PyTorch's torch.set_float32_matmul_precision): fp32 runs sgemm on the fp32
+// operands. bf16 rounds both operands of every product to bf16 (nearest even) and multiplies them
+// on oneDNN's AVX512_BF16 kernels with fp32 accumulation and fp32 outputs; parameters, gradients,
+// activations and the optimiser stay fp32. Bias and bias gradients are fp32 in both.
 #pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
 
 namespace shardlm::kernels {
+
+enum class MatmulPrecision { fp32, bf16 };
+// "fp32" / "bf16"; from_name returns false for anything else.
+std::string_view matmul_precision_name(MatmulPrecision p);
+bool matmul_precision_from_name(std::string_view s, MatmulPrecision* out);
 
 // out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC)      (bias may be null)
 // accumulate: false -> out =, true -> out += (used to add a projection onto the residual stream).
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int N, int C, int OC, bool accumulate = false);
+                    int N, int C, int OC, bool accumulate = false,
+                    MatmulPrecision precision = MatmulPrecision::fp32);
 
 // dinp(N,C) = dout(N,OC) @ weight(OC,C)        (=, overwritten; null to skip)
 // dweight(OC,C) += dout^T @ inp (= if !accumulate_dweight: saves zeroing the gradient buffer on the
@@ -16,6 +30,24 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // in order: bit-identical for any thread count.
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
-                     int N, int C, int OC, bool accumulate_dweight = true);
+                     int N, int C, int OC, bool accumulate_dweight = true,
+                     MatmulPrecision precision = MatmulPrecision::fp32);
+
+// matmul_backward at bf16 precision with dout already rounded to bf16 (the fused classifier writes
+// it so, saving a pass over the (N, Vp) logits): dinp =, dweight += (or =); no bias.
+void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* dout_bf16, const float* inp,
+                          const float* weight, int N, int C, int OC, bool accumulate_dweight);
+
+// The bf16 products (matmul_bf16.cpp): C(M,N) = A(M,K) B(K,N) (+ C if accumulate), fp32 accumulation,
+// operands given as bf16 with arbitrary row/column strides (in elements).
+struct Bf16Matrix {
+    const unsigned short* data;
+    long row_stride, col_stride;
+};
+void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate);
+// A bf16 copy of n floats in scratch buffer `slot` (0-2, reused by the next call with that slot).
+const unsigned short* to_bf16_scratch(int slot, const float* src, size_t n);
+// f32 -> bf16, round to nearest even (NaN stays NaN), bit-identical to shardlm::f32_to_bf16.
+void convert_f32_to_bf16(unsigned short* dst, const float* src, size_t n);
 
 }  // namespace shardlm::kernels

@@ -21,7 +21,7 @@ size_t Activations::bytes() const {
         n += b.ln1.bytes() + b.ln1_mean.bytes() + b.ln1_rstd.bytes() + b.qkv.bytes() + b.att.bytes() + b.atty.bytes() +
              b.resid2.bytes() + b.ln2.bytes() + b.ln2_mean.bytes() + b.ln2_rstd.bytes() + b.fch.bytes() +
              b.fch_gelu.bytes();
-    n += lnf.bytes() + lnf_mean.bytes() + lnf_rstd.bytes() + logits.bytes() + losses.bytes();
+    n += lnf.bytes() + lnf_mean.bytes() + lnf_rstd.bytes() + logits.bytes() + losses.bytes() + dlogits_bf16.bytes();
     n += dresid.bytes() + dln.bytes() + dqkv.bytes() + datty.bytes() + dfch.bytes() + attn_scratch.bytes();
     return n;
 }
@@ -74,19 +74,19 @@ void Gpt::block_forward(int l, int B, int T) {
     const float* x = acts_.resid[l].data();
     layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, param(u, kLn1W), param(u, kLn1B), N, C,
                       config_.ln_eps);
-    matmul_forward(a.qkv.data(), a.ln1.data(), param(u, kQkvW), param(u, kQkvB), N, C, 3 * C);
+    matmul_forward(a.qkv.data(), a.ln1.data(), param(u, kQkvW), param(u, kQkvB), N, C, 3 * C, false, matmul_precision_);
     attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
     // resid2 = x + atty @ Wproj^T + b
     std::memcpy(a.resid2.data(), x, sizeof(float) * N * C);
-    matmul_forward(a.resid2.data(), a.atty.data(), param(u, kAttnProjW), param(u, kAttnProjB), N, C, C, true);
+    matmul_forward(a.resid2.data(), a.atty.data(), param(u, kAttnProjW), param(u, kAttnProjB), N, C, C, true, matmul_precision_);
     layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.resid2.data(), param(u, kLn2W),
                       param(u, kLn2B), N, C, config_.ln_eps);
-    matmul_forward(a.fch.data(), a.ln2.data(), param(u, kFcW), param(u, kFcB), N, C, 4 * C);
+    matmul_forward(a.fch.data(), a.ln2.data(), param(u, kFcW), param(u, kFcB), N, C, 4 * C, false, matmul_precision_);
     gelu_forward(a.fch_gelu.data(), a.fch.data(), size_t(N) * 4 * C);
     // resid[l+1] = resid2 + fch_gelu @ Wfcproj^T + b
     float* y = acts_.resid[l + 1].data();
     std::memcpy(y, a.resid2.data(), sizeof(float) * N * C);
-    matmul_forward(y, a.fch_gelu.data(), param(u, kFcProjW), param(u, kFcProjB), N, 4 * C, C, true);
+    matmul_forward(y, a.fch_gelu.data(), param(u, kFcProjW), param(u, kFcProjB), N, 4 * C, C, true, matmul_precision_);
 }
 
 float Gpt::forward(const int* inputs, const int* targets, int B, int T, float dloss, UnitHooks* hooks) {
@@ -117,11 +117,12 @@ float Gpt::forward(const int* inputs, const int* targets, int B, int T, float dl
     layernorm_forward(acts_.lnf.data(), acts_.lnf_mean.data(), acts_.lnf_rstd.data(), acts_.resid[L].data(),
                       param(head, 0), param(head, 1), N, C, config_.ln_eps);
     // logits = lnf @ wte^T over the padded vocabulary (padded rows of wte are zero).
-    matmul_forward(acts_.logits.data(), acts_.lnf.data(), param(0, 0), nullptr, N, C, Vp);
+    matmul_forward(acts_.logits.data(), acts_.lnf.data(), param(0, 0), nullptr, N, C, Vp, false, matmul_precision_);
     has_grad_ = false;
     if (!targets) return 0.0f;
     if (dloss != 0.0f) {
-        crossentropy_forward_backward(acts_.logits.data(), acts_.losses.data(), targets, N, V, Vp, dloss);
+        crossentropy_forward_backward(acts_.logits.data(), acts_.losses.data(), targets, N, V, Vp, dloss,
+                                      matmul_precision_ == MatmulPrecision::bf16 ? acts_.dlogits_bf16.data() : nullptr);
         has_grad_ = true;
     } else {
         crossentropy_forward(acts_.losses.data(), acts_.logits.data(), targets, N, V, Vp);
@@ -129,6 +130,12 @@ float Gpt::forward(const int* inputs, const int* targets, int B, int T, float dl
     double s = 0.0;
     for (int i = 0; i < N; i++) s += acts_.losses[i];
     return float(s / N);
+}
+
+void Gpt::set_matmul_precision(MatmulPrecision p) {
+    matmul_precision_ = p;
+    if (p == MatmulPrecision::bf16 && acts_.dlogits_bf16.size() == 0)
+        acts_.dlogits_bf16.resize(size_t(acts_.B) * acts_.T * config_.padded_vocab());
 }
 
 void Gpt::zero_small_grads(int unit) {
@@ -147,17 +154,17 @@ void Gpt::block_backward(int l, int B, int T, bool acc) {
     float* dln = acts_.dln.data();
     float* dfch = acts_.dfch.data();
     matmul_backward(dfch, grad(u, kFcProjW), grad(u, kFcProjB), dres, a.fch_gelu.data(), param(u, kFcProjW), N, 4 * C, C,
-                    acc);
+                    acc, matmul_precision_);
     gelu_backward(dfch, a.fch.data(), dfch, size_t(N) * 4 * C);
-    matmul_backward(dln, grad(u, kFcW), grad(u, kFcB), dfch, a.ln2.data(), param(u, kFcW), N, C, 4 * C, acc);
+    matmul_backward(dln, grad(u, kFcW), grad(u, kFcB), dfch, a.ln2.data(), param(u, kFcW), N, C, 4 * C, acc, matmul_precision_);
     layernorm_backward(dres, grad(u, kLn2W), grad(u, kLn2B), dln, a.resid2.data(), param(u, kLn2W), a.ln2_mean.data(),
                        a.ln2_rstd.data(), N, C);
     matmul_backward(acts_.datty.data(), grad(u, kAttnProjW), grad(u, kAttnProjB), dres, a.atty.data(),
-                    param(u, kAttnProjW), N, C, C, acc);
+                    param(u, kAttnProjW), N, C, C, acc, matmul_precision_);
     attention_backward(acts_.dqkv.data(), acts_.attn_scratch.data(), acts_.datty.data(), a.qkv.data(), a.att.data(),
                        B, T, C, NH);
     matmul_backward(dln, grad(u, kQkvW), grad(u, kQkvB), acts_.dqkv.data(), a.ln1.data(), param(u, kQkvW), N, C, 3 * C,
-                    acc);
+                    acc, matmul_precision_);
     layernorm_backward(dres, grad(u, kLn1W), grad(u, kLn1B), dln, acts_.resid[l].data(), param(u, kLn1W),
                        a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
@@ -171,8 +178,12 @@ void Gpt::backward(UnitHooks* hooks, bool accumulate) {
     if (hooks) hooks->before_backward(head);
     if (hooks) hooks->before_backward(0);
     if (!accumulate) zero_small_grads(head), zero_small_grads(0);
-    matmul_backward(acts_.dln.data(), grad(0, 0), nullptr, acts_.logits.data(), acts_.lnf.data(), param(0, 0), N, C, Vp,
-                    accumulate);
+    if (matmul_precision_ == MatmulPrecision::bf16)
+        matmul_backward_bf16(acts_.dln.data(), grad(0, 0), acts_.dlogits_bf16.data(), acts_.lnf.data(), param(0, 0), N,
+                             C, Vp, accumulate);
+    else
+        matmul_backward(acts_.dln.data(), grad(0, 0), nullptr, acts_.logits.data(), acts_.lnf.data(), param(0, 0), N, C,
+                        Vp, accumulate);
     std::memset(acts_.dresid.data(), 0, sizeof(float) * N * C);
     layernorm_backward(acts_.dresid.data(), grad(head, 0), grad(head, 1), acts_.dln.data(), acts_.resid[L].data(),
                        param(head, 0), acts_.lnf_mean.data(), acts_.lnf_rstd.data(), N, C);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardlm/core/aligned_buffer.h"
+#include "shardlm/kernels/matmul.h"
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
 
@@ -35,6 +36,7 @@ struct Activations {
     };
     std::vector<Block> blocks;
     AlignedBuffer<float> lnf, lnf_mean, lnf_rstd, logits, losses;
+    AlignedBuffer<unsigned short> dlogits_bf16;  // (B*T, Vp), only at bf16 matmul precision
     // backward scratch, shared by all layers
     AlignedBuffer<float> dresid, dln, dqkv, datty, dfch, attn_scratch;
     size_t bytes() const;
@@ -67,6 +69,10 @@ public:
     void backward(UnitHooks* hooks = nullptr, bool accumulate = true);
 
     // Logits of the last forward without targets: (B, T, padded_vocab), row (b, t) at (b*T + t)*Vp.
+    // Precision of the linear layers' products (kernels/matmul.h); fp32 unless set.
+    void set_matmul_precision(kernels::MatmulPrecision p);
+    kernels::MatmulPrecision matmul_precision() const { return matmul_precision_; }
+
     const float* logits() const { return acts_.logits.data(); }
     const float* losses() const { return acts_.losses.data(); }
     size_t activation_bytes() const { return acts_.bytes(); }
@@ -89,6 +95,7 @@ private:
     std::vector<float*> unit_params_, unit_grads_;  // per unit: start of its range
     int B_ = 0, T_ = 0;  // shape of the last forward
     bool has_grad_ = false;
+    kernels::MatmulPrecision matmul_precision_ = kernels::MatmulPrecision::fp32;
 };
 
 }  // namespace shardlm::model

@@ -7,6 +7,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/io/json_file.h"
+#include "shardlm/kernels/matmul.h"
 #include "shardlm/model/weights.h"
 
 namespace shardlm::train {
@@ -60,6 +61,9 @@ void TrainConfig::validate() const {
                   "' is not known\n---> HINT: use constant or cosine");
     SHARDLM_CHECK(data_order == "sequential" || data_order == "random", "--data-order '", data_order,
                   "' is not known\n---> HINT: use sequential or random");
+    kernels::MatmulPrecision mp;
+    SHARDLM_CHECK(kernels::matmul_precision_from_name(matmul_precision, &mp), "--matmul-precision '", matmul_precision,
+                  "' is not known\n---> HINT: use fp32 or bf16");
     SHARDLM_CHECK(val_every >= 0 && val_batches >= 0, "--val-every and --val-batches must be >= 0");
     SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");

@@ -55,6 +55,7 @@ struct TrainConfig {
     // runtime
     uint64_t seed = 1337;
     int threads = 0;      // 0 = OpenMP default
+    std::string matmul_precision = "fp32";  // fp32 | bf16 (kernels/matmul.h)
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
 
     optim::OptimConfig optim_config() const;
@@ -108,6 +109,8 @@ void for_each_field(Cfg& c, F&& f) {
     f("comm_report", c.comm_report, "Print each rank's bytes sent in the last step beside the ring formulas, and how much was hidden");
     f("seed", c.seed, "Random seed (init and data order)");
     f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
+    f("matmul_precision", c.matmul_precision,
+      "fp32 | bf16: operands of the linear layers' products rounded to bf16, fp32 accumulation (weights, grads, optimiser stay fp32)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
 }
 

@@ -17,6 +17,7 @@
 #include "shardlm/data/token_shard.h"
 #include "shardlm/data/tokenizer.h"
 #include "shardlm/io/atomic_file.h"
+#include "shardlm/kernels/matmul.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/model/inference.h"
 #include "shardlm/model/weights.h"
@@ -69,6 +70,9 @@ void Trainer::init(comm::Group& world) {
     if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, "sequential");
 
     model_ = std::make_unique<model::Gpt>(model_cfg_, cfg_.micro_batch, cfg_.seq, get_threads(), dp);
+    kernels::MatmulPrecision precision;
+    kernels::matmul_precision_from_name(cfg_.matmul_precision, &precision);  // validated above
+    model_->set_matmul_precision(precision);
     dp_ = std::make_unique<parallel::DataParallel>(grid_->dp(), *model_, cfg_.zero, cfg_.bucket_mb);
     const model::Layout& layout = model_->layout();
     optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), layout, dp_->owned_ranges());
