@@ -13,39 +13,46 @@ BatchLoader::BatchLoader(std::vector<uint16_t> tokens, int T, std::string order,
     SHARDLM_CHECK(order_ == "sequential" || order_ == "random", "--data-order '", order_,
                   "' is not known\n---> HINT: use sequential or random");
     rows_ = tokens_.size() > 0 ? int64_t(tokens_.size() - 1) / T_ : 0;
+    random_rows_ = (int64_t(tokens_.size()) - T_) / T_;  // rows that fit at any phase in [0, T)
     SHARDLM_CHECK(rows_ > 0, "token shard '", source, "' holds ", tokens_.size(), " tokens, fewer than one row of T+1 = ",
                   T_ + 1, "\n---> HINT: use a smaller --seq or more data");
+    SHARDLM_CHECK(order_ != "random" || random_rows_ > 0, "token shard '", source, "' holds ", tokens_.size(),
+                  " tokens, fewer than 2T = ", 2 * T_, " (one row at every phase) for --data-order random",
+                  "\n---> HINT: use --data-order sequential, a smaller --seq or more data");
 }
 
-int64_t BatchLoader::row_of(int64_t k, int G, int j) {
+int64_t BatchLoader::start_of(int64_t k, int G, int j) {
     int64_t r = k * G + j;
-    if (order_ == "sequential") return r % rows_;
-    int64_t epoch = r / rows_;
+    if (order_ == "sequential") return (r % rows_) * T_;
+    int64_t epoch = r / random_rows_;
     if (epoch != perm_epoch_) {
-        perm_.resize(size_t(rows_));
-        for (int64_t i = 0; i < rows_; i++) perm_[size_t(i)] = i;
+        perm_.resize(size_t(random_rows_));
+        for (int64_t i = 0; i < random_rows_; i++) perm_[size_t(i)] = i;
         std::mt19937_64 rng(seed_ * 0x9e3779b97f4a7c15ull + uint64_t(epoch));
+        phase_ = int64_t(rng() % uint64_t(T_));
         // Fisher-Yates with our own index draw (std::uniform_int_distribution is not portable bit for bit)
-        for (int64_t i = rows_ - 1; i > 0; i--) {
+        for (int64_t i = random_rows_ - 1; i > 0; i--) {
             int64_t t = int64_t(rng() % uint64_t(i + 1));
             std::swap(perm_[size_t(i)], perm_[size_t(t)]);
         }
         perm_epoch_ = epoch;
     }
-    return perm_[size_t(r % rows_)];
+    return phase_ + perm_[size_t(r % random_rows_)] * T_;
 }
 
-void BatchLoader::fill(int64_t k, int G, int j, int* inputs, int* targets) {
-    fill_row(row_of(k, G, j), inputs, targets);
-}
-
-void BatchLoader::fill_row(int64_t i, int* inputs, int* targets) const {
-    const uint16_t* p = tokens_.data() + size_t(i % rows_) * T_;
+void BatchLoader::copy_row(int64_t start, int* inputs, int* targets) const {
+    const uint16_t* p = tokens_.data() + size_t(start);
     for (int t = 0; t < T_; t++) {
         inputs[t] = p[t];
         targets[t] = p[t + 1];
     }
 }
+
+void BatchLoader::fill(int64_t k, int G, int j, int* inputs, int* targets) {
+    copy_row(start_of(k, G, j), inputs, targets);
+}
+
+void BatchLoader::fill_row(int64_t i, int* inputs, int* targets) const { copy_row((i % rows_) * T_, inputs, targets); }
 
 int BatchLoader::max_token() const {
     uint16_t m = 0;

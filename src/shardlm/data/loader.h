@@ -1,7 +1,10 @@
 // data/loader.h: which T+1 tokens make row j of global batch k. A pure function of
 // (order, seed, k, j), so any process, any data-parallel rank and any resumed run agree.
 //   sequential: row r = k*G + j of the shard (wrapping around), tokens[r*T .. r*T + T]
-//   random:     rows of each epoch in a permutation seeded by (seed, epoch)
+//   random:     each epoch cuts the shard into rows at its own phase p in [0, T) (tokens
+//               [p + i*T .. p + i*T + T]) and visits them in a permutation, both drawn from
+//               (seed, epoch): over several epochs a token is seen in different contexts and
+//               positions, not in the same window again. (n - T) / T rows an epoch.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,6 +16,7 @@ class BatchLoader {
 public:
     BatchLoader(std::vector<uint16_t> tokens, int T, std::string order, uint64_t seed, std::string source);
 
+    // Rows of the fixed sweep of fill_row (and of an epoch in sequential order).
     int64_t num_rows() const { return rows_; }
     int64_t num_tokens() const { return int64_t(tokens_.size()); }
     // inputs, targets: T ints each, for row j of global batch k of G rows.
@@ -26,13 +30,15 @@ public:
     static double unigram_entropy(const std::vector<const BatchLoader*>& shards);
 
 private:
-    int64_t row_of(int64_t k, int G, int j);
+    // First token of row j of global batch k.
+    int64_t start_of(int64_t k, int G, int j);
+    void copy_row(int64_t start, int* inputs, int* targets) const;
     std::vector<uint16_t> tokens_;
     int T_;
     std::string order_;
     uint64_t seed_;
-    int64_t rows_;
-    int64_t perm_epoch_ = -1;
+    int64_t rows_, random_rows_;
+    int64_t perm_epoch_ = -1, phase_ = 0;
     std::vector<int64_t> perm_;
 };
 

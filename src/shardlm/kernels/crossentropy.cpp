@@ -45,19 +45,24 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
         float sum = row_sum_exp<true>(x, x, V, mx);
         losses[n] = mx + std::log(sum) - xt;
         __m512 scale = _mm512_set1_ps(dloss / sum);
+        if (dlogits_bf16) {  // the gradient goes to the bf16 buffer only; x is left holding the exponentials
+            unsigned short* d = dlogits_bf16 + size_t(n) * Vp;
+            for (int j = 0; j < Vp; j += 16) {
+                __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : j < V ? tail_mask(V - j) : __mmask16(0);
+                __mmask16 mp = j + 16 <= Vp ? __mmask16(0xffff) : tail_mask(Vp - j);
+                __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);  // padding -> 0
+                if (t >= j && t < j + 16)  // - dloss at the target, rounded as the fp32 path rounds it
+                    g = _mm512_mask_sub_ps(g, __mmask16(1u << (t - j)), g, _mm512_set1_ps(dloss));
+                _mm256_mask_storeu_epi16(d + j, mp, f32x16_to_bf16(g));
+            }
+            continue;
+        }
         for (int j = 0; j < V; j += 16) {
             __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : tail_mask(V - j);
             _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale));
         }
         x[t] -= dloss;
         for (int j = V; j < Vp; j++) x[j] = 0.0f;
-        if (dlogits_bf16) {
-            unsigned short* d = dlogits_bf16 + size_t(n) * Vp;
-            for (int j = 0; j < Vp; j += 16) {
-                __mmask16 m = j + 16 <= Vp ? __mmask16(0xffff) : tail_mask(Vp - j);
-                _mm256_mask_storeu_epi16(d + j, m, f32x16_to_bf16(_mm512_maskz_loadu_ps(m, x + j)));
-            }
-        }
     }
 }
 

@@ -8,8 +8,8 @@ namespace shardlm::kernels {
 
 // losses(N) = logsumexp(logits[n, :V]) - logits[n, targets[n]]          (=)
 // logits(N,Vp) <- dloss * (softmax(logits[n, :V]) - onehot(targets[n]))  (in place; padding -> 0)
-// With dlogits_bf16 (N, Vp): the gradient is also written there rounded to bf16, row by row while it
-// is in cache, for the bf16 head backward (matmul_backward_bf16).
+// With dlogits_bf16 (N, Vp): the gradient is written there instead, rounded to bf16 (for the bf16
+// head backward, matmul_backward_bf16), and logits is left holding scratch.
 void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
                                    int N, int V, int Vp, float dloss, unsigned short* dlogits_bf16 = nullptr);
 

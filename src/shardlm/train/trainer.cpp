@@ -241,7 +241,10 @@ void Trainer::run() {
                     model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
                     unigram_);
         if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
-        std::printf(" | dp %d, ZeRO-%d\n", grid_->dp_size(), cfg_.zero);
+        std::printf(" | dp %d, ZeRO-%d | matmuls %s\n", grid_->dp_size(), cfg_.zero, cfg_.matmul_precision.c_str());
+        if (cfg_.matmul_precision == "bf16" && !__builtin_cpu_supports("avx512bf16"))
+            std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
+                        "---> HINT: --matmul-precision fp32\n");
     }
     const double t_start = now_s();
     StepStats last;
