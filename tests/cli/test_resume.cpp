@@ -36,19 +36,23 @@ std::vector<std::string> lines(const std::string& path) {
     return out;
 }
 
-TEST(Resume, KilledAndResumedRunIsBitExact) {
-    fs::path tmp = fs::temp_directory_path() / ("shardlm_resume_" + std::to_string(::getpid()));
+// fp32 and bf16 matmuls (the default config's) alike.
+class Resume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Resume, KilledAndResumedRunIsBitExact) {
+    fs::path tmp = fs::temp_directory_path() / ("shardlm_resume_" + GetParam() + "_" + std::to_string(::getpid()));
     fs::remove_all(tmp);
     const std::string a = (tmp / "a").string(), b = (tmp / "b").string();
-    ASSERT_EQ(run("--steps 8 --ckpt-every 4 --out " + a), 0);
+    const std::string flags = "--steps 8 --ckpt-every 4 --matmul-precision " + GetParam();
+    ASSERT_EQ(run(flags + " --out " + a), 0);
     // killed right after the step-4 checkpoint
-    EXPECT_EQ(run("--steps 8 --ckpt-every 4 --out " + b, "SHARDLM_TEST_KILL_AFTER_CKPT=4"), 128 + SIGKILL);
+    EXPECT_EQ(run(flags + " --out " + b, "SHARDLM_TEST_KILL_AFTER_CKPT=4"), 128 + SIGKILL);
     ASSERT_TRUE(fs::exists(fs::path(b) / "ckpt_00000004" / "meta.json"));
     // resumed, and killed again half-way through writing the step-8 checkpoint
-    EXPECT_EQ(run("--steps 8 --ckpt-every 4 --resume --out " + b, "SHARDLM_TEST_KILL_IN_CKPT=8"), 128 + SIGKILL);
+    EXPECT_EQ(run(flags + " --resume --out " + b, "SHARDLM_TEST_KILL_IN_CKPT=8"), 128 + SIGKILL);
     EXPECT_FALSE(fs::exists(fs::path(b) / "ckpt_00000008"));
     // resumed again from step 4: completes
-    ASSERT_EQ(run("--steps 8 --ckpt-every 4 --resume --out " + b), 0);
+    ASSERT_EQ(run(flags + " --resume --out " + b), 0);
 
     auto ma = lines(a + "/metrics.jsonl"), mb = lines(b + "/metrics.jsonl");
     ASSERT_EQ(ma.size(), 8u);
@@ -71,7 +75,9 @@ TEST(Resume, KilledAndResumedRunIsBitExact) {
     fs::remove_all(tmp);
 }
 
-TEST(Resume, IncompatibleCheckpointIsAClearError) {
+INSTANTIATE_TEST_SUITE_P(MatmulPrecision, Resume, ::testing::Values("fp32", "bf16"));
+
+TEST(ResumeErrors, IncompatibleCheckpointIsAClearError) {
     fs::path tmp = fs::temp_directory_path() / ("shardlm_resume_bad_" + std::to_string(::getpid()));
     fs::remove_all(tmp);
     ASSERT_EQ(run("--steps 2 --out " + tmp.string()), 0);
