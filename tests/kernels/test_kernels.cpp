@@ -94,7 +94,7 @@ TEST(Kernels, ConvertToBf16MatchesScalar) {
                         1e-40f, -1e-40f, 3.4e38f, INFINITY, -INFINITY, NAN, -NAN};
     for (size_t i = 0; i < sizeof(specials) / sizeof(float); i++) v[i * 37] = specials[i];
     std::vector<unsigned short> got(v.size());
-    convert_f32_to_bf16(got.data(), v.data(), v.size());
+    shardlm::convert_from_f32(got.data(), shardlm::DType::BF16, v.data(), v.size());
     for (size_t i = 0; i < v.size(); i++)
         ASSERT_EQ(got[i], shardlm::f32_to_bf16(v[i])) << "element " << i << " = " << v[i];
 }

@@ -1,5 +1,7 @@
 #include "shardlm/core/dtype.h"
 
+#include "shardlm/core/dtype_simd.h"
+
 namespace shardlm {
 
 std::string_view dtype_name(DType t) {
@@ -37,9 +39,14 @@ void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
         return;
     }
     uint16_t* d = static_cast<uint16_t*>(dst);
-    if (dst_type == DType::BF16)
-        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
-    else
+    if (dst_type == DType::BF16) {
+        // 16 at a time (the bf16 matmuls round every operand through here), the tail one by one
+        const long nv = long(n / 16);
+#pragma omp parallel for schedule(static)
+        for (long v = 0; v < nv; v++)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + v * 16), f32x16_to_bf16(_mm512_loadu_ps(src + v * 16)));
+        for (size_t i = size_t(nv) * 16; i < n; i++) d[i] = f32_to_bf16(src[i]);
+    } else
         for (size_t i = 0; i < n; i++) d[i] = f32_to_f16(src[i]);
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "shardlm/core/dtype_simd.h"
 #include "shardlm/kernels/vec_math.h"
 
 namespace shardlm::kernels {

@@ -8,7 +8,6 @@
 // activations and the optimiser stay fp32. Bias and bias gradients are fp32 in both.
 #pragma once
 #include <cstddef>
-#include <string>
 #include <string_view>
 
 namespace shardlm::kernels {
@@ -47,7 +46,5 @@ struct Bf16Matrix {
 void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate);
 // A bf16 copy of n floats in scratch buffer `slot` (0-2, reused by the next call with that slot).
 const unsigned short* to_bf16_scratch(int slot, const float* src, size_t n);
-// f32 -> bf16, round to nearest even (NaN stays NaN), bit-identical to shardlm::f32_to_bf16.
-void convert_f32_to_bf16(unsigned short* dst, const float* src, size_t n);
 
 }  // namespace shardlm::kernels

@@ -1,5 +1,4 @@
-// kernels/vec_math.h: AVX-512 exp and tanh for the softmax, cross-entropy and GELU kernels, and
-// the fp32 -> bf16 rounding of the bf16 matmuls.
+// kernels/vec_math.h: AVX-512 exp and tanh for the softmax, cross-entropy and GELU kernels.
 // Accuracy ~1-2 ulp over the range we use (Cephes expf polynomial); kernels/reference/ uses std::exp
 // and std::tanh, and tests/kernels/test_vec_math.cpp bounds the difference.
 #pragma once
@@ -31,18 +30,6 @@ inline __m512 tanh512(__m512 x) {
     __m512 e = exp512(_mm512_add_ps(x, x));
     __m512 one = _mm512_set1_ps(1.0f);
     return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
-}
-
-// 16 floats to bf16, rounded to nearest even, NaN kept quiet: bit-identical to shardlm::f32_to_bf16
-// (u + 0x7fff + ((u >> 16) & 1)) >> 16, with AVX-512F integer ops only.
-inline __m256i f32x16_to_bf16(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
 }
 
 // Mask of the first n (< 16) lanes, for loop tails.
