@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libgtest-dev libbenchmark-dev
-          libopenblas-dev libopenblas0-openmp libdnnl-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+          libopenblas-dev libopenblas0-openmp libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
           libopenmpi-dev openmpi-bin npm python3-torch python3-numpy)
 
 if [ -z "${SHARDLM_NO_APT:-}" ]; then
