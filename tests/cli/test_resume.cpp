@@ -67,7 +67,7 @@ TEST_P(Resume, KilledAndResumedRunIsBitExact) {
             EXPECT_EQ(ja["val_loss"].get<double>(), jb["val_loss"].get<double>());
         }
     }
-    for (const char* f : {"model.safetensors", "optimizer.rank00000-of-00001.safetensors"})
+    for (const char* f : {"model.rank00000-of-00001.safetensors", "optimizer.rank00000-of-00001.safetensors"})
         EXPECT_EQ(shardlm::io::read_file(a + "/ckpt_00000008/" + f), shardlm::io::read_file(b + "/ckpt_00000008/" + f))
             << f;
     // no temporary checkpoint directory is left behind

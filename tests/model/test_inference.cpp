@@ -1,5 +1,6 @@
-// KvCacheGpt (one position at a time, cached keys/values) gives the same logits as the training
-// forward over the whole sequence, at every position; sampling is deterministic per seed.
+// Generator (one position at a time through the training block code with cached keys/values) gives
+// the same logits as the training forward over the whole sequence, at every position; sampling is
+// deterministic per seed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,14 +9,14 @@
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/model/gpt.h"
-#include "shardlm/model/inference.h"
+#include "shardlm/model/generate.h"
 #include "shardlm/model/weights.h"
 
 namespace {
 
 using namespace shardlm;
 
-TEST(KvCacheGpt, MatchesFullForwardAtEveryPosition) {
+TEST(Generator, MatchesFullForwardAtEveryPosition) {
     model::GptConfig c{"t", 3, 3, 60, 101, 32};
     model::Gpt gpt(c, 1, 20, 2);
     AlignedBuffer<float> params(gpt.layout().total), grads(gpt.layout().total);
@@ -24,7 +25,7 @@ TEST(KvCacheGpt, MatchesFullForwardAtEveryPosition) {
     std::vector<int> tok(20);
     for (int i = 0; i < 20; i++) tok[i] = (i * 37 + 11) % c.vocab_size;
     gpt.forward(tok.data(), nullptr, 1, 20, 0.0f);
-    model::KvCacheGpt kv(c, params.data());
+    model::Generator kv(c, gpt.layout(), params.data());
     for (int t = 0; t < 20; t++) {
         const float* a = kv.step(tok[t]);
         const float* b = gpt.logits() + size_t(t) * c.padded_vocab();
@@ -37,7 +38,7 @@ TEST(KvCacheGpt, MatchesFullForwardAtEveryPosition) {
     }
 }
 
-TEST(KvCacheGpt, SamplingIsDeterministicAndRespectsTopK) {
+TEST(Generator, SamplingIsDeterministicAndRespectsTopK) {
     model::GptConfig c{"t", 2, 2, 32, 50, 16};
     model::Layout layout = model::make_gpt2_layout(c);
     AlignedBuffer<float> params(layout.total);
@@ -45,21 +46,21 @@ TEST(KvCacheGpt, SamplingIsDeterministicAndRespectsTopK) {
     model::SampleOptions o;
     o.max_tokens = 10;
     o.seed = 3;
-    model::KvCacheGpt a(c, params.data()), b(c, params.data());
+    model::Generator a(c, layout, params.data()), b(c, layout, params.data());
     auto x = model::sample_tokens(a, {1, 2, 3}, o);
     auto y = model::sample_tokens(b, {1, 2, 3}, o);
     EXPECT_EQ(x, y);
     EXPECT_EQ(x.size(), 10u);
     // top-k 1 is greedy
     o.top_k = 1;
-    model::KvCacheGpt g1(c, params.data()), g2(c, params.data());
+    model::Generator g1(c, layout, params.data()), g2(c, layout, params.data());
     auto greedy = model::sample_tokens(g1, {4}, o);
     model::SampleOptions og = o;
     og.temperature = 0.0f;
     EXPECT_EQ(greedy, model::sample_tokens(g2, {4}, og));
     // the context limit stops generation
     o.max_tokens = 100;
-    model::KvCacheGpt g3(c, params.data());
+    model::Generator g3(c, layout, params.data());
     EXPECT_EQ(model::sample_tokens(g3, {4, 5}, o).size(), size_t(c.n_ctx - 2 + 1));
 }
 

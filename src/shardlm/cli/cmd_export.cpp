@@ -16,7 +16,7 @@ void add_export_command(CLI::App& app) {
     };
     auto o = std::make_shared<Opts>();
     CLI::App* c = app.add_subcommand("export", "Write a model as an HF GPT-2 directory (config.json + model.safetensors)");
-    c->add_option("--init", o->init, "HF GPT-2 directory to read (e.g. to convert dtype)");
+    c->add_option("--init", o->init, "HF GPT-2 directory or shardlm checkpoint to read (assembles the checkpoint's pieces)");
     c->add_option("--model", o->model, "Model preset, randomly initialised with --seed");
     c->add_option("--seed", o->seed, "Seed for --model")->capture_default_str();
     c->add_option("--dtype", o->dtype, "F32 | BF16 | F16")->capture_default_str();

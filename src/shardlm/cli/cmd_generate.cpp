@@ -8,7 +8,7 @@
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/check.h"
 #include "shardlm/data/tokenizer.h"
-#include "shardlm/model/inference.h"
+#include "shardlm/model/generate.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/train/checkpoint.h"
 
@@ -35,10 +35,11 @@ void add_generate_command(CLI::App& app) {
         SHARDLM_CHECK(o->s.temperature >= 0, "--temperature must be >= 0");
         SHARDLM_CHECK(o->s.top_k >= 0, "--top-k must be >= 0");
         std::string dir = o->ckpt;
-        // a checkpoint or HF directory holds model.safetensors; a run directory holds checkpoints
-        if (!std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors")) {
+        // a checkpoint holds meta.json, an HF directory model.safetensors; a run directory holds checkpoints
+        namespace fs = std::filesystem;
+        if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "meta.json")) {
             std::string latest = train::latest_checkpoint(dir);
-            SHARDLM_CHECK(!latest.empty(), "'", dir, "' is neither a checkpoint (config.json + model.safetensors) nor a ",
+            SHARDLM_CHECK(!latest.empty(), "'", dir, "' is neither a checkpoint or HF directory (config.json + model tensors) nor a ",
                           "run directory with checkpoints\n---> HINT: train with --out RUN_DIR first");
             dir = latest;
         }
@@ -51,7 +52,7 @@ void add_generate_command(CLI::App& app) {
                       " is smaller than the GPT-2 tokenizer's ", tok.vocab_size());
         std::vector<int> prompt = tok.encode(o->prompt);
         if (prompt.empty()) prompt.push_back(tok.eot_id());
-        model::KvCacheGpt gen(cfg, params.data());
+        model::Generator gen(cfg, layout, params.data());
         std::vector<int> ids = model::sample_tokens(gen, prompt, o->s);
         std::printf("%s%s\n", o->prompt.c_str(), tok.decode(ids).c_str());
     });

@@ -13,5 +13,6 @@ void add_encode_command(CLI::App& app);    // encode + decode
 void add_tokenize_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_schedule_command(CLI::App& app);
 
 }  // namespace shardlm::cli

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "shardlm/comm/mpi_env.h"
 
@@ -49,13 +50,14 @@ Engine::~Engine() {
     }
 }
 
-// Runs op's body on this thread (the caller holds the token), timing it; for point-to-point ops,
-// also waits for their requests if wait_p2p. Returns the error, if any.
-std::exception_ptr Engine::execute(Op& op, bool wait_p2p) {
+MpiLock::MpiLock() : lk(engine().mpi()) {}
+
+// Runs op's body on this thread, timing it (a point-to-point body only posts its requests).
+// Returns the error, if any.
+std::exception_ptr Engine::execute(Op& op) {
     try {
         op.t_start = now_s();
         op.body(op);
-        if (op.p2p && wait_p2p) wait_requests(op.reqs.data(), int(op.reqs.size()));
         op.t_end = now_s();
     } catch (...) {
         return std::current_exception();
@@ -64,41 +66,94 @@ std::exception_ptr Engine::execute(Op& op, bool wait_p2p) {
 }
 
 void Engine::run(const std::shared_ptr<Op>& op) {
-    std::unique_lock lk(mu_);
-    if (!token_ && queue_.empty() && inflight_.empty()) {
-        token_ = true;
-        lk.unlock();
-        std::exception_ptr err = execute(*op, /*wait_p2p=*/true);
-        lk.lock();
-        token_ = false;
-        op->error = err;
-        op->done.store(true, std::memory_order_release);
-        lk.unlock();
-        work_cv_.notify_all();
-    } else {
-        lk.unlock();
+    if (op->p2p) {
         submit(op);
         wait(*op);
+    } else {
+        std::unique_lock lk(mu_);
+        auto it = pending_.find(op->group);
+        if (it == pending_.end() || it->second == 0) {
+            lk.unlock();
+            op->error = execute(*op);
+            op->done.store(true, std::memory_order_release);
+        } else {
+            if (!thread_.joinable()) {
+                stop_ = false;
+                thread_ = std::thread([this] { loop(); });
+            }
+            queue_.push_back(op);
+            pending_[op->group]++;
+            lk.unlock();
+            work_cv_.notify_all();
+            wait(*op);
+        }
     }
     if (op->error) std::rethrow_exception(op->error);
 }
 
 void Engine::submit(const std::shared_ptr<Op>& op) {
+    if (op->p2p) {
+        std::exception_ptr err = execute(*op);  // posts the requests now, in program order
+        std::lock_guard lk(mu_);
+        if (err) {
+            op->claimed.store(true);
+            complete(*op, err);
+            return;
+        }
+        inflight_.push_back(op);
+    } else {
+        std::lock_guard lk(mu_);
+        queue_.push_back(op);
+        pending_[op->group]++;
+    }
     {
         std::lock_guard lk(mu_);
         if (!thread_.joinable()) {
             stop_ = false;
             thread_ = std::thread([this] { loop(); });
         }
-        queue_.push_back(op);
     }
     work_cv_.notify_all();
 }
 
+bool Engine::poll(Op& op) {
+    if (op.done.load(std::memory_order_acquire)) return true;
+    int flag = 0;
+    std::exception_ptr err;
+    try {
+        std::lock_guard l(mpi_mu_);
+        SHARDLM_MPI_CHECK(MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, MPI_STATUSES_IGNORE));
+    } catch (...) {
+        err = std::current_exception();
+        flag = 1;
+    }
+    if (!flag) return false;
+    if (op.claimed.exchange(true)) {  // the other thread is completing it
+        while (!op.done.load(std::memory_order_acquire)) std::this_thread::yield();
+        return true;
+    }
+    std::lock_guard lk(mu_);
+    auto it = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& p) { return p.get() == &op; });
+    if (it != inflight_.end()) inflight_.erase(it);
+    op.t_end = now_s();
+    complete(op, err);
+    return true;
+}
+
 void Engine::wait(Op& op) {
     if (op.done.load(std::memory_order_acquire)) return;
+    if (op.p2p) {
+        for (int polls = 0; !poll(op); polls++)
+            if (polls >= kSpinPolls || comm_wants_mpi_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
+        return;
+    }
     std::unique_lock lk(mu_);
     done_cv_.wait(lk, [&] { return op.done.load(std::memory_order_acquire); });
+}
+
+bool Engine::test(Op& op) {
+    if (op.done.load(std::memory_order_acquire)) return true;
+    return op.p2p && poll(op);
 }
 
 void Engine::shutdown() {
@@ -120,15 +175,24 @@ void Engine::complete(Op& op, std::exception_ptr e) {
 
 void Engine::wait_requests(MPI_Request* reqs, int n) {
     if (n <= 0) return;
-    if (!t_on_comm_thread) {
-        SHARDLM_MPI_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
-        return;
-    }
+    const bool comm = t_on_comm_thread;
     int polls = 0, sleep_us = kSleepMinUs;
     for (;;) {
         int flag = 0;
-        SHARDLM_MPI_CHECK(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE));
+        if (comm) comm_wants_mpi_.fetch_add(1, std::memory_order_relaxed);
+        {
+            std::lock_guard l(mpi_mu_);
+            if (comm) comm_wants_mpi_.fetch_sub(1, std::memory_order_relaxed);
+            SHARDLM_MPI_CHECK(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE));
+        }
         if (flag) return;
+        ++polls;
+        if (!comm) {
+            // the caller's thread has nothing else to do: poll, but let the communication thread in,
+            // and give the core away when the machine is oversubscribed
+            if (polls >= kSpinPolls || comm_wants_mpi_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
+            continue;
+        }
         switch (g_wait_mode.load(std::memory_order_relaxed)) {
         case WaitMode::Spin:
             break;
@@ -136,7 +200,7 @@ void Engine::wait_requests(MPI_Request* reqs, int n) {
             sched_yield();
             break;
         case WaitMode::Sleep:
-            if (++polls < kSpinPolls) break;
+            if (polls < kSpinPolls) break;
             std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
             sleep_us = std::min(sleep_us * 2, kSleepMaxUs);
             break;
@@ -145,33 +209,22 @@ void Engine::wait_requests(MPI_Request* reqs, int n) {
 }
 
 void* Engine::scratch(size_t bytes, int slot) {
-    auto& b = scratch_[slot];
+    thread_local AlignedBuffer<unsigned char> bufs[3];
+    auto& b = bufs[slot];
     if (b.size() < bytes) b.resize(bytes);
     return b.data();
 }
 
 bool Engine::poll_inflight() {
-    // Called with mu_ held and token_ taken by this thread; inflight_ is only changed under mu_.
-    std::vector<std::shared_ptr<Op>> snapshot = inflight_;
-    std::vector<std::pair<std::shared_ptr<Op>, std::exception_ptr>> finished;
-    std::unique_lock lk(mu_, std::adopt_lock);
-    lk.unlock();
-    for (auto& op : snapshot) {
-        try {
-            int flag = 0;
-            SHARDLM_MPI_CHECK(MPI_Testall(int(op->reqs.size()), op->reqs.data(), &flag, MPI_STATUSES_IGNORE));
-            if (flag) finished.emplace_back(op, nullptr);
-        } catch (...) {
-            finished.emplace_back(op, std::current_exception());
-        }
+    // Called without mu_ held.
+    std::vector<std::shared_ptr<Op>> snapshot;
+    {
+        std::lock_guard lk(mu_);
+        snapshot = inflight_;
     }
-    lk.lock();
-    for (auto& [op, err] : finished) {
-        inflight_.erase(std::find(inflight_.begin(), inflight_.end(), op));
-        complete(*op, err);
-    }
-    lk.release();
-    return !finished.empty();
+    bool any = false;
+    for (auto& op : snapshot) any |= poll(*op);
+    return any;
 }
 
 void Engine::loop() {
@@ -179,31 +232,22 @@ void Engine::loop() {
     std::unique_lock lk(mu_);
     int idle_us = kSleepMinUs;
     for (;;) {
-        if (token_) {  // a blocking call runs inline on the caller's thread
-            work_cv_.wait(lk);
-            continue;
-        }
         if (!queue_.empty()) {
             std::shared_ptr<Op> op = std::move(queue_.front());
             queue_.pop_front();
-            token_ = true;
             lk.unlock();
-            std::exception_ptr err = execute(*op, /*wait_p2p=*/false);
+            std::exception_ptr err = execute(*op);
             lk.lock();
-            token_ = false;
-            if (op->p2p && !err) {
-                inflight_.push_back(std::move(op));
-            } else {
-                complete(*op, err);
-            }
+            if (--pending_[op->group] == 0) pending_.erase(op->group);
+            complete(*op, err);
             idle_us = kSleepMinUs;
             continue;
         }
         if (!inflight_.empty()) {
-            token_ = true;
+            lk.unlock();
             bool any = poll_inflight();
-            token_ = false;
-            if (any) {
+            lk.lock();
+            if (any || !queue_.empty()) {
                 idle_us = kSleepMinUs;
                 continue;
             }

@@ -1,16 +1,21 @@
 // comm/engine.h (internal): the one place that calls MPI after start-up.
 //
 // An Op is a closure that performs one operation with MPI point-to-point calls. The Engine runs
-// ops in submission order, either
-//  - inline on the caller's thread (blocking calls, when nothing is queued or in flight), or
-//  - on the process's communication thread (non-blocking calls, and blocking calls that must
-//    wait their turn behind queued ones).
-// A token (token_) makes sure only one thread at a time is inside MPI (MPI_THREAD_SERIALIZED).
-// Collective ops run to completion on the thread that runs them; point-to-point ops (isend/irecv)
-// are only *posted* in order and then kept in an in-flight list that the thread polls, so that an
-// isend and a matching irecv issued in either order do not deadlock.
-// One thread per process rather than per Group: groups of a Grid then never need
-// MPI_THREAD_MULTIPLE, and on a 2-core machine concurrent communication threads would only compete.
+// collective ops in submission order *per group*, either
+//  - inline on the caller's thread (blocking calls, when nothing of the same group is queued or
+//    running), or
+//  - on the process's communication thread (non-blocking calls, and blocking calls that must wait
+//    their turn behind queued ones of their group).
+// Different groups do not wait for each other: a tensor-parallel all-reduce on the critical path
+// runs at once on the training thread while the communication thread is busy with a data-parallel
+// bucket. Both threads may then be inside an operation at the same time, so every single MPI call
+// holds mpi() (MPI_THREAD_SERIALIZED: one call at a time, from any thread), and waiting is polling
+// (MPI_Testall) with the lock released between polls.
+// Point-to-point ops (isend/irecv) are posted at once on the caller's thread (their order is the
+// program's) and completed by whichever thread polls them first: the caller's wait(), or the
+// communication thread while it is idle (so that a large send progresses while its sender computes).
+// One communication thread per process, not per group: on a 2-core machine concurrent communication
+// threads would only compete.
 #pragma once
 #include <mpi.h>
 
@@ -22,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "shardlm/comm/group.h"
@@ -31,6 +37,7 @@ namespace shardlm::comm::detail {
 
 struct Op {
     OpKind kind = OpKind::Barrier;
+    const void* group = nullptr;  // ops of one group run in submission order
     // Collective: performs the whole operation. Point-to-point: posts its requests into reqs.
     std::function<void(Op&)> body;
     bool p2p = false;
@@ -39,42 +46,57 @@ struct Op {
     double t_submit = 0;
     double t_start = 0, t_end = 0;  // execution of body (collectives), for busy time
     std::atomic<bool> done{false};
+    std::atomic<bool> claimed{false};  // p2p: the thread that saw it complete finishes it
     std::exception_ptr error;
 };
 
 class Engine {
 public:
     ~Engine();
-    // Blocking: runs op now on this thread if the engine is idle, else queues it and waits.
-    // Rethrows the op's error.
+    // Blocking: runs op now on this thread unless ops of its group are queued or running (then it
+    // waits its turn). A point-to-point op is posted and waited for. Rethrows the op's error.
     void run(const std::shared_ptr<Op>& op);
-    // Non-blocking: queues op (starting the communication thread on first use).
+    // Non-blocking: a collective is queued for the communication thread (started on first use); a
+    // point-to-point op is posted now and completes in the background.
     void submit(const std::shared_ptr<Op>& op);
-    // Waits until op is done (does not rethrow).
+    // Waits until op is done (does not rethrow); polls a point-to-point op itself.
     void wait(Op& op);
+    // Whether op is done, polling a point-to-point op once.
+    bool test(Op& op);
     // Drains the queue and in-flight list, then joins the thread.
     void shutdown();
 
-    // For op bodies: wait until all n requests completed; polls without sleeping on a caller's
-    // thread and per background_wait() on the communication thread.
+    // Every MPI call holds this lock (MPI_THREAD_SERIALIZED).
+    std::mutex& mpi() { return mpi_mu_; }
+    // For op bodies: wait until all n requests completed, polling MPI_Testall with mpi() released
+    // between polls: without sleeping on a caller's thread, per background_wait() on the
+    // communication thread.
     void wait_requests(MPI_Request* reqs, int n);
-    // Grow-only scratch memory for op bodies (only the token holder uses it).
+    // Grow-only scratch memory for op bodies, per thread.
     void* scratch(size_t bytes, int slot);
 
 private:
-    std::exception_ptr execute(Op& op, bool wait_p2p);
+    std::exception_ptr execute(Op& op);
     void loop();
-    bool poll_inflight();  // returns whether any in-flight op completed
+    bool poll(Op& op);      // p2p: tests its requests; completes it if done; returns done
+    bool poll_inflight();   // returns whether any in-flight op completed
     void complete(Op& op, std::exception_ptr e);
 
-    std::mutex mu_;
+    std::mutex mu_;          // queue_, inflight_, pending_
+    std::mutex mpi_mu_;      // MPI calls
+    std::atomic<int> comm_wants_mpi_{0};  // the communication thread waits for mpi_mu_
     std::condition_variable work_cv_, done_cv_;
     std::deque<std::shared_ptr<Op>> queue_;
     std::vector<std::shared_ptr<Op>> inflight_;
-    bool token_ = false;
+    std::unordered_map<const void*, int> pending_;  // group -> collectives queued or running
     bool stop_ = false;
     std::thread thread_;
-    AlignedBuffer<unsigned char> scratch_[3];
+};
+
+// Holds the MPI lock for one call (or a few that belong together).
+struct MpiLock {
+    std::lock_guard<std::mutex> lk;
+    MpiLock();
 };
 
 Engine& engine();

@@ -12,6 +12,7 @@
 #include "shardlm/comm/ring.h"
 #include "shardlm/core/check.h"
 #include "shardlm/core/timer.h"
+#include "shardlm/core/trace.h"
 
 namespace shardlm::comm {
 
@@ -19,6 +20,7 @@ using detail::Blocks;
 using detail::chain_broadcast;
 using detail::engine;
 using detail::Max;
+using detail::MpiLock;
 using detail::mod;
 using detail::Op;
 using detail::post_recv;
@@ -36,6 +38,7 @@ struct GroupState {
     int rank = 0, size = 1;
     std::vector<int> members;
     CommStats stats;
+    std::string name;
     std::deque<std::pair<int, std::vector<unsigned char>>> mailbox;  // self group send -> recv
 
     bool is_mpi() const { return coll != MPI_COMM_NULL; }
@@ -48,7 +51,9 @@ struct GroupState {
         auto op = std::make_shared<Op>();
         MPI_Comm* c = &coll;
         MPI_Comm* p = &p2p;
+        op->group = this;
         op->body = [c, p](Op&) {
+            MpiLock lock;
             SHARDLM_MPI_CHECK(MPI_Comm_free(c));
             SHARDLM_MPI_CHECK(MPI_Comm_free(p));
         };
@@ -159,6 +164,14 @@ Request::~Request() {
     }
 }
 
+namespace {
+void trace_op(const GroupState& g, const Op& op, double t0, double t1) {
+    if (!trace::enabled()) return;
+    trace::record(std::string(op_name(op.kind)), g.name.empty() ? "comm" : g.name, t0, t1,
+                  "\"bytes\": " + std::to_string(op.bytes_sent));
+}
+}  // namespace
+
 void Request::finish() {
     std::shared_ptr<Op> op = std::move(op_);
     if (!op->error) {
@@ -167,6 +180,7 @@ void Request::finish() {
         st.bytes_sent += op->bytes_sent;
         st.seconds += now_s() - op->t_submit;
         st.busy_seconds += op->t_end > op->t_start ? op->t_end - op->t_start : 0.0;
+        trace_op(*group_, *op, op->t_start, op->t_end > op->t_start ? op->t_end : now_s());
     }
     group_.reset();
     if (op->error) std::rethrow_exception(op->error);
@@ -180,7 +194,7 @@ void Request::wait() {
 
 bool Request::test() {
     if (!op_) return true;
-    if (!op_->done.load(std::memory_order_acquire)) return false;
+    if (!engine().test(*op_)) return false;
     finish();
     return true;
 }
@@ -203,6 +217,7 @@ Group Group::from_comm(MPI_Comm comm) {
     auto s = std::make_shared<GroupState>();
     GroupState* sp = s.get();
     engine().run(make_op(OpKind::Barrier, [sp, comm](Op&) {
+        MpiLock lock;
         MPI_Comm c;
         SHARDLM_MPI_CHECK(MPI_Comm_dup(comm, &c));
         init_from(*sp, c);
@@ -215,14 +230,19 @@ Group Group::split(int color, int key) const {
     auto s = std::make_shared<GroupState>();
     GroupState* sp = s.get();
     MPI_Comm parent = s_->coll;
-    engine().run(make_op(OpKind::Barrier, [sp, parent, color, key](Op&) {
+    auto op = make_op(OpKind::Barrier, [sp, parent, color, key](Op&) {
+        MpiLock lock;
         MPI_Comm c;
         SHARDLM_MPI_CHECK(MPI_Comm_split(parent, color, key, &c));
         init_from(*sp, c);
-    }));
+    });
+    op->group = s_.get();  // after the parent's queued operations
+    engine().run(op);
     return Group(std::move(s));
 }
 
+void Group::set_name(std::string name) { s_->name = std::move(name); }
+const std::string& Group::name() const { return s_->name; }
 int Group::rank() const { return s_->rank; }
 int Group::size() const { return s_->size; }
 bool Group::is_self() const { return !s_->is_mpi(); }
@@ -233,6 +253,7 @@ void Group::reset_stats() { s_->stats = CommStats{}; }
 
 void Group::run(std::shared_ptr<Op> op) {
     op->t_submit = now_s();
+    op->group = s_.get();
     if (s_->size == 1 && !op->p2p) {  // identity collectives: no MPI, no engine
         op->body(*op);
     } else {
@@ -241,12 +262,15 @@ void Group::run(std::shared_ptr<Op> op) {
     OpStats& st = s_->stats[op->kind];
     st.calls++;
     st.bytes_sent += op->bytes_sent;
-    st.seconds += now_s() - op->t_submit;
-    st.busy_seconds += now_s() - op->t_submit;
+    const double t1 = now_s();
+    st.seconds += t1 - op->t_submit;
+    st.busy_seconds += t1 - op->t_submit;
+    if (s_->size > 1) trace_op(*s_, *op, op->t_submit, t1);
 }
 
 Request Group::submit(std::shared_ptr<Op> op) {
     op->t_submit = now_s();
+    op->group = s_.get();
     if (s_->size == 1 && !op->p2p) {
         try {
             op->body(*op);
@@ -347,7 +371,10 @@ void Group::barrier() {
     MPI_Comm c = s_->coll;
     run(make_op(OpKind::Barrier, [c](Op&) {
         MPI_Request rq;
-        SHARDLM_MPI_CHECK(MPI_Ibarrier(c, &rq));
+        {
+            MpiLock lock;
+            SHARDLM_MPI_CHECK(MPI_Ibarrier(c, &rq));
+        }
         engine().wait_requests(&rq, 1);
     }));
 }

@@ -128,6 +128,10 @@ public:
     int size() const;
     bool is_self() const;                  // true for the MPI-less self group
     const std::vector<int>& members() const;  // world rank of each group rank
+    // A name for reports and the timeline ("dp", "tp", "pp", ...); each operation is recorded on the
+    // track of that name when core/trace.h is on.
+    void set_name(std::string name);
+    const std::string& name() const;
     // MPI_Comm_split of this group (collective over it); a self group splits into a self group.
     Group split(int color, int key) const;
 

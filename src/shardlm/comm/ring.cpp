@@ -72,7 +72,10 @@ void post_send(const void* p, size_t bytes, int dst, int tag, MPI_Comm c, std::v
     do {
         size_t k = std::min(kMaxMsg, bytes - off);
         reqs.emplace_back();
-        SHARDLM_MPI_CHECK(MPI_Isend(b + off, int(k), MPI_BYTE, dst, tag, c, &reqs.back()));
+        {
+            MpiLock lock;
+            SHARDLM_MPI_CHECK(MPI_Isend(b + off, int(k), MPI_BYTE, dst, tag, c, &reqs.back()));
+        }
         sent += k;
         off += k;
     } while (off < bytes);
@@ -86,7 +89,10 @@ void post_recv(void* p, size_t bytes, int src, int tag, MPI_Comm c, std::vector<
     do {
         size_t k = std::min(kMaxMsg, bytes - off);
         reqs.emplace_back();
-        SHARDLM_MPI_CHECK(MPI_Irecv(b + off, int(k), MPI_BYTE, src, tag, c, &reqs.back()));
+        {
+            MpiLock lock;
+            SHARDLM_MPI_CHECK(MPI_Irecv(b + off, int(k), MPI_BYTE, src, tag, c, &reqs.back()));
+        }
         off += k;
     } while (off < bytes);
 }

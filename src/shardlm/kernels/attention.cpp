@@ -116,3 +116,37 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 }
 
 }  // namespace shardlm::kernels
+
+namespace shardlm::kernels {
+
+void attention_forward_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int pos, int T, int C,
+                              int NH, float* scores) {
+    const int HS = C / NH;
+    const float scale = 1.0f / std::sqrt(float(HS));
+    for (int i = 0; i < T; i++) {
+        std::memcpy(k_cache + size_t(pos + i) * C, qkv + size_t(i) * 3 * C + C, sizeof(float) * C);
+        std::memcpy(v_cache + size_t(pos + i) * C, qkv + size_t(i) * 3 * C + 2 * C, sizeof(float) * C);
+    }
+    for (int i = 0; i < T; i++) {
+        const int n = pos + i + 1;  // visible positions
+        for (int h = 0; h < NH; h++) {
+            const float* q = qkv + size_t(i) * 3 * C + h * HS;
+            for (int j = 0; j < n; j++) {
+                const float* k = k_cache + size_t(j) * C + h * HS;
+                float s = 0;
+                for (int e = 0; e < HS; e++) s += q[e] * k[e];
+                scores[j] = s * scale;
+            }
+            softmax_row(scores, n, n);
+            float* o = out + size_t(i) * C + h * HS;
+            for (int e = 0; e < HS; e++) o[e] = 0.0f;
+            for (int j = 0; j < n; j++) {
+                const float* v = v_cache + size_t(j) * C + h * HS;
+                const float p = scores[j];
+                for (int e = 0; e < HS; e++) o[e] += p * v[e];
+            }
+        }
+    }
+}
+
+}  // namespace shardlm::kernels

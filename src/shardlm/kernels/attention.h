@@ -18,4 +18,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         const float* att, int B, int T, int C, int NH);
 size_t attention_scratch_floats(int T, int threads);
 
+// Incremental decoding of one sequence with a key/value cache: qkv (T, 3C) holds T new positions
+// pos .. pos+T-1; their keys and values are appended to k_cache / v_cache ((n_ctx, C) each), and
+// row i attends to cache positions 0 .. pos+i. out (T, C) =. scores: pos + T floats of scratch.
+void attention_forward_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int pos, int T, int C,
+                              int NH, float* scores);
+
 }  // namespace shardlm::kernels

@@ -78,3 +78,56 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
 }
 
 }  // namespace shardlm::kernels
+
+namespace shardlm::kernels {
+
+void vocab_parallel_max(float* mx, const float* logits, int N, int Vreal, int Vp_loc) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) mx[n] = Vreal > 0 ? row_max(logits + size_t(n) * Vp_loc, Vreal) : -INFINITY;
+}
+
+void vocab_parallel_sums(float* stats, float* logits, const int* targets, const float* mx, int N, int Vreal,
+                         int Vp_loc, int v0, bool store_exp) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* x = logits + size_t(n) * Vp_loc;
+        const int t = targets[n] - v0;
+        stats[N + n] = (t >= 0 && t < Vreal) ? x[t] : 0.0f;
+        if (Vreal == 0) stats[n] = 0.0f;
+        else stats[n] = store_exp ? row_sum_exp<true>(x, x, Vreal, mx[n]) : row_sum_exp<false>(x, nullptr, Vreal, mx[n]);
+    }
+}
+
+void vocab_parallel_loss(float* losses, const float* mx, const float* stats, int N) {
+    for (int n = 0; n < N; n++) losses[n] = mx[n] + std::log(stats[n]) - stats[N + n];
+}
+
+void vocab_parallel_grad(float* logits, const int* targets, const float* stats, int N, int Vreal, int Vp_loc, int v0,
+                         float dloss, unsigned short* dlogits_bf16) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* x = logits + size_t(n) * Vp_loc;  // holds exp(x - mx) over the real columns
+        const int t = targets[n] - v0;
+        const __m512 scale = _mm512_set1_ps(dloss / stats[n]);
+        if (dlogits_bf16) {
+            unsigned short* d = dlogits_bf16 + size_t(n) * Vp_loc;
+            for (int j = 0; j < Vp_loc; j += 16) {
+                __mmask16 m = j + 16 <= Vreal ? __mmask16(0xffff) : j < Vreal ? tail_mask(Vreal - j) : __mmask16(0);
+                __mmask16 mp = j + 16 <= Vp_loc ? __mmask16(0xffff) : tail_mask(Vp_loc - j);
+                __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);
+                if (t >= j && t < j + 16 && t < Vreal)
+                    g = _mm512_mask_sub_ps(g, __mmask16(1u << (t - j)), g, _mm512_set1_ps(dloss));
+                _mm256_mask_storeu_epi16(d + j, mp, f32x16_to_bf16(g));
+            }
+            continue;
+        }
+        for (int j = 0; j < Vreal; j += 16) {
+            __mmask16 m = j + 16 <= Vreal ? __mmask16(0xffff) : tail_mask(Vreal - j);
+            _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale));
+        }
+        if (t >= 0 && t < Vreal) x[t] -= dloss;
+        for (int j = Vreal; j < Vp_loc; j++) x[j] = 0.0f;
+    }
+}
+
+}  // namespace shardlm::kernels

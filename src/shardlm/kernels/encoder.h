@@ -1,4 +1,4 @@
-// kernels/encoder.h: token + position embedding.
+// kernels/encoder.h: token + position embedding, whole or vocabulary-parallel.
 #pragma once
 
 namespace shardlm::kernels {
@@ -9,5 +9,15 @@ void encoder_forward(float* out, const int* tokens, const float* wte, const floa
 // dwte[tokens[b,t]] += dout[b,t], dwpe[t] += dout[b,t]  (+=). Rows are added in (b,t) order and the
 // work is split by columns: bit-identical for any thread count.
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);
+
+// Vocabulary-parallel pieces (this rank holds rows [v0, v1) of wte as wte_local):
+// out(N,C) = wte_local[tokens[n] - v0] for tokens in [v0, v1), 0 for the others.  out =.
+void embedding_forward(float* out, const int* tokens, const float* wte_local, int v0, int v1, int N, int C);
+// dwte_local[tokens[n] - v0] += dout[n] for tokens in [v0, v1) (+=, rows in order, split by columns).
+void embedding_backward(float* dwte_local, const float* dout, const int* tokens, int v0, int v1, int N, int C);
+// Rows n0 .. n0+N-1 of the (B*T, C) activations: out[i] += wpe[(n0 + i) % T]; and its backward
+// dwpe[(n0 + i) % T] += dout[i] (rows in order, split by columns).
+void position_forward(float* out, const float* wpe, int n0, int N, int T, int C);
+void position_backward(float* dwpe, const float* dout, int n0, int N, int T, int C);
 
 }  // namespace shardlm::kernels

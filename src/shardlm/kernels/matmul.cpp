@@ -42,7 +42,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 // dbias(OC) += sum_n dout(n, :), parallel over column blocks of 16, rows summed in order.
-static void bias_backward(float* dbias, const float* dout, int N, int OC) {
+void bias_backward(float* dbias, const float* dout, int N, int OC) {
     int nblk = (OC + 15) / 16;
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < nblk; b++) {
@@ -52,6 +52,17 @@ static void bias_backward(float* dbias, const float* dout, int N, int OC) {
         __m512 acc = _mm512_maskz_loadu_ps(m, dbias + j);
         for (int n = 0; n < N; n++) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, dout + size_t(n) * OC + j));
         _mm512_mask_storeu_ps(dbias + j, m, acc);
+    }
+}
+
+void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* a = x + size_t(n) * C;
+        const float* b = y + size_t(n) * C;
+        float* o = out + size_t(n) * C;
+#pragma omp simd
+        for (int j = 0; j < C; j++) o[j] = (a[j] + bias[j]) + b[j];
     }
 }
 

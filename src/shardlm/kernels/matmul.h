@@ -32,6 +32,12 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
                      int N, int C, int OC, bool accumulate_dweight = true,
                      MatmulPrecision precision = MatmulPrecision::fp32);
 
+// dbias(OC) += column sums of dout(N, OC), rows in order: bit-identical for any thread count.
+void bias_backward(float* dbias, const float* dout, int N, int OC);
+// out(N,C) = (x + bias) + y: the residual add after a row-parallel linear's reduction (the bias is
+// added once, after the reduction, in the order the one-process path adds it). out may alias x.
+void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C);
+
 // matmul_backward at bf16 precision with dout already rounded to bf16 (the fused classifier writes
 // it so, saving a pass over the (N, Vp) logits): dinp =, dweight += (or =); no bias.
 void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* dout_bf16, const float* inp,

@@ -15,9 +15,13 @@ struct GptConfig {
     int n_ctx = 0;       // maximum sequence length (HF: n_positions)
     float ln_eps = 1e-5f;
 
-    // Internally the vocabulary is padded to a multiple of 128 rows of zeros (faster GEMMs);
-    // padded rows never receive gradient and are never exported.
-    int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+    // Internally the vocabulary is padded to a multiple of 128 rows of zeros (faster GEMMs), times the
+    // tensor-parallel size (every rank holds Vp / tp rows); padded rows never receive gradient and
+    // are never exported.
+    int padded_vocab(int tp_size = 1) const {
+        const int m = 128 * tp_size;
+        return (vocab_size + m - 1) / m * m;
+    }
     int head_dim() const { return n_embd / n_head; }
     // Throws shardlm::Error naming `where` (a file or "--model NAME") if the numbers are inconsistent.
     void validate(const std::string& where) const;

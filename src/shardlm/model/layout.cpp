@@ -1,22 +1,32 @@
 #include "shardlm/model/layout.h"
 
+#include "shardlm/core/check.h"
+
 namespace shardlm::model {
 
 std::vector<int64_t> ParamSpec::hf_shape() const {
-    std::vector<int64_t> s = shape;
+    std::vector<int64_t> s = full_shape;
     if (hf_rows >= 0) s[0] = hf_rows;
     if (hf_transposed) std::swap(s[0], s[1]);
     return s;
 }
 
 size_t ParamSpec::hf_numel() const {
-    return hf_rows >= 0 ? size_t(hf_rows) * (numel / size_t(shape[0])) : numel;
+    size_t n = 1;
+    for (int64_t d : hf_shape()) n *= size_t(d);
+    return n;
 }
 
 const ParamSpec* Layout::find(const std::string& name) const {
     for (const auto& p : params)
-        if (p.name == name) return &p;
+        if (p.name == name && !p.tied_copy) return &p;
     return nullptr;
+}
+
+int Layout::unit_index(const std::string& name) const {
+    for (size_t u = 0; u < units.size(); u++)
+        if (units[u].name == name) return int(u);
+    return -1;
 }
 
 namespace {
@@ -26,15 +36,30 @@ size_t align_up(size_t n) { return (n + kAlignElems - 1) / kAlignElems * kAlignE
 
 struct Builder {
     Layout L;
-    void begin_unit(std::string name) {
-        L.units.push_back({std::move(name), L.total, 0, int(L.params.size()), 0});
+    int tp_size = 1, tp_rank = 0;
+    size_t unit_align = kAlignElems;
+
+    void begin_unit(std::string name, int compute) {
+        L.units.push_back({std::move(name), compute, L.total, 0, int(L.params.size()), 0});
     }
-    void add(std::string name, std::vector<int64_t> shape, bool transposed = false, int64_t hf_rows = -1) {
+    // full: internal shape of the whole tensor; tp_axis/tp_parts: how tensor parallelism cuts it.
+    void add(std::string name, std::vector<int64_t> full, int tp_axis = -1, int tp_parts = 1, bool transposed = false,
+             int64_t hf_rows = -1) {
         ParamSpec p;
         p.name = std::move(name);
+        p.full_shape = full;
+        p.shape = full;
+        if (tp_axis >= 0 && tp_size > 1) {
+            SHARDLM_CHECK(full[size_t(tp_axis)] % (int64_t(tp_size) * tp_parts) == 0, p.name, ": dimension ",
+                          full[size_t(tp_axis)], " does not split into ", tp_size, " tensor-parallel ranks");
+            p.shape[size_t(tp_axis)] /= tp_size;
+        }
+        p.tp_axis = tp_axis;
+        p.tp_parts = tp_parts;
+        p.tp_rank = tp_rank;
+        p.tp_size = tp_size;
         p.numel = 1;
-        for (auto d : shape) p.numel *= size_t(d);
-        p.shape = std::move(shape);
+        for (auto d : p.shape) p.numel *= size_t(d);
         p.decay = p.shape.size() >= 2;
         p.hf_transposed = transposed;
         p.hf_rows = hf_rows;
@@ -43,7 +68,6 @@ struct Builder {
         L.params.push_back(std::move(p));
         L.units.back().num_params++;
     }
-    size_t unit_align = kAlignElems;
     void end_unit() {
         Unit& u = L.units.back();
         u.numel = (L.total - u.offset + unit_align - 1) / unit_align * unit_align;
@@ -54,34 +78,68 @@ struct Builder {
 }  // namespace
 
 Layout make_gpt2_layout(const GptConfig& c, int unit_multiple) {
-    const int64_t C = c.n_embd, Vp = c.padded_vocab();
-    Builder b;
-    b.unit_align = kAlignElems * size_t(unit_multiple > 0 ? unit_multiple : 1);
-    b.begin_unit("embedding");
-    b.add("transformer.wte.weight", {Vp, C}, false, c.vocab_size);
-    b.add("transformer.wpe.weight", {c.n_ctx, C});
-    b.end_unit();
-    for (int l = 0; l < c.n_layer; l++) {
-        std::string h = "transformer.h." + std::to_string(l) + ".";
-        b.begin_unit("h." + std::to_string(l));
-        b.add(h + "ln_1.weight", {C});
-        b.add(h + "ln_1.bias", {C});
-        b.add(h + "attn.c_attn.weight", {3 * C, C}, true);
-        b.add(h + "attn.c_attn.bias", {3 * C});
-        b.add(h + "attn.c_proj.weight", {C, C}, true);
-        b.add(h + "attn.c_proj.bias", {C});
-        b.add(h + "ln_2.weight", {C});
-        b.add(h + "ln_2.bias", {C});
-        b.add(h + "mlp.c_fc.weight", {4 * C, C}, true);
-        b.add(h + "mlp.c_fc.bias", {4 * C});
-        b.add(h + "mlp.c_proj.weight", {C, 4 * C}, true);
-        b.add(h + "mlp.c_proj.bias", {C});
-        b.end_unit();
+    LayoutSpec spec;
+    spec.unit_multiple = unit_multiple;
+    return make_gpt2_layout(c, spec);
+}
+
+Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
+    const int L = c.n_layer, head = L + 1;
+    const int64_t C = c.n_embd, Vp = c.padded_vocab(spec.tp_size);
+    std::vector<std::pair<int, int>> chunks = spec.chunks;
+    if (chunks.empty()) chunks.push_back({0, head});
+    bool has_embedding = false;
+    for (auto [a, b] : chunks) {
+        SHARDLM_CHECK(0 <= a && a <= b && b <= head, "layout: compute units [", a, ", ", b, "] outside [0, ", head, "]");
+        has_embedding |= a == 0;
     }
-    b.begin_unit("head");
-    b.add("transformer.ln_f.weight", {C});
-    b.add("transformer.ln_f.bias", {C});
-    b.end_unit();
+    SHARDLM_CHECK(spec.tp_size >= 1 && spec.tp_rank >= 0 && spec.tp_rank < spec.tp_size, "layout: tensor-parallel rank ",
+                  spec.tp_rank, " of ", spec.tp_size);
+    SHARDLM_CHECK(c.n_head % spec.tp_size == 0, "n_head = ", c.n_head, " does not split into ", spec.tp_size,
+                  " tensor-parallel ranks\n---> HINT: use a --tp that divides the number of heads");
+    Builder b;
+    b.L.n_layer = L;
+    b.tp_size = spec.tp_size;
+    b.tp_rank = spec.tp_rank;
+    b.unit_align = kAlignElems * size_t(spec.unit_multiple > 0 ? spec.unit_multiple : 1);
+    auto add_wte = [&](bool tied_copy) {
+        b.begin_unit("wte", tied_copy ? head : 0);
+        b.add("transformer.wte.weight", {Vp, C}, 0, 1, false, c.vocab_size);
+        b.L.params.back().tied_copy = tied_copy;
+        b.end_unit();
+    };
+    for (auto [first, last] : chunks)
+        for (int u = first; u <= last; u++) {
+            if (u == 0) {
+                add_wte(false);
+                b.begin_unit("wpe", 0);
+                b.add("transformer.wpe.weight", {c.n_ctx, C});
+                b.end_unit();
+            } else if (u == head) {
+                b.begin_unit("head", head);
+                b.add("transformer.ln_f.weight", {C});
+                b.add("transformer.ln_f.bias", {C});
+                b.end_unit();
+                if (!has_embedding) add_wte(true);
+            } else {
+                const int l = u - 1;
+                std::string h = "transformer.h." + std::to_string(l) + ".";
+                b.begin_unit("h." + std::to_string(l), u);
+                b.add(h + "ln_1.weight", {C});
+                b.add(h + "ln_1.bias", {C});
+                b.add(h + "attn.c_attn.weight", {3 * C, C}, 0, 3, true);  // column-parallel, heads split
+                b.add(h + "attn.c_attn.bias", {3 * C}, 0, 3);
+                b.add(h + "attn.c_proj.weight", {C, C}, 1, 1, true);      // row-parallel
+                b.add(h + "attn.c_proj.bias", {C});                        // added once, after the reduction
+                b.add(h + "ln_2.weight", {C});
+                b.add(h + "ln_2.bias", {C});
+                b.add(h + "mlp.c_fc.weight", {4 * C, C}, 0, 1, true);     // column-parallel
+                b.add(h + "mlp.c_fc.bias", {4 * C}, 0);
+                b.add(h + "mlp.c_proj.weight", {C, 4 * C}, 1, 1, true);   // row-parallel
+                b.add(h + "mlp.c_proj.bias", {C});
+                b.end_unit();
+            }
+        }
     return std::move(b.L);
 }
 

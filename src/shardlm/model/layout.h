@@ -1,10 +1,24 @@
-// model/layout.h: the layout table of the model's one flat parameter buffer.
+// model/layout.h: the layout table of one rank's flat parameter buffer.
 //
-// The model is a sequence of units: the embedding (wte, wpe), each transformer block, and the head
-// (final LayerNorm; the LM head is tied to wte). Each unit owns a contiguous, 64-byte aligned range of
-// the flat buffer, and each parameter a range inside its unit. Gradients, optimiser state and ZeRO
-// slices use the same offsets, so every consumer (optimiser, checkpoint, DP buckets, planner) reads
-// this one table instead of magic indices.
+// The model is a sequence of compute units: the embedding (0), the blocks (1..L) and the head
+// (L+1: final LayerNorm, LM head tied to wte, loss). A rank holds a part of it: the compute units of
+// its pipeline stage(s), each parameter as this rank's tensor-parallel shard. Parameters are grouped
+// into *parameter units*, each a contiguous, 64-byte aligned range of the flat buffer: the unit of
+// ZeRO sharding, of DP buckets and of ZeRO-3 gathering. Gradients, optimiser state and ZeRO slices
+// use the same offsets, so every consumer (optimiser, checkpoint, DP buckets, reports) reads this one
+// table instead of magic indices.
+//
+// Parameter units, in buffer order:
+//   "wte"    the token embedding [Vp/tp, C] (vocabulary-parallel): read by the embedding and by the
+//            tied head. With pipeline stages the last stage holds a copy ("wte", tied_copy) whose
+//            gradient is summed with the first stage's, so both stay equal.
+//   "wpe"    the position embedding [n_ctx, C] (replicated across tensor-parallel ranks)
+//   "h.<l>"  block l: ln_1, c_attn (column-parallel, heads split), c_proj (row-parallel), ln_2, c_fc
+//            (column-parallel), mlp.c_proj (row-parallel); LayerNorms and row-parallel biases are
+//            replicated
+//   "head"   ln_f (replicated)
+// wte is a unit of its own so that its ZeRO slices line up between the first stage and the last
+// stage's tied copy (the gradient sum between them then runs on matching slices).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -16,19 +30,32 @@
 namespace shardlm::model {
 
 struct ParamSpec {
-    std::string name;            // HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
-    std::vector<int64_t> shape;  // internal logical shape; Linear weights are [out, in]
-    size_t offset = 0;           // elements, from the start of the flat buffer
-    size_t numel = 0;            // product of shape
-    bool decay = false;          // weight decay applies (2-D tensors: matrices and embeddings)
-    bool hf_transposed = false;  // HF Conv1D stores this weight as [in, out]
-    int64_t hf_rows = -1;        // if >= 0, only the first hf_rows rows are real (padded vocabulary)
-    std::vector<int64_t> hf_shape() const;
-    size_t hf_numel() const;  // elements of hf_shape(): numel without vocabulary padding
+    std::string name;                 // HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
+    std::vector<int64_t> shape;       // this rank's internal shape; Linear weights are [out, in]
+    std::vector<int64_t> full_shape;  // internal shape of the whole tensor (all tensor-parallel ranks)
+    size_t offset = 0;                // elements, from the start of the flat buffer
+    size_t numel = 0;                 // product of shape
+    bool decay = false;               // weight decay applies (2-D tensors: matrices and embeddings)
+    bool hf_transposed = false;       // HF Conv1D stores this weight as [in, out]
+    int64_t hf_rows = -1;             // if >= 0, only full rows < hf_rows are real (padded vocabulary)
+    // Tensor parallelism: full_shape[tp_axis] is cut into tp_size equal parts, rank tp_rank holds one.
+    // tp_parts > 1: the axis is tp_parts blocks (c_attn's q | k | v) and each block is cut alike.
+    int tp_axis = -1;  // -1: replicated on every tensor-parallel rank
+    int tp_parts = 1;
+    int tp_rank = 0, tp_size = 1;
+    bool tied_copy = false;  // the last pipeline stage's copy of wte: never saved, gradient summed
+
+    std::vector<int64_t> hf_shape() const;  // HF shape of the whole tensor (true vocabulary)
+    size_t hf_numel() const;                // elements of hf_shape()
+    bool replicated() const { return tp_axis < 0 || tp_size == 1; }
+    // Whether this rank's copy counts for sums over the model (gradient norm, parameter counts):
+    // replicated tensors count on tensor-parallel rank 0 only; tied copies never.
+    bool counted() const { return !tied_copy && (tp_axis >= 0 || tp_rank == 0); }
 };
 
 struct Unit {
-    std::string name;  // "embedding", "h.0", ..., "head"
+    std::string name;  // "wte", "wpe", "h.0", ..., "head"
+    int compute = 0;   // the compute unit that owns it: 0 embedding, 1 + l block l, L + 1 head
     size_t offset = 0, numel = 0;
     int first_param = 0, num_params = 0;  // index range into Layout::params
 };
@@ -37,16 +64,29 @@ struct Layout {
     std::vector<ParamSpec> params;
     std::vector<Unit> units;
     size_t total = 0;  // elements in the flat buffer, including alignment padding
+    int n_layer = 0;   // of the whole model (a pipeline stage holds only some of its blocks)
     const ParamSpec* find(const std::string& name) const;
+    int unit_index(const std::string& name) const;  // -1 if absent
 };
 
-// Block parameter order inside each block unit (also the order of BlockParams in gpt.h).
+// Block parameter order inside each block unit.
 enum BlockParam : int {
     kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kNumBlockParams
 };
 
-// unit_multiple: every unit's size is padded to a multiple of 16 * unit_multiple floats, so that a
-// unit splits into unit_multiple equal, 64-byte aligned ZeRO shards (pass the data-parallel size).
+// Which part of the model a rank's layout holds.
+// A rank that holds the head but not the embedding keeps a tied copy of wte.
+struct LayoutSpec {
+    // Compute units [first, last] of each model chunk this rank holds (one per virtual pipeline
+    // stage, in order); empty: the whole model.
+    std::vector<std::pair<int, int>> chunks;
+    int tp_size = 1, tp_rank = 0;
+    int unit_multiple = 1;  // every unit is padded to a multiple of 16 * unit_multiple floats, so
+                            // that it splits into unit_multiple equal, 64-byte aligned ZeRO slices
+};
+
+// One process, the whole model: LayoutSpec{} with unit_multiple.
 Layout make_gpt2_layout(const GptConfig& c, int unit_multiple = 1);
+Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec);
 
 }  // namespace shardlm::model

@@ -1,17 +1,18 @@
 #include "shardlm/model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <set>
 #include <vector>
 
 #include "shardlm/core/check.h"
 #include "shardlm/io/atomic_file.h"
-#include "shardlm/io/safetensors.h"
 
 namespace shardlm::model {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -40,99 +41,185 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The whole tensor's internal flat index of p's local element k (tensor-parallel shards map back).
+int64_t full_index(const ParamSpec& p, int64_t k) {
+    if (p.tp_size == 1 || p.tp_axis < 0) return k;
+    const int64_t W = p.shape.size() == 2 ? p.shape[1] : 1, r = k / W, c = k % W;
+    if (p.tp_axis == 1) return r * p.full_shape[1] + int64_t(p.tp_rank) * W + c;
+    const int64_t part_rows = p.shape[0] / p.tp_parts, part = r / part_rows;
+    const int64_t R = part * (p.full_shape[0] / p.tp_parts) + int64_t(p.tp_rank) * part_rows + (r - part * part_rows);
+    return R * W + c;
+}
+
 }  // namespace
 
-void init_gpt2_weights(float* params, const Layout& layout, uint64_t seed) {
-    int n_layer = 0;
-    for (const auto& u : layout.units) n_layer += u.name.rfind("h.", 0) == 0;
-    const float std_resid = 0.02f / std::sqrt(2.0f * float(n_layer));
+void init_gpt2_weights(float* dst, const Layout& layout, FlatRange range, uint64_t seed) {
+    const float std_resid = 0.02f / std::sqrt(2.0f * float(layout.n_layer));
+    std::memset(dst, 0, (range.end - range.begin) * sizeof(float));
     for (const ParamSpec& p : layout.params) {
-        float* w = params + p.offset;
+        const size_t b = std::max(p.offset, range.begin), e = std::min(p.offset + p.numel, range.end);
+        if (b >= e) continue;
+        float* w = dst + (b - range.begin);
+        const int64_t k0 = int64_t(b - p.offset), n = int64_t(e - b);
         if (p.shape.size() == 1) {
             float v = ends_with(p.name, "ln_1.weight") || ends_with(p.name, "ln_2.weight") ||
                               ends_with(p.name, "ln_f.weight") ? 1.0f : 0.0f;
-            for (size_t i = 0; i < p.numel; i++) w[i] = v;
+            for (int64_t i = 0; i < n; i++) w[i] = v;
             continue;
         }
-        float sd = ends_with(p.name, "c_proj.weight") ? std_resid : 0.02f;
-        size_t real = p.hf_numel();
-        uint64_t base = splitmix64(seed ^ fnv1a(p.name));
+        const float sd = ends_with(p.name, "c_proj.weight") ? std_resid : 0.02f;
+        const int64_t real = p.hf_rows >= 0 ? p.hf_rows * p.full_shape[1] : INT64_MAX;  // vocabulary padding
+        const uint64_t base = splitmix64(seed ^ fnv1a(p.name));
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < p.numel; i++) w[i] = i < real ? sd * normal_from_key(base + i) : 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t f = full_index(p, k0 + i);
+            w[i] = f < real ? sd * normal_from_key(base + uint64_t(f)) : 0.0f;
+        }
     }
 }
 
 void to_hf_layout(float* dst, const float* src, const ParamSpec& p) {
-    size_t n = p.hf_numel();
-    if (!p.hf_transposed) {
-        std::memcpy(dst, src, n * sizeof(float));
-        return;
+    for (const Piece& pc : pieces_of(p, 0, p.numel)) {
+        // the parameter is whole (tp 1): its single piece starts at HF (0, 0)
+        gather_piece(dst, src - p.offset, pc);
     }
-    // internal [R, Cc] -> HF [Cc, R]
-    const size_t R = size_t(p.shape[0]), Cc = size_t(p.shape[1]);
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < Cc; c++)
-        for (size_t r = 0; r < R; r++) dst[c * R + r] = src[r * Cc + c];
 }
 
 void from_hf_layout(float* dst, const float* src, const ParamSpec& p) {
-    if (!p.hf_transposed) {
-        std::memcpy(dst, src, p.hf_numel() * sizeof(float));
-        return;
-    }
-    const size_t R = size_t(p.shape[0]), Cc = size_t(p.shape[1]);
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < R; r++)
-        for (size_t c = 0; c < Cc; c++) dst[r * Cc + c] = src[c * R + r];
+    const std::vector<int64_t> hs = p.hf_shape();
+    const Box whole{{0, 0}, {hs[0], hs.size() > 1 ? hs[1] : 1}};
+    for (const Piece& pc : pieces_of(p, 0, p.numel)) scatter_intersection(dst - p.offset, pc, whole, src);
 }
 
+// ---- stored pieces --------------------------------------------------------------------------------
+
+void PieceStore::add_file(const std::string& path) {
+    readers_.push_back(std::make_unique<io::SafetensorsReader>(path));
+    paths_.push_back(path);
+    const io::SafetensorsReader& r = *readers_.back();
+    for (const io::TensorInfo& t : r.tensors()) {
+        std::string name = t.name;
+        Box box;
+        const size_t lb = name.find('[');
+        const bool whole = lb == std::string::npos;
+        if (lb != std::string::npos) {
+            SHARDLM_CHECK(parse_box(name.substr(lb), &box), path, ": tensor '", t.name,
+                          "' has a malformed piece box (want name[r0:r1,c0:c1] or name[r0:r1])");
+            name = name.substr(0, lb);
+            SHARDLM_CHECK(int64_t(box.numel()) == t.numel(), path, ": piece '", t.name, "' holds ", t.numel(),
+                          " elements but its box has ", box.numel());
+        } else {
+            SHARDLM_CHECK(t.shape.size() >= 1 && t.shape.size() <= 2, path, ": tensor '", t.name, "' has ",
+                          t.shape.size(), " dimensions; GPT-2 parameters have 1 or 2");
+            box = Box{{0, 0}, {t.shape[0], t.shape.size() > 1 ? t.shape[1] : 1}};
+        }
+        DType dt;
+        SHARDLM_CHECK(dtype_from_name(t.dtype, &dt), path, ": tensor '", t.name, "' has dtype ", t.dtype,
+                      "; parameters must be F32, BF16 or F16");
+        index_[name].push_back({&r, &t, box, whole});
+    }
+}
+
+std::vector<std::string> PieceStore::names() const {
+    std::vector<std::string> out;
+    for (const auto& [n, v] : index_) out.push_back(n);
+    return out;
+}
+
+void PieceStore::load(float* dst, const Layout& layout, FlatRange range, const std::string& prefix) const {
+    std::memset(dst, 0, (range.end - range.begin) * sizeof(float));
+    std::vector<float> rows;
+    for (Piece pc : pieces_of(layout, {range})) {
+        pc.base -= int64_t(range.begin);  // dst holds the range only
+        const std::string name = prefix + pc.param->name;
+        auto it = index_.find(name);
+        SHARDLM_CHECK(it != index_.end(), "no tensor '", name, "' in ", paths_.empty() ? "(no files)" : paths_.front(),
+                      paths_.size() > 1 ? " and the other files of the checkpoint" : "",
+                      "\n---> HINT: is this the right model or checkpoint directory?");
+        const std::vector<int64_t> hs = pc.param->hf_shape();
+        size_t covered = 0;
+        for (const Stored& s : it->second) {
+            SHARDLM_CHECK(!s.whole || s.tensor->shape == hs, s.file->path(), ": tensor '", s.tensor->name, "' has shape ",
+                          io::shape_str(s.tensor->shape), ", expected ", io::shape_str(hs),
+                          "\n---> HINT: does config.json match the weights?");
+            SHARDLM_CHECK(s.box.hi[0] <= hs[0] && s.box.hi[1] <= (hs.size() > 1 ? hs[1] : 1), s.file->path(),
+                          ": tensor '", s.tensor->name, "' ", s.box.str(), " lies outside ", pc.param->name, "'s shape ",
+                          io::shape_str(hs), "\n---> HINT: does config.json match the weights?");
+            const Box x = intersect(pc.box, s.box);
+            if (x.empty()) continue;
+            // read only the stored rows that intersect, converted to fp32
+            const Box part{{x.lo[0], s.box.lo[1]}, {x.hi[0], s.box.hi[1]}};
+            DType dt;
+            dtype_from_name(s.tensor->dtype, &dt);
+            const size_t eb = dtype_bytes(dt);
+            rows.resize(part.numel());
+            const char* src = static_cast<const char*>(s.file->data(*s.tensor)) +
+                              size_t(x.lo[0] - s.box.lo[0]) * size_t(s.box.cols()) * eb;
+            convert_to_f32(rows.data(), src, dt, rows.size());
+            covered += scatter_intersection(dst, pc, part, rows.data());
+        }
+        SHARDLM_CHECK(covered == pc.box.numel(), "tensor '", name, "' ", pc.box.str(), ": the stored pieces cover ",
+                      covered, " of its ", pc.box.numel(), " elements", covered > pc.box.numel() ? " (overlapping pieces)" : "",
+                      "\n---> HINT: the checkpoint is incomplete, or from another model");
+    }
+}
+
+// ---- HF directories ----------------------------------------------------------------------------
+
 GptConfig load_hf_dir_config(const std::string& dir) {
-    std::string path = (std::filesystem::path(dir) / "config.json").string();
-    SHARDLM_CHECK(std::filesystem::exists(path), "'", dir, "' has no config.json\n---> HINT: --init takes a ",
-                  "directory with an HF GPT-2 config.json and model.safetensors (e.g. written by `shardlm export`)");
+    std::string path = (fs::path(dir) / "config.json").string();
+    SHARDLM_CHECK(fs::exists(path), "'", dir, "' has no config.json\n---> HINT: --init takes a ",
+                  "directory with an HF GPT-2 config.json and model.safetensors (e.g. written by `shardlm export`) ",
+                  "or a shardlm checkpoint");
     return load_hf_config(path);
 }
 
-void load_hf_weights(const std::string& dir, const GptConfig& c, const Layout& layout, float* params) {
-    std::string path = (std::filesystem::path(dir) / "model.safetensors").string();
-    SHARDLM_CHECK(std::filesystem::exists(path), "'", dir, "' has no model.safetensors\n---> HINT: --init takes a ",
-                  "directory with an HF GPT-2 config.json and model.safetensors");
-    io::SafetensorsReader st(path);
-    std::set<std::string> expected;
-    std::vector<float> tmp;
-    for (const ParamSpec& p : layout.params) {
-        expected.insert(p.name);
-        std::vector<int64_t> hs = p.hf_shape();
-        size_t n = p.hf_numel();
-        tmp.resize(n);
-        st.read_f32(p.name, hs, tmp.data());
-        from_hf_layout(params + p.offset, tmp.data(), p);
-        if (p.hf_rows >= 0)  // zero the vocabulary padding
-            std::memset(params + p.offset + n, 0, (p.numel - n) * sizeof(float));
-    }
-    for (const io::TensorInfo& t : st.tensors()) {
-        if (expected.count(t.name)) continue;
+std::vector<std::string> model_files(const std::string& dir) {
+    std::vector<std::string> out;
+    if (fs::is_directory(dir))
+        for (const auto& e : fs::directory_iterator(dir)) {
+            const std::string n = e.path().filename().string();
+            if (n == "model.safetensors" || (n.rfind("model.rank", 0) == 0 && ends_with(n, ".safetensors")))
+                out.push_back(e.path().string());
+        }
+    std::sort(out.begin(), out.end());
+    SHARDLM_CHECK(!out.empty(), "'", dir, "' has no model.safetensors (HF directory) nor model.rank*.safetensors ",
+                  "(shardlm checkpoint)\n---> HINT: --init takes an HF GPT-2 directory or a checkpoint directory");
+    return out;
+}
+
+void check_model_tensors(const PieceStore& store, const GptConfig& c, const std::string& where) {
+    std::set<std::string> known;
+    for (const ParamSpec& p : make_gpt2_layout(c).params) known.insert(p.name);
+    for (const std::string& n : store.names()) {
+        if (known.count(n)) continue;
         // HF GPT-2 files may carry the tied head and the causal-mask buffers; they hold no parameters of ours.
-        if (t.name == "lm_head.weight" || ends_with(t.name, ".attn.bias") || ends_with(t.name, ".attn.masked_bias"))
-            continue;
-        fail(path, ": unexpected tensor '", t.name, "' for a GPT-2 with n_layer=", c.n_layer,
+        if (n == "lm_head.weight" || ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias")) continue;
+        fail(where, ": unexpected tensor '", n, "' for a GPT-2 with n_layer=", c.n_layer,
              "\n---> HINT: does config.json match the weights?");
     }
 }
 
+void load_hf_weights(const std::string& dir, const GptConfig& c, const Layout& layout, float* params) {
+    PieceStore store;
+    for (const std::string& f : model_files(dir)) store.add_file(f);
+    check_model_tensors(store, c, dir);
+    store.load(params, layout, FlatRange{0, layout.total});
+}
+
 void save_hf_model(const std::string& dir, const GptConfig& c, const Layout& layout, const float* params, DType dtype) {
-    std::filesystem::create_directories(dir);
+    fs::create_directories(dir);
     io::SafetensorsWriter w;
+    std::vector<float> tmp;
     for (const ParamSpec& p : layout.params) {
-        std::vector<int64_t> hs = p.hf_shape();
-        size_t n = p.hf_numel();
-        std::vector<float> tmp(n);
+        if (p.tied_copy) continue;
+        tmp.resize(p.hf_numel());
         to_hf_layout(tmp.data(), params + p.offset, p);
-        w.add_f32(p.name, hs, tmp.data(), dtype);
+        w.add_f32(p.name, p.hf_shape(), tmp.data(), dtype);
     }
     w.set_metadata("format", "pt");
-    w.write((std::filesystem::path(dir) / "model.safetensors").string());
-    io::write_file_atomic((std::filesystem::path(dir) / "config.json").string(), hf_config_json(c));
+    w.write((fs::path(dir) / "model.safetensors").string());
+    io::write_file_atomic((fs::path(dir) / "config.json").string(), hf_config_json(c));
 }
 
 }  // namespace shardlm::model

@@ -100,9 +100,14 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
     }
 }
 
+LrKind parse_lr_kind(const std::string& name) {
+    if (name == "constant") return LrKind::Constant;
+    if (name == "cosine") return LrKind::Cosine;
+    fail("unknown lr schedule '", name, "'\n---> HINT: use constant or cosine");
+}
+
 float LrSchedule::at(int step) const {
-    if (kind == "constant") return lr;
-    SHARDLM_CHECK(kind == "cosine", "unknown lr schedule '", kind, "'\n---> HINT: use constant or cosine");
+    if (kind == LrKind::Constant) return lr;
     if (step < warmup) return lr * float(step + 1) / float(warmup);
     if (step >= total) return lr_min;
     double progress = double(step - warmup) / double(std::max(1, total - warmup));

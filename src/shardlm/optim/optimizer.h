@@ -66,8 +66,10 @@ private:
 };
 
 // LR schedules: constant, or linear warm-up over `warmup` steps then cosine decay to `lr_min` at `total`.
+enum class LrKind { Constant, Cosine };
+LrKind parse_lr_kind(const std::string& name);  // constant | cosine
 struct LrSchedule {
-    std::string kind = "constant";  // constant | cosine
+    LrKind kind = LrKind::Constant;
     float lr = 1e-3f, lr_min = 0.0f;
     int warmup = 0, total = 1;
     float at(int step) const;

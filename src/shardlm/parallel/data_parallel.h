@@ -1,7 +1,8 @@
-// parallel/data_parallel.h: data parallelism and ZeRO stages 0-3 (FSDP) over the model's units.
+// parallel/data_parallel.h: data parallelism and ZeRO stages 0-3 (FSDP) over this rank's part of
+// the model (its pipeline chunks, its tensor-parallel shard).
 //
-// Every DP rank runs the same model on its own rows of the global batch; this class is the model's
-// UnitHooks and owns where parameters, gradients and their shards live:
+// Every DP rank of a group runs the same part on its own rows of the global batch; this class is the
+// part's UnitHooks and owns where parameters, gradients and their shards live:
 //
 //   stage  parameters            gradients                            after backward / the step
 //   0      full, replicated      full; buckets all-reduced as soon    every rank updates everything
@@ -16,21 +17,24 @@
 //          shard; a unit is all-gathered just before its forward and         to gather
 //          again before its backward (the next unit prefetched), then released
 //
-// Sharding is per unit (FSDP's flat parameter per wrapped module): unit u's range is padded to a
-// multiple of 16 * dp floats (make_gpt2_layout's unit_multiple), and rank r owns the r-th of its dp
+// Sharding is per parameter unit (FSDP's flat parameter per wrapped module): unit u's range is padded
+// to a multiple of 16 * dp floats (the layout's unit_multiple), and rank r owns the r-th of its dp
 // equal slices. The shard boundaries ignore parameter boundaries; the optimiser intersects.
-// The embedding unit is tied to the head (wte), so under ZeRO-3 it stays gathered from its forward
-// to its backward, and its gradient buffer lives through the whole backward.
+// The token embedding wte is read by the embedding and by the tied head: under ZeRO-3 it has a
+// gather slot of its own, and with one pipeline stage it stays gathered from the forward to the
+// backward of a micro-batch (the head's backward writes its gradient first).
 #pragma once
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "shardlm/comm/group.h"
 #include "shardlm/core/aligned_buffer.h"
-#include "shardlm/model/gpt.h"
+#include "shardlm/model/part.h"
+#include "shardlm/model/pieces.h"
 #include "shardlm/optim/optimizer.h"
 
 namespace shardlm::parallel {
@@ -42,27 +46,50 @@ struct MemoryReport {
 
 class DataParallel : public model::UnitHooks {
 public:
-    // dp: the data-parallel group. gpt: built with unit_multiple = dp.size(). zero: 0..3.
+    // dp: the data-parallel group. part: built with unit_multiple = dp.size(). zero: 0..3.
     // bucket_mb: all-reduce bucket size for stage 0 (stages 1-3 reduce per unit).
-    DataParallel(comm::Group& dp, model::Gpt& gpt, int zero, double bucket_mb);
+    // single_stage: the part is the whole pipeline (one stage): a micro-batch's backward follows
+    // its forward, so ZeRO-3 keeps the units still gathered at the end of the forward.
+    DataParallel(comm::Group& dp, model::ModelPart& part, int zero, double bucket_mb, bool single_stage);
     ~DataParallel() override;
 
     int zero() const { return zero_; }
     comm::Group& group() { return dp_; }
 
-    // Parameters from a full flat buffer (init or checkpoint): each rank keeps what its stage stores.
-    void load_params(const float* full);
-    // The full parameters into `out` (layout().total floats). Stage 3 all-gathers unit by unit.
-    // Collective over the group; every rank gets the result.
-    void gather_params(float* out);
-    // Stages 0-2: the replicated full parameter buffer; stage 3: null.
+    // Where this rank keeps its parameters: (flat range of the layout, storage of that range). Stages
+    // 0-2: the whole layout in one buffer; stage 3: each unit's shard. Initialise or load into these.
+    std::vector<std::pair<model::FlatRange, float*>> param_storage();
+    // This rank's slice of every unit (each DP rank writes its slices to a checkpoint, whatever the
+    // stage): the flat range, its parameters, and where its optimiser state starts in the
+    // optimiser's state buffers.
+    struct Slice {
+        model::FlatRange range;
+        const float* params;
+        size_t state;
+    };
+    std::vector<Slice> slices() const;
+    // Stages 0-2: the replicated full parameter buffer of this part; stage 3: null.
     const float* full_params() const { return zero_ < 3 ? params_.data() : nullptr; }
+    // The full parameters of this part into out (layout().total floats); stage 3 all-gathers unit by
+    // unit (collective over the group).
+    void gather_params(float* out);
 
-    // The step protocol around gpt.forward/backward (hooks = this):
-    void begin_micro_batch(int index, int count);  // index-th of `count` micro-batches of this step
-    bool backward_accumulates() const;             // pass to Gpt::backward as `accumulate`
-    void end_backward();                            // after each micro-batch's backward
-    double grad_norm_sq();                          // global sum of squared gradients (collective)
+    // Called before a unit's gradient is reduced over the group, with where the gradient is: the
+    // accumulated gradient of the step (stages 0-1) or one micro-batch's (stages 2-3). Sequence
+    // parallelism sums its replicated parameters' gradients over the tensor-parallel group here.
+    void set_pre_reduce(std::function<void(int unit, float* grad)> f) { pre_reduce_ = std::move(f); }
+
+    // The step protocol (the hooks do the rest):
+    bool backward_accumulates(int micro) const { return zero_ < 2 && micro > 0; }
+    void end_pass(int chunk, bool forward);  // after each pass (stages 2-3: the micro-batch's slices)
+    void finish_step();                       // every reduction of the step is complete
+    // The gradient of the tied embedding (wte on the first pipeline stage, its copy on the last)
+    // summed over `embedding_group` (those two ranks), on this rank's slice. Both then take the same
+    // optimiser step and stay equal.
+    void sum_tied_grads(comm::Group& embedding_group);
+    // This rank's share of the squared gradient norm: its slice of every unit, parameters counted
+    // once over the tensor-parallel group (model::ParamSpec::counted). Sum it over every rank.
+    double grad_norm_sq_local() const;
     // Optimiser over this rank's ranges; then after_step() restores replicated parameters.
     std::vector<optim::Range> owned_ranges() const;
     std::vector<float*> owned_params();
@@ -73,9 +100,8 @@ public:
     // The report with the ZeRO formulas beside it (fp32 Adam: params 4, grads 4, optimiser 8 bytes
     // per parameter; no separate master copy).
     std::string memory_report(const optim::Optimizer& opt) const;
-    // Bytes this rank is expected to send per step, per op kind, for `micro` micro-batches.
-    std::string comm_report(int micro) const;
-    // Theory for one step: {all_reduce, reduce_scatter, all_gather} bytes sent by this rank.
+    // Bytes this rank is expected to send per step on the group, {all_reduce, reduce_scatter,
+    // all_gather}, for `micro` micro-batches per chunk.
     std::array<size_t, 3> expected_step_bytes(int micro) const;
 
     // Seconds the training thread spent waiting for communication since the last reset (the part
@@ -84,8 +110,9 @@ public:
     void reset_exposed() { exposed_s_ = 0; }
 
     // UnitHooks
-    void before_forward(int unit) override;
-    void before_backward(int unit) override;
+    void begin_pass(int chunk, bool forward, int micro, int count) override;
+    void before_forward(int unit, int next) override;
+    void before_backward(int unit, int next) override;
     void after_backward(int unit) override;
 
 private:
@@ -93,28 +120,34 @@ private:
     optim::Range shard(int unit) const;  // this rank's slice of unit, flat coordinates
     size_t shard_elems(int unit) const { return units_[size_t(unit)].numel / size_t(dp_.size()); }
     size_t shard_offset(int unit) const { return shard_off_[size_t(unit)]; }  // in the shard buffers
-    float* gathered(int unit);                       // stage 3: wait for / start unit's gather
-    void prefetch(int unit);                         // stage 3: start gathering unit into a free slot
-    Slot& grad_slot(int unit);                       // stages 2-3
+    bool last_micro() const { return micro_index_ + 1 == micro_count_; }
+    int pick_slot(const std::vector<std::unique_ptr<Slot>>& slots, int unit, int keep) const;
+    float* gathered(int unit);    // stage 3: wait for / start unit's gather
+    void prefetch(int unit);      // stage 3: start gathering unit into a free slot
+    void reset_residency();       // stage 3: forget every gathered unit
+    Slot& grad_slot(int unit);    // stages 2-3
     void finish_grad_slot(Slot& s);
 
     comm::Group& dp_;
-    model::Gpt& gpt_;
+    model::ModelPart& part_;
     const std::vector<model::Unit>& units_;
     int zero_;
+    bool single_stage_;
     size_t bucket_elems_;
+    int wte_unit_ = -1;
     int micro_index_ = 0, micro_count_ = 1;
-    bool last_micro() const { return micro_index_ + 1 == micro_count_; }
+    int last_unit_ = -1;  // the latest non-wte unit handed to a hook: its slots are in use
+    uint64_t clock_ = 0;  // slot use stamps
 
     AlignedBuffer<float> params_, grads_;            // full (stages 0-2 params, stages 0-1 grads)
     AlignedBuffer<float> param_shards_, grad_shards_;  // stage 3 params, stages 2-3 grads
     std::vector<size_t> shard_off_;
     std::vector<std::vector<std::pair<size_t, size_t>>> gaps_;  // per unit: padding [begin, end), local
-    std::vector<std::unique_ptr<Slot>> param_slots_, grad_slots_;
-    std::vector<int> param_slot_of_;  // unit -> param slot holding it (-1: none)
+    std::vector<std::unique_ptr<Slot>> param_slots_, grad_slots_;  // slot 0: wte; 1, 2: the others
     std::vector<comm::Request> pending_;  // stage 0-1 reductions, stage 1-2 gathers
-    std::vector<optim::Range> buckets_;  // stage 0, in the order they complete
+    std::vector<optim::Range> buckets_;   // stage 0, per chunk, in the order they complete
     std::vector<int> closes_bucket_;      // unit -> index of the bucket it completes, or -1
+    std::function<void(int, float*)> pre_reduce_;
     double exposed_s_ = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "shardlm/io/atomic_file.h"
 #include "shardlm/io/json_file.h"
 #include "shardlm/io/safetensors.h"
+#include "shardlm/model/pieces.h"
 #include "shardlm/model/weights.h"
 
 namespace shardlm::train {
@@ -47,44 +48,44 @@ nlohmann::json model_json(const model::GptConfig& c) {
             {"vocab_size", c.vocab_size}, {"n_ctx", c.n_ctx}, {"ln_eps", c.ln_eps}};
 }
 
-// Writes each parameter as an HF-layout tensor named prefix + name (full flat buffer).
-void add_flat(io::SafetensorsWriter& w, const std::string& prefix, const model::Layout& layout, const float* flat,
-              std::vector<std::vector<float>>& keep_alive) {
-    for (const model::ParamSpec& p : layout.params) {
-        std::vector<int64_t> hs = p.hf_shape();
-        size_t n = p.hf_numel();
-        keep_alive.emplace_back(n);
-        model::to_hf_layout(keep_alive.back().data(), flat + p.offset, p);
-        w.add_f32_ref(prefix + p.name, hs, keep_alive.back().data());
-    }
-}
-
-// Calls f(param, piece_begin_in_param, n, offset_in_state) for every piece of a parameter that the
-// optimiser's owned ranges cover, in state order.
-template <typename F>
-void for_each_owned_piece(const model::Layout& layout, const optim::Optimizer& opt, F&& f) {
-    size_t state = 0;
-    for (const optim::Range& r : opt.owned()) {
-        for (const model::ParamSpec& p : layout.params) {
-            size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
-            if (b < e) f(p, b - p.offset, e - b, state + (b - r.begin));
-        }
-        state += r.size();
-    }
-}
-
-std::string shard_file(int rank, int n) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "optimizer.rank%05d-of-%05d.safetensors", rank, n);
+std::string rank_file(const char* kind, int rank, int n) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%s.rank%05d-of-%05d.safetensors", kind, rank, n);
     return buf;
+}
+
+// The pieces of every element this rank writes: its slice of each unit, the parameters it owns
+// (model::ParamSpec::counted: tensor-parallel rank 0 for replicated tensors, never the tied copy).
+// f(piece, slice) for each.
+template <typename F>
+void for_each_written_piece(const model::Layout& layout, const parallel::DataParallel& dp, F&& f) {
+    for (const parallel::DataParallel::Slice& sl : dp.slices())
+        for (const model::ParamSpec& p : layout.params) {
+            if (!p.counted()) continue;
+            const size_t b = std::max(p.offset, sl.range.begin), e = std::min(p.offset + p.numel, sl.range.end);
+            if (b >= e) continue;
+            for (const model::Piece& pc : model::pieces_of(p, b - p.offset, e - b)) f(pc, sl);
+        }
+}
+
+// HF name, with the box unless the piece is the whole tensor.
+std::string piece_name(const model::Piece& pc) {
+    const std::vector<int64_t> hs = pc.param->hf_shape();
+    return pc.box.whole(hs) ? pc.param->name : pc.param->name + pc.box.str();
+}
+
+std::vector<int64_t> piece_shape(const model::Piece& pc) {
+    if (pc.param->full_shape.size() == 1) return {pc.box.rows()};
+    return {pc.box.rows(), pc.box.cols()};
 }
 
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
-                            const model::Layout& layout, const float* full_params, optim::Optimizer& opt, int keep,
-                            comm::Group& group) {
-    const bool root = group.rank() == 0;
+                            const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
+                            int keep, comm::Group& world, const nlohmann::json& writer) {
+    const bool root = world.rank() == 0;
+    const int n = world.size();
     const fs::path final_dir = fs::path(run_dir) / ckpt_name(step);
     // the same name on every rank (they share the directory); stale ones are removed at start-up
     const fs::path tmp = fs::path(run_dir) / ("." + ckpt_name(step) + ".tmp.0");
@@ -93,32 +94,39 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
         fs::remove_all(tmp);
         fs::create_directories(tmp);
     }
-    group.barrier();
-    {  // this rank's optimiser state, never gathered
-        io::SafetensorsWriter w;
-        for (auto& [name, buf] : opt.state()) {
-            const float* st = buf->data();
-            for_each_owned_piece(layout, opt, [&](const model::ParamSpec& p, size_t first, size_t n, size_t at) {
-                w.add_f32_ref(name + "/" + p.name + "/" + std::to_string(first), {int64_t(n)}, st + at);
-            });
-        }
-        w.set_metadata("optimizer", optim::kind_name(opt.config().kind));
-        w.set_metadata("layout", "pieces of parameters flattened in shardlm's internal [out, in] layout");
-        w.write((tmp / shard_file(group.rank(), group.size())).string());
-    }
-    if (root) {
-        std::vector<std::vector<float>> bufs;
-        io::SafetensorsWriter w;
-        add_flat(w, "", layout, full_params, bufs);
-        w.set_metadata("format", "pt");
-        w.write((tmp / "model.safetensors").string());
+    world.barrier();
+    {  // this rank's pieces of the parameters and of the optimiser state
+        io::SafetensorsWriter wm, wo;
+        std::vector<float> box;
+        const auto states = opt.state();
+        for_each_written_piece(layout, dp, [&](const model::Piece& pc, const parallel::DataParallel::Slice& sl) {
+            const std::string name = piece_name(pc);
+            box.resize(pc.box.numel());
+            model::gather_piece(box.data(), sl.params - sl.range.begin, pc);
+            wm.add_f32(name, piece_shape(pc), box.data());
+            for (auto& [sname, buf] : states) {
+                model::gather_piece(box.data(), buf->data() + sl.state - sl.range.begin, pc);
+                wo.add_f32(sname + "/" + name, piece_shape(pc), box.data());
+            }
+        });
+        wm.set_metadata("format", "pt");
+        wm.set_metadata("layout", "pieces of HF GPT-2 tensors: name or name[rows,cols] boxes in HF coordinates");
+        wm.write((tmp / rank_file("model", world.rank(), n)).string());
+        wo.set_metadata("optimizer", optim::kind_name(opt.config().kind));
+        wo.set_metadata("layout", "pieces of the optimiser state: <state>/<HF name>[box]");
+        wo.write((tmp / rank_file("optimizer", world.rank(), n)).string());
     }
     // Fault injection for the tests: die by SIGKILL with this checkpoint half-written.
     if (const char* k = std::getenv("SHARDLM_TEST_KILL_IN_CKPT"); k && std::atoi(k) == step) std::raise(SIGKILL);
-    group.barrier();  // every rank's shard is on disk
+    world.barrier();  // every rank's files are on disk
     if (root) {
         io::write_file_atomic((tmp / "config.json").string(), model::hf_config_json(mc));
         const optim::OptimConfig& oc = opt.config();
+        nlohmann::json files = {{"model", nlohmann::json::array()}, {"optimizer", nlohmann::json::array()}};
+        for (int r = 0; r < n; r++) {
+            files["model"].push_back(rank_file("model", r, n));
+            files["optimizer"].push_back(rank_file("optimizer", r, n));
+        }
         nlohmann::json meta = {
             {"format", "shardlm-checkpoint"},
             {"format_version", kCheckpointVersion},
@@ -127,12 +135,12 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
             {"train_config", config_to_json(cfg)},
             {"optimizer",
              {{"kind", optim::kind_name(oc.kind)}, {"steps_done", opt.steps_done()}, {"beta1", oc.beta1},
-              {"beta2", oc.beta2}, {"eps", oc.eps}, {"momentum", oc.momentum}, {"weight_decay", oc.weight_decay},
-              {"shards", group.size()}}},
+              {"beta2", oc.beta2}, {"eps", oc.eps}, {"momentum", oc.momentum}, {"weight_decay", oc.weight_decay}}},
             {"data", {{"order", cfg.data_order}, {"next_global_batch", step}, {"seed", cfg.seed}}},
             {"rng", {{"seed", cfg.seed}, {"note", "init and data order are pure functions of the seed and step"}}},
-            {"writer", {{"dp", group.size()}, {"zero", cfg.zero}}},
-            {"layout", "model.safetensors: HF GPT-2 names and shapes (Conv1D weights [in, out]), true vocabulary"},
+            {"writer", writer},
+            {"files", files},
+            {"layout", "pieces of HF GPT-2 tensors (Conv1D weights [in, out], true vocabulary); see train/checkpoint.h"},
         };
         io::write_file_atomic((tmp / "meta.json").string(), meta.dump(2) + "\n");
         io::fsync_dir(tmp.string());
@@ -142,7 +150,7 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
         std::vector<fs::path> all = list_checkpoints(run_dir);
         for (size_t i = 0; i + size_t(keep) < all.size(); i++) fs::remove_all(all[i]);
     }
-    group.barrier();
+    world.barrier();
     return final_dir.string();
 }
 
@@ -164,14 +172,16 @@ nlohmann::json read_checkpoint_meta(const std::string& dir) {
     SHARDLM_CHECK(fs::exists(path), "'", dir, "' is not a shardlm checkpoint (no meta.json)");
     nlohmann::json meta = io::read_json_file(path);
     SHARDLM_CHECK(meta.value("format", "") == "shardlm-checkpoint", path, ": field 'format' is not \"shardlm-checkpoint\"");
-    SHARDLM_CHECK(meta.value("format_version", -1) == kCheckpointVersion, path, ": field 'format_version' is ",
-                  meta.value("format_version", -1), ", this shardlm reads version ", kCheckpointVersion);
+    const int version = meta.value("format_version", -1);
+    SHARDLM_CHECK(version == kCheckpointVersion, path, ": field 'format_version' is ", version,
+                  ", this shardlm resumes version ", kCheckpointVersion,
+                  version == 2 ? "\n---> HINT: version 2 checkpoints still load as weights: --init " + dir : std::string());
     SHARDLM_CHECK(meta.contains("step") && meta["step"].is_number_integer(), path, ": field 'step' missing or not an integer");
     return meta;
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& mc, const model::Layout& layout,
-                               float* full_params, optim::Optimizer& opt) {
+                               parallel::DataParallel& dp, optim::Optimizer& opt) {
     nlohmann::json meta = read_checkpoint_meta(dir);
     const std::string path = (fs::path(dir) / "meta.json").string();
     const nlohmann::json want = model_json(mc);
@@ -183,41 +193,28 @@ nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& m
     SHARDLM_CHECK(kind == optim::kind_name(opt.config().kind), path, ": checkpoint has optimizer '", kind,
                   "' but this run uses '", optim::kind_name(opt.config().kind),
                   "'\n---> HINT: resume with --optimizer ", kind);
-    model::load_hf_weights(dir, mc, layout, full_params);
-
-    // Optimiser state: index every stored piece by parameter, then copy the intersections with the
-    // pieces this rank owns.
-    const int shards = meta["optimizer"].value("shards", 0);
-    SHARDLM_CHECK(shards > 0, path, ": field 'optimizer.shards' missing or not positive");
-    std::vector<io::SafetensorsReader> files;
-    for (int r = 0; r < shards; r++) files.emplace_back((fs::path(dir) / shard_file(r, shards)).string());
-    struct Piece {
-        const io::SafetensorsReader* file;
-        const io::TensorInfo* t;
-        size_t first, n;
-    };
-    std::map<std::string, std::vector<Piece>> index;  // "<state>/<param>" -> pieces
-    for (const auto& f : files)
-        for (const io::TensorInfo& t : f.tensors()) {
-            size_t slash = t.name.rfind('/');
-            SHARDLM_CHECK(slash != std::string::npos && t.dtype == "F32" && t.shape.size() == 1, f.path(), ": tensor '",
-                          t.name, "' is not a '<state>/<param>/<first>' F32 vector");
-            index[t.name.substr(0, slash)].push_back({&f, &t, size_t(std::stoull(t.name.substr(slash + 1))), size_t(t.shape[0])});
+    auto list = [&](const char* what) {
+        SHARDLM_CHECK(meta.contains("files") && meta["files"].contains(what) && meta["files"][what].is_array(), path,
+                      ": field 'files.", what, "' missing or not a list");
+        model::PieceStore store;
+        for (const auto& f : meta["files"][what]) {
+            SHARDLM_CHECK(f.is_string(), path, ": field 'files.", what, "' holds a non-string");
+            const std::string file = (fs::path(dir) / f.get<std::string>()).string();
+            SHARDLM_CHECK(fs::exists(file), dir, ": ", f.get<std::string>(), " is missing (listed in meta.json)",
+                          "\n---> HINT: the checkpoint is incomplete; resume from an older one");
+            store.add_file(file);
         }
+        return store;
+    };
+    const model::PieceStore params = list("model");
+    for (auto& [range, storage] : dp.param_storage()) params.load(storage, layout, range);
+    const model::PieceStore states = list("optimizer");
     for (auto& [name, buf] : opt.state()) {
-        float* st = buf->data();
-        for_each_owned_piece(layout, opt, [&](const model::ParamSpec& p, size_t first, size_t n, size_t at) {
-            size_t covered = 0;
-            for (const Piece& pc : index[name + "/" + p.name]) {
-                size_t b = std::max(first, pc.first), e = std::min(first + n, pc.first + pc.n);
-                if (b >= e) continue;
-                const char* src = static_cast<const char*>(pc.file->data(*pc.t));  // may be unaligned
-                std::memcpy(st + at + (b - first), src + (b - pc.first) * sizeof(float), (e - b) * sizeof(float));
-                covered += e - b;
-            }
-            SHARDLM_CHECK(covered == n, dir, ": optimiser state '", name, "' of ", p.name, " covers ", covered, " of ", n,
-                          " elements this rank needs\n---> HINT: the checkpoint is incomplete or from another model");
-        });
+        size_t at = 0;
+        for (const optim::Range& r : opt.owned()) {
+            states.load(buf->data() + at, layout, model::FlatRange{r.begin, r.end}, name + "/");
+            at += r.size();
+        }
     }
     opt.set_steps_done(meta["optimizer"].value("steps_done", 0));
     return meta;

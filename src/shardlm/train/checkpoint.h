@@ -1,16 +1,20 @@
-// train/checkpoint.h: checkpoints that resume bit-exact.
+// train/checkpoint.h: checkpoints that resume bit-exact and load under any layout.
 //
 // RUN_DIR/ckpt_<step, 8 digits>/ holds
-//   meta.json              format version, completed steps, model and training config, optimiser
-//                          hyper-parameters and step count, data position, RNG seed, writer layout
-//   config.json            HF GPT-2 config, and
-//   model.safetensors      HF GPT-2 names and layout: the directory is also an HF model (--init, generate)
-//   optimizer.rank<r>-of-<n>.safetensors
-//                          each data-parallel rank's own optimiser state, never gathered: one tensor
-//                          "<state>/<param name>/<first>" per piece of a parameter that rank owns, the
-//                          elements [first, first + len) of the parameter flattened in shardlm's
-//                          internal [out, in] layout. Any layout (dp size, ZeRO stage) reads any other:
-//                          each rank copies the pieces that intersect what it owns.
+//   meta.json        format version, completed steps, model and training config, optimiser
+//                    hyper-parameters and step count, data position, RNG seed, the writer's layout
+//                    (dp, tp, pp, ZeRO stage, virtual stages) and the list of tensor files
+//   config.json      HF GPT-2 config
+//   model.rank<r>-of-<n>.safetensors      the pieces of the parameters rank r owns (model/pieces.h):
+//                    HF GPT-2 names and HF shapes (Conv1D weights [in, out], true vocabulary); a whole
+//                    tensor is named as in HF, a piece "<name>[r0:r1,c0:c1]" (1-D: "[r0:r1]")
+//   optimizer.rank<r>-of-<n>.safetensors  the same pieces of the optimiser state, "<state>/<name>[box]"
+// Every element is written once, by the rank that owns it: each data-parallel rank writes its ZeRO
+// slice of every unit (at every ZeRO stage: replicas are written once), replicated tensors come from
+// tensor-parallel rank 0 only, and the last pipeline stage's tied copy of wte is never written. No rank
+// gathers the model or the optimiser state. Loading intersects the pieces a rank needs with the
+// pieces stored, so any layout (dp, tp, pp, ZeRO stage) resumes any other; `shardlm export`
+// assembles an HF directory from a checkpoint, and --init / generate read one directly.
 // It is written as a hidden temporary directory, every file fsynced, then renamed into place; older
 // checkpoints are removed only after that, so a kill at any moment leaves the previous one intact.
 #pragma once
@@ -22,18 +26,18 @@
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/optim/optimizer.h"
+#include "shardlm/parallel/data_parallel.h"
 #include "shardlm/train/train_config.h"
 
 namespace shardlm::train {
 
-inline constexpr int kCheckpointVersion = 2;
+inline constexpr int kCheckpointVersion = 3;
 
 // Writes RUN_DIR/ckpt_<step>/ and keeps the newest `keep` complete checkpoints. Returns its path.
-// Collective over `group` (the data-parallel ranks): `full_params` (the whole flat buffer) is read
-// on rank 0 only; every rank writes its optimiser state.
+// Collective over `world` (every rank writes its own pieces). writer: the layout, for meta.json.
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
-                            const model::Layout& layout, const float* full_params, optim::Optimizer& opt, int keep,
-                            comm::Group& group);
+                            const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
+                            int keep, comm::Group& world, const nlohmann::json& writer);
 
 // Removes hidden temporary checkpoint directories left by a killed run.
 void remove_stale_checkpoint_temps(const std::string& run_dir);
@@ -41,11 +45,11 @@ void remove_stale_checkpoint_temps(const std::string& run_dir);
 // The newest complete checkpoint directory in RUN_DIR, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
 
-// Loads the full parameters (into full_params, layout().total floats) and this rank's optimiser
-// state; checks that the checkpoint's model and optimiser match. Returns meta.json (its "step" is the
-// number of completed steps).
+// Loads this rank's parameters (into dp's storage) and optimiser state; checks that the
+// checkpoint's model and optimiser match. Returns meta.json (its "step" is the number of completed
+// steps).
 nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& mc, const model::Layout& layout,
-                               float* full_params, optim::Optimizer& opt);
+                               parallel::DataParallel& dp, optim::Optimizer& opt);
 
 // Reads meta.json of a checkpoint, with clear errors.
 nlohmann::json read_checkpoint_meta(const std::string& dir);

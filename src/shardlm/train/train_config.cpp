@@ -71,6 +71,13 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
     SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
     SHARDLM_CHECK(dp >= 0, "--dp must be >= 0 (got ", dp, ")");
+    SHARDLM_CHECK(tp >= 1, "--tp must be >= 1 (got ", tp, ")");
+    SHARDLM_CHECK(pp >= 1, "--pp must be >= 1 (got ", pp, ")");
+    SHARDLM_CHECK(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
+    SHARDLM_CHECK(schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved", "--schedule '", schedule,
+                  "' is not known\n---> HINT: use gpipe, 1f1b or interleaved");
+    SHARDLM_CHECK(virtual_stages == 1 || schedule == "interleaved", "--virtual-stages ", virtual_stages,
+                  " needs --schedule interleaved");
     SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
     SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
     optim::parse_kind(optimizer);

@@ -48,6 +48,13 @@ struct TrainConfig {
     std::string sample_prompt = "\n";
     // parallelism
     int dp = 0;              // data-parallel size; 0 = world size / (tp * pp)
+    int tp = 1;              // tensor-parallel size (Megatron)
+    int pp = 1;              // pipeline stages
+    std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+    int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
+    std::string pp_split;    // blocks per model chunk, e.g. "3,3,3,3" (empty: balanced by cost)
+    bool sequence_parallel = false;
+    std::string trace;       // Chrome trace / Perfetto timeline file (empty: none)
     int zero = 0;            // ZeRO stage 0-3
     float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
     bool memory_report = false;
@@ -102,7 +109,15 @@ void for_each_field(Cfg& c, F&& f) {
     f("log_every", c.log_every, "Log line every N steps when not on a TTY");
     f("sample_tokens", c.sample_tokens, "Print a sample of N tokens after training (0 = off)");
     f("sample_prompt", c.sample_prompt, "Prompt for that sample");
-    f("dp", c.dp, "Data-parallel ranks (0 = all ranks of mpirun)");
+    f("dp", c.dp, "Data-parallel ranks (0 = world size / (tp x pp))");
+    f("tp", c.tp, "Tensor-parallel ranks (Megatron: attention heads, MLP and vocabulary split)");
+    f("pp", c.pp, "Pipeline stages");
+    f("schedule", c.schedule, "Pipeline schedule: gpipe | 1f1b | interleaved");
+    f("virtual_stages", c.virtual_stages, "Model chunks per pipeline rank (interleaved schedule)");
+    f("pp_split", c.pp_split, "Blocks per pipeline chunk, e.g. 3,3,3,3 (default: balanced by cost)");
+    f("sequence_parallel", c.sequence_parallel,
+      "Split LayerNorm/residual regions along the sequence over the tensor-parallel ranks (all-gather and reduce-scatter instead of all-reduce)");
+    f("trace", c.trace, "Write a Chrome trace / Perfetto timeline of the last step to this JSON file");
     f("zero", c.zero, "ZeRO stage: 0 replicate, 1 shard optimiser state, 2 + gradients, 3 + parameters (FSDP)");
     f("bucket_mb", c.bucket_mb, "Gradient all-reduce bucket size in MiB (ZeRO-0)");
     f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas (after the last step)");

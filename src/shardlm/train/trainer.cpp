@@ -2,10 +2,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
-
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,14 +13,16 @@
 #include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
+#include "shardlm/core/trace.h"
 #include "shardlm/data/token_shard.h"
 #include "shardlm/data/tokenizer.h"
 #include "shardlm/io/atomic_file.h"
 #include "shardlm/kernels/matmul.h"
-#include "shardlm/kernels/optimizer_kernels.h"
-#include "shardlm/model/inference.h"
+#include "shardlm/model/generate.h"
 #include "shardlm/model/weights.h"
+#include "shardlm/parallel/stages.h"
 #include "shardlm/train/checkpoint.h"
+#include "shardlm/train/rank_text.h"
 
 namespace shardlm::train {
 
@@ -56,80 +57,129 @@ Trainer::Trainer(TrainConfig cfg) : own_world_(std::make_unique<comm::Group>(com
 Trainer::Trainer(TrainConfig cfg, comm::Group& world) : cfg_(std::move(cfg)) { init(world); }
 
 void Trainer::init(comm::Group& world) {
+    world_ = &world;
     cfg_.validate();
     set_threads(cfg_.threads);
-    grid_ = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg_.dp, 1, 1}));
-    const int dp = grid_->dp_size();
+    grid_ = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg_.dp, cfg_.tp, cfg_.pp}));
+    grid_->dp().set_name("dp");
+    grid_->tp().set_name("tp");
+    grid_->pp().set_name("pp");
+    const int dp = grid_->dp_size(), tp = grid_->tp_size(), pp = grid_->pp_size();
     SHARDLM_CHECK(cfg_.global_batch % (dp * cfg_.micro_batch) == 0, "--global-batch (", cfg_.global_batch,
                   ") must be a multiple of dp (", dp, ") x --micro-batch (", cfg_.micro_batch,
                   "): each data-parallel rank runs whole micro-batches of its G/dp rows");
+    micro_ = cfg_.global_batch / (dp * cfg_.micro_batch);
     model_cfg_ = cfg_.model_config();
     SHARDLM_CHECK(cfg_.seq <= model_cfg_.n_ctx, "--seq ", cfg_.seq, " exceeds the model's context length n_ctx = ",
                   model_cfg_.n_ctx, "\n---> HINT: use --seq <= ", model_cfg_.n_ctx);
+    SHARDLM_CHECK(model_cfg_.n_head % tp == 0, "--tp ", tp, " must divide the number of attention heads (",
+                  model_cfg_.n_head, "): each tensor-parallel rank computes whole heads");
     loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
     if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, "sequential");
 
-    model_ = std::make_unique<model::Gpt>(model_cfg_, cfg_.micro_batch, cfg_.seq, get_threads(), dp);
+    // the pipeline: which model chunks this rank holds, and the step's schedule
+    const int v = cfg_.virtual_stages;
+    schedule_ = parallel::make_schedule(parallel::parse_schedule(cfg_.schedule), pp, micro_, v);
+    all_chunks_ = parallel::split_stages(model_cfg_, cfg_.seq, pp * v, cfg_.pp_split);
+    model::ModelPart::Options po;
+    for (int c = 0; c < v; c++) po.chunks.push_back(all_chunks_[size_t(c * pp + grid_->pp_rank())]);
+    po.slots = schedule_.slots(grid_->pp_rank());
+    tp_ = std::make_unique<parallel::GroupTensorParallel>(grid_->tp());
+    po.tp = tp_.get();
+    po.sequence_parallel = cfg_.sequence_parallel;
+    po.unit_multiple = dp;
+    po.threads = get_threads();
+    part_ = std::make_unique<model::ModelPart>(model_cfg_, po, cfg_.micro_batch, cfg_.seq);
     kernels::MatmulPrecision precision;
     kernels::matmul_precision_from_name(cfg_.matmul_precision, &precision);  // validated above
-    model_->set_matmul_precision(precision);
-    dp_ = std::make_unique<parallel::DataParallel>(grid_->dp(), *model_, cfg_.zero, cfg_.bucket_mb);
-    const model::Layout& layout = model_->layout();
-    optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), layout, dp_->owned_ranges());
+    part_->set_matmul_precision(precision);
 
-    AlignedBuffer<float> full(layout.total);  // the whole model, only while loading
-    std::string ckpt = cfg_.resume ? latest_checkpoint(cfg_.out) : "";
-    if (!ckpt.empty()) {
-        nlohmann::json meta = load_checkpoint(ckpt, model_cfg_, layout, full.data(), *optimizer_);
-        start_step_ = meta["step"];
-        if (is_root()) std::printf("resuming from %s (step %d of %d)\n", ckpt.c_str(), start_step_, cfg_.steps);
-    } else {
-        if (cfg_.resume && is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
-        if (cfg_.init.empty()) model::init_gpt2_weights(full.data(), layout, cfg_.seed);
-        else model::load_hf_weights(cfg_.init, model_cfg_, layout, full.data());
+    dp_ = std::make_unique<parallel::DataParallel>(grid_->dp(), *part_, cfg_.zero, cfg_.bucket_mb, pp == 1);
+    if (cfg_.sequence_parallel && tp > 1) {
+        comm::Group* tpg = &grid_->tp();
+        const model::Layout* layout = &part_->layout();
+        dp_->set_pre_reduce([tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); });
     }
-    dp_->load_params(full.data());
-    schedule_ = {cfg_.lr_schedule, cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
-    inputs_.resize(size_t(cfg_.micro_batch) * cfg_.seq);
-    targets_.resize(inputs_.size());
+    if (pp > 1) {  // the tied embedding: its first and last stage (same dp and tp coordinates)
+        const int s = grid_->pp_rank();
+        const bool ends = s == 0 || s == pp - 1;
+        const int color = ends ? grid_->tp_rank() + tp * grid_->dp_rank() : tp * dp + grid_->world_rank();
+        embedding_group_ = std::make_unique<comm::Group>(world.split(color, s));
+        embedding_group_->set_name("embedding");
+    }
+    exec_ = std::make_unique<parallel::PipelineExecutor>(*part_, grid_->pp(), *dp_);
+    optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), part_->layout(), dp_->owned_ranges());
+    load_or_init();
+    lr_schedule_ = {optim::parse_lr_kind(cfg_.lr_schedule), cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
     // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
     // of mpirun's even when mpirun's own output goes to a file, so multi-process runs log lines.
     tty_ = is_root() && ::isatty(STDOUT_FILENO) && world.size() == 1;
+}
+
+void Trainer::load_or_init() {
+    const model::Layout& layout = part_->layout();
+    std::string ckpt = cfg_.resume ? latest_checkpoint(cfg_.out) : "";
+    if (!ckpt.empty()) {
+        nlohmann::json meta = load_checkpoint(ckpt, model_cfg_, layout, *dp_, *optimizer_);
+        start_step_ = meta["step"];
+        if (is_root()) std::printf("resuming from %s (step %d of %d)\n", ckpt.c_str(), start_step_, cfg_.steps);
+        return;
+    }
+    if (cfg_.resume && is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
+    if (cfg_.init.empty()) {
+        for (auto& [range, storage] : dp_->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
+        return;
+    }
+    model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
+    for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
+    model::check_model_tensors(store, model_cfg_, cfg_.init);
+    for (auto& [range, storage] : dp_->param_storage()) store.load(storage, layout, range);
 }
 
 Trainer::~Trainer() {
     if (metrics_) std::fclose(metrics_);
 }
 
+bool Trainer::holds_head() const { return part_->has_head(part_->num_chunks() - 1); }
+
 StepStats Trainer::train_step(int step) {
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
-    const int dp = grid_->dp_size(), G_local = G / dp, row0 = grid_->dp_rank() * G_local, micro = G_local / M;
+    const int dp = grid_->dp_size(), row0 = grid_->dp_rank() * (G / dp);
     const float dloss = 1.0f / float(G * T);  // the global mean: summing over ranks gives the full gradient
-    grid_->dp().reset_stats();
+    for (comm::Group* g : {&grid_->dp(), &grid_->tp(), &grid_->pp(), world_}) g->reset_stats();
+    if (embedding_group_) embedding_group_->reset_stats();
     dp_->reset_exposed();
-    double loss_sum = 0.0;
-    for (int i = 0; i < micro; i++) {
+    auto batch = [&](int i, int* inputs, int* targets) {
         for (int j = 0; j < M; j++)
-            loader_->fill(step, G, row0 + i * M + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
-        dp_->begin_micro_batch(i, micro);
-        float loss = model_->forward(inputs_.data(), targets_.data(), M, T, dloss, dp_.get());
-        model_->backward(dp_.get(), dp_->backward_accumulates());
-        dp_->end_backward();
-        loss_sum += double(loss) * M;
-    }
-    grid_->dp().all_reduce_sum(&loss_sum, 1);
+            loader_->fill(step, G, row0 + i * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
+        return M;
+    };
     StepStats s;
     s.step = step;
-    s.loss = loss_sum / G;
-    s.grad_norm = std::sqrt(dp_->grad_norm_sq());
-    // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
-    // applies the scale as it reads each gradient (same rounding as scaling in place first).
-    float grad_scale = 1.0f;
-    if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (s.grad_norm + 1e-6)));
-    s.lr = schedule_.at(step);
-    optimizer_->step(dp_->owned_params(), dp_->owned_grads(), s.lr, grad_scale);
-    dp_->after_step();
+    s.lr = lr_schedule_.at(step);
+    auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
+        dp_->finish_step();
+        if (embedding_group_) dp_->sum_tied_grads(*embedding_group_);
+        // the loss (ranks holding the head, once per tensor-parallel group) and the squared gradient
+        // norm (every rank's share), summed over the world in one message
+        double sums[2] = {0.0, dp_->grad_norm_sq_local()};
+        if (holds_head() && grid_->tp_rank() == 0)
+            for (double x : r.loss_sum) sums[0] += x;
+        world_->all_reduce_sum(sums, 2);
+        s.loss = sums[0] / (double(G) * T);  // the losses of G rows of T tokens
+        s.grad_norm = std::sqrt(sums[1]);
+    };
+    auto update = [&] {
+        // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
+        // applies the scale as it reads each gradient (same rounding as scaling in place first).
+        float grad_scale = 1.0f;
+        if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (s.grad_norm + 1e-6)));
+        optimizer_->step(dp_->owned_params(), dp_->owned_grads(), s.lr, grad_scale);
+        dp_->after_step();
+    };
+    const parallel::PipelineExecutor::Result r = exec_->run(schedule_, batch, M, T, dloss, reduce, update);
+    s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
     return s;
@@ -141,23 +191,25 @@ double Trainer::evaluate() {
     // val_batches = 0: every row of the validation shard once (the last batch may be short)
     const int64_t rows = cfg_.val_batches > 0 ? int64_t(cfg_.val_batches) * M : val_loader_->num_rows();
     const int64_t batches = (rows + M - 1) / M;
-    double sum = 0;  // loss summed over rows
-    // Every rank runs the same number of forwards (ZeRO-3 gathers inside them are collective); a
-    // rank left without a batch in the last round recomputes batch 0 and does not count it.
-    const int64_t rounds = (batches + dp - 1) / dp;
-    for (int64_t round = 0; round < rounds; round++) {
-        const int64_t mine = round * dp + grid_->dp_rank();
-        const bool counts = mine < batches;
-        const int64_t b = counts ? mine : 0;
+    // Every data-parallel rank runs the same number of forwards (ZeRO-3 gathers inside them are
+    // collective); a rank left without a batch in the last round recomputes batch 0 and does not count it.
+    const int rounds = int((batches + dp - 1) / dp);
+    auto mine = [&](int round) { return int64_t(round) * dp + grid_->dp_rank(); };
+    auto batch = [&](int round, int* inputs, int* targets) {
+        const int64_t b = mine(round) < batches ? mine(round) : 0;
         const int n = int(std::min<int64_t>(M, rows - b * M));
         for (int j = 0; j < n; j++)
-            val_loader_->fill_row(b * M + j, inputs_.data() + size_t(j) * T, targets_.data() + size_t(j) * T);
-        dp_->begin_micro_batch(0, 1);
-        double loss = model_->forward(inputs_.data(), targets_.data(), n, T, 0.0f, dp_.get());
-        if (counts) sum += loss * n;
-    }
-    grid_->dp().all_reduce_sum(&sum, 1);
-    return sum / double(rows);
+            val_loader_->fill_row(b * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
+        return n;
+    };
+    const parallel::Schedule fwd = parallel::make_forward_schedule(grid_->pp_size(), rounds, cfg_.virtual_stages);
+    const parallel::PipelineExecutor::Result r = exec_->run(fwd, batch, M, T, 0.0f);
+    double sum = 0;  // loss summed over every token of the counted rows
+    if (holds_head() && grid_->tp_rank() == 0)
+        for (int i = 0; i < rounds; i++)
+            if (mine(i) < batches) sum += r.loss_sum[size_t(i)];
+    world_->all_reduce_sum(&sum, 1);
+    return sum / (double(rows) * T);
 }
 
 std::string stats_json(const StepStats& s) {
@@ -232,6 +284,50 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
     io::write_file_atomic((fs::path(cfg_.out) / "summary.json").string(), j.dump(2) + "\n");
 }
 
+nlohmann::json Trainer::writer_json() const {
+    return {{"dp", grid_->dp_size()}, {"tp", grid_->tp_size()}, {"pp", grid_->pp_size()}, {"zero", cfg_.zero},
+            {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
+            {"world", grid_->world_size()}};
+}
+
+std::string Trainer::sample_text() {
+    // The whole model on rank 0: gathered over data parallelism with one tensor/pipeline rank;
+    // otherwise read back from the final checkpoint's pieces.
+    const bool whole = grid_->tp_size() == 1 && grid_->pp_size() == 1;
+    AlignedBuffer<float> full;
+    std::unique_ptr<model::Layout> layout;
+    if (whole) {
+        if (!dp_->full_params()) {
+            full.resize(part_->layout().total);
+            dp_->gather_params(full.data());  // collective
+        }
+    } else if (cfg_.out.empty()) {
+        if (is_root()) std::printf("note: no sample: with --tp/--pp it is read from the final checkpoint (give --out)\n");
+        return "";
+    }
+    if (!is_root()) return "";
+    const float* params = whole ? (dp_->full_params() ? dp_->full_params() : full.data()) : nullptr;
+    if (!whole) {
+        layout = std::make_unique<model::Layout>(model::make_gpt2_layout(model_cfg_));
+        full.resize(layout->total);
+        model::load_hf_weights(latest_checkpoint(cfg_.out), model_cfg_, *layout, full.data());
+        params = full.data();
+    }
+    data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
+    model::Generator gen(model_cfg_, layout ? *layout : part_->layout(), params);
+    model::SampleOptions so;
+    so.max_tokens = cfg_.sample_tokens;
+    so.temperature = 1.0f;
+    so.top_k = 40;
+    so.seed = cfg_.seed;
+    std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
+    if (prompt.empty()) prompt.push_back(tok.eot_id());
+    std::vector<int> ids = model::sample_tokens(gen, prompt, so);
+    std::string sample = cfg_.sample_prompt + tok.decode(ids);
+    std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
+    return sample;
+}
+
 void Trainer::run() {
     open_run_dir();
     unigram_ = loader_->unigram_entropy();
@@ -241,43 +337,39 @@ void Trainer::run() {
                     model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
                     unigram_);
         if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
-        std::printf(" | dp %d, ZeRO-%d | matmuls %s\n", grid_->dp_size(), cfg_.zero, cfg_.matmul_precision.c_str());
+        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", grid_->dp_size(), grid_->tp_size(), grid_->pp_size(), cfg_.zero);
+        if (grid_->pp_size() > 1)
+            std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), micro_,
+                        cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
+        if (cfg_.sequence_parallel && grid_->tp_size() > 1) std::printf(", sequence parallel");
+        std::printf(" | matmuls %s\n", cfg_.matmul_precision.c_str());
         if (cfg_.matmul_precision == "bf16" && !__builtin_cpu_supports("avx512bf16"))
             std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
                         "---> HINT: --matmul-precision fp32\n");
     }
     const double t_start = now_s();
     StepStats last;
-    AlignedBuffer<float> full;  // the whole model, for checkpoints and the sample
-    auto gather_full = [&]() -> const float* {
-        if (const float* p = dp_->full_params()) return p;
-        if (full.size() == 0) full.resize(model_->layout().total);
-        dp_->gather_params(full.data());
-        return full.data();
-    };
+    double bubble_mean = 0;
     for (int step = start_step_; step < cfg_.steps; step++) {
-        StepStats s = train_step(step);
         const bool final = step + 1 == cfg_.steps;
+        if (final && !cfg_.trace.empty()) trace::enable(true);  // the timeline of the last step
+        StepStats s = train_step(step);
+        if (final && grid_->pp_size() > 1) {
+            double b = s.bubble;
+            world_->all_reduce_sum(&b, 1);
+            bubble_mean = b / world_->size();
+        }
+        if (final && !cfg_.trace.empty()) {
+            trace::enable(false);
+            write_trace(bubble_mean);
+        }
         if ((cfg_.memory_report || cfg_.comm_report) && final) {
-            const int micro = cfg_.global_batch / grid_->dp_size() / cfg_.micro_batch;
-            std::string rep = (cfg_.memory_report ? dp_->memory_report(*optimizer_) : "") +
-                              (cfg_.comm_report ? dp_->comm_report(micro) : "");
             // rank 0 prints every rank's report in order (mpirun would interleave their output)
-            comm::Group& g = grid_->dp();
-            if (g.rank() == 0) {
-                std::printf("%s", rep.c_str());
-                for (int r = 1; r < g.size(); r++) {
-                    uint64_t n = 0;
-                    g.recv(&n, sizeof(n), r, 7001);
-                    std::string other(n, '\0');
-                    g.recv(other.data(), n, r, 7002);
-                    std::printf("%s", other.c_str());
-                }
+            const std::string rep = (cfg_.memory_report ? memory_report() : "") + (cfg_.comm_report ? comm_report() : "");
+            const std::vector<std::string> all = gather_text(*world_, rep);
+            if (is_root()) {
+                for (const std::string& r : all) std::printf("%s", r.c_str());
                 std::fflush(stdout);
-            } else {
-                uint64_t n = rep.size();
-                g.send(&n, sizeof(n), 0, 7001);
-                g.send(rep.data(), n, 0, 7002);
             }
         }
         if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
@@ -290,8 +382,8 @@ void Trainer::run() {
         }
         log_step(s, now_s() - t_start);
         if (!cfg_.out.empty() && ((cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final)) {
-            save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, model_->layout(), gather_full(), *optimizer_,
-                            cfg_.keep_ckpts, grid_->dp());
+            save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, part_->layout(), *dp_, *optimizer_, cfg_.keep_ckpts,
+                            *world_, writer_json());
             // Fault injection for the resume tests: die by SIGKILL right after this checkpoint.
             if (const char* k = std::getenv("SHARDLM_TEST_KILL_AFTER_CKPT"); k && std::atoi(k) == step + 1)
                 std::raise(SIGKILL);
@@ -300,25 +392,11 @@ void Trainer::run() {
     }
     const double train_s = now_s() - t_start;
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
+    if (is_root() && grid_->pp_size() > 1 && cfg_.steps > start_step_)
+        std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory (p-1)/(v m + p-1) = %.3f\n",
+                    bubble_mean, parallel::bubble_fraction_theory(grid_->pp_size(), micro_, cfg_.virtual_stages));
     if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
-    std::string sample;
-    if (cfg_.sample_tokens > 0) {
-        const float* params = gather_full();  // collective
-        if (is_root()) {
-            data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
-            model::KvCacheGpt gen(model_cfg_, model_->layout(), params);
-            model::SampleOptions so;
-            so.max_tokens = cfg_.sample_tokens;
-            so.temperature = 1.0f;
-            so.top_k = 40;
-            so.seed = cfg_.seed;
-            std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
-            if (prompt.empty()) prompt.push_back(tok.eot_id());
-            std::vector<int> ids = model::sample_tokens(gen, prompt, so);
-            sample = cfg_.sample_prompt + tok.decode(ids);
-            std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
-        }
-    }
+    std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
 }
 

@@ -1,5 +1,6 @@
-// train/trainer.h: the training loop of one process: gradient accumulation over micro-batches,
-// global-norm clipping, the optimiser step, validation, metrics, progress, checkpoints and resume.
+// train/trainer.h: the training loop of one rank: the process grid (dp x tp x pp), this rank's part
+// of the model, data parallelism / ZeRO, the pipeline schedule of a step and its executor, global-norm
+// clipping, the optimiser step, validation, metrics, progress, checkpoints and resume.
 #pragma once
 #include <cstdio>
 #include <memory>
@@ -7,11 +8,13 @@
 #include <vector>
 
 #include "shardlm/comm/grid.h"
-#include "shardlm/core/aligned_buffer.h"
 #include "shardlm/data/loader.h"
-#include "shardlm/model/gpt.h"
+#include "shardlm/model/part.h"
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/pipeline.h"
+#include "shardlm/parallel/schedule.h"
+#include "shardlm/parallel/tensor_parallel.h"
 #include "shardlm/train/train_config.h"
 
 namespace shardlm::train {
@@ -24,12 +27,13 @@ struct StepStats {
     double step_ms = 0;
     double tokens_per_s = 0;
     double val_loss = -1;  // < 0: not measured at this step
+    double bubble = 0;     // this rank's idle fraction of the pipeline passes
 };
 
 class Trainer {
 public:
-    // world: all ranks of this run (comm::Group::self() for one process). The data-parallel grid is
-    // built over it; with dp ranks, rank r computes rows [r G/dp, (r+1) G/dp) of every global batch.
+    // world: all ranks of this run (comm::Group::self() for one process). The grid is dp x tp x pp
+    // over it; each data-parallel replica computes rows [r G/dp, (r+1) G/dp) of every global batch.
     Trainer(TrainConfig cfg, comm::Group& world);
     explicit Trainer(TrainConfig cfg);  // one process
     ~Trainer();
@@ -38,30 +42,44 @@ public:
     double evaluate();               // mean validation loss over val_batches micro-batches (collective)
     void run();                      // steps [start, cfg.steps) with everything around them
 
-    model::Gpt& model() { return *model_; }
     const model::GptConfig& model_config() const { return model_cfg_; }
+    model::ModelPart& part() { return *part_; }
     parallel::DataParallel& data_parallel() { return *dp_; }
     optim::Optimizer& optimizer() { return *optimizer_; }
     const TrainConfig& config() const { return cfg_; }
+    const comm::Grid& grid() const { return *grid_; }
     int start_step() const { return start_step_; }
     bool is_root() const { return grid_->world_rank() == 0; }
 
 private:
     void init(comm::Group& world);
+    void load_or_init();
     void open_run_dir();
     void log_step(const StepStats& s, double elapsed_s);
     void write_summary(const StepStats& last, double train_s, const std::string& sample);
+    bool holds_head() const;
+    std::string memory_report() const;
+    std::string comm_report() const;
+    void write_trace(double bubble_mean);
+    std::string sample_text();
+    nlohmann::json writer_json() const;
 
     std::unique_ptr<comm::Group> own_world_;  // the self group of the one-process constructor
+    comm::Group* world_ = nullptr;
     TrainConfig cfg_;
     std::unique_ptr<comm::Grid> grid_;
+    std::unique_ptr<comm::Group> embedding_group_;  // first and last pipeline stage: the tied wte
     model::GptConfig model_cfg_;
-    std::unique_ptr<model::Gpt> model_;
+    std::unique_ptr<parallel::GroupTensorParallel> tp_;
+    std::unique_ptr<model::ModelPart> part_;
     std::unique_ptr<parallel::DataParallel> dp_;
+    std::unique_ptr<parallel::PipelineExecutor> exec_;
     std::unique_ptr<optim::Optimizer> optimizer_;
     std::unique_ptr<data::BatchLoader> loader_, val_loader_;
-    optim::LrSchedule schedule_;
-    std::vector<int> inputs_, targets_;
+    parallel::Schedule schedule_;
+    std::vector<std::pair<int, int>> all_chunks_;  // compute units of every model chunk
+    optim::LrSchedule lr_schedule_;
+    int micro_ = 1;  // micro-batches per step per data-parallel rank
     std::FILE* metrics_ = nullptr;
     int start_step_ = 0;
     bool tty_ = false;

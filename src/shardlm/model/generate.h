@@ -1,6 +1,7 @@
-// model/inference.h: token-by-token GPT-2 inference with a KV cache, so each new token costs one
-// position (matrix-vector products against the weights, attention against the cached keys and
-// values) instead of a re-run over the whole sequence. Shares the flat parameter layout of Gpt.
+// model/generate.h: token-by-token sampling with a key/value cache, so each new token costs one
+// position (the block's matrix products on one row, attention against the cached keys and values)
+// instead of a re-run over the whole sequence. It runs the same block code as training
+// (model/units.h: block_forward with a KvLayer), one process, no tensor parallelism.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -9,14 +10,14 @@
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
+#include "shardlm/model/units.h"
 
 namespace shardlm::model {
 
-class KvCacheGpt {
+class Generator {
 public:
-    // params: a flat buffer laid out by `layout` (make_gpt2_layout(config) unless given).
-    KvCacheGpt(GptConfig config, const float* params);
-    KvCacheGpt(GptConfig config, Layout layout, const float* params);
+    // params: a flat buffer laid out by `layout` (make_gpt2_layout(config): the whole model, one rank).
+    Generator(GptConfig config, const Layout& layout, const float* params);
 
     // Feeds the token at position pos (= number of tokens fed so far; must be < n_ctx) and returns
     // the logits of the next token over the true vocabulary (vocab_size floats).
@@ -31,8 +32,13 @@ private:
     Layout layout_;
     const float* params_;
     int pos_ = 0;
+    int wte_ = -1, wpe_ = -1, head_ = -1;
+    std::vector<int> blocks_;
+    Scratch scratch_;
+    UnitContext ctx_;
+    BlockActs acts_;                          // one row, reused by every block
     AlignedBuffer<float> k_cache_, v_cache_;  // (L, n_ctx, C)
-    AlignedBuffer<float> x_, ln_, qkv_, att_, y_, fc_, logits_, scores_;
+    AlignedBuffer<float> x_, y_, lnf_, logits_, scores_, stats_;
 };
 
 struct SampleOptions {
@@ -45,6 +51,6 @@ struct SampleOptions {
 
 // Feeds the prompt (at least one token), then samples up to max_tokens new tokens (fewer if the
 // context fills up). Returns only the new tokens. Deterministic for a given seed.
-std::vector<int> sample_tokens(KvCacheGpt& model, const std::vector<int>& prompt, const SampleOptions& opt);
+std::vector<int> sample_tokens(Generator& model, const std::vector<int>& prompt, const SampleOptions& opt);
 
 }  // namespace shardlm::model

@@ -1,0 +1,109 @@
+#include "shardlm/model/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "shardlm/core/check.h"
+#include "shardlm/kernels/layernorm.h"
+#include "shardlm/kernels/matmul.h"
+
+namespace shardlm::model {
+
+Generator::Generator(GptConfig config, const Layout& layout, const float* params)
+    : cfg_(std::move(config)), layout_(layout), params_(params) {
+    const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), T = size_t(cfg_.n_ctx);
+    blocks_.assign(L, -1);
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const Unit& un = layout_.units[u];
+        if (un.name == "wte") wte_ = int(u);
+        else if (un.name == "wpe") wpe_ = int(u);
+        else if (un.name == "head") head_ = int(u);
+        else blocks_[size_t(un.compute - 1)] = int(u);
+    }
+    SHARDLM_CHECK(wte_ >= 0 && wpe_ >= 0 && head_ >= 0 &&
+                      std::find(blocks_.begin(), blocks_.end(), -1) == blocks_.end(),
+                  "Generator: the layout does not hold the whole model");
+    scratch_.allocate(cfg_, 1, 1, 1, 1);
+    ctx_.cfg = &cfg_;
+    ctx_.tp = &no_tensor_parallel();
+    ctx_.scratch = &scratch_;
+    acts_.allocate(cfg_, 1, 1, 1, false, /*for_decoding=*/true);
+    k_cache_.resize(L * T * C);
+    v_cache_.resize(L * T * C);
+    x_.resize(C), y_.resize(C), lnf_.resize(C), stats_.resize(2);
+    logits_.resize(size_t(cfg_.padded_vocab()));
+    scores_.resize(T);
+}
+
+const float* Generator::param(int unit, int i) const {
+    const Unit& u = layout_.units[size_t(unit)];
+    return params_ + layout_.params[size_t(u.first_param + i)].offset;
+}
+
+const float* Generator::step(int token) {
+    const int C = cfg_.n_embd, T = cfg_.n_ctx, V = cfg_.vocab_size;
+    SHARDLM_CHECK(pos_ < T, "generation reached the model's context length n_ctx = ", T);
+    SHARDLM_CHECK(token >= 0 && token < V, "token id ", token, " is outside the vocabulary [0, ", V, ")");
+    const float* wte = param(wte_, 0);
+    const float* wpe = param(wpe_, 0);
+    for (int i = 0; i < C; i++) x_[size_t(i)] = wte[size_t(token) * C + i] + wpe[size_t(pos_) * C + i];
+    for (int l = 0; l < cfg_.n_layer; l++) {
+        BlockWeights w;
+        for (int i = 0; i < kNumBlockParams; i++) w.w[i] = param(blocks_[size_t(l)], i);
+        KvLayer kv{k_cache_.data() + size_t(l) * T * C, v_cache_.data() + size_t(l) * T * C, scores_.data()};
+        block_forward(ctx_, w, acts_, x_.data(), y_.data(), 1, 1, &kv, pos_);
+        std::swap(x_, y_);
+    }
+    kernels::layernorm_forward(lnf_.data(), &stats_[0], &stats_[1], x_.data(), param(head_, 0), param(head_, 1), 1, C,
+                               cfg_.ln_eps);
+    kernels::matmul_forward(logits_.data(), lnf_.data(), wte, nullptr, 1, C, V, false);
+    pos_++;
+    return logits_.data();
+}
+
+std::vector<int> sample_tokens(Generator& model, const std::vector<int>& prompt, const SampleOptions& opt) {
+    SHARDLM_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+    const int V = model.config().vocab_size, T = model.config().n_ctx;
+    SHARDLM_CHECK(int(prompt.size()) < T, "the prompt has ", prompt.size(), " tokens; the model's context is ", T);
+    const float* logits = nullptr;
+    for (int t : prompt) logits = model.step(t);
+    std::mt19937_64 rng(opt.seed);
+    std::vector<int> out;
+    std::vector<float> p(V);
+    std::vector<int> idx(V);
+    for (int n = 0; n < opt.max_tokens; n++) {
+        int next;
+        if (opt.temperature <= 0.0f) {
+            next = int(std::max_element(logits, logits + V) - logits);
+        } else {
+            std::iota(idx.begin(), idx.end(), 0);
+            int k = (opt.top_k > 0 && opt.top_k < V) ? opt.top_k : V;
+            if (k < V)
+                std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                                  [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+            float mx = -INFINITY;
+            for (int i = 0; i < k; i++) mx = std::max(mx, logits[idx[i]]);
+            double z = 0;
+            for (int i = 0; i < k; i++) z += (p[i] = std::exp((logits[idx[i]] - mx) / opt.temperature));
+            // uniform in [0, 1) from 53 random bits: the same on every platform
+            double u = double(rng() >> 11) * (1.0 / 9007199254740992.0) * z, c = 0;
+            next = idx[k - 1];
+            for (int i = 0; i < k; i++) {
+                c += p[i];
+                if (u < c) {
+                    next = idx[i];
+                    break;
+                }
+            }
+        }
+        out.push_back(next);
+        // the last token is predicted from a full context but never fed back
+        if (next == opt.stop_token || n + 1 == opt.max_tokens || model.position() >= T) break;
+        logits = model.step(next);
+    }
+    return out;
+}
+
+}  // namespace shardlm::model

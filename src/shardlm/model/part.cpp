@@ -1,0 +1,286 @@
+#include "shardlm/model/part.h"
+
+#include <cstring>
+#include <string>
+
+#include "shardlm/core/check.h"
+
+namespace shardlm::model {
+
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+    const size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// Block weights whose gradient a GEMM writes (= on the first micro-batch): never zeroed.
+bool gemm_weight(const ParamSpec& p) {
+    return ends_with(p.name, ".c_attn.weight") || ends_with(p.name, ".c_proj.weight") ||
+           ends_with(p.name, ".c_fc.weight");
+}
+
+}  // namespace
+
+size_t ModelPart::Slot::bytes() const {
+    size_t n = tokens.bytes() + head.bytes();
+    for (const auto& b : x) n += b.bytes();
+    for (const auto& b : blocks) n += b.bytes();
+    return n;
+}
+
+ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std::move(config)) {
+    config_.validate("model '" + config_.name + "'");
+    SHARDLM_CHECK(T <= config_.n_ctx, "sequence length ", T, " exceeds the model's n_ctx ", config_.n_ctx,
+                  "\n---> HINT: use --seq <= ", config_.n_ctx);
+    const int L = config_.n_layer, head = L + 1;
+    TensorParallel* tp = opt.tp ? opt.tp : &no_tensor_parallel();
+    const int t = tp->size();
+    if (opt.sequence_parallel && t > 1)
+        SHARDLM_CHECK(T % t == 0, "--sequence-parallel splits the sequence over the ", t,
+                      " tensor-parallel ranks: --seq ", T, " must be a multiple of ", t);
+    if (opt.chunks.empty()) opt.chunks.push_back({0, head});
+    LayoutSpec spec;
+    spec.chunks = opt.chunks;
+    spec.tp_size = t;
+    spec.tp_rank = tp->rank();
+    spec.unit_multiple = opt.unit_multiple;
+    layout_ = make_gpt2_layout(config_, spec);
+
+    ctx_.cfg = &config_;
+    ctx_.tp = tp;
+    ctx_.sp = opt.sequence_parallel && t > 1;
+    ctx_.scratch = &scratch_;
+    scratch_.allocate(config_, B, T, t, opt.threads);
+
+    block_unit_.assign(size_t(L), -1);
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const Unit& un = layout_.units[u];
+        if (un.name == "wte") wte_unit_ = int(u);
+        else if (un.name == "wpe") wpe_unit_ = int(u);
+        else if (un.name == "head") head_unit_ = int(u);
+        else block_unit_[size_t(un.compute - 1)] = int(u);
+    }
+    head_writes_wte_ = head_unit_ >= 0;
+    zero_ranges_.resize(layout_.units.size());
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const Unit& un = layout_.units[u];
+        for (int i = 0; i < un.num_params; i++) {
+            const ParamSpec& p = layout_.params[size_t(un.first_param + i)];
+            const bool written = gemm_weight(p) || (int(u) == wte_unit_ && head_writes_wte_);
+            if (!written) zero_ranges_[u].push_back({p.offset - un.offset, p.offset - un.offset + p.numel});
+        }
+    }
+
+    const size_t N = size_t(B) * T, Nl = size_t(ctx_.rows(B * T)), C = size_t(config_.n_embd);
+    for (size_t c = 0; c < opt.chunks.size(); c++) {
+        Chunk ch;
+        ch.first = opt.chunks[c].first;
+        ch.last = opt.chunks[c].second;
+        for (size_t u = 0; u < layout_.units.size(); u++)
+            if (layout_.units[u].compute >= ch.first && layout_.units[u].compute <= ch.last) ch.units.push_back(int(u));
+        const int nslots = c < opt.slots.size() ? opt.slots[c] : 1;
+        SHARDLM_CHECK(nslots >= 1, "model part: chunk ", c, " needs at least one activation slot");
+        const int nc = ch.last - ch.first + 1;
+        ch.slots.resize(size_t(nslots));
+        for (Slot& s : ch.slots) {
+            if (ch.first == 0) s.tokens.resize(N);
+            s.x.resize(size_t(nc) + 1);
+            for (int k = 0; k <= nc; k++) {
+                // x[k] enters compute unit first + k; the embedding takes tokens and the head's output is the loss
+                const bool used = !(k == 0 && ch.first == 0) && !(k == nc && ch.last == head);
+                if (used) s.x[size_t(k)].resize(Nl * C);
+            }
+            for (int cu = ch.first; cu <= ch.last; cu++)
+                if (cu >= 1 && cu <= L) {
+                    s.blocks.emplace_back();
+                    s.blocks.back().allocate(config_, B, T, t, ctx_.sp);
+                }
+            if (ch.last == head) s.head.allocate(config_, B, T, t, ctx_.sp, false);  // bf16: set_matmul_precision
+        }
+        ch.dres.resize(Nl * C);
+        chunks_.push_back(std::move(ch));
+    }
+}
+
+void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {
+    ctx_.precision = p;
+    if (p != kernels::MatmulPrecision::bf16) return;
+    for (Chunk& ch : chunks_)
+        if (ch.last == config_.n_layer + 1)
+            for (Slot& s : ch.slots)
+                if (s.head.dlogits_bf16.size() == 0) s.head.dlogits_bf16.resize(s.head.logits.size());
+}
+
+void ModelPart::bind(float* params, float* grads) {
+    unit_params_.resize(layout_.units.size());
+    unit_grads_.resize(layout_.units.size());
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        unit_params_[u] = params ? params + layout_.units[u].offset : nullptr;
+        unit_grads_[u] = grads ? grads + layout_.units[u].offset : nullptr;
+    }
+}
+
+void ModelPart::bind_unit(int unit, float* params, float* grads) {
+    if (params) unit_params_[size_t(unit)] = params;
+    if (grads) unit_grads_[size_t(unit)] = grads;
+}
+
+BlockWeights ModelPart::block_weights(int l) const {
+    BlockWeights w;
+    for (int i = 0; i < kNumBlockParams; i++) w.w[i] = param(block_unit_[size_t(l)], i);
+    return w;
+}
+
+BlockGrads ModelPart::block_grads(int l) const {
+    BlockGrads g;
+    for (int i = 0; i < kNumBlockParams; i++) g.g[i] = grad(block_unit_[size_t(l)], i);
+    return g;
+}
+
+float* ModelPart::input(int chunk, int slot) {
+    SHARDLM_CHECK(!has_embedding(chunk), "ModelPart::input: chunk ", chunk, " starts with the embedding");
+    return chunks_[size_t(chunk)].slots[size_t(slot)].x.front().data();
+}
+
+const float* ModelPart::output(int chunk, int slot) const {
+    SHARDLM_CHECK(!has_head(chunk), "ModelPart::output: chunk ", chunk, " ends with the head");
+    return chunks_[size_t(chunk)].slots[size_t(slot)].x.back().data();
+}
+
+const float* ModelPart::logits(int chunk, int slot) const {
+    return chunks_[size_t(chunk)].slots[size_t(slot)].head.logits.data();
+}
+
+const float* ModelPart::losses(int chunk, int slot) const {
+    return chunks_[size_t(chunk)].slots[size_t(slot)].head.losses.data();
+}
+
+void ModelPart::zero_accumulated_grads(int unit) {
+    float* g = unit_grads_[size_t(unit)];
+    for (auto [b, e] : zero_ranges_[size_t(unit)]) std::memset(g + b, 0, (e - b) * sizeof(float));
+}
+
+double ModelPart::forward(int chunk, int slot, const int* inputs, const int* targets, int B, int T, float dloss,
+                          UnitHooks* hooks) {
+    SHARDLM_CHECK(!unit_params_.empty(), "ModelPart::forward before bind()");
+    Chunk& ch = chunks_[size_t(chunk)];
+    Slot& s = ch.slots[size_t(slot)];
+    const int N = B * T, V = config_.vocab_size, head = config_.n_layer + 1;
+    SHARDLM_CHECK(size_t(N) <= scratch_.dln.size() / size_t(config_.n_embd) && T <= config_.n_ctx, "micro-batch ", B,
+                  "x", T, " exceeds what the model part was built for");
+    if (ch.first == 0) {
+        for (int i = 0; i < N; i++)
+            SHARDLM_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " at position ", i,
+                          " is outside the vocabulary [0, ", V, ")");
+        std::memcpy(s.tokens.data(), inputs, sizeof(int) * size_t(N));
+    }
+    if (targets && ch.last == head)
+        for (int i = 0; i < N; i++)
+            SHARDLM_CHECK(targets[i] >= 0 && targets[i] < V, "target id ", targets[i], " at position ", i,
+                          " is outside the vocabulary [0, ", V, ")");
+    s.B = B;
+    s.T = T;
+    const std::vector<int>& seq = ch.units;
+    size_t at = 0;  // next unit of seq to announce
+    auto announce = [&](int unit) {
+        if (!hooks) return;
+        for (size_t i = 0; i < at; i++)
+            if (seq[i] == unit) return;
+        while (at < seq.size()) {
+            const int u = seq[at++];
+            hooks->before_forward(u, at < seq.size() ? seq[at] : -1);
+            if (u == unit) break;
+        }
+    };
+    double loss = 0.0;
+    for (int cu = ch.first, k = 0; cu <= ch.last; cu++, k++) {
+        if (cu == 0) {
+            announce(wte_unit_);
+            announce(wpe_unit_);
+            embedding_forward(ctx_, param(wte_unit_, 0), param(wpe_unit_, 0), s.tokens.data(), s.x[1].data(), B, T);
+        } else if (cu == head) {
+            announce(head_unit_);
+            if (ch.first != 0) announce(wte_unit_);  // the tied copy (or the embedding, gathered already)
+            loss = head_forward(ctx_, param(head_unit_, 0), param(head_unit_, 1), param(wte_unit_, 0), s.head,
+                                s.x[size_t(k)].data(), targets, B, T, dloss);
+        } else {
+            const int l = cu - 1;
+            announce(block_unit_[size_t(l)]);
+            block_forward(ctx_, block_weights(l), s.blocks[size_t(k - (ch.first == 0 ? 1 : 0))], s.x[size_t(k)].data(),
+                          s.x[size_t(k) + 1].data(), B, T);
+        }
+    }
+    s.has_grad = ch.last != head || (targets && dloss != 0.0f);
+    return loss;
+}
+
+void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate) {
+    Chunk& ch = chunks_[size_t(chunk)];
+    Slot& s = ch.slots[size_t(slot)];
+    SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);
+    const int B = s.B, T = s.T, head = config_.n_layer + 1;
+    // the order in which units are first used by this backward (for prefetching)
+    std::vector<int> seq;
+    for (int cu = ch.last; cu >= ch.first; cu--) {
+        if (cu == head) seq.insert(seq.end(), {head_unit_, wte_unit_});
+        else if (cu == 0) {
+            seq.push_back(wpe_unit_);
+            if (ch.last != head) seq.push_back(wte_unit_);
+        } else {
+            seq.push_back(block_unit_[size_t(cu - 1)]);
+        }
+    }
+    size_t at = 0;
+    auto before = [&](int unit) {
+        for (size_t i = 0; i < at; i++)
+            if (seq[i] == unit) return;
+        while (at < seq.size()) {
+            const int u = seq[at++];
+            if (hooks) hooks->before_backward(u, at < seq.size() ? seq[at] : -1);
+            if (!accumulate) zero_accumulated_grads(u);
+            if (u == unit) break;
+        }
+    };
+    auto after = [&](int unit) {
+        if (hooks) hooks->after_backward(unit);
+    };
+    float* dres = ch.dres.data();
+    const bool first_has_embedding = ch.first == 0;
+    for (int cu = ch.last, k = ch.last - ch.first; cu >= ch.first; cu--, k--) {
+        if (cu == head) {
+            before(head_unit_);
+            before(wte_unit_);
+            head_backward(ctx_, param(head_unit_, 0), param(wte_unit_, 0), grad(head_unit_, 0), grad(head_unit_, 1),
+                          grad(wte_unit_, 0), s.head, s.x[size_t(k)].data(), dres, B, T, accumulate);
+            if (!first_has_embedding) after(wte_unit_);  // the tied copy: final after the head
+            after(head_unit_);
+        } else if (cu == 0) {
+            before(wpe_unit_);
+            before(wte_unit_);
+            embedding_backward(ctx_, grad(wte_unit_, 0), grad(wpe_unit_, 0), dres, s.tokens.data(), B, T);
+            after(wpe_unit_);
+            after(wte_unit_);
+        } else {
+            const int l = cu - 1, u = block_unit_[size_t(l)];
+            before(u);
+            block_backward(ctx_, block_weights(l), block_grads(l), s.blocks[size_t(k - (first_has_embedding ? 1 : 0))],
+                           s.x[size_t(k)].data(), dres, B, T, accumulate);
+            after(u);
+        }
+    }
+    s.has_grad = false;
+}
+
+size_t ModelPart::slot_bytes(int chunk) const { return chunks_[size_t(chunk)].slots.front().bytes(); }
+
+size_t ModelPart::activation_bytes() const {
+    size_t n = scratch_.bytes();
+    for (const Chunk& ch : chunks_) {
+        n += ch.dres.bytes();
+        for (const Slot& s : ch.slots) n += s.bytes();
+    }
+    return n;
+}
+
+}  // namespace shardlm::model

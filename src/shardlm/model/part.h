@@ -1,0 +1,142 @@
+// model/part.h: the part of the model one rank runs: one or more chunks (contiguous ranges of
+// compute units: a pipeline stage, or several virtual stages), this rank's tensor-parallel shard of
+// their weights, and activation slots for the micro-batches in flight.
+//
+// The model knows nothing of MPI or files: it reads parameters through pointers into a flat buffer
+// it is handed (bind), reaches its tensor-parallel group through model::TensorParallel, and tells
+// its caller through UnitHooks when each parameter unit is about to be used and when its gradient
+// is final, so that the parallel layer can gather parameters or reduce gradients around it. A
+// pipeline schedule calls forward(chunk, slot) and backward(chunk, slot) in any order its
+// dependencies allow; activations that cross chunk boundaries live in input()/output()/dres().
+#pragma once
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "shardlm/core/aligned_buffer.h"
+#include "shardlm/kernels/matmul.h"
+#include "shardlm/model/config.h"
+#include "shardlm/model/layout.h"
+#include "shardlm/model/tensor_parallel.h"
+#include "shardlm/model/units.h"
+
+namespace shardlm::model {
+
+// Called around each parameter unit (index into Layout::units). Defaults do nothing.
+// A pass (the forward or the backward of one chunk for one micro-batch) starts with begin_pass.
+// Forward: before_forward(u, next) for each unit in order (next: the unit after it in this pass,
+// -1 at the end). Backward: before_backward(u, next) before a unit's parameters or gradient storage
+// are used, after_backward(u) once its gradient is final for the micro-batch. The head reads and
+// writes the tied wte: with the embedding on the same rank the head's backward writes wte's gradient
+// first and it is final only after the embedding's backward; a last pipeline stage's tied copy is
+// final after the head.
+struct UnitHooks {
+    virtual ~UnitHooks() = default;
+    // micro: index of this micro-batch among the step's passes of this chunk in this direction;
+    // count: how many there are.
+    virtual void begin_pass(int chunk, bool forward, int micro, int count) {}
+    virtual void before_forward(int unit, int next) {}
+    virtual void before_backward(int unit, int next) {}
+    virtual void after_backward(int unit) {}
+};
+
+class ModelPart {
+public:
+    struct Options {
+        std::vector<std::pair<int, int>> chunks;  // compute units [first, last] per chunk; empty: all
+        std::vector<int> slots;                   // activation slots per chunk; empty: 1 each
+        TensorParallel* tp = nullptr;             // null: no tensor parallelism
+        bool sequence_parallel = false;
+        int unit_multiple = 1;                    // make_gpt2_layout's (the data-parallel size)
+        int threads = 1;                          // OpenMP threads (attention scratch)
+    };
+    // B, T: the largest micro-batch that will be run.
+    ModelPart(GptConfig config, Options opt, int B, int T);
+
+    const GptConfig& config() const { return config_; }
+    const Layout& layout() const { return layout_; }
+    const UnitContext& context() const { return ctx_; }
+    int num_chunks() const { return int(chunks_.size()); }
+    int first_unit(int chunk) const { return chunks_[size_t(chunk)].first; }
+    int last_unit(int chunk) const { return chunks_[size_t(chunk)].last; }
+    bool has_embedding(int chunk) const { return first_unit(chunk) == 0; }
+    bool has_head(int chunk) const { return last_unit(chunk) == config_.n_layer + 1; }
+    int slots(int chunk) const { return int(chunks_[size_t(chunk)].slots.size()); }
+    // Parameter units of a chunk in forward order.
+    const std::vector<int>& chunk_units(int chunk) const { return chunks_[size_t(chunk)].units; }
+
+    // Parameters and gradients: flat buffers of layout().total floats owned by the caller.
+    void bind(float* params, float* grads);
+    // Points one unit at its own storage (same layout as its range of the flat buffer): ZeRO-3 binds
+    // gathered parameters just before a unit runs, ZeRO-2 a temporary gradient buffer. Null keeps.
+    void bind_unit(int unit, float* params, float* grads);
+    void set_matmul_precision(kernels::MatmulPrecision p);
+    kernels::MatmulPrecision matmul_precision() const { return ctx_.precision; }
+
+    // Floats of the activation that crosses a chunk boundary for a B x T micro-batch: (Nl, C).
+    size_t boundary_floats(int B, int T) const { return size_t(ctx_.rows(B * T)) * size_t(config_.n_embd); }
+    // input: where the previous chunk's output is received (chunks without the embedding).
+    float* input(int chunk, int slot);
+    const float* output(int chunk, int slot) const;
+    // dres: receives d(output) before backward (chunks without the head); holds d(input) after it.
+    float* dres(int chunk) { return chunks_[size_t(chunk)].dres.data(); }
+
+    // Forward of a chunk for the B x T micro-batch in slot. inputs: token ids (the embedding's chunk);
+    // targets: the head's chunk computes the loss with them (null: logits only). Returns the sum of
+    // the B*T losses (head chunk with targets) or 0. dloss != 0 prepares the backward of
+    // loss_sum * dloss.
+    double forward(int chunk, int slot, const int* inputs, const int* targets, int B, int T, float dloss,
+                   UnitHooks* hooks = nullptr);
+    // Backward of the slot's last forward: gradients += (GEMM weights = unless accumulate).
+    void backward(int chunk, int slot, UnitHooks* hooks, bool accumulate);
+
+    // The head chunk's logits over this rank's vocabulary rows after a forward without targets
+    // ((B*T, Vp/tp)), and the per-row losses after one with targets.
+    const float* logits(int chunk, int slot) const;
+    const float* losses(int chunk, int slot) const;
+
+    // Saved activations per slot of a chunk (bytes), and everything allocated for activations:
+    // all slots, boundary buffers and scratch.
+    size_t slot_bytes(int chunk) const;
+    size_t activation_bytes() const;
+
+private:
+    struct Slot {
+        AlignedBuffer<int> tokens;               // (N) the embedding's inputs
+        std::vector<AlignedBuffer<float>> x;     // residual stream: x[k] enters the chunk's k-th
+                                                 // compute unit; x.back() leaves the chunk
+        std::vector<BlockActs> blocks;
+        HeadActs head;
+        int B = 0, T = 0;
+        bool has_grad = false;
+        size_t bytes() const;
+    };
+    struct Chunk {
+        int first = 0, last = 0;
+        std::vector<int> units;  // parameter units in forward order
+        std::vector<Slot> slots;
+        AlignedBuffer<float> dres;  // (Nl, C)
+    };
+    BlockWeights block_weights(int l) const;
+    BlockGrads block_grads(int l) const;
+    const float* param(int unit, int i) const { return unit_params_[size_t(unit)] + local_offset(unit, i); }
+    float* grad(int unit, int i) const { return unit_grads_[size_t(unit)] + local_offset(unit, i); }
+    size_t local_offset(int unit, int i) const {
+        const Unit& u = layout_.units[size_t(unit)];
+        return layout_.params[size_t(u.first_param + i)].offset - u.offset;
+    }
+    void zero_accumulated_grads(int unit);
+
+    GptConfig config_;
+    Layout layout_;
+    Scratch scratch_;
+    UnitContext ctx_;
+    std::vector<Chunk> chunks_;
+    std::vector<float*> unit_params_, unit_grads_;
+    std::vector<int> block_unit_;   // block l -> its parameter unit, -1 if not here
+    int wte_unit_ = -1, wpe_unit_ = -1, head_unit_ = -1;
+    bool head_writes_wte_ = false;  // the head is on this rank: its GEMM writes wte's gradient first
+    std::vector<std::vector<std::pair<size_t, size_t>>> zero_ranges_;  // per unit, local [begin, end)
+};
+
+}  // namespace shardlm::model

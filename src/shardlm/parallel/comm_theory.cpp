@@ -1,0 +1,57 @@
+#include "shardlm/parallel/comm_theory.h"
+
+#include "shardlm/comm/group.h"
+#include "shardlm/parallel/tensor_parallel.h"
+
+namespace shardlm::parallel {
+
+std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int rows, int T, int zero) {
+    const model::UnitContext& u = part.context();
+    const int t = u.tp_size(), r = u.tp->rank();
+    std::array<size_t, 3> b{0, 0, 0};
+    if (t == 1) return b;
+    const size_t N = size_t(rows) * size_t(T), C = size_t(part.config().n_embd);
+    const size_t Nl = size_t(u.rows(int(N)));
+    const size_t m = size_t(micro);
+    auto ar = [&](size_t count) { return comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, count, 4, t, r); };
+    // all-gather / reduce-scatter of this rank's (Nl, C) rows
+    const size_t ag = comm::Group::ring_bytes_rank(comm::OpKind::AllGather, Nl * C * size_t(t), 4, t, r);
+    const size_t rs = comm::Group::ring_bytes_rank(comm::OpKind::ReduceScatter, Nl * C * size_t(t), 4, t, r);
+    const int L = part.config().n_layer;
+    for (int c = 0; c < part.num_chunks(); c++)
+        for (int cu = part.first_unit(c); cu <= part.last_unit(c); cu++) {
+            if (cu == 0) {  // embedding: g forward (SP: reduce-scatter; its backward all-gathers)
+                if (u.sp) b[1] += m * rs, b[2] += m * ag;
+                else b[0] += m * ar(N * C);
+            } else if (cu == L + 1) {  // head: cross-entropy statistics, and f's backward
+                b[0] += m * (ar(N) + ar(2 * N));
+                if (u.sp) b[2] += m * 2 * ag, b[1] += m * rs;
+                else b[0] += m * ar(N * C);
+            } else if (u.sp) {  // block: 2 all-gathers + 2 reduce-scatters forward; 4 + 2 backward
+                b[2] += m * 6 * ag;
+                b[1] += m * 4 * rs;
+            } else {
+                b[0] += m * 4 * ar(N * C);
+            }
+        }
+    if (u.sp) {  // the replicated parameters' gradients: once per step (ZeRO 0-1) or per micro-batch
+        const size_t times = zero < 2 ? 1 : m;
+        const model::Layout& layout = part.layout();
+        for (size_t unit = 0; unit < layout.units.size(); unit++)
+            for (auto [lo, hi] : replicated_runs(layout, int(unit))) b[0] += times * ar(hi - lo);
+    }
+    return b;
+}
+
+size_t pp_step_bytes(const model::ModelPart& part, const Schedule& s, int rank, int rows, int T) {
+    const size_t bytes = part.boundary_floats(rows, T) * sizeof(float);
+    size_t out = 0;
+    for (int c = 0; c < s.virtual_stages; c++) {
+        const int mc = s.model_chunk(rank, c);
+        if (mc < s.num_model_chunks() - 1) out += size_t(s.micro) * bytes;  // activations forward
+        if (mc > 0) out += size_t(s.micro) * bytes;                         // gradients backward
+    }
+    return out;
+}
+
+}  // namespace shardlm::parallel

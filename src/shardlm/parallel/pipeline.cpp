@@ -1,0 +1,134 @@
+#include "shardlm/parallel/pipeline.h"
+
+#include <string>
+
+#include "shardlm/core/check.h"
+#include "shardlm/core/timer.h"
+#include "shardlm/core/trace.h"
+
+namespace shardlm::parallel {
+
+PipelineExecutor::PipelineExecutor(model::ModelPart& part, comm::Group& pp, DataParallel& dp)
+    : part_(part), pp_(pp), dp_(dp) {
+    act_sends_.resize(size_t(part.num_chunks()));
+    for (int c = 0; c < part.num_chunks(); c++) act_sends_[size_t(c)].resize(size_t(part.slots(c)));
+    grad_sends_.resize(size_t(part.num_chunks()));
+}
+
+PipelineExecutor::~PipelineExecutor() {
+    try {
+        wait_sends();
+    } catch (...) {
+    }
+}
+
+void PipelineExecutor::wait_sends() {
+    for (auto& v : act_sends_)
+        for (auto& r : v) r.wait();
+    for (auto& r : grad_sends_) r.wait();
+}
+
+int PipelineExecutor::tag(const Schedule& s, int micro, int model_chunk, bool grad) const {
+    // MPI matches messages of one (source, tag) in order, so tags only need to tell apart the
+    // messages that can be in flight at once: unique within a window of many micro-batches.
+    return 1 + (int(grad) + 2 * (model_chunk + s.num_model_chunks() * micro)) % 30000;
+}
+
+PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& batch, int max_rows, int T, float dloss,
+                                               const std::function<void(const Result&)>& on_reduce,
+                                               const std::function<void()>& on_step) {
+    const int rank = pp_.rank();
+    SHARDLM_CHECK(s.stages == pp_.size(), "schedule for ", s.stages, " stages on a pipeline group of ", pp_.size());
+    SHARDLM_CHECK(s.virtual_stages == part_.num_chunks(), "schedule with ", s.virtual_stages,
+                  " chunks per rank for a model part of ", part_.num_chunks());
+    const size_t n = size_t(max_rows) * size_t(T);
+    if (inputs_.size() < n) inputs_.resize(n), targets_.resize(n);
+    Result res;
+    res.loss_sum.assign(size_t(s.micro), 0.0);
+    std::vector<int> fwd_count(size_t(part_.num_chunks()), 0), bwd_count(size_t(part_.num_chunks()), 0);
+    const double t_begin = now_s();
+    double t_last_pass = t_begin;
+    for (const Action& a : s.ranks[size_t(rank)]) {
+        const int c = a.chunk, mc = s.model_chunk(rank, c);
+        const int slot = a.micro >= 0 ? a.micro % part_.slots(c) : 0;
+        switch (a.op) {
+        case Op::RecvAct: {
+            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            trace::Scope ts("recv act " + std::to_string(a.micro), "pipeline");
+            pp_.recv(part_.input(c, slot), part_.boundary_floats(rows, T) * sizeof(float), a.peer,
+                     tag(s, a.micro, mc, false));
+            break;
+        }
+        case Op::Forward: {
+            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            const double t0 = now_s();
+            {
+                trace::Scope ts("F" + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
+                                "compute");
+                dp_.begin_pass(c, true, fwd_count[size_t(c)], s.micro);
+                fwd_count[size_t(c)]++;
+                res.loss_sum[size_t(a.micro)] += part_.forward(c, slot, part_.has_embedding(c) ? inputs_.data() : nullptr,
+                                                               part_.has_head(c) ? targets_.data() : nullptr, rows, T,
+                                                               dloss, &dp_);
+                dp_.end_pass(c, true);
+            }
+            t_last_pass = now_s();
+            res.compute_s += t_last_pass - t0;
+            break;
+        }
+        case Op::SendAct: {
+            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            comm::Request& r = act_sends_[size_t(c)][size_t(slot)];
+            r.wait();
+            r = pp_.isend(part_.output(c, slot), part_.boundary_floats(rows, T) * sizeof(float), a.peer,
+                          tag(s, a.micro, mc + 1, false));
+            break;
+        }
+        case Op::RecvGrad: {
+            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            grad_sends_[size_t(c)].wait();  // dres is free again
+            trace::Scope ts("recv grad " + std::to_string(a.micro), "pipeline");
+            pp_.recv(part_.dres(c), part_.boundary_floats(rows, T) * sizeof(float), a.peer, tag(s, a.micro, mc, true));
+            break;
+        }
+        case Op::Backward: {
+            const double t0 = now_s();
+            {
+                trace::Scope ts("B" + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
+                                "compute");
+                const int i = bwd_count[size_t(c)]++;
+                dp_.begin_pass(c, false, i, s.micro);
+                part_.backward(c, slot, &dp_, dp_.backward_accumulates(i));
+                dp_.end_pass(c, false);
+            }
+            t_last_pass = now_s();
+            res.compute_s += t_last_pass - t0;
+            break;
+        }
+        case Op::SendGrad: {
+            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            grad_sends_[size_t(c)] = pp_.isend(part_.dres(c), part_.boundary_floats(rows, T) * sizeof(float), a.peer,
+                                               tag(s, a.micro, mc - 1, true));
+            break;
+        }
+        case Op::ReduceGrads:
+            res.span_s = t_last_pass - t_begin;
+            if (on_reduce) {
+                trace::Scope ts("reduce grads", "compute");
+                on_reduce(res);
+            }
+            break;
+        case Op::OptimizerStep:
+            if (on_step) {
+                trace::Scope ts("optimizer step", "compute");
+                on_step();
+            }
+            break;
+        }
+    }
+    if (s.forward_only) res.span_s = t_last_pass - t_begin;
+    wait_sends();
+    return res;
+}
+
+}  // namespace shardlm::parallel

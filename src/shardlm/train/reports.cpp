@@ -1,0 +1,158 @@
+// train/reports.cpp: the Trainer's memory and communication reports (--memory-report,
+// --comm-report: measured beside the formulas) and its timeline (--trace).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "shardlm/core/trace.h"
+#include "shardlm/io/atomic_file.h"
+#include "shardlm/parallel/comm_theory.h"
+#include "shardlm/train/rank_text.h"
+#include "shardlm/train/trainer.h"
+
+namespace shardlm::train {
+
+namespace {
+
+std::string fmt(const char* f, auto... args) {
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), f, args...);
+    return buf;
+}
+
+double mib(double b) { return b / (1024.0 * 1024.0); }
+
+std::string json_escape(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+        if (c == '"' || c == '\\') o += '\\';
+        o += c;
+    }
+    return o;
+}
+
+}  // namespace
+
+std::string Trainer::memory_report() const {
+    const comm::Grid& g = *grid_;
+    std::string out = fmt("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d)\n", g.world_rank(),
+                          g.world_size(), g.dp_rank(), g.dp_size(), g.tp_rank(), g.tp_size(), g.pp_rank(), g.pp_size());
+    out += dp_->memory_report(*optimizer_);
+    // tensor parallelism: the matrices are cut in tp, the LayerNorms and row-parallel biases replicated
+    size_t sharded = 0, replicated = 0, sharded_full = 0;
+    for (const model::ParamSpec& p : part_->layout().params) {
+        if (p.tied_copy) continue;
+        size_t full = 1;
+        for (int64_t d : p.full_shape) full *= size_t(d);
+        if (p.tp_axis >= 0) sharded += p.numel, sharded_full += full;
+        else replicated += p.numel;
+    }
+    out += fmt("  %-22s %12zu %12zu   this rank's sharded elements = the part's whole tensors / tp (%zu / %d), "
+               "plus %zu replicated\n",
+               "tensor-parallel shard", sharded, sharded_full / size_t(g.tp_size()), sharded_full, g.tp_size(),
+               replicated);
+    // activations: one slot per micro-batch in flight (GPipe m, 1F1B at most p - stage)
+    const int p = g.pp_size(), s = g.pp_rank();
+    for (int c = 0; c < part_->num_chunks(); c++) {
+        int theory = 1;
+        switch (schedule_.kind) {
+        case parallel::ScheduleKind::GPipe: theory = micro_; break;
+        case parallel::ScheduleKind::OneFOneB: theory = std::min(p - s, micro_); break;
+        case parallel::ScheduleKind::Interleaved: theory = parallel::simulate(schedule_).max_in_flight[size_t(s)]; break;
+        }
+        out += fmt("  %-22s %12d %12d   activation slots of chunk %d (compute units %d..%d), %.2f MiB each; "
+                   "theory: %s\n",
+                   "micro-batches held", part_->slots(c), theory, c, part_->first_unit(c), part_->last_unit(c),
+                   mib(double(part_->slot_bytes(c))),
+                   schedule_.kind == parallel::ScheduleKind::GPipe      ? "GPipe holds all m micro-batches"
+                   : schedule_.kind == parallel::ScheduleKind::OneFOneB ? "1F1B holds at most p - stage"
+                                                                        : "interleaved, from the schedule");
+    }
+    out += fmt("  %-22s %12.2f   (all slots, boundary buffers and scratch)\n", "activations MiB",
+               mib(double(part_->activation_bytes())));
+    return out;
+}
+
+std::string Trainer::comm_report() const {
+    const comm::Grid& g = *grid_;
+    std::string out = fmt("communication, rank %d of %d (bytes sent by this rank in the last step beside the formulas: "
+                          "ring all-reduce 2(N-1)/N B, reduce-scatter and all-gather (N-1)/N B; Megatron's 2 + 2 "
+                          "all-reduces of B T C per block; B T C per micro-batch per pipeline boundary)\n",
+                          g.world_rank(), g.world_size());
+    auto row = [&](const char* group, const comm::Group& grp, comm::OpKind k, size_t theory) {
+        const comm::OpStats& o = grp.stats()[k];
+        if (o.calls == 0 && theory == 0) return;
+        out += fmt("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  busy %.3f s\n", group,
+                   std::string(comm::op_name(k)).c_str(), (unsigned long long)o.calls,
+                   (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
+    };
+    const auto dpb = dp_->expected_step_bytes(micro_);
+    row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0]);
+    row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1]);
+    row("dp", g.dp(), comm::OpKind::AllGather, dpb[2]);
+    const auto tpb = parallel::tp_step_bytes(*part_, micro_, cfg_.micro_batch, cfg_.seq, cfg_.zero);
+    row("tp", g.tp(), comm::OpKind::AllReduce, tpb[0]);
+    row("tp", g.tp(), comm::OpKind::ReduceScatter, tpb[1]);
+    row("tp", g.tp(), comm::OpKind::AllGather, tpb[2]);
+    row("pp", g.pp(), comm::OpKind::SendRecv,
+        parallel::pp_step_bytes(*part_, schedule_, g.pp_rank(), cfg_.micro_batch, cfg_.seq));
+    if (embedding_group_) {
+        const int wte = part_->layout().unit_index("wte");
+        size_t n = 0;
+        if (wte >= 0 && embedding_group_->size() > 1) {
+            const size_t unit = part_->layout().units[size_t(wte)].numel;
+            n = cfg_.zero == 0 ? unit : unit / size_t(g.dp_size());
+        }
+        row("embedding", *embedding_group_, comm::OpKind::AllReduce,
+            comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, embedding_group_->size(), embedding_group_->rank()));
+    }
+    // the loss and the squared gradient norm: one all-reduce of two doubles over every rank
+    row("world", *world_, comm::OpKind::AllReduce,
+        comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, 2, 8, world_->size(), world_->rank()));
+    const comm::CommStats& st = g.dp().stats();
+    double busy = 0;
+    for (auto k : {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather})
+        busy += st[k].busy_seconds;
+    out += fmt("  data-parallel communication busy %.3f s, training thread waited %.3f s: %.0f %% hidden behind compute\n",
+               busy, dp_->exposed_comm_s(), busy > 0 ? 100.0 * std::max(0.0, 1.0 - dp_->exposed_comm_s() / busy) : 0.0);
+    return out;
+}
+
+void Trainer::write_trace(double bubble_mean) {
+    const comm::Grid& g = *grid_;
+    // Chrome trace events: one process per rank, one thread per track
+    std::map<std::string, int> tracks;
+    std::string ev;
+    for (const trace::Event& e : trace::take()) {
+        auto [it, fresh] = tracks.emplace(e.track, int(tracks.size()));
+        if (!ev.empty()) ev += ",\n";
+        ev += fmt("{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
+                  "\"dur\": %.3f",
+                  json_escape(e.name).c_str(), json_escape(e.track).c_str(), g.world_rank(), it->second, e.t0 * 1e6,
+                  (e.t1 - e.t0) * 1e6);
+        ev += e.args.empty() ? "}" : ", \"args\": {" + e.args + "}}";
+    }
+    std::string meta = fmt("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d "
+                           "(dp %d, tp %d, pp %d)\"}}",
+                           g.world_rank(), g.world_rank(), g.dp_rank(), g.tp_rank(), g.pp_rank());
+    meta += fmt(",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"sort_index\": %d}}",
+                g.world_rank(), g.world_rank());
+    for (const auto& [name, id] : tracks)
+        meta += fmt(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+                    g.world_rank(), id, json_escape(name).c_str());
+    const std::string mine = meta + (ev.empty() ? "" : ",\n" + ev);
+    const std::vector<std::string> all = gather_text(*world_, mine);
+    if (!is_root()) return;
+    std::string out = "{\"traceEvents\": [\n";
+    for (size_t r = 0; r < all.size(); r++) out += (r ? ",\n" : "") + all[r];
+    out += fmt("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
+               "\"micro_batches\": %d, \"bubble_measured\": %.4f, \"bubble_theory\": %.4f}}\n",
+               g.dp_size(), g.tp_size(), g.pp_size(), cfg_.schedule.c_str(), micro_, bubble_mean,
+               parallel::bubble_fraction_theory(g.pp_size(), micro_, cfg_.virtual_stages));
+    if (auto dir = std::filesystem::path(cfg_.trace).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+    io::write_file_atomic(cfg_.trace, out);
+    std::printf("wrote the timeline of the last step to %s (chrome://tracing or ui.perfetto.dev)\n", cfg_.trace.c_str());
+}
+
+}  // namespace shardlm::train

@@ -1,0 +1,80 @@
+// tests/cli/run_dir.h: reading what `shardlm train` leaves in a run directory, for the tests that
+// compare runs: its metrics rows, and a checkpoint's parameters assembled whole from the pieces of
+// whatever layout wrote them.
+#pragma once
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardlm/core/aligned_buffer.h"
+#include "shardlm/model/layout.h"
+#include "shardlm/model/weights.h"
+
+namespace shardlm::test {
+
+inline std::vector<nlohmann::json> metrics(const std::filesystem::path& run_dir) {
+    std::vector<nlohmann::json> rows;
+    std::ifstream f(run_dir / "metrics.jsonl");
+    for (std::string l; std::getline(f, l);)
+        if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
+    return rows;
+}
+
+// HF tensor name -> the whole tensor (HF layout), from a checkpoint or HF directory.
+inline std::map<std::string, std::vector<float>> checkpoint_params(const std::filesystem::path& dir) {
+    const model::GptConfig c = model::load_hf_dir_config(dir.string());
+    const model::Layout L = model::make_gpt2_layout(c);
+    AlignedBuffer<float> flat(L.total);
+    model::load_hf_weights(dir.string(), c, L, flat.data());
+    std::map<std::string, std::vector<float>> out;
+    for (const model::ParamSpec& p : L.params) {
+        std::vector<float> t(p.hf_numel());
+        model::to_hf_layout(t.data(), flat.data() + p.offset, p);
+        out[p.name] = std::move(t);
+    }
+    return out;
+}
+
+// Losses, gradient norms and validation losses equal to `rel` relative, from row `from` on.
+inline void expect_same_losses(const std::filesystem::path& a, const std::filesystem::path& b, size_t from,
+                               const std::string& what, double rel = 1e-5) {
+    auto ma = metrics(a), mb = metrics(b);
+    ASSERT_EQ(ma.size(), mb.size()) << what;
+    for (size_t i = from; i < ma.size(); i++) {
+        double x = ma[i]["loss"], y = mb[i]["loss"];
+        EXPECT_NEAR(x, y, rel * std::fabs(x)) << what << ", step " << i;
+        double gx = ma[i]["grad_norm"], gy = mb[i]["grad_norm"];
+        EXPECT_NEAR(gx, gy, rel * std::fabs(gx)) << what << ", step " << i;
+        EXPECT_EQ(ma[i].contains("val_loss"), mb[i].contains("val_loss")) << what << ", step " << i;
+        if (ma[i].contains("val_loss")) {
+            double vx = ma[i]["val_loss"], vy = mb[i]["val_loss"];
+            EXPECT_NEAR(vx, vy, rel * std::fabs(vx)) << what << ", step " << i;
+        }
+    }
+}
+
+// Every parameter of the two checkpoints equal to `rel` of the tensor's largest magnitude.
+inline void expect_same_params(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what,
+                               float rel = 1e-5f) {
+    auto pa = checkpoint_params(a), pb = checkpoint_params(b);
+    ASSERT_EQ(pa.size(), pb.size()) << what;
+    for (const auto& [name, x] : pa) {
+        const std::vector<float>& y = pb.at(name);
+        ASSERT_EQ(x.size(), y.size()) << what << ": " << name;
+        float scale = 0, worst = 0;
+        for (size_t i = 0; i < x.size(); i++) {
+            scale = std::max(scale, std::fabs(x[i]));
+            worst = std::max(worst, std::fabs(x[i] - y[i]));
+        }
+        EXPECT_LE(worst, rel * scale) << what << ": " << name;
+    }
+}
+
+}  // namespace shardlm::test
