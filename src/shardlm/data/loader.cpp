@@ -9,21 +9,21 @@
 namespace shardlm::data {
 
 BatchLoader::BatchLoader(std::vector<uint16_t> tokens, int T, std::string order, uint64_t seed, std::string source)
-    : tokens_(std::move(tokens)), T_(T), order_(std::move(order)), seed_(seed) {
-    SHARDLM_CHECK(order_ == "sequential" || order_ == "random", "--data-order '", order_,
+    : tokens_(std::move(tokens)), T_(T), random_(order == "random"), seed_(seed) {
+    SHARDLM_CHECK(order == "sequential" || order == "random", "--data-order '", order,
                   "' is not known\n---> HINT: use sequential or random");
     rows_ = tokens_.size() > 0 ? int64_t(tokens_.size() - 1) / T_ : 0;
     random_rows_ = (int64_t(tokens_.size()) - T_) / T_;  // rows that fit at any phase in [0, T)
     SHARDLM_CHECK(rows_ > 0, "token shard '", source, "' holds ", tokens_.size(), " tokens, fewer than one row of T+1 = ",
                   T_ + 1, "\n---> HINT: use a smaller --seq or more data");
-    SHARDLM_CHECK(order_ != "random" || random_rows_ > 0, "token shard '", source, "' holds ", tokens_.size(),
+    SHARDLM_CHECK(!random_ || random_rows_ > 0, "token shard '", source, "' holds ", tokens_.size(),
                   " tokens, fewer than 2T = ", 2 * T_, " (one row at every phase) for --data-order random",
                   "\n---> HINT: use --data-order sequential, a smaller --seq or more data");
 }
 
 int64_t BatchLoader::start_of(int64_t k, int G, int j) {
     int64_t r = k * G + j;
-    if (order_ == "sequential") return (r % rows_) * T_;
+    if (!random_) return (r % rows_) * T_;
     int64_t epoch = r / random_rows_;
     if (epoch != perm_epoch_) {
         perm_.resize(size_t(random_rows_));

@@ -35,7 +35,7 @@ private:
     void copy_row(int64_t start, int* inputs, int* targets) const;
     std::vector<uint16_t> tokens_;
     int T_;
-    std::string order_;
+    bool random_ = false;  // --data-order random (else sequential), parsed once
     uint64_t seed_;
     int64_t rows_, random_rows_;
     int64_t perm_epoch_ = -1, phase_ = 0;

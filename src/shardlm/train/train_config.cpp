@@ -26,24 +26,26 @@ optim::OptimConfig TrainConfig::optim_config() const {
 model::GptConfig TrainConfig::model_config() const {
     if (!init.empty()) return model::load_hf_dir_config(init);
     model::GptConfig c = model::find_preset(model);
-    if (n_layer || n_head || n_embd || n_ctx) {
+    if (n_layer || n_head || n_embd || n_ctx || vocab_size) {
+        if (vocab_size) c.vocab_size = vocab_size;
         if (n_layer) c.n_layer = n_layer;
         if (n_head) c.n_head = n_head;
         if (n_embd) c.n_embd = n_embd;
         if (n_ctx) c.n_ctx = n_ctx;
         c.name = model + " (n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) +
-                 ", n_embd " + std::to_string(c.n_embd) + ", n_ctx " + std::to_string(c.n_ctx) + ")";
+                 ", n_embd " + std::to_string(c.n_embd) + ", n_ctx " + std::to_string(c.n_ctx) +
+                 (vocab_size ? ", vocab_size " + std::to_string(c.vocab_size) : "") + ")";
     }
-    c.validate("--model " + model + " with --n-layer/--n-head/--n-embd/--n-ctx");
+    c.validate("--model " + model + " with --n-layer/--n-head/--n-embd/--n-ctx/--vocab-size");
     return c;
 }
 
 void TrainConfig::validate() const {
     SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
-    SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0,
-                  "--n-layer, --n-head, --n-embd and --n-ctx must be >= 0 (0 = the preset's value)");
-    SHARDLM_CHECK(init.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0),
-                  "--n-layer/--n-head/--n-embd/--n-ctx reshape a --model preset; with --init the shape comes from '",
+    SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0 && vocab_size >= 0,
+                  "--n-layer, --n-head, --n-embd, --n-ctx and --vocab-size must be >= 0 (0 = the preset's value)");
+    SHARDLM_CHECK(init.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0),
+                  "--n-layer/--n-head/--n-embd/--n-ctx/--vocab-size reshape a --model preset; with --init the shape comes from '",
                   init, "/config.json'\n---> HINT: drop them, or use --model");
     SHARDLM_CHECK(!data.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
     SHARDLM_CHECK(steps >= 0, "--steps must be >= 0 (got ", steps, ")");

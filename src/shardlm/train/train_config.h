@@ -17,7 +17,7 @@ struct TrainConfig {
     std::string init;
     std::string model;
     // shape overrides of the preset (0 = the preset's value); only with model
-    int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0;
+    int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0, vocab_size = 0;
     // data
     std::string data;
     std::string val_data;
@@ -82,6 +82,7 @@ void for_each_field(Cfg& c, F&& f) {
     f("n_head", c.n_head, "Override the preset's attention heads (0 = the preset's)");
     f("n_embd", c.n_embd, "Override the preset's width C (0 = the preset's)");
     f("n_ctx", c.n_ctx, "Override the preset's context length (0 = the preset's)");
+    f("vocab_size", c.vocab_size, "Override the preset's vocabulary (0 = the preset's; token ids must stay below it)");
     f("data", c.data, "Token shard (llm.c format) to train on");
     f("val_data", c.val_data, "Token shard for validation");
     f("data_order", c.data_order, "sequential | random");

@@ -343,7 +343,7 @@ void Trainer::run() {
                         cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
         if (cfg_.sequence_parallel && grid_->tp_size() > 1) std::printf(", sequence parallel");
         std::printf(" | matmuls %s\n", cfg_.matmul_precision.c_str());
-        if (cfg_.matmul_precision == "bf16" && !__builtin_cpu_supports("avx512bf16"))
+        if (part_->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
             std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
                         "---> HINT: --matmul-precision fp32\n");
     }
@@ -354,15 +354,7 @@ void Trainer::run() {
         const bool final = step + 1 == cfg_.steps;
         if (final && !cfg_.trace.empty()) trace::enable(true);  // the timeline of the last step
         StepStats s = train_step(step);
-        if (final && grid_->pp_size() > 1) {
-            double b = s.bubble;
-            world_->all_reduce_sum(&b, 1);
-            bubble_mean = b / world_->size();
-        }
-        if (final && !cfg_.trace.empty()) {
-            trace::enable(false);
-            write_trace(bubble_mean);
-        }
+        if (final) trace::enable(false);
         if ((cfg_.memory_report || cfg_.comm_report) && final) {
             // rank 0 prints every rank's report in order (mpirun would interleave their output)
             const std::string rep = (cfg_.memory_report ? memory_report() : "") + (cfg_.comm_report ? comm_report() : "");
@@ -372,6 +364,12 @@ void Trainer::run() {
                 std::fflush(stdout);
             }
         }
+        if (final && grid_->pp_size() > 1) {
+            double b = s.bubble;
+            world_->all_reduce_sum(&b, 1);
+            bubble_mean = b / world_->size();
+        }
+        if (final && !cfg_.trace.empty()) write_trace(bubble_mean);
         if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
             s.val_loss = evaluate();
             last_val_ = s.val_loss;

@@ -1,0 +1,198 @@
+// Tensor, sequence and pipeline parallelism through the binary under mpirun (oversubscribed): every
+// layout of issue 9 trains 10 steps and matches the one-process run of the same global batch (losses
+// to 1e-5 relative, the gathered parameters to 1e-5 of max-abs); a checkpoint written under one
+// layout resumes under another (tp2 x pp2 -> dp4 -> one process -> pp2) and the curve goes on
+// unchanged; the memory and communication reports equal their formulas; `shardlm schedule` and
+// --trace work.
+// The model is tiny and awkward: 4 blocks, 4 heads of 12, an odd vocabulary of 211 (padded to 256 or
+// 512 rows over the tensor-parallel ranks), random init from the seed.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "run_dir.h"
+#include "shardlm/io/atomic_file.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSrc = SHARDLM_SOURCE_DIR;
+const std::string kBin = std::string(SHARDLM_BINARY_DIR) + "/shardlm";
+const std::string kFix = kSrc + "/tests/fixtures/gpt2_e2e";
+
+class ParallelLayouts : public ::testing::Test {
+protected:
+    fs::path tmp = fs::temp_directory_path() / ("shardlm_layouts_" + std::to_string(::getpid()));
+    void SetUp() override { fs::create_directories(tmp); }
+    void TearDown() override { fs::remove_all(tmp); }
+
+    // G = 8 rows of T = 16, micro-batch 1: 8 micro-batches per step on one data-parallel rank.
+    // SGD with momentum: the layouts must compute the same gradients, and the parameters then differ
+    // by lr x (the gradients' rounding differences). Adam divides each gradient by its own running
+    // magnitude, so for elements whose gradient is ~0 it turns a 1e-7 rounding difference into a step
+    // of up to lr: with AdamW (lr 3e-3, eps 1e-6) tp2 differs from one process by 3e-4 of max-abs in
+    // one such element after 10 steps, dp2 (another summation order) by 9e-6. ZeRO's Adam state
+    // sharding is covered by test_data_parallel.cpp.
+    static std::string train(const std::string& extra) {
+        return kBin + " train --model tiny --n-layer 4 --n-head 4 --n-embd 48 --n-ctx 32 --vocab-size 211 --seed 5" +
+               " --data " + kFix + "/data.bin --data-order sequential --seq 16 --global-batch 8 --micro-batch 1" +
+               " --optimizer momentum --lr 0.05 --momentum 0.9 --weight-decay 0.1 --grad-clip 1.0 --threads 1" +
+               " --val-data " + kFix + "/data.bin --val-batches 0 --val-every 5 " + extra;
+    }
+    static std::string mpirun(int np) {
+        return std::string(SHARDLM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " ";
+    }
+    std::string run(const std::string& cmd, const std::string& name) {
+        std::string log = (tmp / (name + ".log")).string();
+        int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+        std::string out = shardlm::io::read_file(log);
+        EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+        return out;
+    }
+};
+
+struct Layout {
+    const char* name;
+    int np;
+    const char* flags;
+};
+
+TEST_F(ParallelLayouts, EveryLayoutEqualsOneProcess) {
+    const fs::path single = tmp / "single";
+    run(train("--steps 10 --out " + single.string()), "single");
+    const Layout layouts[] = {
+        {"tp2", 2, "--tp 2"},
+        {"tp4", 4, "--tp 4"},
+        {"tp2_sp", 2, "--tp 2 --sequence-parallel"},
+        {"pp2_gpipe", 2, "--pp 2 --schedule gpipe"},
+        {"pp2_1f1b", 2, "--pp 2 --schedule 1f1b"},
+        {"pp4_1f1b", 4, "--pp 4 --schedule 1f1b"},
+        {"pp2_interleaved", 2, "--pp 2 --schedule interleaved --virtual-stages 2"},
+        {"tp2_pp2", 4, "--tp 2 --pp 2"},
+        {"dp2_tp2_zero1", 4, "--dp 2 --tp 2 --zero 1"},
+        {"dp2_pp2_zero2", 4, "--dp 2 --pp 2 --zero 2"},
+        {"dp2_tp2_pp2", 8, "--dp 2 --tp 2 --pp 2"},
+    };
+    for (const Layout& l : layouts) {
+        const fs::path dir = tmp / l.name;
+        run(mpirun(l.np) + train(std::string("--steps 10 ") + l.flags + " --out " + dir.string()), l.name);
+        shardlm::test::expect_same_losses(single, dir, 0, l.name);
+        shardlm::test::expect_same_params(single / "ckpt_00000010", dir / "ckpt_00000010", l.name);
+    }
+}
+
+TEST_F(ParallelLayouts, ZeroThreeComposesWithTensorAndPipeline) {
+    const fs::path single = tmp / "single";
+    run(train("--steps 6 --out " + single.string()), "single");
+    for (const Layout& l : {Layout{"dp2_tp2_zero3_sp", 4, "--dp 2 --tp 2 --zero 3 --sequence-parallel"},
+                            Layout{"dp2_pp2_zero3", 4, "--dp 2 --pp 2 --zero 3"}}) {
+        const fs::path dir = tmp / l.name;
+        run(mpirun(l.np) + train(std::string("--steps 6 ") + l.flags + " --out " + dir.string()), l.name);
+        shardlm::test::expect_same_losses(single, dir, 0, l.name);
+        shardlm::test::expect_same_params(single / "ckpt_00000006", dir / "ckpt_00000006", l.name);
+    }
+}
+
+TEST_F(ParallelLayouts, CheckpointsResumeAcrossLayouts) {
+    const fs::path ref = tmp / "ref", run_dir = tmp / "chain";
+    run(train("--steps 10 --out " + ref.string()), "ref");
+    const std::string out = " --ckpt-every 1 --out " + run_dir.string();
+    run(mpirun(4) + train("--steps 3 --tp 2 --pp 2" + out), "tp2pp2");                  // writes steps 1..3
+    run(mpirun(4) + train("--steps 5 --dp 4 --zero 1 --resume" + out), "dp4");            // 4, 5
+    run(train("--steps 7 --resume" + out), "one");                                       // 6, 7
+    run(mpirun(2) + train("--steps 10 --pp 2 --schedule gpipe --resume" + out), "pp2");  // 8, 9, 10
+    // (each run of the chain also validates at its own last step: compare the training curve)
+    shardlm::test::expect_same_losses(ref, run_dir, 0, "tp2xpp2 -> dp4 -> one process -> pp2", 1e-5, false);
+    shardlm::test::expect_same_params(ref / "ckpt_00000010", run_dir / "ckpt_00000010", "the chain's final weights");
+    // the final checkpoint is pieces written by the two pipeline ranks; export assembles an HF directory
+    EXPECT_TRUE(fs::exists(run_dir / "ckpt_00000010" / "model.rank00001-of-00002.safetensors"));
+    run(kBin + " export --init " + (run_dir / "ckpt_00000010").string() + " --out " + (tmp / "hf").string(), "export");
+    shardlm::test::expect_same_params(ref / "ckpt_00000010", tmp / "hf", "exported");
+}
+
+// Rows "  <name>  <allocated> <formula>" of --memory-report and "<group> <op> calls n sent X theory Y"
+// of --comm-report: equal, on every rank.
+TEST_F(ParallelLayouts, ReportsMatchTheFormulas) {
+    const Layout layouts[] = {
+        {"tp2", 2, "--tp 2"},
+        {"tp2_sp_zero2", 4, "--dp 2 --tp 2 --sequence-parallel --zero 2"},
+        {"pp2_gpipe", 2, "--pp 2 --schedule gpipe"},
+        {"pp4_1f1b", 4, "--pp 4"},
+        {"dp2_tp2_pp2_zero1", 8, "--dp 2 --tp 2 --pp 2 --zero 1"},
+    };
+    for (const Layout& l : layouts) {
+        const std::string out =
+            run(mpirun(l.np) + train(std::string("--steps 1 --memory-report --comm-report ") + l.flags), l.name);
+        std::regex mem(R"(\n  (parameters|gradients|optimizer state|model states total|tensor-parallel shard|micro-batches held)\s+([0-9.]+)\s+([0-9.]+))");
+        int rows = 0;
+        for (auto it = std::sregex_iterator(out.begin(), out.end(), mem); it != std::sregex_iterator(); ++it, rows++)
+            EXPECT_EQ((*it)[2].str(), (*it)[3].str()) << l.name << ": " << (*it)[1].str() << "\n" << out;
+        EXPECT_GE(rows, 6 * l.np) << l.name << "\n" << out;
+        std::regex comm(R"(\n  (\w+)\s+(\w+)\s+calls\s+\d+\s+sent\s+(\d+)\s+theory\s+(\d+))");
+        std::set<std::string> groups;
+        for (auto it = std::sregex_iterator(out.begin(), out.end(), comm); it != std::sregex_iterator(); ++it) {
+            EXPECT_EQ((*it)[3].str(), (*it)[4].str()) << l.name << ": " << (*it)[1].str() << " " << (*it)[2].str() << "\n"
+                                                      << out;
+            groups.insert((*it)[1].str() + " " + (*it)[2].str());
+        }
+        const std::string name = l.name;
+        if (name.find("tp2") == 0 || name.find("_tp2") != std::string::npos) {
+            const bool sp = name.find("sp") != std::string::npos;
+            EXPECT_TRUE(groups.count(sp ? "tp all_gather" : "tp all_reduce")) << l.name << "\n" << out;
+        }
+        if (name.find("pp") != std::string::npos) EXPECT_TRUE(groups.count("pp send_recv")) << l.name << "\n" << out;
+    }
+    // GPipe holds all 8 micro-batches on both stages; 1F1B at most p - stage
+    const std::string g = run(mpirun(2) + train("--steps 1 --memory-report --pp 2 --schedule gpipe"), "gpipe_slots");
+    EXPECT_NE(g.find("micro-batches held                8            8"), std::string::npos) << g;
+    const std::string f = run(mpirun(4) + train("--steps 1 --memory-report --pp 4"), "1f1b_slots");
+    for (const char* held : {"held                4            4", "held                3            3",
+                             "held                2            2", "held                1            1"})
+        EXPECT_NE(f.find(held), std::string::npos) << held << "\n" << f;
+}
+
+TEST_F(ParallelLayouts, TraceAndBubble) {
+    const std::string trace = (tmp / "trace.json").string();
+    const std::string out = run(mpirun(4) + train("--steps 2 --pp 4 --trace " + trace), "trace");
+    EXPECT_NE(out.find("pipeline bubble (last step, mean over ranks): measured"), std::string::npos) << out;
+    EXPECT_NE(out.find("theory (p-1)/(v m + p-1) = 0.273"), std::string::npos) << out;
+    const nlohmann::json j = nlohmann::json::parse(shardlm::io::read_file(trace));
+    std::set<int> pids;
+    std::set<std::string> names;
+    for (const auto& e : j["traceEvents"]) {
+        pids.insert(e["pid"].get<int>());
+        names.insert(e["name"].get<std::string>());
+    }
+    EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
+    for (const char* n : {"F0", "B7", "send_recv", "all_reduce", "optimizer step"})
+        EXPECT_TRUE(names.count(n)) << n;
+    EXPECT_NEAR(j["otherData"]["bubble_theory"].get<double>(), 3.0 / 11.0, 1e-4);
+}
+
+TEST_F(ParallelLayouts, ScheduleVerbAndLayoutErrors) {
+    const std::string c = run(kBin + " schedule --pp 4 --micro-batches 8 --schedule 1f1b", "schedule");
+    EXPECT_NE(c.find("stage 3 |.   .   .   F0  B0  B0"), std::string::npos) << c;
+    auto fails = [&](const std::string& cmd, const std::string& want) {
+        std::string log = (tmp / "err.log").string();
+        EXPECT_NE(std::system((cmd + " > " + log + " 2>&1").c_str()), 0) << cmd;
+        std::string o = shardlm::io::read_file(log);
+        EXPECT_NE(o.find(want), std::string::npos) << cmd << "\n" << o;
+    };
+    fails(mpirun(3) + train("--steps 1 --tp 3"), "--tp 3 must divide the number of attention heads (4)");
+    auto replace = [](std::string cmd, const std::string& from, const std::string& to) {
+        return cmd.replace(cmd.find(from), from.size(), to);
+    };
+    fails(replace(mpirun(2) + train("--steps 1 --pp 2 --schedule interleaved --virtual-stages 2"), "--global-batch 8",
+                  "--global-batch 7"),
+          "multiple of --pp");
+    fails(mpirun(4) + train("--steps 1 --pp 2 --pp-split 1,2"), "--pp-split '1,2' gives 2 chunks of 3 blocks");
+    fails(replace(mpirun(2) + train("--steps 1 --tp 2 --sequence-parallel"), "--seq 16", "--seq 15"),
+          "--seq 15 must be a multiple of 2");
+}
+
+}  // namespace

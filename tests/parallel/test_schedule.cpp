@@ -1,0 +1,163 @@
+// Pipeline schedules as data: simulated with forward 1 and backward 2 units per chunk, free
+// communication, non-blocking sends and blocking receives, every schedule runs to the end with every
+// send received (no deadlock is possible); GPipe and 1F1B leave (p - 1) idle slots (of forward +
+// backward) per stage, interleaved (p - 1) / v; GPipe holds all m micro-batches, 1F1B at most
+// p - stage; the activation slots (micro-batch i in slot i % slots) never collide.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "shardlm/core/check.h"
+#include "shardlm/parallel/schedule.h"
+
+namespace {
+
+using namespace shardlm::parallel;
+
+// Every Forward/Backward is preceded by the receive it needs and followed by its send; each send
+// matches a receive of the peer with the same micro-batch and the neighbouring model chunk.
+void expect_well_formed(const Schedule& s) {
+    std::multiset<std::tuple<int, int, bool, int, int>> sends, recvs;  // (src, dst, grad, micro, model chunk)
+    for (int r = 0; r < s.stages; r++) {
+        std::map<std::pair<int, int>, int> fwd, bwd;  // (micro, chunk) -> count
+        for (const Action& a : s.ranks[size_t(r)]) {
+            const int mc = s.model_chunk(r, a.chunk);
+            switch (a.op) {
+            case Op::SendAct: sends.insert({r, a.peer, false, a.micro, mc + 1}); break;
+            case Op::SendGrad: sends.insert({r, a.peer, true, a.micro, mc - 1}); break;
+            case Op::RecvAct: recvs.insert({a.peer, r, false, a.micro, mc}); break;
+            case Op::RecvGrad: recvs.insert({a.peer, r, true, a.micro, mc}); break;
+            case Op::Forward: fwd[{a.micro, a.chunk}]++; break;
+            case Op::Backward:
+                EXPECT_EQ((fwd[{a.micro, a.chunk}]), 1) << "backward before forward";
+                bwd[{a.micro, a.chunk}]++;
+                break;
+            default: break;
+            }
+            if (a.op == Op::SendAct || a.op == Op::RecvAct) {
+                EXPECT_EQ(a.peer, (r + (a.op == Op::SendAct ? 1 : -1) + s.stages) % s.stages);
+            }
+        }
+        for (int m = 0; m < s.micro; m++)
+            for (int c = 0; c < s.virtual_stages; c++) {
+                EXPECT_EQ((fwd[{m, c}]), 1) << "rank " << r << " micro " << m << " chunk " << c;
+                EXPECT_EQ((bwd[{m, c}]), s.forward_only ? 0 : 1) << "rank " << r << " micro " << m << " chunk " << c;
+            }
+    }
+    EXPECT_EQ(sends, recvs) << "every send has its receive";
+}
+
+// Micro-batches whose activations a chunk holds at once use distinct slots (i % slots).
+void expect_slots_never_collide(const Schedule& s) {
+    for (int r = 0; r < s.stages; r++) {
+        const std::vector<int> slots = s.slots(r);
+        std::vector<std::set<int>> used(size_t(s.virtual_stages));
+        for (const Action& a : s.ranks[size_t(r)]) {
+            if (a.op == Op::Forward) {
+                const int slot = a.micro % slots[size_t(a.chunk)];
+                EXPECT_TRUE(used[size_t(a.chunk)].insert(slot).second)
+                    << "rank " << r << " chunk " << a.chunk << " slot " << slot << " taken (micro " << a.micro << ")";
+                if (s.forward_only) used[size_t(a.chunk)].clear();
+            } else if (a.op == Op::Backward) {
+                used[size_t(a.chunk)].erase(a.micro % slots[size_t(a.chunk)]);
+            }
+        }
+    }
+}
+
+TEST(Schedule, GPipeAnd1F1BLeaveP1IdleSlotsPerStage) {
+    for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+        for (int p = 1; p <= 5; p++)
+            for (int m = 1; m <= 9; m++) {
+                const Schedule s = make_schedule(kind, p, m);
+                SCOPED_TRACE(std::string(schedule_name(kind)) + " p=" + std::to_string(p) + " m=" + std::to_string(m));
+                expect_well_formed(s);
+                expect_slots_never_collide(s);
+                const SimResult r = simulate(s, 1.0, 2.0);
+                ASSERT_TRUE(r.ok) << r.error;
+                EXPECT_DOUBLE_EQ(r.makespan, 3.0 * (m + p - 1));
+                for (int st = 0; st < p; st++) {
+                    EXPECT_DOUBLE_EQ(r.busy[size_t(st)], 3.0 * m);
+                    EXPECT_DOUBLE_EQ(r.idle[size_t(st)], 3.0 * (p - 1)) << "stage " << st;
+                    // GPipe holds every micro-batch; 1F1B at most p - stage
+                    const int want = kind == ScheduleKind::GPipe ? m : std::min(p - st, m);
+                    EXPECT_EQ(r.max_in_flight[size_t(st)], want) << "stage " << st;
+                    EXPECT_EQ(s.slots(st)[0], want) << "stage " << st;
+                }
+            }
+}
+
+TEST(Schedule, InterleavedBubbleIsP1OverVM) {
+    for (int p = 2; p <= 4; p++)
+        for (int v = 2; v <= 3; v++)
+            for (int m = p; m <= 4 * p; m += p) {
+                const Schedule s = make_schedule(ScheduleKind::Interleaved, p, m, v);
+                SCOPED_TRACE("p=" + std::to_string(p) + " v=" + std::to_string(v) + " m=" + std::to_string(m));
+                expect_well_formed(s);
+                expect_slots_never_collide(s);
+                // forward and backward of one chunk: 1/v of a stage's forward 1 and backward 2
+                const double tf = 1.0 / v, tb = 2.0 / v;
+                const SimResult r = simulate(s, tf, tb);
+                ASSERT_TRUE(r.ok) << r.error;
+                const double ideal = m * (tf + tb) * v;  // a stage's compute for the step
+                for (int st = 0; st < p; st++) {
+                    EXPECT_NEAR(r.busy[size_t(st)], ideal, 1e-9);
+                    // bubble (p - 1) / (v m) of the ideal time
+                    EXPECT_NEAR(r.idle[size_t(st)] / ideal, double(p - 1) / (double(v) * m), 1e-9) << "stage " << st;
+                }
+                EXPECT_NEAR(r.idle[0] / r.makespan, bubble_fraction_theory(p, m, v), 1e-9);
+            }
+}
+
+TEST(Schedule, ForwardOnlyRunsAnyMicroBatchCount) {
+    for (int p = 1; p <= 4; p++)
+        for (int v = 1; v <= 3; v++)
+            for (int m = 1; m <= 7; m++) {
+                if (v > 1 && p == 1) continue;
+                const Schedule s = make_forward_schedule(p, m, v);
+                SCOPED_TRACE("p=" + std::to_string(p) + " v=" + std::to_string(v) + " m=" + std::to_string(m));
+                expect_well_formed(s);
+                expect_slots_never_collide(s);
+                const SimResult r = simulate(s);
+                ASSERT_TRUE(r.ok) << r.error;
+            }
+}
+
+TEST(Schedule, AStageThatWaitsForItselfDeadlocks) {
+    // the simulator does find deadlocks: receive before the send that feeds it
+    Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+    std::swap(s.ranks[1][0], s.ranks[1][2]);  // stage 1: its first action is no longer a receive
+    std::vector<Action>& r0 = s.ranks[0];
+    r0.insert(r0.begin(), Action{Op::RecvGrad, 0, 0, 1});  // stage 0 waits for a gradient first
+    const SimResult r = simulate(s);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("deadlock"), std::string::npos) << r.error;
+}
+
+TEST(Schedule, ChartShowsTheSeedsFigure) {
+    const std::string c = render_chart(make_schedule(ScheduleKind::OneFOneB, 4, 8));
+    EXPECT_NE(c.find("stage 3 |.   .   .   F0  B0  B0  F1"), std::string::npos) << c;  // starts after p - 1 forwards, then 1F1B
+    EXPECT_NE(c.find("stage 0 |F0  F1  F2  F3  "), std::string::npos) << c;  // warm-up: p - 1 forwards, then 1F1B
+    EXPECT_NE(c.find("B0  B0"), std::string::npos) << c;
+    EXPECT_NE(c.find("bubble 0.273"), std::string::npos) << c;  // 3 / (8 + 3)
+    const std::string i = render_chart(make_schedule(ScheduleKind::Interleaved, 2, 4, 2));
+    EXPECT_NE(i.find("F0.1"), std::string::npos) << i;
+}
+
+TEST(Schedule, InvalidCombinationsAreClearErrors) {
+    auto msg = [](auto f) {
+        try {
+            f();
+        } catch (const shardlm::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(msg([] { make_schedule(ScheduleKind::Interleaved, 4, 6, 2); }).find("multiple of --pp"), std::string::npos);
+    EXPECT_NE(msg([] { make_schedule(ScheduleKind::OneFOneB, 2, 4, 2); }).find("--schedule interleaved"), std::string::npos);
+    EXPECT_NE(msg([] { parse_schedule("zigzag"); }).find("gpipe, 1f1b or interleaved"), std::string::npos);
+}
+
+}  // namespace
