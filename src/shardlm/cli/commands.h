@@ -13,5 +13,6 @@ void add_encode_command(CLI::App& app);    // encode + decode
 void add_tokenize_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_plan_command(CLI::App& app);      // planner: memory and step time of parallel policies
 
 }  // namespace shardlm::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     add_tokenize_command(app);
     add_report_command(app);
     add_generate_command(app);
+    add_plan_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -24,7 +24,9 @@ std::string tp_sentence(const Estimate& b) {
 }
 
 std::string slower(const Estimate& best, const Estimate& e) {
-    return fmt("%.1f %% slower", 100 * (1 - e.tokens_per_s / best.tokens_per_s));
+    const double loss = 1 - e.tokens_per_s / best.tokens_per_s;
+    if (loss < 0.0005) return fmt("as fast but needs %.1f GB more", (e.memory.total() - best.memory.total()) / 1e9);
+    return fmt("%.1f %% slower", 100 * loss);
 }
 
 // Why not less model parallelism (fewer GPUs per model replica, more data parallelism)?

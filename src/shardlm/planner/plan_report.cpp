@@ -49,7 +49,8 @@ std::string describe_problem(const cost::ModelShape& m, const Cluster& c, const 
     out += cat(", ffn ", m.ffn_hidden, ", vocab ", m.vocab, ", ", human_count(double(cost::total_params(m))),
                " parameters; global batch ", job.global_batch, " x ", job.seq, " tokens, ", precision_name(precision),
                " (Adam)\n");
-    out += cat("cluster: ", c.num_gpus, " x ", c.gpu.name, " (", c.nodes(), " nodes x ", c.gpus_per_node, "; ",
+    out += cat("cluster: ", c.num_gpus, " x ", c.gpu.name, " (", c.nodes(), c.nodes() == 1 ? " node x " : " nodes x ",
+               c.gpus_per_node, "; ",
                c.gpu.peak_tflops, " TFLOP/s 16-bit, ", c.gpu.memory_gb, " GB, NVLink ", c.gpu.intra_node_GBps,
                " GB/s, network ", c.gpu.inter_node_GBps, " GB/s per GPU)\n");
     return out;

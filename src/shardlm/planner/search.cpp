@@ -126,6 +126,8 @@ SearchResult search(const cost::ModelShape& m, const Cluster& c, const Job& job,
     r.evaluated = s.evaluated;
     r.feasible = int64_t(s.feasible.size());
     r.explanation = explain_best(s.feasible, s.leanest, c);
+    for (const Estimate& e : s.leanest)
+        if (!r.leanest.consistent || e.memory.total() < r.leanest.memory.total()) r.leanest = e;
     const size_t k = std::min(s.feasible.size(), size_t(std::max(top_k, 0)));
     r.top.assign(s.feasible.begin(), s.feasible.begin() + long(k));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

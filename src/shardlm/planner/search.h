@@ -32,6 +32,7 @@ struct SearchResult {
     int64_t feasible = 0;       // of which fit in memory
     double seconds = 0;         // wall time of the search
     std::string explanation;    // one line: why the best wins
+    Estimate leanest;           // the consistent policy needing the least memory (consistent = false if none)
 };
 
 SearchResult search(const cost::ModelShape& m, const Cluster& c, const Job& job, const SearchSpace& space, int top_k);
