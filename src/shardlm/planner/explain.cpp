@@ -46,6 +46,14 @@ std::string model_parallel_sentence(const std::vector<Estimate>& ranked, const s
                ") needs ", fmt("%.1f", lean->memory.total() / 1e9), " GB of ", c.gpu.memory_gb);
 }
 
+std::string zero_sentence(const Estimate& b) {
+    const Policy& p = b.policy;
+    const double states = (b.memory.params + b.memory.grads + b.memory.optimizer) / 1e9;
+    const std::string what = p.zero_stage == 0 ? "no ZeRO" : cat("ZeRO-", p.zero_stage, " over ", p.dp * p.cp, " ranks");
+    return cat(what, ": model states ", fmt("%.1f", states), " GB per GPU, ", fmt("%.2f", b.time.dp_comm),
+               " s of DP/ZeRO traffic left exposed");
+}
+
 }  // namespace
 
 std::string policy_diff(const Policy& a, const Policy& b) {
@@ -90,6 +98,9 @@ std::string explain_best(const std::vector<Estimate>& ranked, const std::vector<
     if (best.policy.pp > 1)
         parts.push_back(cat("pp=", best.policy.pp, " x v=", best.policy.virtual_stages, ": bubble ",
                             fmt("%.1f", 100 * best.time.pp_bubble / best.step_time_s), " % of the step"));
+    else
+        parts.push_back("pp=1: no pipeline bubble");
+    parts.push_back(zero_sentence(best));
     if (ranked.size() > 1)
         parts.push_back(cat("#2 (", policy_diff(best.policy, ranked[1].policy), ") is ", slower(best, ranked[1])));
     std::string out;
