@@ -78,6 +78,8 @@ TEST(Contract, InconsistentPoliciesGiveAReasonNotAnException) {
         {{{"zero_stage", 4}}, "zero_stage"},
         {{{"micro_batch", 0}}, "micro_batch"},
         {{{"cp", 3}}, "tp*pp*cp"},
+        {{{"tp", 1 << 30}, {"pp", 1 << 30}, {"cp", 1 << 30}}, "exceeds"},  // no overflow
+        {{{"micro_batch", int64_t(1) << 40}}, "larger than the global batch"},
     };
     for (const auto& [policy, needle] : cases) {
         planner::Estimate e;

@@ -37,16 +37,20 @@ const std::vector<GpuSpec>& gpu_presets() {
     return p;
 }
 
-GpuSpec find_gpu(const std::string& name) {
+const GpuSpec* gpu_preset(const std::string& name) {
     auto lower = [](std::string s) {
         for (auto& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
         return s;
     };
+    for (const auto& g : gpu_presets())
+        if (lower(g.name) == lower(name)) return &g;
+    return nullptr;
+}
+
+GpuSpec find_gpu(const std::string& name) {
+    if (const GpuSpec* g = gpu_preset(name)) return *g;
     std::string names;
-    for (const auto& g : gpu_presets()) {
-        if (lower(g.name) == lower(name)) return g;
-        names += (names.empty() ? "" : ", ") + g.name;
-    }
+    for (const auto& g : gpu_presets()) names += (names.empty() ? "" : ", ") + g.name;
     fail("unknown GPU preset '", name, "'\n---> HINT: choose one of ", names,
          ", or describe the machine in a --cluster FILE.json");
 }

@@ -41,6 +41,8 @@ struct GpuSpec {
     double inter_node_GBps = 0;   // network per GPU, one direction
 };
 const std::vector<GpuSpec>& gpu_presets();
+// Case-insensitive; nullptr if unknown.
+const GpuSpec* gpu_preset(const std::string& name);
 // Case-insensitive; throws with the list of presets if unknown.
 GpuSpec find_gpu(const std::string& name);
 

@@ -94,10 +94,10 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     f.require("gpus_per_node");
     Cluster c;
     const std::string name = f.get<std::string>("gpu", "custom");
-    bool preset = false;
-    for (const GpuSpec& g : gpu_presets())
-        if (g.name == name) c.gpu = g, preset = true;
-    if (!preset)
+    const GpuSpec* known = gpu_preset(name);
+    const bool preset = known != nullptr;
+    if (preset) c.gpu = *known;
+    else
         for (const char* key : {"peak_tflops", "memory_gb", "intra_node_GBps", "inter_node_GBps"}) f.require(key);
     GpuSpec& g = c.gpu;
     g.name = name;

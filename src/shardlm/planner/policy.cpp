@@ -1,5 +1,7 @@
 #include "shardlm/planner/policy.h"
 
+#include <algorithm>
+
 #include "shardlm/core/check.h"
 
 namespace shardlm::planner {
@@ -24,6 +26,10 @@ std::string check_ranges(const Policy& p) {
 }
 
 std::string check_grid(const Cluster& c, Policy& p) {
+    // in double first: tp, pp and cp may each be anything an input file holds
+    if (double(p.tp) * p.pp * p.cp * std::max(p.dp, 1) > c.num_gpus)
+        return cat("dp*tp*pp*cp = ", double(p.tp) * p.pp * p.cp * std::max(p.dp, 1), " exceeds the cluster's ", c.num_gpus,
+                   " GPUs (tp*pp*cp must divide the GPUs)");
     const int64_t model_par = int64_t(p.tp) * p.pp * p.cp;
     if (p.dp == 0) {
         if (c.num_gpus % model_par != 0)
@@ -40,8 +46,8 @@ std::string check_model_split(const cost::ModelShape& m, const Job& job, const P
     if (m.heads % p.tp != 0) return cat("tp=", p.tp, " does not divide the ", m.heads, " attention heads");
     if (m.kv_heads % p.tp != 0) return cat("tp=", p.tp, " does not divide the ", m.kv_heads, " KV heads");
     if (m.ffn_hidden % p.tp != 0) return cat("tp=", p.tp, " does not divide ffn_hidden ", m.ffn_hidden);
-    if (m.layers % (p.pp * p.virtual_stages) != 0)
-        return cat("pp*virtual_stages = ", p.pp * p.virtual_stages, " does not divide the ", m.layers, " layers");
+    const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
+    if (m.layers % chunks != 0) return cat("pp*virtual_stages = ", chunks, " does not divide the ", m.layers, " layers");
     if (p.virtual_stages > 1 && p.pp == 1) return "virtual_stages > 1 interleaves pipeline stages: it needs pp > 1";
     if (job.seq % p.cp != 0) return cat("cp=", p.cp, " does not divide the sequence of ", job.seq, " tokens");
     if (p.sequence_parallel && p.tp > 1 && (job.seq / p.cp) % p.tp != 0)
@@ -51,6 +57,8 @@ std::string check_model_split(const cost::ModelShape& m, const Job& job, const P
 }
 
 std::string check_batch(const Job& job, const Policy& p) {
+    if (p.micro_batch > job.global_batch)
+        return cat("micro_batch ", p.micro_batch, " is larger than the global batch of ", job.global_batch, " sequences");
     const int64_t per_step = int64_t(p.dp) * p.micro_batch;
     if (job.global_batch % per_step != 0)
         return cat("global batch ", job.global_batch, " is not a multiple of dp*micro_batch = ", p.dp, "*", p.micro_batch,
