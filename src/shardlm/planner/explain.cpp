@@ -25,7 +25,8 @@ std::string tp_sentence(const Estimate& b) {
 
 std::string slower(const Estimate& best, const Estimate& e) {
     const double loss = 1 - e.tokens_per_s / best.tokens_per_s;
-    if (loss < 0.0005) return fmt("as fast but needs %.1f GB more", (e.memory.total() - best.memory.total()) / 1e9);
+    const double more_gb = (e.memory.total() - best.memory.total()) / 1e9;
+    if (loss < 0.0005) return more_gb < 0.05 ? std::string("as fast") : fmt("as fast but needs %.1f GB more", more_gb);
     return fmt("%.1f %% slower", 100 * loss);
 }
 

@@ -86,8 +86,10 @@ struct Searcher {
         const int layers_per_stage = m.layers / p.pp;
         std::vector<int> vs = p.pp == 1 ? std::vector<int>{1} : divisors(layers_per_stage, space.max_virtual_stages);
         const std::vector<bool> sps = p.tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+        // with one data-parallel rank there is nothing to shard: stages 1-3 equal stage 0
+        const std::vector<int> zero_stages = p.dp * p.cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
         for (int v : or_default(space.virtual_stages, vs))
-            for (int zero : or_default(space.zero_stage, {0, 1, 2, 3}))
+            for (int zero : or_default(space.zero_stage, zero_stages))
                 for (cost::Recompute r : or_default(space.recompute, {cost::Recompute::None, cost::Recompute::Selective,
                                                                         cost::Recompute::Full}))
                     for (bool sp : or_default(space.sequence_parallel, sps)) {
