@@ -69,6 +69,25 @@ TEST_F(PlanCli, InfeasiblePolicyIsAnAnswerNotAnError) {
     EXPECT_NE(j["reason"].get<std::string>().find("tp*pp*cp = 3"), std::string::npos) << j["reason"];
 }
 
+TEST_F(PlanCli, InconsistentModelIsAReasonWhenEvaluatingAPolicy) {
+    std::string out;
+    const std::string m = write("m.json", R"({"layers": 4, "hidden": 100, "heads": 3, "vocab": 1000, "seq_len": 128})");
+    const std::string policy = write("p.json", "{}");
+    ASSERT_EQ(plan("--model " + m + " --cluster " + cluster() + " --policy " + policy + " --global-batch 1024 --json", &out), 0)
+        << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_FALSE(j["feasible"].get<bool>());
+    EXPECT_NE(j["reason"].get<std::string>().find("not a multiple of heads"), std::string::npos) << j["reason"];
+    const std::string zero = write("z.json", R"({"layers": 0, "hidden": 64, "heads": 0, "kv_heads": 0, "vocab": 10, "seq_len": 8})");
+    for (const char* flags : {" --json", ""}) {
+        ASSERT_EQ(plan("--model " + zero + " --cluster " + cluster() + " --policy " + policy + " --global-batch 8" + flags, &out), 0)
+            << out;
+        EXPECT_NE(out.find("must be > 0"), std::string::npos) << out;
+    }
+    EXPECT_NE(plan("--model " + m + " --cluster " + cluster() + " --global-batch 1024", &out), 0);  // search: an error
+    EXPECT_NE(out.find("HINT"), std::string::npos) << out;
+}
+
 TEST_F(PlanCli, SearchPrintsTheTopPoliciesAndWritesAnSvg) {
     std::string out;
     const std::string svg = (tmp / "plan.svg").string();

@@ -76,9 +76,7 @@ cost::ModelShape resolve_model(const PlanArgs& a) {
     if (a.ffn_hidden) m.ffn_hidden = a.ffn_hidden;
     if (a.seq) m.seq_len = a.seq;
     SHARDLM_CHECK(m.seq_len > 0, "no sequence length\n---> HINT: give --seq S (or seq_len in the model file)");
-    const std::string why = cost::check_shape(m);
-    SHARDLM_CHECK(why.empty(), "model ", m.name, ": ", why);
-    return m;
+    return m;  // its shape is checked by the search (an error) or by evaluate (a reason in the answer)
 }
 
 planner::Cluster resolve_cluster(const PlanArgs& a) {
@@ -138,6 +136,9 @@ void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
 }
 
 void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
+    const std::string why = cost::check_shape(m);
+    SHARDLM_CHECK(why.empty(), "model ", m.name, ": ", why,
+                  "\n---> HINT: fix the shape (model file keys, or --layers --hidden --heads --kv-heads --ffn-hidden --vocab)");
     const planner::SearchSpace space = resolve_space(a);
     const planner::SearchResult r = planner::search(m, c, job, space, a.top);
     if (a.json) {

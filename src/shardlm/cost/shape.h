@@ -37,7 +37,7 @@ struct ModelShape {
     bool biases = true;             // linear layers and norms have biases (gpt)
     bool dropout = true;            // dropout after attention probabilities, projections (gpt)
 
-    int head_dim() const { return hidden / heads; }
+    int head_dim() const { return heads > 0 ? hidden / heads : 0; }  // 0 for a shape check_shape rejects
     int64_t kv_dim() const { return int64_t(kv_heads) * head_dim(); }  // g*d: width of K (and of V)
 };
 
