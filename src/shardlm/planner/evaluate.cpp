@@ -1,8 +1,8 @@
 #include "shardlm/planner/evaluate.h"
 
 #include <algorithm>
+#include <cstdio>
 
-#include "shardlm/core/check.h"
 #include "shardlm/cost/flops.h"
 #include "shardlm/planner/stage_model.h"
 
@@ -22,10 +22,13 @@ void fill_memory(const detail::StageModel& sm, const Cluster& c, Estimate& e) {
     const double have = c.gpu.memory_gb * 1e9;
     if (e.memory.total() > have) {
         const MemoryBreakdown& m = e.memory;
-        e.reason = cat("needs ", m.total() / 1e9, " GB per GPU (stage ", e.fullest_stage, ": params ", m.params / 1e9,
-                       ", grads ", m.grads / 1e9, ", optimizer ", m.optimizer / 1e9, ", activations ",
-                       m.activations / 1e9, ", buffers ", m.buffers / 1e9, "), the ", c.gpu.name, " has ",
-                       c.gpu.memory_gb, " GB");
+        char buf[320];
+        std::snprintf(buf, sizeof(buf),
+                      "needs %.1f GB per GPU (stage %d: params %.1f, grads %.1f, optimizer %.1f, activations %.1f, "
+                      "buffers %.1f), the %s has %g GB",
+                      m.total() / 1e9, e.fullest_stage, m.params / 1e9, m.grads / 1e9, m.optimizer / 1e9,
+                      m.activations / 1e9, m.buffers / 1e9, c.gpu.name.c_str(), c.gpu.memory_gb);
+        e.reason = buf;
     }
 }
 
