@@ -14,5 +14,6 @@ void add_tokenize_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_schedule_command(CLI::App& app);
+void add_plan_command(CLI::App& app);      // planner: memory and step time of parallel policies
 
 }  // namespace shardlm::cli

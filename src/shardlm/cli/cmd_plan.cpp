@@ -1,0 +1,223 @@
+// cli/cmd_plan.cpp: `shardlm plan`: predict per-GPU memory and step time of parallel policies and
+// search the best (planner/). Model: a planner preset (LLaMA, Llama-2/3, Megatron-LM's table), an
+// engine preset (GPT-2, GPT-3; model/config.h, adapted here), a JSON file, or explicit shape flags.
+// Cluster: --gpu PRESET --gpus-per-node N --nodes N, or --cluster FILE.json.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "shardlm/cli/commands.h"
+#include "shardlm/core/check.h"
+#include "shardlm/model/config.h"
+#include "shardlm/planner/model_presets.h"
+#include "shardlm/planner/plan_io.h"
+#include "shardlm/planner/plan_report.h"
+
+namespace shardlm::cli {
+
+namespace {
+
+struct PlanArgs {
+    std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16";
+    int gpus_per_node = 8, nodes = 1, seq = 0, top = 5;
+    int64_t global_batch = 0;
+    int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
+    int tp = 0, pp = 0, cp = 0, zero = -1, virtual_stages = 0;
+    int64_t micro_batch = 0;
+    bool json = false, list = false;
+};
+
+// The engine's GPT-2/GPT-3 presets as planner shapes (one table of numbers: model/config.cpp).
+const model::GptConfig* engine_preset(const std::string& name) {
+    for (const auto& c : model::presets())
+        if (c.name == name) return &c;
+    return nullptr;
+}
+
+std::string preset_names() {
+    std::string s;
+    for (const auto& c : model::presets()) s += (s.empty() ? "" : ", ") + c.name;
+    for (const auto& m : planner::model_presets()) s += ", " + m.name;
+    return s;
+}
+
+cost::ModelShape base_model(const PlanArgs& a) {
+    if (a.model.empty()) {
+        SHARDLM_CHECK(a.layers > 0 && a.hidden > 0 && a.heads > 0 && a.vocab > 0,
+                      "no model\n---> HINT: give --model PRESET or FILE.json, or --layers --hidden --heads --vocab");
+        cost::Arch arch = cost::Arch::Gpt;
+        SHARDLM_CHECK(a.arch.empty() || cost::arch_from_name(a.arch, &arch), "--arch '", a.arch,
+                      "' is not known\n---> HINT: use gpt or llama");
+        return arch == cost::Arch::Gpt ? cost::gpt_shape("custom", a.layers, a.hidden, a.heads, a.vocab, a.seq)
+                                       : cost::llama_shape("custom", a.layers, a.hidden, a.heads, a.heads,
+                                                           cost::llama_default_ffn(a.hidden), a.vocab, a.seq);
+    }
+    if (a.model.ends_with(".json") || std::filesystem::is_regular_file(a.model)) return planner::load_model_file(a.model);
+    if (const cost::ModelShape* m = planner::find_model_preset(a.model)) return *m;
+    if (const model::GptConfig* g = engine_preset(a.model))
+        return cost::gpt_shape(g->name, g->n_layer, g->n_embd, g->n_head, g->vocab_size, g->n_ctx);
+    fail("unknown model '", a.model, "'\n---> HINT: use a JSON model file or one of ", preset_names());
+}
+
+cost::ModelShape resolve_model(const PlanArgs& a) {
+    cost::ModelShape m = base_model(a);
+    if (!a.model.empty()) {  // explicit flags reshape a preset or file
+        if (a.layers) m.layers = a.layers;
+        if (a.hidden) {  // the MLP follows the new width unless --ffn-hidden says otherwise
+            m.hidden = a.hidden;
+            m.ffn_hidden = m.arch == cost::Arch::Gpt ? 4 * a.hidden : cost::llama_default_ffn(a.hidden);
+        }
+        if (a.heads) m.heads = a.heads, m.kv_heads = a.kv_heads ? m.kv_heads : a.heads;
+        if (a.vocab) m.vocab = a.vocab;
+    }
+    if (a.kv_heads) m.kv_heads = a.kv_heads;
+    if (a.ffn_hidden) m.ffn_hidden = a.ffn_hidden;
+    if (a.seq) m.seq_len = a.seq;
+    SHARDLM_CHECK(m.seq_len > 0, "no sequence length\n---> HINT: give --seq S (or seq_len in the model file)");
+    return m;  // its shape is checked by the search (an error) or by evaluate (a reason in the answer)
+}
+
+planner::Cluster resolve_cluster(const PlanArgs& a) {
+    if (!a.cluster.empty()) return planner::load_cluster_file(a.cluster);
+    SHARDLM_CHECK(a.gpus_per_node > 0 && a.nodes > 0, "--gpus-per-node and --nodes must be > 0");
+    return planner::make_cluster(planner::find_gpu(a.gpu), a.gpus_per_node, a.nodes);
+}
+
+planner::SearchSpace resolve_space(const PlanArgs& a) {
+    planner::SearchSpace s;
+    SHARDLM_CHECK(planner::precision_from_name(a.precision, &s.precision), "--precision '", a.precision,
+                  "' is not known\n---> HINT: use bf16, fp16 or fp32");
+    if (a.tp) s.tp = {a.tp};
+    if (a.pp) s.pp = {a.pp};
+    if (a.cp) s.cp = {a.cp};
+    if (a.zero >= 0) s.zero_stage = {a.zero};
+    if (a.micro_batch) s.micro_batch = {a.micro_batch};
+    if (a.virtual_stages) s.virtual_stages = {a.virtual_stages};
+    if (!a.recompute.empty()) {
+        cost::Recompute r;
+        SHARDLM_CHECK(cost::recompute_from_name(a.recompute, &r), "--recompute '", a.recompute,
+                      "' is not known\n---> HINT: use none, selective or full");
+        s.recompute = {r};
+    }
+    if (!a.sp.empty()) {
+        SHARDLM_CHECK(a.sp == "on" || a.sp == "off", "--sp '", a.sp, "' is not known\n---> HINT: use on or off");
+        s.sequence_parallel = {a.sp == "on"};
+    }
+    return s;
+}
+
+void write_svg(const std::string& path, const std::string& svg) {
+    std::fflush(stdout);  // keep the report and this note in order on a shared terminal
+    std::ofstream f(path);
+    SHARDLM_CHECK(f && (f << svg), "cannot write '", path, "'\n---> HINT: check that its directory exists");
+    std::fprintf(stderr, "wrote %s\n", path.c_str());
+}
+
+nlohmann::json problem_json(const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
+    return {{"model", planner::model_to_json(m)},
+            {"cluster", planner::cluster_to_json(c)},
+            {"global_batch", job.global_batch},
+            {"seq", job.seq}};
+}
+
+void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
+    const planner::Estimate e = planner::evaluate(m, c, job, planner::load_policy_file(a.policy));
+    if (a.json) {
+        nlohmann::json j = planner::estimate_to_json(e);
+        j.update(problem_json(m, c, job));
+        std::printf("%s\n", j.dump(2).c_str());
+    } else {
+        std::printf("%s\n%s", planner::describe_problem(m, c, job, e.policy.precision).c_str(),
+                    planner::format_estimate(e, c).c_str());
+    }
+    if (!a.svg.empty()) write_svg(a.svg, planner::plan_svg({e}, c, m.name + ": " + planner::describe(e.policy)));
+}
+
+void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
+    const std::string why = cost::check_shape(m);
+    SHARDLM_CHECK(why.empty(), "model ", m.name, ": ", why,
+                  "\n---> HINT: fix the shape (model file keys, or --layers --hidden --heads --kv-heads --ffn-hidden --vocab)");
+    const planner::SearchSpace space = resolve_space(a);
+    const planner::SearchResult r = planner::search(m, c, job, space, a.top);
+    if (a.json) {
+        nlohmann::json j = problem_json(m, c, job);
+        j["evaluated"] = r.evaluated, j["feasible"] = r.feasible, j["search_time_s"] = r.seconds;
+        j["explanation"] = r.explanation;
+        j["policies"] = nlohmann::json::array();
+        for (const auto& e : r.top) j["policies"].push_back(planner::estimate_to_json(e));
+        std::printf("%s\n", j.dump(2).c_str());
+    } else {
+        std::printf("%s", planner::describe_problem(m, c, job, space.precision).c_str());
+        std::printf("searched %lld policies in %.2f s; %lld fit in memory", (long long)r.evaluated, r.seconds,
+                    (long long)r.feasible);
+        if (r.top.empty()) {
+            std::printf(".\nno policy fits");
+            if (r.leanest.consistent)
+                std::printf(": the leanest, %s, needs %.1f GB per GPU of %g", planner::describe(r.leanest.policy).c_str(),
+                            r.leanest.memory.total() / 1e9, c.gpu.memory_gb);
+            std::printf("\n---> HINT: more GPUs or GPUs with more memory, a shorter sequence, or fewer restrictions\n");
+        } else {
+            std::printf(". Top %zu by predicted throughput:\n\n%s\nwhy #1: %s\n", r.top.size(),
+                        planner::format_table(r.top, c).c_str(), r.explanation.c_str());
+        }
+    }
+    if (!a.svg.empty())
+        write_svg(a.svg, planner::plan_svg(r.top, c, cat(m.name, " on ", c.num_gpus, " x ", c.gpu.name, ": top ",
+                                                          r.top.size(), " policies")));
+}
+
+void list_presets() {
+    std::printf("GPUs:");
+    for (const auto& g : planner::gpu_presets()) std::printf(" %s", g.name.c_str());
+    std::printf("\nmodels: %s\n", preset_names().c_str());
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+    auto a = std::make_shared<PlanArgs>();
+    CLI::App* c = app.add_subcommand("plan", "Predict per-GPU memory and step time of parallel policies; search the best");
+    c->add_option("--model", a->model, "Model preset or model JSON file");
+    c->add_option("--cluster", a->cluster, "Cluster JSON file (instead of --gpu/--gpus-per-node/--nodes)");
+    c->add_option("--gpu", a->gpu, "GPU preset (A100-40GB, A100-80GB, H100-SXM, H200)")->capture_default_str();
+    c->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node")->capture_default_str();
+    c->add_option("--nodes", a->nodes, "Nodes")->capture_default_str();
+    c->add_option("--global-batch", a->global_batch, "Sequences per step (required)");
+    c->add_option("--seq", a->seq, "Tokens per sequence (default: the model's)");
+    c->add_option("--policy", a->policy, "Evaluate this policy JSON file instead of searching");
+    c->add_option("--top", a->top, "How many policies to show")->capture_default_str();
+    c->add_flag("--json", a->json, "Print JSON");
+    c->add_option("--svg", a->svg, "Write an SVG: memory and step-time bars per policy");
+    c->add_flag("--list", a->list, "List GPU and model presets");
+    c->add_option("--layers", a->layers, "Shape: layers");
+    c->add_option("--hidden", a->hidden, "Shape: hidden size");
+    c->add_option("--heads", a->heads, "Shape: attention heads");
+    c->add_option("--kv-heads", a->kv_heads, "Shape: KV heads (GQA)");
+    c->add_option("--ffn-hidden", a->ffn_hidden, "Shape: MLP inner size");
+    c->add_option("--vocab", a->vocab, "Shape: vocabulary");
+    c->add_option("--arch", a->arch, "Shape: gpt or llama");
+    c->add_option("--precision", a->precision, "bf16, fp16 or fp32 (search)")->capture_default_str();
+    c->add_option("--tp", a->tp, "Search only this tensor-parallel size");
+    c->add_option("--pp", a->pp, "Search only this pipeline size");
+    c->add_option("--cp", a->cp, "Search only this context-parallel size");
+    c->add_option("--zero", a->zero, "Search only this ZeRO stage");
+    c->add_option("--micro-batch", a->micro_batch, "Search only this micro-batch");
+    c->add_option("--virtual-stages", a->virtual_stages, "Search only this number of virtual stages");
+    c->add_option("--recompute", a->recompute, "Search only none, selective or full");
+    c->add_option("--sp", a->sp, "Search only sequence parallelism on or off");
+    c->callback([a] {
+        if (a->list) return list_presets();
+        const cost::ModelShape m = resolve_model(*a);
+        const planner::Cluster cl = resolve_cluster(*a);
+        SHARDLM_CHECK(a->global_batch > 0, "--global-batch G is required and must be > 0 (got ", a->global_batch,
+                      ")\n---> HINT: the number of sequences per optimiser step, e.g. --global-batch 1536");
+        SHARDLM_CHECK(a->top > 0, "--top must be > 0 (got ", a->top, ")");
+        const planner::Job job{a->global_batch, m.seq_len};
+        if (!a->policy.empty()) run_policy(*a, m, cl, job);
+        else run_search(*a, m, cl, job);
+    });
+}
+
+}  // namespace shardlm::cli

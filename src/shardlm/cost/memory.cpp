@@ -1,0 +1,72 @@
+#include "shardlm/cost/memory.h"
+
+#include <algorithm>
+
+namespace shardlm::cost {
+
+ModelStateBytes model_state_bytes(double numel, StateBytes per_param, int zero_stage, int dp) {
+    const double n = dp > 0 ? dp : 1;
+    ModelStateBytes b;
+    b.params = numel * per_param.params / (zero_stage >= 3 ? n : 1);
+    b.grads = numel * per_param.grads / (zero_stage >= 2 ? n : 1);
+    b.optimizer = numel * per_param.optimizer / (zero_stage >= 1 ? n : 1);
+    return b;
+}
+
+namespace {
+
+// One block's saved tensors for one micro-batch, in elements (values) and mask bytes, grouped by how
+// tensor parallelism divides them. s is the local sequence (seq / cp).
+struct SavedTensors {
+    double replicated_values = 0, replicated_masks = 0;  // split only by sequence parallelism
+    double split_values = 0;                             // split t ways
+    double core_values = 0, core_masks = 0;              // attention core, split t ways
+};
+
+SavedTensors saved_tensors(const ModelShape& m, const ActivationSpec& a) {
+    const double b = double(a.micro_batch), s_local = double(a.seq) / a.cp, s_full = a.seq;
+    const double sbh = s_local * b * m.hidden, sb = s_local * b;
+    SavedTensors t;
+    t.replicated_values = 4 * sbh;                     // 2 norm inputs, QKV input, MLP input
+    t.replicated_masks = m.dropout ? 2 * sbh : 0;      // after the projection and after the MLP
+    t.split_values = sbh + 2 * sb * double(m.kv_dim()) + sbh;  // Q, K, V, projection input
+    t.split_values += (m.arch == Arch::Llama ? 3 : 2) * sb * m.ffn_hidden;
+    const double scores = double(m.heads) * s_local * s_full * b;  // a s^2 b
+    t.core_values = m.dropout ? 2 * scores : scores;   // softmax output (+ dropout output)
+    t.core_masks = m.dropout ? scores : 0;
+    return t;
+}
+
+}  // namespace
+
+double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
+    const SavedTensors t = saved_tensors(m, a);
+    return (t.core_values * a.value_bytes + t.core_masks) / a.tp;
+}
+
+double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
+    const double sp_div = a.sequence_parallel ? a.tp : 1;
+    if (a.recompute == Recompute::Full) {
+        const double input = double(a.micro_batch) * (double(a.seq) / a.cp) * m.hidden;
+        return input * a.value_bytes / sp_div;
+    }
+    const SavedTensors t = saved_tensors(m, a);
+    double bytes = (t.replicated_values * a.value_bytes + t.replicated_masks) / sp_div;
+    bytes += t.split_values * a.value_bytes / a.tp;
+    if (a.recompute == Recompute::None) bytes += attention_core_activation_bytes(m, a);
+    return bytes;
+}
+
+double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, double value_bytes) {
+    const double b = double(batch), l = m.layers, s = seq, a = m.heads, h = m.hidden;
+    return b * l * (2 * s * s * a + 14 * s * h) * value_bytes;
+}
+
+int64_t in_flight_chunks(Schedule s, int stage, int pp, int virtual_stages, int64_t micro_batches) {
+    const int64_t v = virtual_stages, m = micro_batches;
+    if (s == Schedule::GPipe) return m * v;
+    if (v == 1) return std::min<int64_t>(pp - stage, m);
+    return std::min<int64_t>(m * v, 2 * int64_t(pp - stage - 1) + (v - 1) * pp + 1);
+}
+
+}  // namespace shardlm::cost

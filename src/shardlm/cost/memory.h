@@ -1,0 +1,75 @@
+// cost/memory.h: bytes of model states (parameters, gradients, optimiser) and of activations.
+//
+// Model states per parameter, Adam (ZeRO paper, Rajbhandari et al. 2020, K = 12; seeds 000/001/002):
+//   fp32                     params 4, grads 4, optimiser 8 (m, v)            = 16
+//   mixed 16-bit (bf16/fp16) params 2, grads 2, optimiser 12 (fp32 master, m, v) = 16 ("2 + 2 + K")
+//   mixed, fp32 gradient copy params 2, grads 2, optimiser 16 (+ fp32 grads)     = 20 (seed 001: 1B -> 20 GB)
+//   pure 16-bit              params 2, grads 2, optimiser 4 (16-bit m, v)      = 8  (seed 000: 10B -> 80 GB)
+// ZeRO over dp ranks: stage >= 1 divides the optimiser state by dp, >= 2 also the gradients, 3 also
+// the parameters. ZeRO paper, 7.5B on 64 GPUs: 120, 31.4, 16.6, 1.9 GB for stages 0-3.
+//
+// Activations a block keeps for backward (Korthikanti et al. 2022, "Reducing Activation Recomputation
+// in Large Transformer Models", sec. 4), counted tensor by tensor so that GQA, SwiGLU, no-dropout and
+// fp32 follow from the same list. For gpt in 16-bit it is their s b h (34 + 5 a s / h) bytes:
+//   kept on every tensor-parallel rank (split t ways only with sequence parallelism):
+//     2 norm inputs, the QKV input, the MLP input (s b h values each); 2 dropout masks (s b h bytes)
+//   split t ways: Q (s b h), K and V (s b g d each), the projection input (s b h), the MLP's inner
+//     activations (gpt: GELU input and output, 2 s b f; llama: gate, up and their product, 3 s b f)
+//   the attention core, split t ways, dropped by selective recomputation: softmax output (a s^2 b),
+//     gpt also the attention dropout's output (a s^2 b) and mask (a s^2 b bytes)
+// Values take value_bytes (2 for 16-bit, 4 for fp32), masks 1 byte. Full recomputation keeps only the
+// block input (s b h values; / t with sequence parallelism). With tensor parallel t that gives
+// Korthikanti's s b h (10 + 24/t + 5 a s/(h t)), with sequence parallelism s b h (34/t + 5 a s/(h t)),
+// selective + sequence parallel s b h 34/t, full 2 s b h. Context parallelism cp cuts s to s/cp (the
+// attention core keeps (s/cp) x s scores).
+#pragma once
+#include <cstdint>
+
+#include "shardlm/cost/flops.h"
+#include "shardlm/cost/shape.h"
+
+namespace shardlm::cost {
+
+struct StateBytes {
+    double params = 0, grads = 0, optimizer = 0;  // bytes per parameter; optimizer includes a master copy
+    double total() const { return params + grads + optimizer; }
+};
+inline constexpr StateBytes kAdamFp32{4, 4, 8};
+inline constexpr StateBytes kAdamMixed{2, 2, 12};
+inline constexpr StateBytes kAdamMixedFp32Grads{2, 2, 16};
+inline constexpr StateBytes kAdamPure16{2, 2, 4};
+
+struct ModelStateBytes {
+    double params = 0, grads = 0, optimizer = 0;
+    double total() const { return params + grads + optimizer; }
+};
+// numel parameters held by this rank before ZeRO (already divided by tensor and pipeline parallelism).
+ModelStateBytes model_state_bytes(double numel, StateBytes per_param, int zero_stage, int dp);
+
+struct ActivationSpec {
+    int64_t micro_batch = 1;  // b, sequences
+    int seq = 0;              // s, tokens per sequence (before context parallelism)
+    int tp = 1;
+    int cp = 1;
+    bool sequence_parallel = false;
+    Recompute recompute = Recompute::None;
+    double value_bytes = 2;  // 2: bf16/fp16 activations, 4: fp32
+};
+// Bytes one block keeps for its backward, for one micro-batch, on one rank.
+double block_activation_bytes(const ModelShape& m, const ActivationSpec& a);
+// Bytes the attention core alone keeps (the part selective recomputation drops), same conventions.
+double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec& a);
+
+// Seed 002's statement for a whole model without recomputation: b l (2 s^2 a + 14 s h) values
+// (GPT-3 175B, b = 1, s = 2048, 4-byte values: 444 GB).
+double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, double value_bytes = 4);
+
+// Pipeline schedules. Interleaved 1F1B is OneFOneB with virtual_stages > 1 (Narayanan et al. 2021).
+enum class Schedule { GPipe, OneFOneB };
+// Micro-batch chunks whose activations pipeline stage `stage` (0 = first) holds at its peak; a chunk
+// is 1/virtual_stages of the stage's layers. GPipe: all m (forwards before backwards). 1F1B:
+// min(p - stage, m). Interleaved (Megatron's warm-up): min(m v, 2 (p - stage - 1) + (v - 1) p + 1);
+// on stage 0 that is L (1 + (p - 1)/(p v)) layers' worth, Korthikanti's eq. for interleaving.
+int64_t in_flight_chunks(Schedule s, int stage, int pp, int virtual_stages, int64_t micro_batches);
+
+}  // namespace shardlm::cost

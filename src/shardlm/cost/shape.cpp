@@ -1,0 +1,86 @@
+#include "shardlm/cost/shape.h"
+
+#include <utility>
+
+#include "shardlm/core/check.h"
+#include "shardlm/core/enum_names.h"
+
+namespace shardlm::cost {
+
+ModelShape gpt_shape(std::string name, int layers, int hidden, int heads, int vocab, int seq_len) {
+    ModelShape m;
+    m.name = std::move(name);
+    m.layers = layers, m.hidden = hidden, m.heads = heads, m.kv_heads = heads;
+    m.ffn_hidden = 4 * hidden, m.vocab = vocab, m.seq_len = seq_len;
+    return m;  // the gpt flags are ModelShape's defaults
+}
+
+ModelShape llama_shape(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn_hidden,
+                       int vocab, int seq_len) {
+    ModelShape m;
+    m.name = std::move(name);
+    m.layers = layers, m.hidden = hidden, m.heads = heads, m.kv_heads = kv_heads;
+    m.ffn_hidden = ffn_hidden, m.vocab = vocab, m.seq_len = seq_len;
+    m.arch = Arch::Llama;
+    m.tied_embeddings = false, m.learned_positions = false, m.biases = false, m.dropout = false;
+    return m;
+}
+
+int llama_default_ffn(int hidden) {
+    int64_t f = (int64_t(8) * hidden + 2) / 3;  // ceil(8h/3)
+    return int((f + 255) / 256 * 256);
+}
+
+namespace {
+constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Llama, "llama"}};
+}  // namespace
+
+std::string arch_name(Arch a) { return enum_name(kArchNames, a); }
+bool arch_from_name(const std::string& s, Arch* out) { return enum_from_name(kArchNames, s, out); }
+
+std::string check_shape(const ModelShape& m) {
+    auto positive = [](const char* key, int v) { return v > 0 ? std::string() : cat(key, " must be > 0 (got ", v, ")"); };
+    for (auto [key, v] : {std::pair{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads},
+                          {"kv_heads", m.kv_heads}, {"ffn_hidden", m.ffn_hidden}, {"vocab", m.vocab},
+                          {"seq_len", m.seq_len}})
+        if (std::string r = positive(key, v); !r.empty()) return r;
+    if (m.hidden % m.heads != 0) return cat("hidden (", m.hidden, ") is not a multiple of heads (", m.heads, ")");
+    if (m.heads % m.kv_heads != 0)
+        return cat("heads (", m.heads, ") is not a multiple of kv_heads (", m.kv_heads, "): each KV head serves a group of query heads");
+    return "";
+}
+
+namespace {
+
+// MLP matrices: gpt 2 (fc, proj), llama 3 (gate, up, down).
+int64_t mlp_matrices(const ModelShape& m) { return m.arch == Arch::Llama ? 3 : 2; }
+int64_t norm_params(const ModelShape& m) { return m.biases ? 2 * int64_t(m.hidden) : int64_t(m.hidden); }
+
+}  // namespace
+
+int64_t block_params_split(const ModelShape& m) {
+    const int64_t h = m.hidden, f = m.ffn_hidden, qkv = h + 2 * m.kv_dim();
+    int64_t p = h * qkv + h * h + mlp_matrices(m) * h * f;  // QKV, attention projection, MLP matrices
+    if (m.biases) p += qkv + f;                               // column-parallel biases (QKV, MLP fc)
+    return p;
+}
+
+UnitParams unit_params(const ModelShape& m) {
+    const int64_t h = m.hidden, V = m.vocab;
+    UnitParams u;
+    u.embedding = V * h + (m.learned_positions ? int64_t(m.seq_len) * h : 0);
+    // + two norms, + the row-parallel biases (attention projection, MLP proj) that stay replicated
+    u.block = block_params_split(m) + 2 * norm_params(m) + (m.biases ? 2 * h : 0);
+    u.final_norm = norm_params(m);
+    u.head = m.tied_embeddings ? 0 : V * h;
+    return u;
+}
+
+int64_t total_params(const ModelShape& m) { return unit_params(m).total(m.layers); }
+
+int64_t estimate_params_12lh2_2vh(const ModelShape& m) {
+    const int64_t h = m.hidden;
+    return 12 * int64_t(m.layers) * h * h + 2 * int64_t(m.vocab) * h;
+}
+
+}  // namespace shardlm::cost

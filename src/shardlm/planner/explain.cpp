@@ -1,0 +1,112 @@
+#include "shardlm/planner/explain.h"
+
+#include <cstdio>
+
+#include "shardlm/core/check.h"
+
+namespace shardlm::planner {
+
+namespace {
+
+std::string fmt(const char* f, double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), f, x);
+    return buf;
+}
+
+int64_t model_parallel(const Policy& p) { return int64_t(p.tp) * p.pp * p.cp; }
+
+std::string tp_sentence(const Estimate& b) {
+    const Policy& p = b.policy;
+    if (p.tp == 1) return "tp=1: no per-layer tensor-parallel all-reduces";
+    if (b.tp_in_node) return cat("tp=", p.tp, " inside the node: TP traffic stays on NVLink");
+    return cat("tp=", p.tp, " spans nodes: its TP traffic crosses the network");
+}
+
+std::string slower(const Estimate& best, const Estimate& e) {
+    const double loss = 1 - e.tokens_per_s / best.tokens_per_s;
+    const double more_gb = (e.memory.total() - best.memory.total()) / 1e9;
+    if (loss < 0.0005) return more_gb < 0.05 ? std::string("as fast") : fmt("as fast but needs %.1f GB more", more_gb);
+    return fmt("%.1f %% slower", 100 * loss);
+}
+
+// Why not less model parallelism (fewer GPUs per model replica, more data parallelism)?
+std::string model_parallel_sentence(const std::vector<Estimate>& ranked, const std::vector<Estimate>& leanest,
+                                    const Cluster& c) {
+    const Estimate& best = ranked.front();
+    const int64_t mp = model_parallel(best.policy);
+    for (const Estimate& e : ranked)
+        if (model_parallel(e.policy) < mp)
+            return cat("the fastest with less model parallelism (", policy_diff(best.policy, e.policy), ") is ",
+                       slower(best, e), " (", biggest_loss(best.time, e.time), ")");
+    const Estimate* lean = nullptr;
+    for (const Estimate& e : leanest)
+        if (model_parallel(e.policy) < mp && (!lean || e.memory.total() < lean->memory.total())) lean = &e;
+    if (!lean) return "";
+    return cat("less model parallelism does not fit: the leanest such policy (", policy_diff(best.policy, lean->policy),
+               ") needs ", fmt("%.1f", lean->memory.total() / 1e9), " GB of ", c.gpu.memory_gb);
+}
+
+std::string zero_sentence(const Estimate& b) {
+    const Policy& p = b.policy;
+    const double states = (b.memory.params + b.memory.grads + b.memory.optimizer) / 1e9;
+    const std::string what = p.zero_stage == 0 ? "no ZeRO" : cat("ZeRO-", p.zero_stage, " over ", p.dp * p.cp, " ranks");
+    return cat(what, ": model states ", fmt("%.1f", states), " GB per GPU, ", fmt("%.2f", b.time.dp_comm),
+               " s of DP/ZeRO traffic left exposed");
+}
+
+}  // namespace
+
+std::string policy_diff(const Policy& a, const Policy& b) {
+    std::string out;
+    auto add = [&](const char* name, const std::string& x, const std::string& y) {
+        if (x != y) out += (out.empty() ? "" : ", ") + cat(name, " ", x, " -> ", y);
+    };
+    auto s = [](auto v) { return cat(v); };
+    add("tp", s(a.tp), s(b.tp));
+    add("pp", s(a.pp), s(b.pp));
+    add("dp", s(a.dp), s(b.dp));
+    add("cp", s(a.cp), s(b.cp));
+    add("v", s(a.virtual_stages), s(b.virtual_stages));
+    add("mb", s(a.micro_batch), s(b.micro_batch));
+    add("zero", s(a.zero_stage), s(b.zero_stage));
+    add("recompute", cost::recompute_name(a.recompute), cost::recompute_name(b.recompute));
+    add("sp", a.sequence_parallel ? "on" : "off", b.sequence_parallel ? "on" : "off");
+    return out.empty() ? "same policy" : out;
+}
+
+std::string biggest_loss(const TimeBreakdown& a, const TimeBreakdown& b) {
+    const std::pair<const char*, double> deltas[] = {
+        {"compute", b.compute - a.compute},
+        {"TP communication", b.tp_comm - a.tp_comm},
+        {"CP communication", b.cp_comm - a.cp_comm},
+        {"pipeline bubble", b.pp_bubble - a.pp_bubble},
+        {"pipeline send/recv", b.pp_comm - a.pp_comm},
+        {"exposed DP communication", b.dp_comm - a.dp_comm},
+        {"optimizer", b.optimizer - a.optimizer},
+    };
+    const auto* worst = &deltas[0];
+    for (const auto& d : deltas)
+        if (d.second > worst->second) worst = &d;
+    return cat(worst->first, " ", fmt("%+.3f s", worst->second));
+}
+
+std::string explain_best(const std::vector<Estimate>& ranked, const std::vector<Estimate>& leanest, const Cluster& c) {
+    if (ranked.empty()) return "";
+    const Estimate& best = ranked.front();
+    std::vector<std::string> parts{tp_sentence(best)};
+    if (std::string s = model_parallel_sentence(ranked, leanest, c); !s.empty()) parts.push_back(s);
+    if (best.policy.pp > 1)
+        parts.push_back(cat("pp=", best.policy.pp, " x v=", best.policy.virtual_stages, ": bubble ",
+                            fmt("%.1f", 100 * best.time.pp_bubble / best.step_time_s), " % of the step"));
+    else
+        parts.push_back("pp=1: no pipeline bubble");
+    parts.push_back(zero_sentence(best));
+    if (ranked.size() > 1)
+        parts.push_back(cat("#2 (", policy_diff(best.policy, ranked[1].policy), ") is ", slower(best, ranked[1])));
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+    return out;
+}
+
+}  // namespace shardlm::planner

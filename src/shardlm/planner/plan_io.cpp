@@ -1,0 +1,218 @@
+#include "shardlm/planner/plan_io.h"
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "shardlm/core/check.h"
+#include "shardlm/io/json_file.h"
+
+namespace shardlm::planner {
+
+namespace {
+
+using nlohmann::json;
+
+// Typed access to one JSON object whose keys must all be known; errors name the source and the key.
+class Fields {
+public:
+    Fields(const json& j, std::string source, std::string what, std::vector<std::string> keys)
+        : j_(j), source_(std::move(source)), keys_(std::move(keys)) {
+        SHARDLM_CHECK(j_.is_object(), source_, ": expected a JSON object of ", what, " settings\n---> HINT: keys are ", list());
+        for (auto it = j_.begin(); it != j_.end(); ++it)
+            SHARDLM_CHECK(std::find(keys_.begin(), keys_.end(), it.key()) != keys_.end(), source_, ": unknown key '",
+                          it.key(), "'\n---> HINT: ", what, " keys are ", list());
+    }
+    bool has(const char* key) const { return j_.contains(key); }
+    void require(const char* key) const {
+        SHARDLM_CHECK(has(key), source_, ": missing key '", key, "'\n---> HINT: add \"", key, "\": ... (keys: ", list(), ")");
+    }
+    // The value of `key` as a T (bool, int, int64_t, double or std::string), or fallback if absent.
+    template <typename T>
+    T get(const char* key, T fallback) const {
+        if (!has(key)) return fallback;
+        const json& v = j_[key];
+        bool ok;
+        const char* want;
+        if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean(), want = "true or false";
+        else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer(), want = "an integer";
+        else if constexpr (std::is_floating_point_v<T>) ok = v.is_number(), want = "a number";
+        else ok = v.is_string(), want = "a string";
+        SHARDLM_CHECK(ok, source_, ": key '", key, "' must be ", want, " (got ", v.dump(), ")");
+        if constexpr (std::is_same_v<T, int>) {
+            const int64_t x = v.get<int64_t>();
+            SHARDLM_CHECK(x >= std::numeric_limits<int>::min() && x <= std::numeric_limits<int>::max(), source_,
+                          ": key '", key, "' is out of range (", x, ")");
+        }
+        return v.get<T>();
+    }
+    [[noreturn]] void bad_value(const char* key, const std::string& value, const char* choices) const {
+        fail(source_, ": key '", key, "' has the unknown value \"", value, "\"\n---> HINT: use one of ", choices);
+    }
+
+private:
+    std::string list() const {
+        std::string s;
+        for (const auto& k : keys_) s += (s.empty() ? "" : ", ") + k;
+        return s;
+    }
+    const json& j_;
+    std::string source_;
+    std::vector<std::string> keys_;
+};
+
+}  // namespace
+
+cost::ModelShape model_from_json(const json& j, const std::string& source) {
+    const Fields f(j, source, "model",
+                   {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "arch",
+                    "tied_embeddings", "dropout"});
+    for (const char* key : {"layers", "hidden", "heads", "vocab"}) f.require(key);
+    cost::Arch arch;
+    const std::string a = f.get<std::string>("arch", "gpt");
+    if (!cost::arch_from_name(a, &arch)) f.bad_value("arch", a, "\"gpt\", \"llama\"");
+    const int layers = f.get<int>("layers", 0), hidden = f.get<int>("hidden", 0), heads = f.get<int>("heads", 0);
+    const int vocab = f.get<int>("vocab", 0), seq = f.get<int>("seq_len", 0);
+    cost::ModelShape m = arch == cost::Arch::Gpt ? cost::gpt_shape("custom", layers, hidden, heads, vocab, seq)
+                                                 : cost::llama_shape("custom", layers, hidden, heads, heads,
+                                                                     cost::llama_default_ffn(hidden), vocab, seq);
+    m.name = f.get<std::string>("name", source);
+    m.kv_heads = f.get<int>("kv_heads", heads);
+    m.ffn_hidden = f.get<int>("ffn_hidden", m.ffn_hidden);
+    m.tied_embeddings = f.get<bool>("tied_embeddings", m.tied_embeddings);
+    m.dropout = f.get<bool>("dropout", m.dropout);
+    return m;
+}
+
+Cluster cluster_from_json(const json& j, const std::string& source) {
+    const Fields f(j, source, "cluster",
+                   {"gpu", "num_gpus", "gpus_per_node", "peak_tflops", "memory_gb", "intra_node_GBps",
+                    "inter_node_GBps", "hbm_GBps", "peak_tflops_tf32", "peak_tflops_fp32", "intra_node_alpha_us",
+                    "inter_node_alpha_us", "reserve_gb", "gemm_max", "gemm_half_dim", "memory_efficiency"});
+    f.require("num_gpus");
+    f.require("gpus_per_node");
+    Cluster c;
+    const std::string name = f.get<std::string>("gpu", "custom");
+    const GpuSpec* known = gpu_preset(name);
+    const bool preset = known != nullptr;
+    if (preset) c.gpu = *known;
+    else
+        for (const char* key : {"peak_tflops", "memory_gb", "intra_node_GBps", "inter_node_GBps"}) f.require(key);
+    GpuSpec& g = c.gpu;
+    g.name = name;
+    g.peak_tflops = f.get<double>("peak_tflops", g.peak_tflops);
+    g.memory_gb = f.get<double>("memory_gb", g.memory_gb);
+    g.intra_node_GBps = f.get<double>("intra_node_GBps", g.intra_node_GBps);
+    g.inter_node_GBps = f.get<double>("inter_node_GBps", g.inter_node_GBps);
+    g.hbm_GBps = f.get<double>("hbm_GBps", preset ? g.hbm_GBps : 6.5 * g.peak_tflops);
+    g.peak_tflops_tf32 = f.get<double>("peak_tflops_tf32", preset ? g.peak_tflops_tf32 : g.peak_tflops / 2);
+    g.peak_tflops_fp32 = f.get<double>("peak_tflops_fp32", preset ? g.peak_tflops_fp32 : g.peak_tflops / 16);
+    c.num_gpus = f.get<int>("num_gpus", 0);
+    c.gpus_per_node = f.get<int>("gpus_per_node", 0);
+    c.intra_node_alpha_us = f.get<double>("intra_node_alpha_us", c.intra_node_alpha_us);
+    c.inter_node_alpha_us = f.get<double>("inter_node_alpha_us", c.inter_node_alpha_us);
+    c.reserve_gb = f.get<double>("reserve_gb", c.reserve_gb);
+    c.efficiency.gemm_max = f.get<double>("gemm_max", c.efficiency.gemm_max);
+    c.efficiency.gemm_half_dim = f.get<double>("gemm_half_dim", c.efficiency.gemm_half_dim);
+    c.efficiency.memory = f.get<double>("memory_efficiency", c.efficiency.memory);
+    const std::string why = check_cluster(c);
+    SHARDLM_CHECK(why.empty(), source, ": ", why, "\n---> HINT: fix the value in the cluster file");
+    return c;
+}
+
+Policy policy_from_json(const json& j, const std::string& source) {
+    const Fields f(j, source, "policy",
+                   {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
+                    "sequence_parallel", "precision"});
+    Policy p;
+    p.tp = f.get<int>("tp", 1), p.pp = f.get<int>("pp", 1), p.dp = f.get<int>("dp", 0), p.cp = f.get<int>("cp", 1);
+    p.zero_stage = f.get<int>("zero_stage", 0);
+    p.micro_batch = f.get<int64_t>("micro_batch", 1);
+    p.virtual_stages = f.get<int>("virtual_stages", 1);
+    p.sequence_parallel = f.get<bool>("sequence_parallel", false);
+    const std::string r = f.get<std::string>("recompute", "none");
+    if (!cost::recompute_from_name(r, &p.recompute)) f.bad_value("recompute", r, "\"none\", \"selective\", \"full\"");
+    const std::string prec = f.get<std::string>("precision", "bf16");
+    if (!precision_from_name(prec, &p.precision)) f.bad_value("precision", prec, "\"bf16\", \"fp16\", \"fp32\"");
+    return p;
+}
+
+cost::ModelShape load_model_file(const std::string& path) { return model_from_json(io::read_json_file(path), path); }
+Cluster load_cluster_file(const std::string& path) { return cluster_from_json(io::read_json_file(path), path); }
+Policy load_policy_file(const std::string& path) { return policy_from_json(io::read_json_file(path), path); }
+
+json model_to_json(const cost::ModelShape& m) {
+    return {{"name", m.name},         {"layers", m.layers},         {"hidden", m.hidden},
+            {"heads", m.heads},       {"kv_heads", m.kv_heads},     {"ffn_hidden", m.ffn_hidden},
+            {"vocab", m.vocab},       {"seq_len", m.seq_len},       {"arch", cost::arch_name(m.arch)},
+            {"tied_embeddings", m.tied_embeddings}, {"dropout", m.dropout}, {"params", cost::total_params(m)}};
+}
+
+json cluster_to_json(const Cluster& c) {
+    const GpuSpec& g = c.gpu;
+    return {{"gpu", g.name},
+            {"num_gpus", c.num_gpus},
+            {"gpus_per_node", c.gpus_per_node},
+            {"peak_tflops", g.peak_tflops},
+            {"memory_gb", g.memory_gb},
+            {"intra_node_GBps", g.intra_node_GBps},
+            {"inter_node_GBps", g.inter_node_GBps},
+            {"hbm_GBps", g.hbm_GBps},
+            {"peak_tflops_tf32", g.peak_tflops_tf32},
+            {"peak_tflops_fp32", g.peak_tflops_fp32},
+            {"intra_node_alpha_us", c.intra_node_alpha_us},
+            {"inter_node_alpha_us", c.inter_node_alpha_us},
+            {"reserve_gb", c.reserve_gb},
+            {"gemm_max", c.efficiency.gemm_max},
+            {"gemm_half_dim", c.efficiency.gemm_half_dim},
+            {"memory_efficiency", c.efficiency.memory}};
+}
+
+json policy_to_json(const Policy& p) {
+    return {{"tp", p.tp},
+            {"pp", p.pp},
+            {"dp", p.dp},
+            {"cp", p.cp},
+            {"zero_stage", p.zero_stage},
+            {"micro_batch", p.micro_batch},
+            {"virtual_stages", p.virtual_stages},
+            {"recompute", cost::recompute_name(p.recompute)},
+            {"sequence_parallel", p.sequence_parallel},
+            {"precision", precision_name(p.precision)}};
+}
+
+json estimate_to_json(const Estimate& e) {
+    const MemoryBreakdown& m = e.memory;
+    const TimeBreakdown& t = e.time;
+    auto link = [](bool in_node) { return in_node ? "intra_node" : "inter_node"; };
+    return {{"feasible", e.feasible},
+            {"reason", e.reason},
+            {"policy", policy_to_json(e.policy)},
+            {"micro_batches", e.micro_batches},
+            {"fullest_stage", e.fullest_stage},
+            {"memory_gb_per_gpu",
+             {{"params", m.params / 1e9},
+              {"grads", m.grads / 1e9},
+              {"optimizer", m.optimizer / 1e9},
+              {"activations", m.activations / 1e9},
+              {"buffers", m.buffers / 1e9},
+              {"total", m.total() / 1e9}}},
+            {"time_s",
+             {{"compute", t.compute},
+              {"tp_comm", t.tp_comm},
+              {"cp_comm", t.cp_comm},
+              {"pp_bubble", t.pp_bubble},
+              {"pp_comm", t.pp_comm},
+              {"dp_comm", t.dp_comm},
+              {"optimizer", t.optimizer}}},
+            {"step_time_s", e.step_time_s},
+            {"tokens_per_s", e.tokens_per_s},
+            {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
+            {"tflops_per_gpu", e.tflops_per_gpu},
+            {"hfu_tflops_per_gpu", e.hfu_tflops_per_gpu},
+            {"mfu", e.mfu},
+            {"links", {{"tp", link(e.tp_in_node)}, {"dp", link(e.dp_in_node)}, {"pp", link(e.pp_in_node)}}}};
+}
+
+}  // namespace shardlm::planner

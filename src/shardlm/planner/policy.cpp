@@ -1,0 +1,83 @@
+#include "shardlm/planner/policy.h"
+
+#include <algorithm>
+
+#include "shardlm/core/check.h"
+
+namespace shardlm::planner {
+
+std::string describe(const Policy& p) {
+    return cat("tp=", p.tp, " pp=", p.pp, " dp=", p.dp, " cp=", p.cp, " v=", p.virtual_stages, " mb=", p.micro_batch,
+               " zero=", p.zero_stage, " recompute=", cost::recompute_name(p.recompute),
+               " sp=", p.sequence_parallel ? "on" : "off", " ", precision_name(p.precision));
+}
+
+int64_t micro_batches(const Job& job, const Policy& p) { return job.global_batch / (int64_t(p.dp) * p.micro_batch); }
+
+namespace {
+
+std::string check_ranges(const Policy& p) {
+    if (p.tp < 1 || p.pp < 1 || p.cp < 1) return cat("tp, pp and cp must be >= 1 (got ", p.tp, ", ", p.pp, ", ", p.cp, ")");
+    if (p.dp < 0) return cat("dp must be >= 1, or 0 to derive it (got ", p.dp, ")");
+    if (p.zero_stage < 0 || p.zero_stage > 3) return cat("zero_stage must be 0, 1, 2 or 3 (got ", p.zero_stage, ")");
+    if (p.micro_batch < 1) return cat("micro_batch must be >= 1 (got ", p.micro_batch, ")");
+    if (p.virtual_stages < 1) return cat("virtual_stages must be >= 1 (got ", p.virtual_stages, ")");
+    return "";
+}
+
+std::string check_grid(const Cluster& c, Policy& p) {
+    // in double first: tp, pp and cp may each be anything an input file holds
+    if (double(p.tp) * p.pp * p.cp * std::max(p.dp, 1) > c.num_gpus)
+        return cat("dp*tp*pp*cp = ", double(p.tp) * p.pp * p.cp * std::max(p.dp, 1), " exceeds the cluster's ", c.num_gpus,
+                   " GPUs (tp*pp*cp must divide the GPUs)");
+    const int64_t model_par = int64_t(p.tp) * p.pp * p.cp;
+    if (p.dp == 0) {
+        if (c.num_gpus % model_par != 0)
+            return cat("tp*pp*cp = ", model_par, " does not divide the cluster's ", c.num_gpus, " GPUs");
+        p.dp = int(c.num_gpus / model_par);
+    }
+    if (model_par * p.dp != c.num_gpus)
+        return cat("dp*tp*pp*cp = ", model_par * p.dp, " but the cluster has ", c.num_gpus,
+                   " GPUs (leave dp out to use them all)");
+    return "";
+}
+
+std::string check_model_split(const cost::ModelShape& m, const Job& job, const Policy& p) {
+    if (m.heads % p.tp != 0) return cat("tp=", p.tp, " does not divide the ", m.heads, " attention heads");
+    if (m.kv_heads % p.tp != 0) return cat("tp=", p.tp, " does not divide the ", m.kv_heads, " KV heads");
+    if (m.ffn_hidden % p.tp != 0) return cat("tp=", p.tp, " does not divide ffn_hidden ", m.ffn_hidden);
+    const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
+    if (m.layers % chunks != 0) return cat("pp*virtual_stages = ", chunks, " does not divide the ", m.layers, " layers");
+    if (p.virtual_stages > 1 && p.pp == 1) return "virtual_stages > 1 interleaves pipeline stages: it needs pp > 1";
+    if (job.seq % p.cp != 0) return cat("cp=", p.cp, " does not divide the sequence of ", job.seq, " tokens");
+    if (p.sequence_parallel && p.tp > 1 && (job.seq / p.cp) % p.tp != 0)
+        return cat("sequence parallelism splits the ", job.seq / p.cp, " tokens of a sequence (per cp rank) ", p.tp,
+                   " ways: tp must divide them");
+    return "";
+}
+
+std::string check_batch(const Job& job, const Policy& p) {
+    if (p.micro_batch > job.global_batch)
+        return cat("micro_batch ", p.micro_batch, " is larger than the global batch of ", job.global_batch, " sequences");
+    const int64_t per_step = int64_t(p.dp) * p.micro_batch;
+    if (job.global_batch % per_step != 0)
+        return cat("global batch ", job.global_batch, " is not a multiple of dp*micro_batch = ", p.dp, "*", p.micro_batch,
+                   " = ", per_step);
+    const int64_t m = job.global_batch / per_step;
+    if (p.virtual_stages > 1 && m % p.pp != 0)
+        return cat("the interleaved schedule needs the micro-batches per step (", m, ") to be a multiple of pp (", p.pp,
+                   ")");
+    return "";
+}
+
+}  // namespace
+
+std::string resolve_policy(const cost::ModelShape& m, const Cluster& c, const Job& job, Policy& p) {
+    if (job.global_batch < 1 || job.seq < 1) return "global batch and sequence length must be >= 1";
+    if (std::string r = check_ranges(p); !r.empty()) return r;
+    if (std::string r = check_grid(c, p); !r.empty()) return r;
+    if (std::string r = check_model_split(m, job, p); !r.empty()) return r;
+    return check_batch(job, p);
+}
+
+}  // namespace shardlm::planner

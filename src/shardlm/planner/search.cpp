@@ -1,0 +1,139 @@
+#include "shardlm/planner/search.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "shardlm/planner/explain.h"
+
+namespace shardlm::planner {
+
+namespace {
+
+std::vector<int> divisors(int64_t n, int64_t max) {
+    std::vector<int> d;
+    for (int64_t i = 1; i <= std::min(n, max); i++)
+        if (n % i == 0) d.push_back(int(i));
+    return d;
+}
+
+template <typename T>
+std::vector<T> or_default(const std::vector<T>& given, std::vector<T> all) {
+    return given.empty() ? all : given;
+}
+
+std::vector<int> tp_candidates(const cost::ModelShape& m, const Cluster& c) {
+    std::vector<int> out;
+    for (int t : divisors(c.num_gpus, m.heads))
+        if (m.kv_heads % t == 0 && m.ffn_hidden % t == 0) out.push_back(t);
+    return out;
+}
+
+// Context parallelism pays off only for long sequences: offered from 16k tokens on.
+std::vector<int> cp_candidates(const Job& job, int64_t gpus_left) {
+    std::vector<int> out{1};
+    if (job.seq < 16384) return out;
+    for (int cp = 2; cp <= 16 && gpus_left % cp == 0 && job.seq % cp == 0; cp *= 2) out.push_back(cp);
+    return out;
+}
+
+std::vector<int> pp_candidates(const cost::ModelShape& m, int64_t gpus_left) {
+    std::vector<int> out;
+    for (int p : divisors(gpus_left, m.layers))
+        if (m.layers % p == 0) out.push_back(p);
+    return out;
+}
+
+bool better(const Estimate& a, const Estimate& b) {
+    if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+    return a.memory.total() < b.memory.total();
+}
+
+struct Searcher {
+    const cost::ModelShape& m;
+    const Cluster& c;
+    const Job& job;
+    const SearchSpace& space;
+    std::vector<Estimate> feasible;
+    std::vector<Estimate> leanest;  // per (tp, cp, pp): the consistent policy needing the least memory
+    int64_t evaluated = 0;
+
+    void note_leanest(const Estimate& e) {
+        for (Estimate& l : leanest)
+            if (l.policy.tp == e.policy.tp && l.policy.cp == e.policy.cp && l.policy.pp == e.policy.pp) {
+                if (e.memory.total() < l.memory.total()) l = e;
+                return;
+            }
+        leanest.push_back(e);
+    }
+
+    // Micro-batches from small to large; stop at the first that does not fit.
+    void micro_batch_series(Policy p) {
+        const int64_t per_replica = job.global_batch / p.dp;
+        std::vector<int64_t> all;
+        for (int b : divisors(per_replica, space.max_micro_batch)) all.push_back(b);
+        for (int64_t b : or_default(space.micro_batch, all)) {
+            p.micro_batch = b;
+            Estimate e = evaluate(m, c, job, p);
+            if (!e.consistent) continue;
+            evaluated++;
+            note_leanest(e);
+            if (!e.feasible) break;
+            feasible.push_back(std::move(e));
+        }
+    }
+
+    void policies_of_grid(Policy p) {
+        const int layers_per_stage = m.layers / p.pp;
+        std::vector<int> vs = p.pp == 1 ? std::vector<int>{1} : divisors(layers_per_stage, space.max_virtual_stages);
+        const std::vector<bool> sps = p.tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+        // with one data-parallel rank there is nothing to shard: stages 1-3 equal stage 0
+        const std::vector<int> zero_stages = p.dp * p.cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+        for (int v : or_default(space.virtual_stages, vs))
+            for (int zero : or_default(space.zero_stage, zero_stages))
+                for (cost::Recompute r : or_default(space.recompute, {cost::Recompute::None, cost::Recompute::Selective,
+                                                                        cost::Recompute::Full}))
+                    for (bool sp : or_default(space.sequence_parallel, sps)) {
+                        p.virtual_stages = v, p.zero_stage = zero, p.recompute = r, p.sequence_parallel = sp;
+                        micro_batch_series(p);
+                    }
+    }
+
+    void run() {
+        Policy p;
+        p.precision = space.precision;
+        const int64_t n = c.num_gpus;
+        for (int tp : or_default(space.tp, tp_candidates(m, c))) {
+            if (n % tp) continue;
+            for (int cp : or_default(space.cp, cp_candidates(job, n / tp))) {
+                if ((n / tp) % cp) continue;
+                for (int pp : or_default(space.pp, pp_candidates(m, n / tp / cp))) {
+                    if ((n / tp / cp) % pp) continue;
+                    p.tp = tp, p.cp = cp, p.pp = pp, p.dp = int(n / tp / cp / pp);
+                    if (job.global_batch % p.dp) continue;
+                    policies_of_grid(p);
+                }
+            }
+        }
+    }
+};
+
+}  // namespace
+
+SearchResult search(const cost::ModelShape& m, const Cluster& c, const Job& job, const SearchSpace& space, int top_k) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Searcher s{m, c, job, space, {}, {}, 0};
+    s.run();
+    std::sort(s.feasible.begin(), s.feasible.end(), better);
+    SearchResult r;
+    r.evaluated = s.evaluated;
+    r.feasible = int64_t(s.feasible.size());
+    r.explanation = explain_best(s.feasible, s.leanest, c);
+    for (const Estimate& e : s.leanest)
+        if (!r.leanest.consistent || e.memory.total() < r.leanest.memory.total()) r.leanest = e;
+    const size_t k = std::min(s.feasible.size(), size_t(std::max(top_k, 0)));
+    r.top.assign(s.feasible.begin(), s.feasible.begin() + long(k));
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+}  // namespace shardlm::planner

@@ -1,0 +1,175 @@
+#include "shardlm/planner/stage_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "shardlm/cost/comm.h"
+
+namespace shardlm::planner::detail {
+
+using cost::Collective;
+using cost::Recompute;
+
+StageModel::StageModel(const cost::ModelShape& m, const Cluster& c, const Job& job, const Policy& p)
+    : m(m), c(c), job(job), p(p), micro_batches(planner::micro_batches(job, p)) {}
+
+double StageModel::padded_vocab() const {
+    const double unit = 128.0 * p.tp;
+    return std::ceil(m.vocab / unit) * unit;
+}
+
+cost::ActivationSpec StageModel::activation_spec(Recompute r) const {
+    cost::ActivationSpec a;
+    a.micro_batch = p.micro_batch, a.seq = job.seq, a.tp = p.tp, a.cp = p.cp;
+    a.sequence_parallel = p.sequence_parallel && p.tp > 1;
+    a.recompute = r;
+    a.value_bytes = value_bytes();
+    return a;
+}
+
+// ---- memory -----------------------------------------------------------------------------------------
+
+double StageModel::block_params() const {
+    const double split = double(cost::block_params_split(m));
+    return split / p.tp + (double(cost::unit_params(m).block) - split);
+}
+
+double StageModel::stage_params(int stage) const {
+    const double h = m.hidden, vocab_shard = double(m.vocab) * h / p.tp;
+    double n = layers_per_stage() * block_params();
+    if (stage == 0) n += vocab_shard + (m.learned_positions ? double(job.seq) * h : 0);
+    if (stage == p.pp - 1) {
+        n += double(cost::unit_params(m).final_norm);
+        // an untied head; a tied one needs its own copy of the embedding on a later stage (Megatron)
+        if (!m.tied_embeddings || p.pp > 1) n += vocab_shard;
+    }
+    return n;
+}
+
+MemoryBreakdown StageModel::memory(int stage) const {
+    MemoryBreakdown mem;
+    const cost::StateBytes sb = state_bytes();
+    const cost::ModelStateBytes ms = cost::model_state_bytes(stage_params(stage), sb, p.zero_stage, zero_group());
+    mem.params = ms.params, mem.grads = ms.grads, mem.optimizer = ms.optimizer;
+
+    const double per_layer = cost::block_activation_bytes(m, activation_spec(p.recompute));
+    const int64_t chunks = cost::in_flight_chunks(cost::Schedule::OneFOneB, stage, p.pp, p.virtual_stages, micro_batches);
+    const double layers_per_chunk = double(m.layers) / (p.pp * p.virtual_stages);
+    mem.activations = double(chunks) * layers_per_chunk * per_layer;
+    // full recomputation rebuilds one block's activations at a time during backward
+    if (p.recompute == Recompute::Full) mem.activations += cost::block_activation_bytes(m, activation_spec(Recompute::None));
+    const double tokens = double(p.micro_batch) * job.seq / p.cp;
+    if (stage == p.pp - 1) mem.activations += tokens * padded_vocab() / p.tp * 4;  // fp32 logits for the loss
+
+    mem.buffers = c.reserve_gb * 1e9;
+    if (p.pp > 1) mem.buffers += 2 * cost::pp_bytes_per_microbatch(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp);
+    if (p.sequence_parallel && p.tp > 1) mem.buffers += tokens * m.hidden * value_bytes();  // gathered input
+    if (p.zero_stage >= 2) mem.buffers += block_params() * sb.grads;       // a unit's gradient before reduce-scatter
+    if (p.zero_stage == 3) mem.buffers += 2 * block_params() * sb.params;  // gathered unit + prefetched one
+    return mem;
+}
+
+// ---- time -------------------------------------------------------------------------------------------
+
+double StageModel::gemm_s(double M, double N, double K) const {
+    return 2 * M * N * K / gemm_flops(c, p.precision, std::min({M, N, K}));
+}
+
+double StageModel::block_gemm_s() const {
+    const double M = double(p.micro_batch) * job.seq / p.cp, h = m.hidden, t = p.tp;
+    const double f = double(m.ffn_hidden) / t, qkv = (h + 2 * double(m.kv_dim())) / t;
+    double s = gemm_s(M, qkv, h) + gemm_s(M, h, h / t);
+    s += (m.arch == cost::Arch::Llama ? 2 : 1) * gemm_s(M, f, h) + gemm_s(M, h, f);
+    return s;
+}
+
+double StageModel::attention_gemm_s() const {
+    const double q = double(job.seq) / p.cp, s = job.seq, d = m.head_dim();
+    const double heads = double(m.heads) / p.tp * double(p.micro_batch);
+    return heads * (gemm_s(q, s, d) + gemm_s(q, d, s));  // Q K^T, then P V, per head and sequence
+}
+
+// Each saved tensor is written once by its producer and read once by its consumer: forward traffic is
+// twice the bytes a block saves without recomputation.
+double StageModel::block_memory_bound_s() const {
+    return 2 * cost::block_activation_bytes(m, activation_spec(Recompute::None)) / hbm_bytes_per_s(c);
+}
+
+double StageModel::attention_memory_bound_s() const {
+    return 2 * cost::attention_core_activation_bytes(m, activation_spec(Recompute::None)) / hbm_bytes_per_s(c);
+}
+
+double StageModel::head_forward_s() const {
+    const double M = double(p.micro_batch) * job.seq / p.cp, v = padded_vocab() / p.tp;
+    return gemm_s(M, v, m.hidden) + 2 * M * v * 4 / hbm_bytes_per_s(c);  // fp32 logits written and read
+}
+
+StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
+    const double L = layers_per_stage();
+    const double attn = attention_gemm_s() + attention_memory_bound_s();
+    const double block_fwd = block_gemm_s() + block_memory_bound_s() + attention_gemm_s();
+    MicroBatch t;
+    t.forward = L * block_fwd;
+    t.backward = 2 * L * block_fwd;
+    if (p.recompute == Recompute::Full) t.backward += L * block_fwd;
+    if (p.recompute == Recompute::Selective) t.backward += L * attn;
+    if (stage == p.pp - 1) t.forward += head_forward_s(), t.backward += 2 * head_forward_s();
+
+    const cost::Link tp_link = group_link(c, p.tp);
+    const double tp_one = cost::tp_block_time_s(
+        cost::tp_block_comm(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp, p.sequence_parallel), p.tp, tp_link);
+    t.tp = L * tp_one * (p.recompute == Recompute::Full ? 3 : 2);  // forward, backward, recomputed forward
+
+    if (p.cp > 1) {
+        // K and V of the whole sequence: gathered forward, gathered again and reduce-scattered backward
+        const double kv = double(p.micro_batch) * job.seq * 2 * double(m.kv_dim()) / p.tp * value_bytes();
+        const cost::Link cp_link = group_link(c, p.tp * p.cp);
+        const double ag = cost::collective_time_s(Collective::AllGather, kv, p.cp, cp_link);
+        const double rs = cost::collective_time_s(Collective::ReduceScatter, kv, p.cp, cp_link);
+        const double per_layer = std::max(0.0, ag - attn) + std::max(0.0, ag + rs - 2 * attn);
+        t.cp = L * per_layer;
+    }
+    return t;
+}
+
+double StageModel::dp_exposed_s(int stage, const MicroBatch& mb) const {
+    const int n = zero_group();
+    if (n <= 1) return 0;
+    const cost::Link link = group_link(c, p.tp * p.cp * p.dp);
+    const double numel = stage_params(stage);
+    const cost::StateBytes sb = state_bytes();
+    const double units = layers_per_stage() + 1;  // blocks, and the embedding or head
+    // a collective of time x that may overlap a window w: the last unit's share is never hidden
+    auto exposed = [&](double x, double window) { return std::max(x / units, x - window); };
+    // issued unit by unit (ZeRO) or bucket by bucket (~ a unit each): the latency is paid per unit
+    auto time = [&](Collective k, double bytes) { return units * cost::collective_time_s(k, bytes / units, n, link); };
+    const double grads = numel * sb.grads, params = numel * sb.params, m_count = double(micro_batches);
+    const double bwd = mb.backward + mb.tp, fwd = mb.forward;
+    switch (p.zero_stage) {
+        case 0: return exposed(time(Collective::AllReduce, grads), bwd);
+        case 1: return exposed(time(Collective::ReduceScatter, grads), bwd) + exposed(time(Collective::AllGather, params), fwd);
+        case 2:
+            return m_count * exposed(time(Collective::ReduceScatter, grads), bwd) +
+                   exposed(time(Collective::AllGather, params), fwd);
+        default:
+            return m_count * (exposed(time(Collective::AllGather, params), fwd) +
+                              exposed(time(Collective::AllGather, params) + time(Collective::ReduceScatter, grads), bwd));
+    }
+}
+
+double StageModel::optimizer_s(int stage) const {
+    const cost::StateBytes sb = state_bytes();
+    const double owned = stage_params(stage) / (p.zero_stage >= 1 ? zero_group() : 1);
+    // read the gradient, read and write master weights and moments, write the 16-bit (or fp32) weights
+    return owned * (sb.grads + 2 * sb.optimizer + sb.params) / hbm_bytes_per_s(c);
+}
+
+double StageModel::pp_comm_s() const {
+    if (p.pp == 1) return 0;
+    const cost::Link link = group_link(c, p.tp * p.cp * p.dp * p.pp);
+    const double bytes = cost::pp_bytes_per_microbatch(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp);
+    const double one = cost::collective_time_s(Collective::SendRecv, bytes, 2, link);
+    return 2 * double(micro_batches * p.virtual_stages + p.pp - 1) * one;
+}
+
+}  // namespace shardlm::planner::detail

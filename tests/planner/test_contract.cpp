@@ -1,0 +1,136 @@
+// Issue 12's contract at the library level: the JSON files, the answer's keys, defaults, and that an
+// infeasible or inconsistent policy is an answer (feasible false + reason), never an exception.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "shardlm/core/check.h"
+#include "shardlm/planner/plan_io.h"
+
+namespace {
+
+using namespace shardlm;
+using nlohmann::json;
+
+const json kModel = {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"kv_heads", 96}, {"ffn_hidden", 49152},
+                     {"vocab", 50257}, {"seq_len", 2048}, {"arch", "gpt"}};
+const json kCluster = {{"gpu", "A100-80GB"}, {"num_gpus", 1024}, {"gpus_per_node", 8}, {"peak_tflops", 312},
+                       {"memory_gb", 80}, {"intra_node_GBps", 300}, {"inter_node_GBps", 25}};
+
+planner::Estimate run(const json& policy, int64_t global_batch = 1536, const json& cluster = kCluster) {
+    const cost::ModelShape m = planner::model_from_json(kModel, "model.json");
+    const planner::Cluster c = planner::cluster_from_json(cluster, "cluster.json");
+    return planner::evaluate(m, c, {global_batch, 2048}, planner::policy_from_json(policy, "policy.json"));
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Contract, AnswerHasEveryKey) {
+    const json j = planner::estimate_to_json(run({{"tp", 8}, {"pp", 8}, {"micro_batch", 1}, {"zero_stage", 1}}));
+    for (const char* k : {"feasible", "reason", "memory_gb_per_gpu", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                          "tflops_per_gpu", "hfu_tflops_per_gpu", "mfu"})
+        EXPECT_TRUE(j.contains(k)) << k;
+    const json& mem = j["memory_gb_per_gpu"];
+    double sum = 0;
+    for (const char* k : {"params", "grads", "optimizer", "activations", "buffers"}) {
+        ASSERT_TRUE(mem.contains(k)) << k;
+        sum += mem[k].get<double>();
+    }
+    EXPECT_NEAR(mem["total"].get<double>(), sum, 1e-9);
+    EXPECT_TRUE(j["feasible"].get<bool>()) << j.dump(2);
+    EXPECT_EQ(j["policy"]["dp"], 16);
+    EXPECT_NEAR(j["tokens_per_s_per_gpu"].get<double>() * 1024, j["tokens_per_s"].get<double>(), 1e-6);
+    EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["step_time_s"].get<double>(), 1536.0 * 2048, 1e-3);
+    EXPECT_NEAR(j["mfu"].get<double>(), j["tflops_per_gpu"].get<double>() / 312, 1e-12);
+}
+
+TEST(Contract, MissingPolicyKeysTakeTheDefaults) {
+    const planner::Estimate e = run(json::object(), 1024);
+    EXPECT_EQ(e.policy.dp, 1024);  // num_gpus / (tp pp cp)
+    EXPECT_EQ(e.policy.zero_stage, 0);
+    EXPECT_EQ(e.policy.virtual_stages, 1);
+    EXPECT_EQ(e.policy.recompute, cost::Recompute::None);
+    EXPECT_EQ(e.policy.precision, planner::Precision::Bf16);
+    EXPECT_TRUE(e.consistent);
+    EXPECT_FALSE(e.feasible);  // 175B replicated on every GPU
+    EXPECT_NE(e.reason.find("GB"), std::string::npos) << e.reason;
+    EXPECT_GT(e.memory.total(), 80e9);
+}
+
+TEST(Contract, InconsistentPoliciesGiveAReasonNotAnException) {
+    const std::pair<json, const char*> cases[] = {
+        {{{"tp", 7}}, "tp*pp*cp"},                    // does not divide 1024
+        {{{"tp", 16}, {"pp", 5}}, "tp*pp*cp"},
+        {{{"tp", 0}}, "tp, pp and cp"},
+        {{{"tp", -2}}, "tp, pp and cp"},
+        {{{"tp", 8}, {"dp", 4}}, "dp*tp*pp*cp"},      // 32 GPUs of 1024
+        {{{"tp", 8}, {"pp", 64}}, "layers"},          // 96 layers over 64 stages
+        {{{"pp", 4}, {"virtual_stages", 5}}, "layers"},
+        {{{"tp", 8}, {"virtual_stages", 2}}, "pp > 1"},
+        {{{"tp", 8}, {"micro_batch", 5}}, "global batch"},
+        {{{"zero_stage", 4}}, "zero_stage"},
+        {{{"micro_batch", 0}}, "micro_batch"},
+        {{{"cp", 3}}, "tp*pp*cp"},
+        {{{"tp", 1 << 30}, {"pp", 1 << 30}, {"cp", 1 << 30}}, "exceeds"},  // no overflow
+        {{{"micro_batch", int64_t(1) << 40}}, "larger than the global batch"},
+    };
+    for (const auto& [policy, needle] : cases) {
+        planner::Estimate e;
+        ASSERT_NO_THROW(e = run(policy)) << policy.dump();
+        EXPECT_FALSE(e.feasible) << policy.dump();
+        EXPECT_FALSE(e.consistent) << policy.dump();
+        EXPECT_NE(e.reason.find(needle), std::string::npos) << policy.dump() << ": " << e.reason;
+        const json j = planner::estimate_to_json(e);
+        EXPECT_FALSE(j["feasible"].get<bool>());
+        EXPECT_EQ(j["memory_gb_per_gpu"]["total"], 0.0);
+    }
+    // 96 heads are not split 64 ways (1024 = 64 x 16)
+    EXPECT_NE(run({{"tp", 64}}).reason.find("heads"), std::string::npos);
+}
+
+TEST(Contract, BadFilesNameTheFileTheKeyAndTheFix) {
+    std::string m = error_of([] { planner::policy_from_json({{"tp", 8}, {"zero", 1}}, "p.json"); });
+    EXPECT_NE(m.find("p.json"), std::string::npos) << m;
+    EXPECT_NE(m.find("'zero'"), std::string::npos) << m;
+    EXPECT_NE(m.find("zero_stage"), std::string::npos) << m;  // the hint lists the keys
+    EXPECT_NE(m.find("HINT"), std::string::npos) << m;
+    m = error_of([] { planner::policy_from_json({{"tp", "8"}}, "p.json"); });
+    EXPECT_NE(m.find("'tp' must be an integer"), std::string::npos) << m;
+    m = error_of([] { planner::policy_from_json({{"recompute", "some"}}, "p.json"); });
+    EXPECT_NE(m.find("selective"), std::string::npos) << m;
+    m = error_of([] { planner::model_from_json({{"layers", 2}, {"hidden", 64}}, "m.json"); });
+    EXPECT_NE(m.find("missing key 'heads'"), std::string::npos) << m;
+    m = error_of([] { planner::cluster_from_json({{"gpu", "TPU"}, {"num_gpus", 8}, {"gpus_per_node", 8}}, "c.json"); });
+    EXPECT_NE(m.find("missing key 'peak_tflops'"), std::string::npos) << m;
+    m = error_of([] { planner::load_policy_file("/nonexistent/policy.json"); });
+    EXPECT_NE(m.find("/nonexistent/policy.json"), std::string::npos) << m;
+}
+
+TEST(Contract, ClusterFileOfAnUnknownGpuNeedsOnlyTheContractKeys) {
+    const json c = {{"gpu", "MI300X"}, {"num_gpus", 16}, {"gpus_per_node", 8}, {"peak_tflops", 1307},
+                    {"memory_gb", 192}, {"intra_node_GBps", 448}, {"inter_node_GBps", 50}};
+    const planner::Cluster cl = planner::cluster_from_json(c, "c.json");
+    EXPECT_EQ(cl.nodes(), 2);
+    EXPECT_GT(cl.gpu.hbm_GBps, 0);
+    // round trip: what cluster_to_json writes (the format `calibrate` will write) reads back
+    const planner::Cluster back = planner::cluster_from_json(planner::cluster_to_json(cl), "back.json");
+    EXPECT_EQ(planner::cluster_to_json(back), planner::cluster_to_json(cl));
+}
+
+TEST(Contract, LlamaModelFile) {
+    const json j = {{"layers", 80}, {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"ffn_hidden", 28672},
+                    {"vocab", 32000}, {"seq_len", 4096}, {"arch", "llama"}};
+    const cost::ModelShape m = planner::model_from_json(j, "llama.json");
+    EXPECT_FALSE(m.tied_embeddings);
+    EXPECT_FALSE(m.biases);
+    EXPECT_NEAR(double(cost::total_params(m)) / 1e9, 68.98, 0.01);  // Llama-2 70B
+}
+
+}  // namespace

@@ -1,0 +1,129 @@
+// `shardlm plan` through the binary: the contract command (model, cluster and policy files, --json),
+// the search table, --svg, and errors that name the file, the key and the fix.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "shardlm/io/atomic_file.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = std::string(SHARDLM_BINARY_DIR) + "/shardlm";
+
+class PlanCli : public ::testing::Test {
+protected:
+    fs::path tmp = fs::temp_directory_path() / ("shardlm_plan_" + std::to_string(::getpid()));
+    void SetUp() override { fs::create_directories(tmp); }
+    void TearDown() override { fs::remove_all(tmp); }
+
+    std::string write(const std::string& name, const std::string& text) {
+        const std::string path = (tmp / name).string();
+        std::ofstream(path) << text;
+        return path;
+    }
+    // Runs `shardlm plan ARGS`; stdout and stderr into *out; returns the exit status.
+    int plan(const std::string& args, std::string* out) {
+        const std::string log = (tmp / "out.log").string();
+        const int rc = std::system((kBin + " plan " + args + " > " + log + " 2>&1").c_str());
+        *out = shardlm::io::read_file(log);
+        return rc;
+    }
+    std::string model() {
+        return write("model.json", R"({"layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96, "ffn_hidden": 49152,
+                                       "vocab": 50257, "seq_len": 2048, "arch": "gpt"})");
+    }
+    std::string cluster() {
+        return write("cluster.json", R"({"gpu": "A100-80GB", "num_gpus": 1024, "gpus_per_node": 8, "peak_tflops": 312,
+                                         "memory_gb": 80, "intra_node_GBps": 300, "inter_node_GBps": 25})");
+    }
+};
+
+TEST_F(PlanCli, ContractCommandPrintsOneJsonObject) {
+    const std::string policy = write("policy.json", R"({"tp": 8, "pp": 8, "zero_stage": 1, "micro_batch": 1,
+        "virtual_stages": 4, "recompute": "selective", "sequence_parallel": true, "precision": "bf16"})");
+    std::string out;
+    ASSERT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
+                       " --global-batch 1536 --seq 2048 --json", &out), 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    for (const char* k : {"feasible", "reason", "memory_gb_per_gpu", "step_time_s", "tokens_per_s",
+                          "tokens_per_s_per_gpu", "tflops_per_gpu", "hfu_tflops_per_gpu", "mfu"})
+        EXPECT_TRUE(j.contains(k)) << k;
+    for (const char* k : {"params", "grads", "optimizer", "activations", "buffers", "total"})
+        EXPECT_TRUE(j["memory_gb_per_gpu"].contains(k)) << k;
+    EXPECT_TRUE(j["feasible"].get<bool>()) << j.dump(2);
+    EXPECT_EQ(j["policy"]["dp"], 16);
+}
+
+TEST_F(PlanCli, InfeasiblePolicyIsAnAnswerNotAnError) {
+    std::string out;
+    const std::string policy = write("p.json", R"({"tp": 3})");
+    ASSERT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
+                       " --global-batch 1536 --seq 2048 --json", &out), 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_FALSE(j["feasible"].get<bool>());
+    EXPECT_NE(j["reason"].get<std::string>().find("tp*pp*cp = 3"), std::string::npos) << j["reason"];
+}
+
+TEST_F(PlanCli, InconsistentModelIsAReasonWhenEvaluatingAPolicy) {
+    std::string out;
+    const std::string m = write("m.json", R"({"layers": 4, "hidden": 100, "heads": 3, "vocab": 1000, "seq_len": 128})");
+    const std::string policy = write("p.json", "{}");
+    ASSERT_EQ(plan("--model " + m + " --cluster " + cluster() + " --policy " + policy + " --global-batch 1024 --json", &out), 0)
+        << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_FALSE(j["feasible"].get<bool>());
+    EXPECT_NE(j["reason"].get<std::string>().find("not a multiple of heads"), std::string::npos) << j["reason"];
+    const std::string zero = write("z.json", R"({"layers": 0, "hidden": 64, "heads": 0, "kv_heads": 0, "vocab": 10, "seq_len": 8})");
+    for (const char* flags : {" --json", ""}) {
+        ASSERT_EQ(plan("--model " + zero + " --cluster " + cluster() + " --policy " + policy + " --global-batch 8" + flags, &out), 0)
+            << out;
+        EXPECT_NE(out.find("must be > 0"), std::string::npos) << out;
+    }
+    EXPECT_NE(plan("--model " + m + " --cluster " + cluster() + " --global-batch 1024", &out), 0);  // search: an error
+    EXPECT_NE(out.find("HINT"), std::string::npos) << out;
+}
+
+TEST_F(PlanCli, SearchPrintsTheTopPoliciesAndWritesAnSvg) {
+    std::string out;
+    const std::string svg = (tmp / "plan.svg").string();
+    ASSERT_EQ(plan("--model gpt3-175b --gpu A100-80GB --gpus-per-node 8 --nodes 128 --global-batch 1536 --seq 2048 "
+                   "--top 5 --svg " + svg, &out), 0) << out;
+    EXPECT_NE(out.find("why #1: tp="), std::string::npos) << out;
+    EXPECT_NE(out.find("\n  5 "), std::string::npos) << out;  // five rows
+    const std::string s = shardlm::io::read_file(svg);
+    EXPECT_EQ(s.rfind("<svg", 0), 0u);
+    EXPECT_NE(s.find("activations"), std::string::npos);
+    EXPECT_NE(s.find("PP bubble"), std::string::npos);
+}
+
+TEST_F(PlanCli, SearchJsonAndPresets) {
+    std::string out;
+    ASSERT_EQ(plan("--model llama2-70b --gpu H100-SXM --nodes 8 --global-batch 512 --json --top 3", &out), 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j["policies"].size(), 3u);
+    EXPECT_EQ(j["model"]["kv_heads"], 8);
+    EXPECT_EQ(j["seq"], 4096);
+    EXPECT_LT(j["search_time_s"].get<double>(), 2.0);
+}
+
+TEST_F(PlanCli, BadInputNamesTheFileTheKeyAndTheFix) {
+    std::string out;
+    const std::string bad = write("bad.json", R"({"tp": 8, "zero": 1})");
+    EXPECT_NE(plan("--model " + model() + " --cluster " + cluster() + " --policy " + bad + " --global-batch 8", &out), 0);
+    EXPECT_NE(out.find(bad), std::string::npos) << out;
+    EXPECT_NE(out.find("unknown key 'zero'"), std::string::npos) << out;
+    EXPECT_NE(out.find("HINT"), std::string::npos) << out;
+    EXPECT_NE(plan("--model gpt3-175b --cluster /nonexistent.json --global-batch 8", &out), 0);
+    EXPECT_NE(out.find("/nonexistent.json"), std::string::npos) << out;
+    EXPECT_NE(plan("--model gpt9 --global-batch 8", &out), 0);
+    EXPECT_NE(out.find("llama-65b"), std::string::npos) << out;  // the hint lists the presets
+    EXPECT_NE(plan("--model gpt2", &out), 0);
+    EXPECT_NE(out.find("--global-batch"), std::string::npos) << out;
+}
+
+}  // namespace
