@@ -1,5 +1,7 @@
 // train/reports.cpp: the Trainer's memory and communication reports (--memory-report,
 // --comm-report: measured beside the formulas) and its timeline (--trace).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -71,6 +73,9 @@ std::string Trainer::memory_report() const {
     }
     out += fmt("  %-22s %12.2f   (all slots, boundary buffers and scratch)\n", "activations MiB",
                mib(double(part_->activation_bytes())));
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    out += fmt("  %-22s %12.2f   (this process so far)\n", "peak RSS MiB", double(ru.ru_maxrss) / 1024.0);
     return out;
 }
 
