@@ -166,7 +166,7 @@ Request::~Request() {
 
 namespace {
 void trace_op(const GroupState& g, const Op& op, double t0, double t1) {
-    if (!trace::enabled()) return;
+    if (!trace::enabled() || (g.size == 1 && !op.p2p)) return;  // the identity moves nothing
     trace::record(std::string(op_name(op.kind)), g.name.empty() ? "comm" : g.name, t0, t1,
                   "\"bytes\": " + std::to_string(op.bytes_sent));
 }

@@ -61,6 +61,7 @@ void Trainer::init(comm::Group& world) {
     cfg_.validate();
     set_threads(cfg_.threads);
     grid_ = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg_.dp, cfg_.tp, cfg_.pp}));
+    world.set_name("world");
     grid_->dp().set_name("dp");
     grid_->tp().set_name("tp");
     grid_->pp().set_name("pp");
