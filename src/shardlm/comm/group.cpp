@@ -296,14 +296,31 @@ std::function<void(Op&)> all_reduce_body(const GroupState& s, T* data, size_t n,
     return [=](Op& op) { ring_all_reduce(op, c, r, size, data, n, f); };
 }
 
-std::function<void(Op&)> reduce_scatter_body(const GroupState& s, const float* in, float* out, size_t m) {
+template <typename T, typename F = Sum>
+std::function<void(Op&)> reduce_scatter_body(const GroupState& s, const T* in, T* out, size_t m, F f = {}) {
     if (s.size == 1)
         return [=](Op&) {
-            if (in != out && m) std::memmove(out, in, m * sizeof(float));
+            if (in != out && m) std::memmove(out, in, m * sizeof(T));
         };
     MPI_Comm c = s.coll;
     int r = s.rank, size = s.size;
-    return [=](Op& op) { ring_reduce_scatter(op, c, r, size, in, out, m, Sum{}); };
+    return [=](Op& op) { ring_reduce_scatter(op, c, r, size, in, out, m, f); };
+}
+
+using u16 = unsigned short;
+
+std::function<void(Op&)> all_reduce16_body(const GroupState& s, void* data, size_t n, DType t) {
+    if (t == DType::BF16) return all_reduce_body(s, static_cast<u16*>(data), n, detail::Sum16<DType::BF16>{});
+    SHARDLM_CHECK(t == DType::F16, "all_reduce_sum: unsupported element type");
+    return all_reduce_body(s, static_cast<u16*>(data), n, detail::Sum16<DType::F16>{});
+}
+
+std::function<void(Op&)> reduce_scatter16_body(const GroupState& s, const void* in, void* out, size_t m, DType t) {
+    const auto* i = static_cast<const u16*>(in);
+    auto* o = static_cast<u16*>(out);
+    if (t == DType::BF16) return reduce_scatter_body(s, i, o, m, detail::Sum16<DType::BF16>{});
+    SHARDLM_CHECK(t == DType::F16, "reduce_scatter_sum: unsupported element type");
+    return reduce_scatter_body(s, i, o, m, detail::Sum16<DType::F16>{});
 }
 
 std::function<void(Op&)> all_gather_body(const GroupState& s, const void* in, void* out, size_t b) {
@@ -345,6 +362,19 @@ void Group::broadcast(float* data, size_t n, int root) {
 }
 void Group::broadcast_bytes(void* data, size_t bytes, int root) {
     run(make_op(OpKind::Broadcast, broadcast_body(*s_, data, bytes, root)));
+}
+
+void Group::all_reduce_sum(void* data, size_t n, DType t) {
+    if (t == DType::F32) return all_reduce_sum(static_cast<float*>(data), n);
+    run(make_op(OpKind::AllReduce, all_reduce16_body(*s_, data, n, t)));
+}
+Request Group::iall_reduce_sum(void* data, size_t n, DType t) {
+    if (t == DType::F32) return iall_reduce_sum(static_cast<float*>(data), n);
+    return submit(make_op(OpKind::AllReduce, all_reduce16_body(*s_, data, n, t)));
+}
+Request Group::ireduce_scatter_sum(const void* in, void* out, size_t n_per_rank, DType t) {
+    if (t == DType::F32) return ireduce_scatter_sum(static_cast<const float*>(in), static_cast<float*>(out), n_per_rank);
+    return submit(make_op(OpKind::ReduceScatter, reduce_scatter16_body(*s_, in, out, n_per_rank, t)));
 }
 
 Request Group::iall_reduce_sum(float* data, size_t n) {

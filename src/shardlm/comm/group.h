@@ -44,6 +44,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shardlm/core/dtype.h"
+
 namespace shardlm::comm {
 
 namespace detail {
@@ -155,6 +157,11 @@ public:
     // ---- non-blocking (executed in order on the communication thread) ------------------------
     Request iall_reduce_sum(float* data, size_t n);
     Request ireduce_scatter_sum(const float* in, float* out, size_t n_per_rank);
+    // Sums of n elements of type t (F32, or bf16/fp16 bit patterns: every hop adds in fp32 and
+    // rounds, moving half the bytes of fp32). Same orders and accounting as the fp32 forms.
+    void all_reduce_sum(void* data, size_t n, DType t);
+    Request iall_reduce_sum(void* data, size_t n, DType t);
+    Request ireduce_scatter_sum(const void* in, void* out, size_t n_per_rank, DType t);
     Request iall_gather(const float* in, float* out, size_t n_per_rank);
     Request iall_gather_bytes(const void* in, void* out, size_t bytes_per_rank);
     Request ibroadcast(float* data, size_t n, int root);

@@ -53,10 +53,7 @@ void reduce_step(MPI_Comm c, int prev, int next, const T* src, size_t sl, size_t
     for (size_t k = 0; k < nseg; k++) {
         engine().wait_requests(&recvs[k], 1);
         const size_t o = k * seg, len = std::min(seg, rl - o);
-        const T* a = slots + (k % kSlots) * seg;
-        const T* x = local + o;
-        T* d = dst + o;
-        for (size_t i = 0; i < len; i++) d[i] = f(a[i], x[i]);
+        apply(f, dst + o, slots + (k % kSlots) * seg, local + o, len);
         if (k + kSlots < nseg) post(k + kSlots);
     }
     wait_all(sends);
@@ -175,5 +172,12 @@ template void ring_all_reduce<double, Sum>(Op&, MPI_Comm, int, int, double*, siz
 template void ring_all_reduce<float, Max>(Op&, MPI_Comm, int, int, float*, size_t, Max);
 template void ring_all_reduce<double, Max>(Op&, MPI_Comm, int, int, double*, size_t, Max);
 template void ring_reduce_scatter<float, Sum>(Op&, MPI_Comm, int, int, const float*, float*, size_t, Sum);
+using u16 = unsigned short;
+template void ring_all_reduce<u16, Sum16<DType::BF16>>(Op&, MPI_Comm, int, int, u16*, size_t, Sum16<DType::BF16>);
+template void ring_all_reduce<u16, Sum16<DType::F16>>(Op&, MPI_Comm, int, int, u16*, size_t, Sum16<DType::F16>);
+template void ring_reduce_scatter<u16, Sum16<DType::BF16>>(Op&, MPI_Comm, int, int, const u16*, u16*, size_t,
+                                                          Sum16<DType::BF16>);
+template void ring_reduce_scatter<u16, Sum16<DType::F16>>(Op&, MPI_Comm, int, int, const u16*, u16*, size_t,
+                                                         Sum16<DType::F16>);
 
 }  // namespace shardlm::comm::detail

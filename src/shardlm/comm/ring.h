@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shardlm/comm/engine.h"
+#include "shardlm/core/dtype_simd.h"
 
 namespace shardlm::comm::detail {
 
@@ -41,6 +42,29 @@ struct Max {
     template <typename T>
     T operator()(T acc, T x) const { return x > acc ? x : acc; }
 };
+// Sums of 16-bit values (bf16 or fp16 bit patterns): each addition in fp32, rounded to nearest even.
+template <DType D>
+struct Sum16 {
+    unsigned short operator()(unsigned short acc, unsigned short x) const {
+        const float s = load1<D>(&acc, 0) + load1<D>(&x, 0);
+        return D == DType::BF16 ? f32_to_bf16(s) : f32_to_f16(s);
+    }
+    // d[i] = a[i] + x[i] for n values, 16 at a time (the same roundings as the scalar form)
+    void bulk(unsigned short* d, const unsigned short* a, const unsigned short* x, size_t n) const {
+        for (size_t i = 0; i < n; i += 16) {
+            const __mmask16 m = i + 16 <= n ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+            store16<D>(d, i, m, _mm512_add_ps(load16<D>(a, i, m), load16<D>(x, i, m)));
+        }
+    }
+};
+
+// d[i] = f(a[i], x[i]): the functor's bulk form if it has one, else element by element.
+template <typename T, typename F>
+inline void apply(F f, T* d, const T* a, const T* x, size_t n) {
+    if constexpr (requires { f.bulk(d, a, x, n); }) f.bulk(d, a, x, n);
+    else
+        for (size_t i = 0; i < n; i++) d[i] = f(a[i], x[i]);
+}
 
 // n elements in `parts` blocks of n/parts, the first n%parts blocks one longer.
 struct Blocks {

@@ -64,3 +64,29 @@ private:
 };
 
 }  // namespace shardlm
+
+namespace shardlm {
+
+// A buffer of n elements of a run-time storage type (fp32, bf16 or fp16): activations that a mixed-
+// precision run keeps in 16 bits. data() is the raw storage, f32() the fp32 view.
+class TypedBuffer {
+public:
+    void resize(size_t n, size_t elem_bytes) {
+        elem_ = elem_bytes;
+        n_ = n;
+        raw_.resize(n * elem_bytes);
+    }
+    void* data() { return raw_.data(); }
+    const void* data() const { return raw_.data(); }
+    float* f32() { return reinterpret_cast<float*>(raw_.data()); }
+    const float* f32() const { return reinterpret_cast<const float*>(raw_.data()); }
+    size_t size() const { return n_; }
+    size_t bytes() const { return raw_.bytes(); }
+    size_t elem_bytes() const { return elem_; }
+
+private:
+    AlignedBuffer<unsigned char> raw_;
+    size_t n_ = 0, elem_ = 4;
+};
+
+}  // namespace shardlm

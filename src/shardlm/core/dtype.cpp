@@ -1,5 +1,7 @@
 #include "shardlm/core/dtype.h"
 
+#include <algorithm>
+
 #include "shardlm/core/dtype_simd.h"
 
 namespace shardlm {
@@ -26,11 +28,14 @@ void convert_to_f32(float* dst, const void* src, DType src_type, size_t n) {
         std::memcpy(dst, src, n * 4);
         return;
     }
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    if (src_type == DType::BF16)
-        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
-    else
-        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(s[i]);
+    // blocks of 4096 values in parallel (exact: both widenings are)
+    constexpr size_t kBlock = 4096;
+    const long nb = long((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (long b = 0; b < nb; b++) {
+        const size_t i0 = size_t(b) * kBlock, len = std::min(kBlock, n - i0);
+        load_row(dst + i0, at(src, src_type, i0), src_type, len);
+    }
 }
 
 void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
@@ -38,16 +43,14 @@ void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
         std::memcpy(dst, src, n * 4);
         return;
     }
-    uint16_t* d = static_cast<uint16_t*>(dst);
-    if (dst_type == DType::BF16) {
-        // 16 at a time (the bf16 matmuls round every operand through here), the tail one by one
-        const long nv = long(n / 16);
-#pragma omp parallel for schedule(static)
-        for (long v = 0; v < nv; v++)
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + v * 16), f32x16_to_bf16(_mm512_loadu_ps(src + v * 16)));
-        for (size_t i = size_t(nv) * 16; i < n; i++) d[i] = f32_to_bf16(src[i]);
-    } else
-        for (size_t i = 0; i < n; i++) d[i] = f32_to_f16(src[i]);
+    // blocks of 4096 values in parallel (the bf16 matmuls round every operand through here)
+    constexpr size_t kBlock = 4096;
+    const long nb = long((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (long b = 0; b < nb; b++) {
+        const size_t i0 = size_t(b) * kBlock, len = std::min(kBlock, n - i0);
+        store_row(at(dst, dst_type, i0), dst_type, src + i0, len);
+    }
 }
 
 }  // namespace shardlm

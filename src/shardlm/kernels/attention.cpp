@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 
+#include <vector>
+
+#include "shardlm/core/dtype_simd.h"
 #include "shardlm/kernels/vec_math.h"
 
 namespace shardlm::kernels {
@@ -144,6 +147,106 @@ void attention_forward_cached(float* out, const float* qkv, float* k_cache, floa
                 const float* v = v_cache + size_t(j) * C + h * HS;
                 const float p = scores[j];
                 for (int e = 0; e < HS; e++) o[e] += p * v[e];
+            }
+        }
+    }
+}
+
+}  // namespace shardlm::kernels
+
+namespace shardlm::kernels {
+
+namespace {
+
+// The head's q, k, v (T x HS each, row stride 3C in qkv) widened into contiguous fp32 buffers.
+void widen_head(float* q, float* k, float* v, const void* qkv, DType t, int b, int h, int T, int C, int HS) {
+    const size_t base = size_t(b) * T * 3 * C + size_t(h) * HS;
+    for (int i = 0; i < T; i++) {
+        const size_t r = base + size_t(i) * 3 * C;
+        load_row(q + size_t(i) * HS, at(qkv, t, r), t, size_t(HS));
+        load_row(k + size_t(i) * HS, at(qkv, t, r + C), t, size_t(HS));
+        load_row(v + size_t(i) * HS, at(qkv, t, r + 2 * C), t, size_t(HS));
+    }
+}
+
+}  // namespace
+
+void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType t, int B, int T, int C, int NH) {
+    if (t == DType::F32 && att_t == DType::F32) {
+        attention_forward(static_cast<float*>(out), static_cast<float*>(att), static_cast<const float*>(qkv), B, T, C, NH);
+        return;
+    }
+    const int HS = C / NH;
+    const float scale = 1.0f / std::sqrt(float(HS));
+#pragma omp parallel
+    {
+        std::vector<float> q(size_t(T) * HS), k(q.size()), v(q.size()), o(q.size()), a(size_t(kAttnBlock) * T);
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
+            widen_head(q.data(), k.data(), v.data(), qkv, t, b, h, T, C, HS);
+            for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
+                const int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, scale, q.data() + size_t(r0) * HS, HS,
+                            k.data(), HS, 0.0f, a.data(), T);
+                for (int i = r0; i < r1; i++) {
+                    float* row = a.data() + size_t(i - r0) * T;
+                    softmax_row(row, i + 1, r1);
+                    // probabilities as stored: the product below uses the rounded values, as backward will
+                    store_row(at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, row, size_t(r1));
+                    load_row(row, at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, size_t(r1));
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, a.data(), T, v.data(), HS, 0.0f,
+                            o.data() + size_t(r0) * HS, HS);
+            }
+            for (int i = 0; i < T; i++)
+                store_row(at(out, t, (size_t(b) * T + i) * C + size_t(h) * HS), t, o.data() + size_t(i) * HS, size_t(HS));
+        }
+    }
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const void* qkv, DType t, const void* att,
+                        DType att_t, int B, int T, int C, int NH) {
+    if (t == DType::F32 && att_t == DType::F32) {
+        attention_backward(dqkv, scratch, dout, static_cast<const float*>(qkv), static_cast<const float*>(att), B, T, C,
+                           NH);
+        return;
+    }
+    const int HS = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(float(HS));
+#pragma omp parallel
+    {
+        std::vector<float> q(size_t(T) * HS), k(q.size()), v(q.size()), p(size_t(kAttnBlock) * T);
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
+            float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
+            widen_head(q.data(), k.data(), v.data(), qkv, t, b, h, T, C, HS);
+            float* dq = dqkv + size_t(b) * T * C3 + h * HS;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            const float* dO = dout + size_t(b) * T * C + h * HS;
+            for (int i = 0; i < T; i++) {
+                std::memset(dk + size_t(i) * C3, 0, sizeof(float) * HS);
+                std::memset(dv + size_t(i) * C3, 0, sizeof(float) * HS);
+            }
+            for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
+                const int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
+                for (int i = r0; i < r1; i++)
+                    load_row(p.data() + size_t(i - r0) * T, at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t,
+                             size_t(r1));
+                const float* g = dO + size_t(r0) * C;
+                // dP = dO V^T ; dV += P^T dO
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v.data(), HS, 0.0f, ds, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p.data(), T, g, C, 1.0f, dv, C3);
+                for (int i = 0; i < M; i++)
+                    softmax_backward_row(ds + size_t(i) * T, ds + size_t(i) * T, p.data() + size_t(i) * T, r0 + i + 1, r1,
+                                         scale);
+                // dQ = dS K ; dK += dS^T Q
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k.data(), HS, 0.0f,
+                            dq + size_t(r0) * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q.data() + size_t(r0) * HS, HS,
+                            1.0f, dk, C3);
             }
         }
     }

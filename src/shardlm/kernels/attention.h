@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 
+#include "shardlm/core/dtype.h"
+
 namespace shardlm::kernels {
 
 inline constexpr int kAttnBlock = 64;
@@ -17,6 +19,12 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH);
 size_t attention_scratch_floats(int T, int threads);
+
+// Mixed precision: qkv and out stored as t, the probabilities as att_t (F32, BF16 or F16); each
+// (batch, head) is widened to fp32, computed as above, and rounded back. dout, dqkv fp32.
+void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType t, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const void* qkv, DType t, const void* att,
+                        DType att_t, int B, int T, int C, int NH);
 
 // Incremental decoding of one sequence with a key/value cache: qkv (T, 3C) holds T new positions
 // pos .. pos+T-1; their keys and values are appended to k_cache / v_cache ((n_ctx, C) each), and

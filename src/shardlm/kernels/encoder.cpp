@@ -2,6 +2,8 @@
 
 #include <cstddef>
 
+#include "shardlm/core/dtype_simd.h"
+
 namespace shardlm::kernels {
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
@@ -96,6 +98,73 @@ void position_backward(float* dwpe, const float* dout, int n0, int N, int T, int
             for (int i = c0; i < c1; i++) p[i] += g[i];
         }
     }
+}
+
+}  // namespace shardlm::kernels
+
+namespace shardlm::kernels {
+
+namespace {
+
+inline __mmask16 mask_of(int j, int C) { return j + 16 <= C ? __mmask16(0xffff) : __mmask16((1u << (C - j)) - 1u); }
+
+template <DType W, DType O>
+void encoder_impl(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const size_t e = size_t(tokens[bt]) * C, p = size_t(bt % T) * C, o = size_t(bt) * C;
+        for (int j = 0; j < C; j += 16) {
+            const __mmask16 m = mask_of(j, C);
+            store16<O>(out, o + j, m, _mm512_add_ps(load16<W>(wte, e + j, m), load16<W>(wpe, p + j, m)));
+        }
+    }
+}
+
+template <DType W>
+void embedding_impl(float* out, const int* tokens, const void* wte_local, int v0, int v1, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* o = out + size_t(n) * C;
+        const int t = tokens[n];
+        for (int j = 0; j < C; j += 16) {
+            const __mmask16 m = mask_of(j, C);
+            const __m512 v = t >= v0 && t < v1 ? load16<W>(wte_local, size_t(t - v0) * C + j, m) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(o + j, m, v);
+        }
+    }
+}
+
+template <DType W>
+void position_impl(float* out, const void* wpe, int n0, int N, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* o = out + size_t(n) * C;
+        const size_t p = size_t((n0 + n) % T) * C;
+        for (int j = 0; j < C; j += 16) {
+            const __mmask16 m = mask_of(j, C);
+            _mm512_mask_storeu_ps(o + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), load16<W>(wpe, p + j, m)));
+        }
+    }
+}
+
+}  // namespace
+
+void encoder_forward(void* out, DType out_t, const int* tokens, const void* wte, const void* wpe, DType w_t, int B,
+                     int T, int C) {
+    if (out_t == DType::F32 && w_t == DType::F32) {
+        encoder_forward(static_cast<float*>(out), tokens, static_cast<const float*>(wte), static_cast<const float*>(wpe),
+                        B, T, C);
+        return;
+    }
+    SHARDLM_DTYPE_SWITCH(w_t, W, SHARDLM_DTYPE_SWITCH(out_t, O, encoder_impl<W, O>(out, tokens, wte, wpe, B, T, C)))
+}
+
+void embedding_forward(float* out, const int* tokens, const void* wte_local, DType w_t, int v0, int v1, int N, int C) {
+    SHARDLM_DTYPE_SWITCH(w_t, W, embedding_impl<W>(out, tokens, wte_local, v0, v1, N, C))
+}
+
+void position_forward(float* out, const void* wpe, DType w_t, int n0, int N, int T, int C) {
+    SHARDLM_DTYPE_SWITCH(w_t, W, position_impl<W>(out, wpe, n0, N, T, C))
 }
 
 }  // namespace shardlm::kernels

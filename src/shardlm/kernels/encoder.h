@@ -1,6 +1,8 @@
 // kernels/encoder.h: token + position embedding, whole or vocabulary-parallel.
 #pragma once
 
+#include "shardlm/core/dtype.h"
+
 namespace shardlm::kernels {
 
 // out(B,T,C) = wte[tokens[b,t]] + wpe[t]. out =.
@@ -19,5 +21,12 @@ void embedding_backward(float* dwte_local, const float* dout, const int* tokens,
 // dwpe[(n0 + i) % T] += dout[i] (rows in order, split by columns).
 void position_forward(float* out, const float* wpe, int n0, int N, int T, int C);
 void position_backward(float* dwpe, const float* dout, int n0, int N, int T, int C);
+
+// Mixed precision: the embeddings stored as w_t (a 16-bit copy of the parameters), added in fp32,
+// the output stored as out_t.
+void encoder_forward(void* out, DType out_t, const int* tokens, const void* wte, const void* wpe, DType w_t, int B,
+                     int T, int C);
+void embedding_forward(float* out, const int* tokens, const void* wte_local, DType w_t, int v0, int v1, int N, int C);
+void position_forward(float* out, const void* wpe, DType w_t, int n0, int N, int T, int C);
 
 }  // namespace shardlm::kernels

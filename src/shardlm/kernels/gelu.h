@@ -2,9 +2,15 @@
 #pragma once
 #include <cstddef>
 
+#include "shardlm/core/dtype.h"
+
 namespace shardlm::kernels {
 
 void gelu_forward(float* out, const float* inp, size_t n);           // out =
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);  // dinp = (may alias dout)
+
+// Mixed precision: inp and out stored as t (F32, BF16, F16), computed in fp32; dout, dinp fp32.
+void gelu_forward(void* out, const void* inp, DType t, size_t n);
+void gelu_backward(float* dinp, const void* inp, DType t, const float* dout, size_t n);
 
 }  // namespace shardlm::kernels

@@ -1,6 +1,8 @@
 // kernels/layernorm.h: LayerNorm over the last dimension (eps as given; GPT-2 uses 1e-5).
 #pragma once
 
+#include "shardlm/core/dtype.h"
+
 namespace shardlm::kernels {
 
 // out, inp: (N,C); mean, rstd: (N), cached for backward. out =.
@@ -13,5 +15,12 @@ void layernorm_forward(float* out, float* mean, float* rstd,
 void layernorm_backward(float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight,
                         const float* mean, const float* rstd, int N, int C);
+
+// Mixed precision: inp and out stored as in_t / out_t (F32, BF16, F16); statistics, weights,
+// gradients fp32. Each row is widened to fp32, normalised as above, and rounded back.
+void layernorm_forward(void* out, DType out_t, float* mean, float* rstd, const void* inp, DType in_t,
+                       const float* weight, const float* bias, int N, int C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, DType in_t,
+                        const float* weight, const float* mean, const float* rstd, int N, int C);
 
 }  // namespace shardlm::kernels

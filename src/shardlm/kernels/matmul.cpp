@@ -4,6 +4,9 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
+
+#include "shardlm/core/dtype_simd.h"
 
 namespace shardlm::kernels {
 
@@ -80,6 +83,66 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
                         accumulate_dweight ? 1.0f : 0.0f, dweight, C);
     }
     if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+namespace {
+template <DType D>
+void residual_add_impl(void* out, const void* x, const float* bias, const float* y, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const size_t row = size_t(n) * C;
+        for (int j = 0; j < C; j += 16) {
+            const __mmask16 m = j + 16 <= C ? __mmask16(0xffff) : __mmask16((1u << (C - j)) - 1u);
+            const __m512 a = _mm512_add_ps(load16<D>(x, row + j, m), _mm512_maskz_loadu_ps(m, bias + j));
+            store16<D>(out, row + j, m, _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, y + row + j)));
+        }
+    }
+}
+}  // namespace
+
+void residual_add(void* out, const void* x, DType t, const float* bias, const float* y, int N, int C) {
+    if (t == DType::F32) {
+        residual_add(static_cast<float*>(out), static_cast<const float*>(x), bias, y, N, C);
+        return;
+    }
+    SHARDLM_DTYPE_SWITCH(t, D, residual_add_impl<D>(out, x, bias, y, N, C))
+}
+
+void matmul_forward(void* out, DType out_t, const void* inp, const void* weight, DType in_t, const float* bias, int N,
+                    int C, int OC) {
+    if (in_t == DType::BF16) {
+        // out(N,OC) = inp(N,C) @ weight(OC,C)^T: the weight read transposed through its strides
+        const Bf16Matrix a{static_cast<const unsigned short*>(inp), C, 1};
+        const Bf16Matrix b{static_cast<const unsigned short*>(weight), 1, C};
+        gemm_bf16(out, out_t, a, b, N, OC, C, false, bias);
+        return;
+    }
+    // fp32 operands, or fp16 ones widened to fp32
+    const float* x = to_f32_scratch(0, inp, in_t, size_t(N) * C);
+    const float* w = to_f32_scratch(1, weight, in_t, size_t(OC) * C);
+    if (out_t == DType::F32) {
+        matmul_forward(static_cast<float*>(out), x, w, bias, N, C, OC);
+        return;
+    }
+    static thread_local std::vector<float> tmp;
+    if (tmp.size() < size_t(N) * OC) tmp.resize(size_t(N) * OC);
+    matmul_forward(tmp.data(), x, w, bias, N, C, OC);
+    convert_from_f32(out, out_t, tmp.data(), size_t(N) * OC);
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
+                     DType in_t, int N, int C, int OC, bool accumulate_dweight) {
+    if (in_t == DType::BF16) {
+        const unsigned short* d = to_bf16_scratch(0, dout, size_t(N) * OC);
+        const auto* w = static_cast<const unsigned short*>(weight);
+        const auto* x = static_cast<const unsigned short*>(inp);
+        if (dinp) gemm_bf16(dinp, {d, OC, 1}, {w, C, 1}, N, C, OC, false);
+        if (dweight) gemm_bf16(dweight, {d, 1, OC}, {x, C, 1}, OC, C, N, accumulate_dweight);
+        if (dbias) bias_backward(dbias, dout, N, OC);
+        return;
+    }
+    matmul_backward(dinp, dweight, dbias, dout, to_f32_scratch(0, inp, in_t, size_t(N) * C),
+                    to_f32_scratch(1, weight, in_t, size_t(OC) * C), N, C, OC, accumulate_dweight);
 }
 
 void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* d, const float* inp,

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include "shardlm/core/dtype.h"
+
 namespace shardlm::kernels {
 
 enum class MatmulPrecision { fp32, bf16 };
@@ -32,11 +34,25 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
                      int N, int C, int OC, bool accumulate_dweight = true,
                      MatmulPrecision precision = MatmulPrecision::fp32);
 
+// Mixed precision: operands stored in 16 bits (the activations a step keeps, the 16-bit copy of
+// the weights), accumulation in fp32. bf16 operands go to oneDNN's AVX512_BF16 kernels as they are
+// (no rounding pass); fp16 operands (this CPU has no AVX512_FP16 and oneDNN 2.6 no fp16 matmul for
+// it) are widened to fp32 and multiplied by sgemm. inp_t and w_t are F32, BF16 or F16 and equal;
+// out is out_t (F32 or the operands' type), bias fp32 (may be null).
+void matmul_forward(void* out, DType out_t, const void* inp, const void* weight, DType in_t, const float* bias, int N,
+                    int C, int OC);
+// dinp (fp32, =, null to skip), dweight (fp32, += or =), dbias (fp32, +=, null to skip) from the
+// fp32 dout and 16-bit (in_t) inp and weight.
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
+                     DType in_t, int N, int C, int OC, bool accumulate_dweight);
+
 // dbias(OC) += column sums of dout(N, OC), rows in order: bit-identical for any thread count.
 void bias_backward(float* dbias, const float* dout, int N, int OC);
 // out(N,C) = (x + bias) + y: the residual add after a row-parallel linear's reduction (the bias is
 // added once, after the reduction, in the order the one-process path adds it). out may alias x.
 void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C);
+// The same with x and out stored as t (F32, BF16 or F16), y fp32.
+void residual_add(void* out, const void* x, DType t, const float* bias, const float* y, int N, int C);
 
 // matmul_backward at bf16 precision with dout already rounded to bf16 (the fused classifier writes
 // it so, saving a pass over the (N, Vp) logits): dinp =, dweight += (or =); no bias.
@@ -50,7 +66,12 @@ struct Bf16Matrix {
     long row_stride, col_stride;
 };
 void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate);
+// The same with C stored as c_t (F32 or BF16) and an fp32 bias(N) added (null: none).
+void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
+               const float* bias);
 // A bf16 copy of n floats in scratch buffer `slot` (0-2, reused by the next call with that slot).
 const unsigned short* to_bf16_scratch(int slot, const float* src, size_t n);
+// An fp32 copy of n values of type t in scratch buffer `slot` (0-2); t == F32 returns src itself.
+const float* to_f32_scratch(int slot, const void* src, DType t, size_t n);
 
 }  // namespace shardlm::kernels

@@ -3,6 +3,7 @@
 // the operands are rounded from fp32 here, in one streaming pass each, into scratch buffers that
 // keep the source's row/column orientation, so that no transposed copy is ever made.
 #include <map>
+#include <unordered_map>
 #include <tuple>
 #include <vector>
 
@@ -20,14 +21,15 @@ using dnnl::memory;
 struct Bf16Context {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
-    // (M, N, K, a strides, b strides, accumulate) -> primitive and its operand descriptions
-    using Key = std::tuple<int, int, int, long, long, long, long, bool>;
+    // (M, N, K, a strides, b strides, accumulate, C is bf16, bias) -> primitive and its operand descriptions
+    using Key = std::tuple<int, int, int, long, long, long, long, bool, bool, bool>;
     struct Entry {
-        memory::desc a, b, c;
+        memory::desc a, b, c, bias;
         dnnl::matmul prim;
     };
     std::map<Key, Entry> cache;
     std::vector<unsigned short> scratch[3];
+    std::vector<float> scratch32[3];
 };
 
 Bf16Context& context() {
@@ -44,27 +46,45 @@ const unsigned short* to_bf16_scratch(int slot, const float* src, size_t n) {
     return buf.data();
 }
 
+const float* to_f32_scratch(int slot, const void* src, DType t, size_t n) {
+    if (t == DType::F32) return static_cast<const float*>(src);
+    std::vector<float>& buf = context().scratch32[slot];
+    if (buf.size() < n) buf.resize(n);
+    convert_to_f32(buf.data(), src, t, n);
+    return buf.data();
+}
+
 void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate) {
+    gemm_bf16(c, DType::F32, a, b, M, N, K, accumulate, nullptr);
+}
+
+void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
+               const float* bias) {
     Bf16Context& ctx = context();
-    Bf16Context::Key key{M, N, K, a.row_stride, a.col_stride, b.row_stride, b.col_stride, accumulate};
+    const bool c16 = c_t == DType::BF16;
+    Bf16Context::Key key{M, N, K, a.row_stride, a.col_stride, b.row_stride, b.col_stride, accumulate, c16, bias != nullptr};
     auto it = ctx.cache.find(key);
     if (it == ctx.cache.end()) {
         memory::desc ad({M, K}, memory::data_type::bf16, {a.row_stride, a.col_stride});
         memory::desc bd({K, N}, memory::data_type::bf16, {b.row_stride, b.col_stride});
-        memory::desc cd({M, N}, memory::data_type::f32, {N, 1});
+        memory::desc cd({M, N}, c16 ? memory::data_type::bf16 : memory::data_type::f32, {N, 1});
+        memory::desc biasd = bias ? memory::desc({1, N}, memory::data_type::f32, {N, 1}) : memory::desc();
         dnnl::primitive_attr attr;
         if (accumulate) {
             dnnl::post_ops po;
             po.append_sum(1.0f);
             attr.set_post_ops(po);
         }
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, ctx.engine);
-        it = ctx.cache.emplace(key, Bf16Context::Entry{ad, bd, cd, dnnl::matmul(pd)}).first;
+        dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(ad, bd, biasd, cd) : dnnl::matmul::desc(ad, bd, cd), attr,
+                                        ctx.engine);
+        it = ctx.cache.emplace(key, Bf16Context::Entry{ad, bd, cd, biasd, dnnl::matmul(pd)}).first;
     }
     const Bf16Context::Entry& e = it->second;
     auto mem = [&](const memory::desc& d, const void* p) { return memory(d, ctx.engine, const_cast<void*>(p)); };
-    e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, mem(e.a, a.data)}, {DNNL_ARG_WEIGHTS, mem(e.b, b.data)},
-                                {DNNL_ARG_DST, mem(e.c, c)}});
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, mem(e.a, a.data)}, {DNNL_ARG_WEIGHTS, mem(e.b, b.data)}, {DNNL_ARG_DST, mem(e.c, c)}};
+    if (bias) args.insert({DNNL_ARG_BIAS, mem(e.bias, bias)});
+    e.prim.execute(ctx.stream, args);
     ctx.stream.wait();
 }
 

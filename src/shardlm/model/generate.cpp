@@ -25,11 +25,11 @@ Generator::Generator(GptConfig config, const Layout& layout, const float* params
     SHARDLM_CHECK(wte_ >= 0 && wpe_ >= 0 && head_ >= 0 &&
                       std::find(blocks_.begin(), blocks_.end(), -1) == blocks_.end(),
                   "Generator: the layout does not hold the whole model");
-    scratch_.allocate(cfg_, 1, 1, 1, 1);
+    scratch_.allocate(cfg_, 1, 1, 1, 1, DType::F32, Recompute::None);
     ctx_.cfg = &cfg_;
     ctx_.tp = &no_tensor_parallel();
     ctx_.scratch = &scratch_;
-    acts_.allocate(cfg_, 1, 1, 1, false, /*for_decoding=*/true);
+    acts_.allocate(cfg_, 1, 1, 1, false, DType::F32, /*keep_att=*/false);
     k_cache_.resize(L * T * C);
     v_cache_.resize(L * T * C);
     x_.resize(C), y_.resize(C), lnf_.resize(C), stats_.resize(2);

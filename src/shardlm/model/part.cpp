@@ -50,8 +50,10 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     ctx_.cfg = &config_;
     ctx_.tp = tp;
     ctx_.sp = opt.sequence_parallel && t > 1;
+    ctx_.act = ctx_.wt = opt.precision;
+    ctx_.recompute = opt.recompute;
     ctx_.scratch = &scratch_;
-    scratch_.allocate(config_, B, T, t, opt.threads);
+    scratch_.allocate(config_, B, T, t, opt.threads, ctx_.act, opt.recompute);
 
     block_unit_.assign(size_t(L), -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
@@ -62,6 +64,19 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
         else block_unit_[size_t(un.compute - 1)] = int(u);
     }
     head_writes_wte_ = head_unit_ >= 0;
+    // mixed precision: each unit's vectors (LayerNorms, biases) are widened to fp32 when it runs
+    vec_at_.resize(layout_.units.size());
+    size_t max_vec = 0;
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        size_t at = 0;
+        for (int i = 0; i < layout_.units[u].num_params; i++) {
+            const ParamSpec& p = layout_.params[size_t(layout_.units[u].first_param + i)];
+            vec_at_[u].push_back(at);
+            if (p.shape.size() == 1) at += (p.numel + 15) / 16 * 16;
+        }
+        max_vec = std::max(max_vec, at);
+    }
+    if (ctx_.mixed()) vec_.resize(max_vec);
     zero_ranges_.resize(layout_.units.size());
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const Unit& un = layout_.units[u];
@@ -73,6 +88,12 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     }
 
     const size_t N = size_t(B) * T, Nl = size_t(ctx_.rows(B * T)), C = size_t(config_.n_embd);
+    const size_t eb = dtype_bytes(ctx_.act);
+    const bool keep_blocks = opt.recompute != Recompute::Full, keep_att = opt.recompute != Recompute::Selective;
+    if (!keep_blocks) {
+        recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.act, true);
+        recompute_out_.resize(Nl * C, eb);
+    }
     for (size_t c = 0; c < opt.chunks.size(); c++) {
         Chunk ch;
         ch.first = opt.chunks[c].first;
@@ -89,14 +110,14 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
             for (int k = 0; k <= nc; k++) {
                 // x[k] enters compute unit first + k; the embedding takes tokens and the head's output is the loss
                 const bool used = !(k == 0 && ch.first == 0) && !(k == nc && ch.last == head);
-                if (used) s.x[size_t(k)].resize(Nl * C);
+                if (used) s.x[size_t(k)].resize(Nl * C, eb);
             }
             for (int cu = ch.first; cu <= ch.last; cu++)
-                if (cu >= 1 && cu <= L) {
+                if (cu >= 1 && cu <= L && keep_blocks) {
                     s.blocks.emplace_back();
-                    s.blocks.back().allocate(config_, B, T, t, ctx_.sp);
+                    s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.act, keep_att);
                 }
-            if (ch.last == head) s.head.allocate(config_, B, T, t, ctx_.sp, false);  // bf16: set_matmul_precision
+            if (ch.last == head) s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.act, ctx_.bf16_products());
         }
         ch.dres.resize(Nl * C);
         chunks_.push_back(std::move(ch));
@@ -104,6 +125,8 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
 }
 
 void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {
+    SHARDLM_CHECK(!ctx_.mixed() || p == kernels::MatmulPrecision::fp32,
+                  "--matmul-precision applies to fp32 training; with --precision bf16/fp16 the products are 16-bit already");
     ctx_.precision = p;
     if (p != kernels::MatmulPrecision::bf16) return;
     for (Chunk& ch : chunks_)
@@ -112,23 +135,34 @@ void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {
                 if (s.head.dlogits_bf16.size() == 0) s.head.dlogits_bf16.resize(s.head.logits.size());
 }
 
-void ModelPart::bind(float* params, float* grads) {
+void ModelPart::bind(void* params, float* grads) {
     unit_params_.resize(layout_.units.size());
     unit_grads_.resize(layout_.units.size());
     for (size_t u = 0; u < layout_.units.size(); u++) {
-        unit_params_[u] = params ? params + layout_.units[u].offset : nullptr;
+        unit_params_[u] = params ? at(params, ctx_.act, layout_.units[u].offset) : nullptr;
         unit_grads_[u] = grads ? grads + layout_.units[u].offset : nullptr;
     }
 }
 
-void ModelPart::bind_unit(int unit, float* params, float* grads) {
+void ModelPart::bind_unit(int unit, void* params, float* grads) {
     if (params) unit_params_[size_t(unit)] = params;
     if (grads) unit_grads_[size_t(unit)] = grads;
 }
 
-BlockWeights ModelPart::block_weights(int l) const {
+const float* ModelPart::vec(int unit, int i) {
+    if (!ctx_.mixed()) return static_cast<const float*>(param(unit, i));
+    const ParamSpec& p = layout_.params[size_t(layout_.units[size_t(unit)].first_param + i)];
+    float* v = vec_.data() + vec_at_[size_t(unit)][size_t(i)];
+    convert_to_f32(v, param(unit, i), ctx_.act, p.numel);
+    return v;
+}
+
+BlockWeights ModelPart::block_weights(int l) {
+    const int u = block_unit_[size_t(l)];
+    const Unit& un = layout_.units[size_t(u)];
     BlockWeights w;
-    for (int i = 0; i < kNumBlockParams; i++) w.w[i] = param(block_unit_[size_t(l)], i);
+    for (int i = 0; i < kNumBlockParams; i++)
+        w.w[i] = layout_.params[size_t(un.first_param + i)].shape.size() == 1 ? vec(u, i) : param(u, i);
     return w;
 }
 
@@ -138,12 +172,12 @@ BlockGrads ModelPart::block_grads(int l) const {
     return g;
 }
 
-float* ModelPart::input(int chunk, int slot) {
+void* ModelPart::input(int chunk, int slot) {
     SHARDLM_CHECK(!has_embedding(chunk), "ModelPart::input: chunk ", chunk, " starts with the embedding");
     return chunks_[size_t(chunk)].slots[size_t(slot)].x.front().data();
 }
 
-const float* ModelPart::output(int chunk, int slot) const {
+const void* ModelPart::output(int chunk, int slot) const {
     SHARDLM_CHECK(!has_head(chunk), "ModelPart::output: chunk ", chunk, " ends with the head");
     return chunks_[size_t(chunk)].slots[size_t(slot)].x.back().data();
 }
@@ -202,12 +236,12 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
         } else if (cu == head) {
             announce(head_unit_);
             if (ch.first != 0) announce(wte_unit_);  // the tied copy (or the embedding, gathered already)
-            loss = head_forward(ctx_, param(head_unit_, 0), param(head_unit_, 1), param(wte_unit_, 0), s.head,
-                                s.x[size_t(k)].data(), targets, B, T, dloss);
+            loss = head_forward(ctx_, vec(head_unit_, 0), vec(head_unit_, 1), param(wte_unit_, 0), s.head, s.x[size_t(k)].data(), targets, B, T,
+                                dloss);
         } else {
             const int l = cu - 1;
             announce(block_unit_[size_t(l)]);
-            block_forward(ctx_, block_weights(l), s.blocks[size_t(k - (ch.first == 0 ? 1 : 0))], s.x[size_t(k)].data(),
+            block_forward(ctx_, block_weights(l), acts(s, k - (ch.first == 0 ? 1 : 0)), s.x[size_t(k)].data(),
                           s.x[size_t(k) + 1].data(), B, T);
         }
     }
@@ -251,7 +285,7 @@ void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate)
         if (cu == head) {
             before(head_unit_);
             before(wte_unit_);
-            head_backward(ctx_, param(head_unit_, 0), param(wte_unit_, 0), grad(head_unit_, 0), grad(head_unit_, 1),
+            head_backward(ctx_, vec(head_unit_, 0), param(wte_unit_, 0), grad(head_unit_, 0), grad(head_unit_, 1),
                           grad(wte_unit_, 0), s.head, s.x[size_t(k)].data(), dres, B, T, accumulate);
             if (!first_has_embedding) after(wte_unit_);  // the tied copy: final after the head
             after(head_unit_);
@@ -264,18 +298,46 @@ void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate)
         } else {
             const int l = cu - 1, u = block_unit_[size_t(l)];
             before(u);
-            block_backward(ctx_, block_weights(l), block_grads(l), s.blocks[size_t(k - (first_has_embedding ? 1 : 0))],
-                           s.x[size_t(k)].data(), dres, B, T, accumulate);
+            const BlockWeights w = block_weights(l);
+            BlockActs& a = acts(s, k - (first_has_embedding ? 1 : 0));
+            // full recomputation: the block's forward again, from its kept input (same kernels, same
+            // order: the same activations to the bit)
+            if (ctx_.recompute == Recompute::Full) block_forward(ctx_, w, a, s.x[size_t(k)].data(), recompute_out_.data(), B, T);
+            block_backward(ctx_, w, block_grads(l), a, s.x[size_t(k)].data(), dres, B, T, accumulate);
             after(u);
         }
     }
     s.has_grad = false;
 }
 
+BlockActs& ModelPart::acts(Slot& s, int block) {
+    return ctx_.recompute == Recompute::Full ? recompute_acts_ : s.blocks[size_t(block)];
+}
+
 size_t ModelPart::slot_bytes(int chunk) const { return chunks_[size_t(chunk)].slots.front().bytes(); }
 
+size_t ModelPart::recompute_bytes() const { return recompute_acts_.bytes() + recompute_out_.bytes() + scratch_.att.bytes() + scratch_.atty.bytes(); }
+
+ModelPart::BlockBytes ModelPart::block_bytes() const {
+    BlockBytes b;
+    for (const Chunk& ch : chunks_) {
+        const Slot& s = ch.slots.front();
+        for (int cu = ch.first, k = 0; cu <= ch.last; cu++, k++) {
+            if (cu < 1 || cu > config_.n_layer) continue;
+            b.values = (long long)s.x[size_t(k)].bytes();  // the block's input
+            if (!s.blocks.empty()) {
+                const BlockActs& a = s.blocks[size_t(k - (ch.first == 0 ? 1 : 0))];
+                b.stats = (long long)a.stats_bytes();
+                b.values += (long long)(a.bytes() - a.stats_bytes());
+            }
+            return b;
+        }
+    }
+    return b;
+}
+
 size_t ModelPart::activation_bytes() const {
-    size_t n = scratch_.bytes();
+    size_t n = scratch_.bytes() + vec_.bytes() + recompute_acts_.bytes() + recompute_out_.bytes();
     for (const Chunk& ch : chunks_) {
         n += ch.dres.bytes();
         for (const Slot& s : ch.slots) n += s.bytes();

@@ -47,6 +47,8 @@ public:
         std::vector<int> slots;                   // activation slots per chunk; empty: 1 each
         TensorParallel* tp = nullptr;             // null: no tensor parallelism
         bool sequence_parallel = false;
+        DType precision = DType::F32;             // activations and the parameters bind() is given
+        Recompute recompute = Recompute::None;
         int unit_multiple = 1;                    // make_gpt2_layout's (the data-parallel size)
         int threads = 1;                          // OpenMP threads (attention scratch)
     };
@@ -65,20 +67,26 @@ public:
     // Parameter units of a chunk in forward order.
     const std::vector<int>& chunk_units(int chunk) const { return chunks_[size_t(chunk)].units; }
 
-    // Parameters and gradients: flat buffers of layout().total floats owned by the caller.
-    void bind(float* params, float* grads);
+    // Parameters and gradients: flat buffers of layout().total elements owned by the caller; the
+    // parameters of the precision's type (fp32, or the 16-bit copy of mixed precision), the
+    // gradients always fp32.
+    void bind(void* params, float* grads);
     // Points one unit at its own storage (same layout as its range of the flat buffer): ZeRO-3 binds
     // gathered parameters just before a unit runs, ZeRO-2 a temporary gradient buffer. Null keeps.
-    void bind_unit(int unit, float* params, float* grads);
+    void bind_unit(int unit, void* params, float* grads);
+    DType precision() const { return ctx_.act; }
     void set_matmul_precision(kernels::MatmulPrecision p);
     kernels::MatmulPrecision matmul_precision() const { return ctx_.precision; }
 
-    // Floats of the activation that crosses a chunk boundary for a B x T micro-batch: (Nl, C).
+    // Elements of the activation that crosses a chunk boundary for a B x T micro-batch: (Nl, C); its
+    // bytes (the precision's type) and its gradient's (fp32).
     size_t boundary_floats(int B, int T) const { return size_t(ctx_.rows(B * T)) * size_t(config_.n_embd); }
+    size_t boundary_bytes(int B, int T) const { return boundary_floats(B, T) * dtype_bytes(ctx_.act); }
+    size_t grad_bytes(int B, int T) const { return boundary_floats(B, T) * sizeof(float); }
     // input: where the previous chunk's output is received (chunks without the embedding).
-    float* input(int chunk, int slot);
-    const float* output(int chunk, int slot) const;
-    // dres: receives d(output) before backward (chunks without the head); holds d(input) after it.
+    void* input(int chunk, int slot);
+    const void* output(int chunk, int slot) const;
+    // dres (fp32): receives d(output) before backward (chunks without the head); holds d(input) after it.
     float* dres(int chunk) { return chunks_[size_t(chunk)].dres.data(); }
 
     // Forward of a chunk for the B x T micro-batch in slot. inputs: token ids (the embedding's chunk);
@@ -99,13 +107,22 @@ public:
     // all slots, boundary buffers and scratch.
     size_t slot_bytes(int chunk) const;
     size_t activation_bytes() const;
+    // What one block keeps for its backward per micro-batch: its input and saved activations
+    // (values), and separately the LayerNorm statistics (fp32). -1 if the part holds no block.
+    struct BlockBytes {
+        long long values = -1, stats = 0;
+    };
+    BlockBytes block_bytes() const;
+    // Buffers that recomputation needs once (not per micro-batch): a block's activations (full) or
+    // its probabilities (selective).
+    size_t recompute_bytes() const;
 
 private:
     struct Slot {
         AlignedBuffer<int> tokens;               // (N) the embedding's inputs
-        std::vector<AlignedBuffer<float>> x;     // residual stream: x[k] enters the chunk's k-th
+        std::vector<TypedBuffer> x;              // residual stream (act): x[k] enters the chunk's k-th
                                                  // compute unit; x.back() leaves the chunk
-        std::vector<BlockActs> blocks;
+        std::vector<BlockActs> blocks;           // none under full recomputation
         HeadActs head;
         int B = 0, T = 0;
         bool has_grad = false;
@@ -117,9 +134,15 @@ private:
         std::vector<Slot> slots;
         AlignedBuffer<float> dres;  // (Nl, C)
     };
-    BlockWeights block_weights(int l) const;
+    BlockWeights block_weights(int l);
+    BlockActs& acts(Slot& s, int block);  // the slot's, or under full recomputation the shared one
     BlockGrads block_grads(int l) const;
-    const float* param(int unit, int i) const { return unit_params_[size_t(unit)] + local_offset(unit, i); }
+    // Parameter i of unit as bound (matrices: the precision's type), and a vector parameter as fp32
+    // (mixed precision: widened into vec_).
+    const void* param(int unit, int i) const {
+        return static_cast<const char*>(unit_params_[size_t(unit)]) + local_offset(unit, i) * dtype_bytes(ctx_.act);
+    }
+    const float* vec(int unit, int i);
     float* grad(int unit, int i) const { return unit_grads_[size_t(unit)] + local_offset(unit, i); }
     size_t local_offset(int unit, int i) const {
         const Unit& u = layout_.units[size_t(unit)];
@@ -132,7 +155,12 @@ private:
     Scratch scratch_;
     UnitContext ctx_;
     std::vector<Chunk> chunks_;
-    std::vector<float*> unit_params_, unit_grads_;
+    std::vector<void*> unit_params_;
+    std::vector<float*> unit_grads_;
+    AlignedBuffer<float> vec_;            // mixed precision: the unit in use's vectors, fp32
+    std::vector<std::vector<size_t>> vec_at_;  // per unit, per parameter: its place in vec_
+    BlockActs recompute_acts_;            // full recomputation: one block's, reused
+    TypedBuffer recompute_out_;           // full recomputation: the recomputed block output
     std::vector<int> block_unit_;   // block l -> its parameter unit, -1 if not here
     int wte_unit_ = -1, wpe_unit_ = -1, head_unit_ = -1;
     bool head_writes_wte_ = false;  // the head is on this rank: its GEMM writes wte's gradient first

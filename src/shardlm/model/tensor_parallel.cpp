@@ -15,6 +15,9 @@ public:
     void all_gather(const float* in, float* out, size_t n) override {
         if (in != out && n) std::memmove(out, in, n * sizeof(float));
     }
+    void all_gather_bytes(const void* in, void* out, size_t n) override {
+        if (in != out && n) std::memmove(out, in, n);
+    }
     void reduce_scatter_sum(const float* in, float* out, size_t n) override {
         if (in != out && n) std::memmove(out, in, n * sizeof(float));
     }

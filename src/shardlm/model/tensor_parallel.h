@@ -24,6 +24,8 @@ public:
     virtual void all_reduce_max(float* x, size_t n) = 0;
     // out: size() * n_per_rank floats; block r = rank r's in.
     virtual void all_gather(const float* in, float* out, size_t n_per_rank) = 0;
+    // The same for any element type (16-bit activations): bytes_per_rank bytes each.
+    virtual void all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) = 0;
     // in: size() * n_per_rank floats; out = block rank() of the sum over ranks.
     virtual void reduce_scatter_sum(const float* in, float* out, size_t n_per_rank) = 0;
 };

@@ -7,12 +7,21 @@
 // Ct = C/tp (this rank's attention heads), F = 4C/tp, Vt = Vp/tp (this rank's vocabulary rows).
 // Contract (llm.c's): parameter gradients are +=, except GEMM weights, which are = when
 // `accumulate` is false (the first micro-batch: no pass to zero them); activations are =.
-// The caller zeroes the other gradients of a unit before its first backward of a step
-// (zero_accumulated_grads).
+// The caller zeroes the other gradients of a unit before its first backward of a step.
+//
+// Precision (UnitContext): activations a step keeps, the residual stream included, are stored as
+// `act` (fp32, or bf16/fp16 in mixed precision); the units read matrices as `wt` (fp32, or the
+// 16-bit copy of the parameters) and vectors (LayerNorm gains, biases) in fp32; GEMMs accumulate in
+// fp32; LayerNorm statistics, softmax, the loss and every gradient stay fp32.
+// Recomputation: `full` keeps only each block's input and re-runs the block before its backward;
+// `selective` keeps everything but the attention probabilities (the part that grows with T^2) and
+// recomputes them from the kept q, k, v.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "shardlm/core/aligned_buffer.h"
+#include "shardlm/core/dtype.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
@@ -20,15 +29,20 @@
 
 namespace shardlm::model {
 
+enum class Recompute { None, Full, Selective };
+Recompute parse_recompute(const std::string& name);  // none | full | selective
+const char* recompute_name(Recompute r);
+
 // Buffers shared by all units of a rank (used within one unit's forward or backward only).
 struct Scratch {
-    AlignedBuffer<float> gathered;   // (N, C): an all-gathered LayerNorm output or gradient (SP)
-    AlignedBuffer<float> dln;        // (N, C): a linear layer's input gradient, partial under TP;
-                                     // also a row-parallel output before its reduction
-    AlignedBuffer<float> reduced;    // (Nl, C): a reduce-scattered one (SP)
+    AlignedBuffer<float> gathered;  // (N, C): an all-gathered activation (act) or gradient (fp32) (SP)
+    AlignedBuffer<float> dln;       // (N, C): a linear layer's input gradient, partial under TP;
+                                    // also a row-parallel output before its reduction
+    AlignedBuffer<float> reduced;   // (Nl, C): a reduce-scattered one (SP)
     AlignedBuffer<float> dqkv, datty, dfch, attn;  // (N, 3Ct), (N, Ct), (N, F), attention backward
-    AlignedBuffer<float> ce;         // (3N): vocabulary-parallel cross-entropy statistics
-    void allocate(const GptConfig& c, int B, int T, int tp, int threads);
+    AlignedBuffer<float> ce;        // (3N): vocabulary-parallel cross-entropy statistics
+    TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
+    void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r);
     size_t bytes() const;
 };
 
@@ -37,50 +51,57 @@ struct UnitContext {
     const GptConfig* cfg = nullptr;
     TensorParallel* tp = nullptr;  // never null: no_tensor_parallel() for one rank
     bool sp = false;               // sequence parallelism
-    kernels::MatmulPrecision precision = kernels::MatmulPrecision::fp32;
+    kernels::MatmulPrecision precision = kernels::MatmulPrecision::fp32;  // fp32 activations only
+    DType act = DType::F32;        // stored activations
+    DType wt = DType::F32;         // matrices as the units read them
+    Recompute recompute = Recompute::None;
     Scratch* scratch = nullptr;
     int tp_size() const { return tp->size(); }
     int rows(int N) const { return sp ? N / tp->size() : N; }  // Nl
+    bool mixed() const { return act != DType::F32; }
+    // bf16 products: the classifier writes its gradient in bf16 for them
+    bool bf16_products() const { return act == DType::BF16 || precision == kernels::MatmulPrecision::bf16; }
 };
 
-// Saved activations of one block for one micro-batch.
+// Saved activations of one block for one micro-batch (act type; statistics fp32).
 struct BlockActs {
-    AlignedBuffer<float> ln1, ln1_mean, ln1_rstd;  // (Nl, C), (Nl), (Nl)
-    AlignedBuffer<float> qkv;                       // (N, 3Ct)
-    AlignedBuffer<float> att;                       // (B, NH/tp, T, T) softmax probabilities
-    AlignedBuffer<float> atty;                      // (N, Ct)
-    AlignedBuffer<float> resid2;                    // (Nl, C)
-    AlignedBuffer<float> ln2, ln2_mean, ln2_rstd;   // (Nl, C), (Nl), (Nl)
-    AlignedBuffer<float> fch, fch_gelu;             // (N, F)
-    // for_decoding: one sequence, B*T rows, no attention probabilities (they are not kept).
-    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool for_decoding = false);
-    size_t bytes() const;
+    TypedBuffer ln1, qkv, att, atty, resid2, ln2, fch, fch_gelu;  // (Nl,C) (N,3Ct) (B,NH/tp,T,T) (N,Ct)
+                                                                  // (Nl,C) (Nl,C) (N,F) (N,F)
+    AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (Nl)
+    // keep_att: the probabilities are kept (no selective recomputation); for_decoding: one sequence,
+    // none kept (generation).
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att);
+    size_t bytes() const;        // everything
+    size_t stats_bytes() const;  // the LayerNorm statistics alone
 };
 
-// Key/value cache of one block for incremental decoding (one sequence, no tensor parallelism).
+// Key/value cache of one block for incremental decoding (one sequence, fp32, no tensor parallelism).
 struct KvLayer {
     float* k = nullptr;  // (n_ctx, C)
     float* v = nullptr;  // (n_ctx, C)
     float* scores = nullptr;  // n_ctx floats of scratch
 };
 
+// Parameters of a block: matrices as the context's wt, vectors (LayerNorms, biases) as fp32.
 struct BlockWeights {
-    const float* w[kNumBlockParams];
+    const void* w[kNumBlockParams];
+    const float* vec(int i) const { return static_cast<const float*>(w[i]); }
 };
 struct BlockGrads {
     float* g[kNumBlockParams];
 };
 
-// y (Nl, C) = block(x (Nl, C)). With kv (decoding, tp 1): the T rows are positions pos .. pos+T-1
-// of one sequence (B = 1) attending to the cache.
-void block_forward(const UnitContext& u, const BlockWeights& w, BlockActs& a, const float* x, float* y, int B, int T,
+// y (Nl, C) = block(x (Nl, C)), both act. With kv (decoding, fp32, tp 1): the T rows are positions
+// pos .. pos+T-1 of one sequence (B = 1) attending to the cache.
+void block_forward(const UnitContext& u, const BlockWeights& w, BlockActs& a, const void* x, void* y, int B, int T,
                    KvLayer* kv = nullptr, int pos = 0);
-// dres (Nl, C): d(y) on entry, d(x) on return.
+// dres (Nl, C) fp32: d(y) on entry, d(x) on return. With Recompute::Selective the probabilities are
+// recomputed first (a.att empty).
 void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrads& g, const BlockActs& a,
-                    const float* x, float* dres, int B, int T, bool accumulate);
+                    const void* x, float* dres, int B, int T, bool accumulate);
 
-// x0 (Nl, C) = wte[tokens] + wpe[positions] (wte: this rank's vocabulary rows).
-void embedding_forward(const UnitContext& u, const float* wte, const float* wpe, const int* tokens, float* x0, int B,
+// x0 (Nl, C) = wte[tokens] + wpe[positions] (wte: this rank's vocabulary rows; wt in, act out).
+void embedding_forward(const UnitContext& u, const void* wte, const void* wpe, const int* tokens, void* x0, int B,
                        int T);
 // dx0 (Nl, C) -> dwte (+=), dwpe (+=).
 void embedding_backward(const UnitContext& u, float* dwte, float* dwpe, const float* dx0, const int* tokens, int B,
@@ -88,12 +109,13 @@ void embedding_backward(const UnitContext& u, float* dwte, float* dwpe, const fl
 
 // Saved activations of the head for one micro-batch.
 struct HeadActs {
-    AlignedBuffer<float> lnf, lnf_mean, lnf_rstd;  // (Nl, C), (Nl), (Nl)
+    TypedBuffer lnf;                                // (Nl, C) act
+    AlignedBuffer<float> lnf_mean, lnf_rstd;        // (Nl)
     AlignedBuffer<float> logits;                    // (N, Vt): logits, then their gradient
     AlignedBuffer<float> losses;                    // (N)
     AlignedBuffer<int> targets;                     // (N)
-    AlignedBuffer<unsigned short> dlogits_bf16;     // (N, Vt) at bf16 matmul precision
-    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16);
+    AlignedBuffer<unsigned short> dlogits_bf16;     // (N, Vt) with bf16 products
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad);
     size_t bytes() const;
 };
 
@@ -101,10 +123,10 @@ struct HeadActs {
 // cross-entropy (vocabulary-parallel across the group: the full (N, V) logits never exist on one
 // rank). Returns the sum of the N losses (the same on every tensor-parallel rank). With dloss != 0
 // leaves d(loss_sum * dloss)/dlogits for head_backward. Without targets only the logits are computed.
-double head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, const float* wte, HeadActs& a,
-                    const float* xL, const int* targets, int B, int T, float dloss);
-// dxL (Nl, C) = d(loss)/d(xL) (=); dwte (+=, or = if !accumulate), dlnf_w, dlnf_b (+=).
-void head_backward(const UnitContext& u, const float* lnf_w, const float* wte, float* dlnf_w, float* dlnf_b, float* dwte,
-                   HeadActs& a, const float* xL, float* dxL, int B, int T, bool accumulate);
+double head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, const void* wte, HeadActs& a,
+                    const void* xL, const int* targets, int B, int T, float dloss);
+// dxL (Nl, C) = d(loss)/d(xL) (=, fp32); dwte (+=, or = if !accumulate), dlnf_w, dlnf_b (+=).
+void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, float* dlnf_w, float* dlnf_b, float* dwte,
+                   HeadActs& a, const void* xL, float* dxL, int B, int T, bool accumulate);
 
 }  // namespace shardlm::model

@@ -44,12 +44,11 @@ std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int
 }
 
 size_t pp_step_bytes(const model::ModelPart& part, const Schedule& s, int rank, int rows, int T) {
-    const size_t bytes = part.boundary_floats(rows, T) * sizeof(float);
     size_t out = 0;
     for (int c = 0; c < s.virtual_stages; c++) {
         const int mc = s.model_chunk(rank, c);
-        if (mc < s.num_model_chunks() - 1) out += size_t(s.micro) * bytes;  // activations forward
-        if (mc > 0) out += size_t(s.micro) * bytes;                         // gradients backward
+        if (mc < s.num_model_chunks() - 1) out += size_t(s.micro) * part.boundary_bytes(rows, T);  // activations
+        if (mc > 0) out += size_t(s.micro) * part.grad_bytes(rows, T);  // their gradients, fp32
     }
     return out;
 }

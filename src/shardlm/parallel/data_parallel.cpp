@@ -11,18 +11,23 @@
 namespace shardlm::parallel {
 
 struct DataParallel::Slot {
-    AlignedBuffer<float> buf;      // a unit's parameters (stage 3) or gradient (stages 2-3)
-    AlignedBuffer<float> scratch;  // grad slots: this rank's reduce-scattered slice
+    AlignedBuffer<unsigned char> buf;  // a unit's parameters (stage 3, the model's type) or gradient (fp32)
+    AlignedBuffer<float> scratch;      // grad slots: this rank's reduce-scattered slice
+    AlignedBuffer<unsigned short> buf16, scratch16;  // grad slots reduced in 16 bits
     int unit = -1;
-    bool first = true;             // grad slots: first micro-batch of the step (copy, not add)
-    uint64_t used = 0;             // when it was last handed out (least recently used is replaced)
+    bool first = true;                 // grad slots: first micro-batch of the step (copy, not add)
+    uint64_t used = 0;                 // when it was last handed out (least recently used is replaced)
     comm::Request req;
+    float* f32() { return reinterpret_cast<float*>(buf.data()); }
 };
 
-DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, double bucket_mb, bool single_stage)
+DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, double bucket_mb, bool single_stage,
+                           DType reduce_dtype)
     : dp_(dp), part_(part), units_(part.layout().units), zero_(zero), single_stage_(single_stage) {
     SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
     SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
+    pt_ = part.precision();
+    rt_ = reduce_dtype;
     bucket_elems_ = size_t(bucket_mb * 1024 * 1024 / sizeof(float));
     const model::Layout& layout = part.layout();
     const size_t total = layout.total, n = size_t(dp.size());
@@ -37,21 +42,27 @@ DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, do
         if (int(u) != wte_unit_) max_unit = std::max(max_unit, units_[u].numel);
         max_shard = std::max(max_shard, units_[u].numel / n);
     }
-    if (zero_ < 3) params_.resize(total);
-    else param_shards_.resize(total / n);
+    const bool mixed = pt_ != DType::F32;
+    master_full_ = mixed ? zero_ == 0 : zero_ < 3;
+    master_.resize(master_full_ ? total : total / n);
+    if (mixed) model16_.resize(zero_ < 3 ? total : total / n);
     if (zero_ < 2) grads_.resize(total);
     else grad_shards_.resize(total / n);
+    if (zero_ < 2 && rt_ != DType::F32) grads16_.resize(total);
     const size_t wte_numel = wte_unit_ >= 0 ? units_[size_t(wte_unit_)].numel : 0;
-    auto make_slots = [&](std::vector<std::unique_ptr<Slot>>& slots, bool with_scratch) {
+    auto make_slots = [&](std::vector<std::unique_ptr<Slot>>& slots, size_t elem_bytes, bool grad) {
         slots.resize(3);
         for (size_t i = 0; i < 3; i++) {
             slots[i] = std::make_unique<Slot>();
-            slots[i]->buf.resize(i == 0 ? wte_numel : max_unit);
-            if (with_scratch) slots[i]->scratch.resize(i == 0 ? wte_numel / n : max_shard);
+            const size_t numel = i == 0 ? wte_numel : max_unit, shard = i == 0 ? wte_numel / n : max_shard;
+            slots[i]->buf.resize(numel * elem_bytes);
+            if (!grad) continue;
+            slots[i]->scratch.resize(shard);
+            if (rt_ != DType::F32) slots[i]->buf16.resize(numel), slots[i]->scratch16.resize(shard);
         }
     };
-    if (zero_ == 3) make_slots(param_slots_, false);
-    if (zero_ >= 2) make_slots(grad_slots_, true);
+    if (zero_ == 3) make_slots(param_slots_, dtype_bytes(pt_), false);
+    if (zero_ >= 2) make_slots(grad_slots_, sizeof(float), true);
     // ZeRO-0 buckets, per chunk: a chunk's units finish in descending memory order (the head and the
     // tied copy, the last block, ..., the embedding), so a bucket is one contiguous range, closed by
     // its lowest unit once it reaches bucket_elems_ (or at the chunk's first unit).
@@ -82,13 +93,23 @@ DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, do
         }
         if (units_[u].offset + units_[u].numel > at) gaps_[u].push_back({at - units_[u].offset, units_[u].numel});
     }
-    part_.bind(zero_ < 3 ? params_.data() : nullptr, zero_ < 2 ? grads_.data() : nullptr);
+    void* model_params = nullptr;  // stage 3 binds gathered units as they run
+    if (zero_ < 3) model_params = mixed ? static_cast<void*>(model16_.data()) : static_cast<void*>(master_.data());
+    part_.bind(model_params, zero_ < 2 ? grads_.data() : nullptr);
 }
 
 DataParallel::~DataParallel() {
     for (auto& r : pending_) r.wait();
+    for (auto& r : reduces_) r.req.wait();
     for (auto& s : param_slots_) s->req.wait();
     for (auto& s : grad_slots_) s->req.wait();
+}
+
+size_t DataParallel::comm_buffer_bytes() const {
+    size_t n = grads16_.bytes();
+    for (const auto& s : param_slots_) n += s->buf.bytes();
+    for (const auto& s : grad_slots_) n += s->buf.bytes() + s->scratch.bytes() + s->buf16.bytes() + s->scratch16.bytes();
+    return n;
 }
 
 optim::Range DataParallel::shard(int unit) const {
@@ -97,33 +118,52 @@ optim::Range DataParallel::shard(int unit) const {
     return {u.offset + s * size_t(dp_.rank()), u.offset + s * size_t(dp_.rank() + 1)};
 }
 
+float* DataParallel::master_slice(int unit) {
+    return master_full_ ? master_.data() + shard(unit).begin : master_.data() + shard_offset(unit);
+}
+
+void DataParallel::round_to_model(int unit) {
+    // this rank's slice of the unit, rounded into the 16-bit copy (whole at stages 0-2, packed at 3)
+    const size_t at = zero_ < 3 ? shard(unit).begin : shard_offset(unit);
+    convert_from_f32(model16_.data() + at, pt_, master_slice(unit), shard_elems(unit));
+}
+
 std::vector<std::pair<model::FlatRange, float*>> DataParallel::param_storage() {
-    if (zero_ < 3) return {{model::FlatRange{0, part_.layout().total}, params_.data()}};
+    if (master_full_) return {{model::FlatRange{0, part_.layout().total}, master_.data()}};
     std::vector<std::pair<model::FlatRange, float*>> out;
     for (size_t u = 0; u < units_.size(); u++) {
         optim::Range r = shard(int(u));
-        out.push_back({model::FlatRange{r.begin, r.end}, param_shards_.data() + shard_offset(int(u))});
+        out.push_back({model::FlatRange{r.begin, r.end}, master_slice(int(u))});
     }
     return out;
+}
+
+void DataParallel::params_loaded() {
+    if (pt_ == DType::F32) return;
+    if (zero_ == 0) {  // every rank holds the whole master
+        convert_from_f32(model16_.data(), pt_, master_.data(), master_.size());
+        return;
+    }
+    after_step();  // each rank's slices, then (stages 1-2) the all-gather
 }
 
 std::vector<DataParallel::Slice> DataParallel::slices() const {
     std::vector<Slice> out;
     for (size_t u = 0; u < units_.size(); u++) {
         const optim::Range r = shard(int(u));
-        const float* p = zero_ < 3 ? params_.data() + r.begin : param_shards_.data() + shard_offset(int(u));
+        const float* p = master_full_ ? master_.data() + r.begin : master_.data() + shard_offset(int(u));
         out.push_back({model::FlatRange{r.begin, r.end}, p, zero_ == 0 ? r.begin : shard_offset(int(u))});
     }
     return out;
 }
 
 void DataParallel::gather_params(float* out) {
-    if (zero_ < 3) {
-        std::memcpy(out, params_.data(), params_.bytes());
+    if (master_full_) {
+        std::memcpy(out, master_.data(), master_.bytes());
         return;
     }
     for (size_t u = 0; u < units_.size(); u++)
-        dp_.all_gather(param_shards_.data() + shard_offset(int(u)), out + units_[u].offset, shard_elems(int(u)));
+        dp_.all_gather(master_.data() + shard_offset(int(u)), out + units_[u].offset, shard_elems(int(u)));
 }
 
 // ---- stage 3: gathering parameters -------------------------------------------------------------
@@ -143,10 +183,13 @@ void DataParallel::prefetch(int unit) {
     Slot& s = *param_slots_[size_t(pick_slot(param_slots_, unit, last_unit_))];
     s.req.wait();
     s.unit = unit;
-    s.req = dp_.iall_gather(param_shards_.data() + shard_offset(unit), s.buf.data(), shard_elems(unit));
+    const size_t eb = dtype_bytes(pt_);
+    const void* mine = pt_ == DType::F32 ? static_cast<const void*>(master_.data() + shard_offset(unit))
+                                         : static_cast<const void*>(model16_.data() + shard_offset(unit));
+    s.req = dp_.iall_gather_bytes(mine, s.buf.data(), shard_elems(unit) * eb);
 }
 
-float* DataParallel::gathered(int unit) {
+void* DataParallel::gathered(int unit) {
     prefetch(unit);  // no-op if it is there or on its way
     for (auto& sp : param_slots_) {
         Slot& s = *sp;
@@ -181,7 +224,7 @@ void DataParallel::begin_pass(int chunk, bool forward, int micro, int count) {
 
 void DataParallel::before_forward(int unit, int next) {
     if (zero_ < 3) return;
-    float* p = gathered(unit);
+    void* p = gathered(unit);
     if (unit != wte_unit_) last_unit_ = unit;
     part_.bind_unit(unit, p, nullptr);
     if (next >= 0) prefetch(next);
@@ -205,11 +248,12 @@ void DataParallel::finish_grad_slot(Slot& s) {
     exposed_s_ += now_s() - t0;
     if (s.unit < 0) return;
     float* dst = grad_shards_.data() + shard_offset(s.unit);
-    size_t n = shard_elems(s.unit);
+    const size_t n = shard_elems(s.unit);
+    const float* src = s.scratch.data();
+    if (rt_ != DType::F32) convert_to_f32(s.scratch.data(), s.scratch16.data(), rt_, n);
     if (s.first) {
-        std::memcpy(dst, s.scratch.data(), n * sizeof(float));
+        std::memcpy(dst, src, n * sizeof(float));
     } else {
-        const float* src = s.scratch.data();
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) dst[i] += src[i];
     }
@@ -217,7 +261,7 @@ void DataParallel::finish_grad_slot(Slot& s) {
 }
 
 void DataParallel::before_backward(int unit, int next) {
-    float* p = nullptr;
+    void* p = nullptr;
     if (zero_ == 3) {
         p = gathered(unit);
         if (unit != wte_unit_) last_unit_ = unit;
@@ -228,7 +272,7 @@ void DataParallel::before_backward(int unit, int next) {
         s.unit = unit;
         s.first = micro_index_ == 0;
         s.used = ++clock_;
-        g = s.buf.data();
+        g = s.f32();
         // backward writes every parameter's gradient (=); the gaps between them must be zero too
         for (const auto& [b, e] : gaps_[size_t(unit)]) std::memset(g + b, 0, (e - b) * sizeof(float));
     }
@@ -242,22 +286,43 @@ void DataParallel::after_backward(int unit) {
         for (auto& sp : grad_slots_) {
             Slot& s = *sp;
             if (s.unit != unit) continue;
-            if (pre_reduce_) pre_reduce_(unit, s.buf.data());
-            s.req = dp_.ireduce_scatter_sum(s.buf.data(), s.scratch.data(), shard_elems(unit));
+            if (pre_reduce_) pre_reduce_(unit, s.f32());
+            if (rt_ == DType::F32) {
+                s.req = dp_.ireduce_scatter_sum(s.f32(), s.scratch.data(), shard_elems(unit));
+            } else {
+                convert_from_f32(s.buf16.data(), rt_, s.f32(), u.numel);
+                s.req = dp_.ireduce_scatter_sum(s.buf16.data(), s.scratch16.data(), shard_elems(unit), rt_);
+            }
             return;
         }
         fail("ZeRO-", zero_, ": no gradient buffer for unit ", u.name);
     }
     if (!last_micro()) return;  // stages 0-1 reduce once, after the last micro-batch
     if (pre_reduce_) pre_reduce_(unit, grads_.data() + u.offset);
-    if (zero_ == 1) {
-        optim::Range r = shard(unit);
-        pending_.push_back(dp_.ireduce_scatter_sum(grads_.data() + u.offset, grads_.data() + r.begin, shard_elems(unit)));
+    // the range to reduce: the unit (stage 1) or the bucket this unit completes (stage 0)
+    optim::Range range{u.offset, u.offset + u.numel};
+    if (zero_ == 0) {
+        const int b = closes_bucket_[size_t(unit)];
+        if (b < 0) return;
+        range = buckets_[size_t(b)];
+    }
+    const optim::Range mine = zero_ == 1 ? shard(unit) : range;  // what this rank keeps
+    if (rt_ == DType::F32) {
+        if (zero_ == 1)
+            reduces_.push_back({dp_.ireduce_scatter_sum(grads_.data() + range.begin, grads_.data() + mine.begin,
+                                                        shard_elems(unit)),
+                                {}});
+        else
+            reduces_.push_back({dp_.iall_reduce_sum(grads_.data() + range.begin, range.size()), {}});
         return;
     }
-    // stage 0: all-reduce the bucket this unit completes, if any
-    if (int b = closes_bucket_[size_t(unit)]; b >= 0)
-        pending_.push_back(dp_.iall_reduce_sum(grads_.data() + buckets_[size_t(b)].begin, buckets_[size_t(b)].size()));
+    convert_from_f32(grads16_.data() + range.begin, rt_, grads_.data() + range.begin, range.size());
+    if (zero_ == 1)
+        reduces_.push_back({dp_.ireduce_scatter_sum(grads16_.data() + range.begin, grads16_.data() + mine.begin,
+                                                    shard_elems(unit), rt_),
+                            mine});
+    else
+        reduces_.push_back({dp_.iall_reduce_sum(grads16_.data() + range.begin, range.size(), rt_), mine});
 }
 
 void DataParallel::end_pass(int chunk, bool forward) {
@@ -267,9 +332,11 @@ void DataParallel::end_pass(int chunk, bool forward) {
 
 void DataParallel::finish_step() {
     double t0 = now_s();
-    for (auto& r : pending_) r.wait();
+    for (auto& r : reduces_) r.req.wait();
     exposed_s_ += now_s() - t0;
-    pending_.clear();
+    for (auto& r : reduces_)
+        if (r.back.size()) convert_to_f32(grads_.data() + r.back.begin, grads16_.data() + r.back.begin, rt_, r.back.size());
+    reduces_.clear();
 }
 
 void DataParallel::sum_tied_grads(comm::Group& g) {
@@ -308,10 +375,9 @@ std::vector<optim::Range> DataParallel::owned_ranges() const {
 }
 
 std::vector<float*> DataParallel::owned_params() {
-    if (zero_ == 0) return {params_.data()};
+    if (zero_ == 0) return {master_.data()};
     std::vector<float*> p;
-    for (size_t u = 0; u < units_.size(); u++)
-        p.push_back(zero_ < 3 ? params_.data() + shard(int(u)).begin : param_shards_.data() + shard_offset(int(u)));
+    for (size_t u = 0; u < units_.size(); u++) p.push_back(master_slice(int(u)));
     return p;
 }
 
@@ -324,86 +390,31 @@ std::vector<const float*> DataParallel::owned_grads() {
 }
 
 void DataParallel::after_step() {
-    if (zero_ != 1 && zero_ != 2) return;
-    for (size_t u = 0; u < units_.size(); u++) {
-        optim::Range r = shard(int(u));
-        pending_.push_back(dp_.iall_gather(params_.data() + r.begin, params_.data() + units_[u].offset, shard_elems(int(u))));
+    if (pt_ != DType::F32) {
+        if (zero_ == 0) {
+            convert_from_f32(model16_.data(), pt_, master_.data(), master_.size());
+            return;
+        }
+        for (size_t u = 0; u < units_.size(); u++) round_to_model(int(u));
+        if (zero_ == 3) return;
+        // stages 1-2: every rank's rounded slices to every rank, 16 bits each
+        for (size_t u = 0; u < units_.size(); u++) {
+            const optim::Range r = shard(int(u));
+            pending_.push_back(dp_.iall_gather_bytes(model16_.data() + r.begin, model16_.data() + units_[u].offset,
+                                                     shard_elems(int(u)) * dtype_bytes(pt_)));
+        }
+    } else {
+        if (zero_ != 1 && zero_ != 2) return;
+        for (size_t u = 0; u < units_.size(); u++) {
+            optim::Range r = shard(int(u));
+            pending_.push_back(
+                dp_.iall_gather(master_.data() + r.begin, master_.data() + units_[u].offset, shard_elems(int(u))));
+        }
     }
     double t0 = now_s();
     for (auto& r : pending_) r.wait();  // nothing to overlap with: the next step needs the parameters
     exposed_s_ += now_s() - t0;
     pending_.clear();
-}
-
-// ---- reports --------------------------------------------------------------------------------------
-
-MemoryReport DataParallel::memory(const optim::Optimizer& opt) const {
-    MemoryReport m;
-    m.params = params_.bytes() + param_shards_.bytes();
-    m.grads = grads_.bytes() + grad_shards_.bytes();
-    m.optimizer = opt.state_bytes();
-    m.activations = part_.activation_bytes();
-    for (const auto& s : param_slots_) m.comm_buffers += s->buf.bytes() + s->scratch.bytes();
-    for (const auto& s : grad_slots_) m.comm_buffers += s->buf.bytes() + s->scratch.bytes();
-    return m;
-}
-
-std::string DataParallel::memory_report(const optim::Optimizer& opt) const {
-    const MemoryReport m = memory(opt);
-    const double psi = double(part_.layout().total), n = dp_.size();
-    // optimiser state bytes per parameter: SGD 0, momentum/AdaGrad 4, Adam(W) 8
-    const double k = opt.owned_elems() ? double(opt.state_bytes()) / double(opt.owned_elems()) : 0.0;
-    double fp = zero_ < 3 ? 4 * psi : 4 * psi / n;
-    double fg = zero_ < 2 ? 4 * psi : 4 * psi / n;
-    double fo = zero_ == 0 ? k * psi : k * psi / n;
-    const char* formula[] = {"4P + 4P + kP", "4P + 4P + kP/N", "4P + (4P + kP)/N", "(4P + 4P + kP)/N"};
-    char buf[2048];
-    auto mib = [](double b) { return b / (1024.0 * 1024.0); };
-    std::snprintf(buf, sizeof(buf),
-                  "  ZeRO-%d over %d data-parallel ranks (fp32: no separate master copy; k = %.0f bytes of optimiser "
-                  "state per parameter; P = %.0f elements of this rank's part, incl. padding)\n"
-                  "  %-22s %12s %12s\n"
-                  "  %-22s %12.2f %12.2f\n  %-22s %12.2f %12.2f\n  %-22s %12.2f %12.2f\n  %-22s %12.2f %12.2f\n"
-                  "  %-22s %12.2f %12s\n  %-22s %12.2f %12.2f   formula %s\n",
-                  zero_, dp_.size(), k, psi, "MiB", "allocated", "formula", "parameters", mib(double(m.params)),
-                  mib(fp), "gradients", mib(double(m.grads)), mib(fg), "master weights", mib(double(m.master)), 0.0,
-                  "optimizer state", mib(double(m.optimizer)), mib(fo), "communication buffers",
-                  mib(double(m.comm_buffers)), "-", "model states total",
-                  mib(double(m.params + m.grads + m.master + m.optimizer)), mib(fp + fg + fo), formula[zero_]);
-    return buf;
-}
-
-std::array<size_t, 3> DataParallel::expected_step_bytes(int micro) const {
-    const int n = dp_.size();
-    std::array<size_t, 3> b{0, 0, 0};  // all-reduce, reduce-scatter, all-gather
-    auto rs = [&](size_t elems) { return comm::Group::ring_bytes_rank(comm::OpKind::ReduceScatter, elems, 4, n, dp_.rank()); };
-    auto ag = [&](size_t elems) { return comm::Group::ring_bytes_rank(comm::OpKind::AllGather, elems, 4, n, dp_.rank()); };
-    if (zero_ == 0) {
-        for (const optim::Range& r : buckets_)
-            b[0] += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, r.size(), 4, n, dp_.rank());
-        return b;
-    }
-    // ZeRO-3 with one stage: the backward starts with what the forward left gathered: wte (its own
-    // slot) and the last two other units (the last block and the head).
-    std::vector<bool> resident(units_.size(), false);
-    if (single_stage_) {
-        int seen = 0;
-        for (size_t u = units_.size(); u-- > 0;) {
-            if (int(u) == wte_unit_) resident[u] = true;
-            else if (seen < 2) resident[u] = true, seen++;
-        }
-    }
-    for (size_t u = 0; u < units_.size(); u++) {
-        const size_t e = units_[u].numel;
-        b[1] += rs(e) * size_t(zero_ == 1 ? 1 : micro);
-        if (zero_ < 3) {
-            b[2] += ag(e);
-        } else {
-            b[2] += ag(e) * size_t(micro);                   // forward
-            if (!resident[u]) b[2] += ag(e) * size_t(micro);  // backward
-        }
-    }
-    return b;
 }
 
 }  // namespace shardlm::parallel

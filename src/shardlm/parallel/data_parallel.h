@@ -23,6 +23,13 @@
 // The token embedding wte is read by the embedding and by the tied head: under ZeRO-3 it has a
 // gather slot of its own, and with one pipeline stage it stays gathered from the forward to the
 // backward of a micro-batch (the head's backward writes its gradient first).
+//
+// Mixed precision (the part's precision bf16/fp16): the model reads a 16-bit copy of the parameters
+// (whole at stages 0-2, this rank's slices at stage 3, gathered in 16 bits: half the bytes); the
+// optimiser updates fp32 master weights, and with ZeRO >= 1 only this rank's slices of them exist;
+// after the step each rank rounds its slices into the 16-bit copy and (stages 1-2) all-gathers that.
+// Gradients accumulate in fp32 (Megatron's default for bf16: no precision lost across micro-batches);
+// reduce_dtype bf16/fp16 rounds them for the reduction only, which then moves half the bytes.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -50,15 +57,19 @@ public:
     // bucket_mb: all-reduce bucket size for stage 0 (stages 1-3 reduce per unit).
     // single_stage: the part is the whole pipeline (one stage): a micro-batch's backward follows
     // its forward, so ZeRO-3 keeps the units still gathered at the end of the forward.
-    DataParallel(comm::Group& dp, model::ModelPart& part, int zero, double bucket_mb, bool single_stage);
+    // reduce_dtype: the type gradients are reduced in (F32, or BF16/F16: half the bytes).
+    DataParallel(comm::Group& dp, model::ModelPart& part, int zero, double bucket_mb, bool single_stage,
+                 DType reduce_dtype = DType::F32);
     ~DataParallel() override;
 
     int zero() const { return zero_; }
     comm::Group& group() { return dp_; }
 
-    // Where this rank keeps its parameters: (flat range of the layout, storage of that range). Stages
-    // 0-2: the whole layout in one buffer; stage 3: each unit's shard. Initialise or load into these.
+    // Where this rank keeps its fp32 parameters (the master weights in mixed precision): (flat range
+    // of the layout, storage of that range): the whole layout in one buffer, or each unit's shard.
+    // Initialise or load into these, then call params_loaded().
     std::vector<std::pair<model::FlatRange, float*>> param_storage();
+    void params_loaded();  // mixed precision: the 16-bit copy from the master weights (collective)
     // This rank's slice of every unit (each DP rank writes its slices to a checkpoint, whatever the
     // stage): the flat range, its parameters, and where its optimiser state starts in the
     // optimiser's state buffers.
@@ -68,8 +79,8 @@ public:
         size_t state;
     };
     std::vector<Slice> slices() const;
-    // Stages 0-2: the replicated full parameter buffer of this part; stage 3: null.
-    const float* full_params() const { return zero_ < 3 ? params_.data() : nullptr; }
+    // The whole fp32 parameter buffer of this part, if this rank keeps one (else null).
+    const float* full_params() const { return master_full_ ? master_.data() : nullptr; }
     // The full parameters of this part into out (layout().total floats); stage 3 all-gathers unit by
     // unit (collective over the group).
     void gather_params(float* out);
@@ -117,12 +128,15 @@ public:
 
 private:
     struct Slot;  // a unit-sized buffer and the request using it
+    size_t comm_buffer_bytes() const;  // gather and gradient slots, 16-bit staging
     optim::Range shard(int unit) const;  // this rank's slice of unit, flat coordinates
     size_t shard_elems(int unit) const { return units_[size_t(unit)].numel / size_t(dp_.size()); }
     size_t shard_offset(int unit) const { return shard_off_[size_t(unit)]; }  // in the shard buffers
     bool last_micro() const { return micro_index_ + 1 == micro_count_; }
     int pick_slot(const std::vector<std::unique_ptr<Slot>>& slots, int unit, int keep) const;
-    float* gathered(int unit);    // stage 3: wait for / start unit's gather
+    void* gathered(int unit);     // stage 3: wait for / start unit's gather
+    float* master_slice(int unit);  // the fp32 master of unit's slice
+    void round_to_model(int unit);  // mixed: unit's master slice into the 16-bit copy
     void prefetch(int unit);      // stage 3: start gathering unit into a free slot
     void reset_residency();       // stage 3: forget every gathered unit
     Slot& grad_slot(int unit);    // stages 2-3
@@ -139,12 +153,24 @@ private:
     int last_unit_ = -1;  // the latest non-wte unit handed to a hook: its slots are in use
     uint64_t clock_ = 0;  // slot use stamps
 
-    AlignedBuffer<float> params_, grads_;            // full (stages 0-2 params, stages 0-1 grads)
-    AlignedBuffer<float> param_shards_, grad_shards_;  // stage 3 params, stages 2-3 grads
+    DType pt_ = DType::F32;  // the parameters the model reads: fp32, or a 16-bit copy
+    DType rt_ = DType::F32;  // the reduction's type
+    // fp32 parameters the optimiser updates: the whole layout (fp32 at stages 0-2, mixed at stage 0:
+    // master_full_) or this rank's slices (packed by unit); with fp32 and stages 0-2 the model reads it
+    AlignedBuffer<float> master_;
+    bool master_full_ = true;
+    AlignedBuffer<unsigned short> model16_;          // mixed: the 16-bit copy (whole, or stage 3 slices)
+    AlignedBuffer<float> grads_, grad_shards_;       // full (stages 0-1), slices (stages 2-3)
+    AlignedBuffer<unsigned short> grads16_;          // stages 0-1 reduced in 16 bits: the staging copy
+    struct PendingReduce {
+        comm::Request req;
+        optim::Range back;  // what comes back from grads16_ into grads_ once done (empty: fp32)
+    };
+    std::vector<PendingReduce> reduces_;
     std::vector<size_t> shard_off_;
     std::vector<std::vector<std::pair<size_t, size_t>>> gaps_;  // per unit: padding [begin, end), local
     std::vector<std::unique_ptr<Slot>> param_slots_, grad_slots_;  // slot 0: wte; 1, 2: the others
-    std::vector<comm::Request> pending_;  // stage 0-1 reductions, stage 1-2 gathers
+    std::vector<comm::Request> pending_;  // stage 1-2 gathers
     std::vector<optim::Range> buckets_;   // stage 0, per chunk, in the order they complete
     std::vector<int> closes_bucket_;      // unit -> index of the bucket it completes, or -1
     std::function<void(int, float*)> pre_reduce_;

@@ -55,7 +55,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
         case Op::RecvAct: {
             const int rows = batch(a.micro, inputs_.data(), targets_.data());
             trace::Scope ts("recv act " + std::to_string(a.micro), "pipeline");
-            pp_.recv(part_.input(c, slot), part_.boundary_floats(rows, T) * sizeof(float), a.peer,
+            pp_.recv(part_.input(c, slot), part_.boundary_bytes(rows, T), a.peer,
                      tag(s, a.micro, mc, false));
             break;
         }
@@ -80,7 +80,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
             const int rows = batch(a.micro, inputs_.data(), targets_.data());
             comm::Request& r = act_sends_[size_t(c)][size_t(slot)];
             r.wait();
-            r = pp_.isend(part_.output(c, slot), part_.boundary_floats(rows, T) * sizeof(float), a.peer,
+            r = pp_.isend(part_.output(c, slot), part_.boundary_bytes(rows, T), a.peer,
                           tag(s, a.micro, mc + 1, false));
             break;
         }
@@ -88,7 +88,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
             const int rows = batch(a.micro, inputs_.data(), targets_.data());
             grad_sends_[size_t(c)].wait();  // dres is free again
             trace::Scope ts("recv grad " + std::to_string(a.micro), "pipeline");
-            pp_.recv(part_.dres(c), part_.boundary_floats(rows, T) * sizeof(float), a.peer, tag(s, a.micro, mc, true));
+            pp_.recv(part_.dres(c), part_.grad_bytes(rows, T), a.peer, tag(s, a.micro, mc, true));
             break;
         }
         case Op::Backward: {
@@ -107,7 +107,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
         }
         case Op::SendGrad: {
             const int rows = batch(a.micro, inputs_.data(), targets_.data());
-            grad_sends_[size_t(c)] = pp_.isend(part_.dres(c), part_.boundary_floats(rows, T) * sizeof(float), a.peer,
+            grad_sends_[size_t(c)] = pp_.isend(part_.dres(c), part_.grad_bytes(rows, T), a.peer,
                                                tag(s, a.micro, mc - 1, true));
             break;
         }

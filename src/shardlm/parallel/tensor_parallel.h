@@ -27,6 +27,9 @@ public:
     void all_reduce_sum(float* x, size_t n) override { g_.all_reduce_sum(x, n); }
     void all_reduce_max(float* x, size_t n) override { g_.all_reduce_max(x, n); }
     void all_gather(const float* in, float* out, size_t n_per_rank) override { g_.all_gather(in, out, n_per_rank); }
+    void all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) override {
+        g_.all_gather_bytes(in, out, bytes_per_rank);
+    }
     void reduce_scatter_sum(const float* in, float* out, size_t n_per_rank) override {
         g_.reduce_scatter_sum(in, out, n_per_rank);
     }

@@ -83,7 +83,7 @@ std::vector<int64_t> piece_shape(const model::Piece& pc) {
 
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
                             const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
-                            int keep, comm::Group& world, const nlohmann::json& writer) {
+                            int keep, comm::Group& world, const nlohmann::json& writer, const nlohmann::json& extra) {
     const bool root = world.rank() == 0;
     const int n = world.size();
     const fs::path final_dir = fs::path(run_dir) / ckpt_name(step);
@@ -142,6 +142,7 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
             {"files", files},
             {"layout", "pieces of HF GPT-2 tensors (Conv1D weights [in, out], true vocabulary); see train/checkpoint.h"},
         };
+        for (const auto& [k, v] : extra.items()) meta[k] = v;
         io::write_file_atomic((tmp / "meta.json").string(), meta.dump(2) + "\n");
         io::fsync_dir(tmp.string());
         if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run of the same step

@@ -34,10 +34,12 @@ namespace shardlm::train {
 inline constexpr int kCheckpointVersion = 3;
 
 // Writes RUN_DIR/ckpt_<step>/ and keeps the newest `keep` complete checkpoints. Returns its path.
-// Collective over `world` (every rank writes its own pieces). writer: the layout, for meta.json.
+// Collective over `world` (every rank writes its own pieces). writer: the layout, for meta.json;
+// extra: more top-level keys of meta.json (the loss scaler's state).
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
                             const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
-                            int keep, comm::Group& world, const nlohmann::json& writer);
+                            int keep, comm::Group& world, const nlohmann::json& writer,
+                            const nlohmann::json& extra = nlohmann::json::object());
 
 // Removes hidden temporary checkpoint directories left by a killed run.
 void remove_stale_checkpoint_temps(const std::string& run_dir);

@@ -66,6 +66,16 @@ void TrainConfig::validate() const {
     kernels::MatmulPrecision mp;
     SHARDLM_CHECK(kernels::matmul_precision_from_name(matmul_precision, &mp), "--matmul-precision '", matmul_precision,
                   "' is not known\n---> HINT: use fp32 or bf16");
+    SHARDLM_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", "--precision '", precision,
+                  "' is not known\n---> HINT: use fp32, bf16 or fp16");
+    SHARDLM_CHECK(reduce_dtype.empty() || reduce_dtype == "fp32" || reduce_dtype == "bf16" || reduce_dtype == "fp16",
+                  "--reduce-dtype '", reduce_dtype, "' is not known\n---> HINT: use fp32, bf16 or fp16");
+    SHARDLM_CHECK(precision == "fp32" || matmul_precision == "fp32", "--matmul-precision ", matmul_precision,
+                  " applies to fp32 training; with --precision ", precision,
+                  " every product is 16-bit already\n---> HINT: drop --matmul-precision");
+    SHARDLM_CHECK(recompute == "none" || recompute == "full" || recompute == "selective", "--recompute '", recompute,
+                  "' is not known\n---> HINT: use none, full or selective");
+    SHARDLM_CHECK(scale_window > 0, "--scale-window must be > 0 (got ", scale_window, ")");
     SHARDLM_CHECK(val_every >= 0 && val_batches >= 0, "--val-every and --val-batches must be >= 0");
     SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");

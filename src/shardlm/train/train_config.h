@@ -63,6 +63,11 @@ struct TrainConfig {
     uint64_t seed = 1337;
     int threads = 0;      // 0 = OpenMP default
     std::string matmul_precision = "fp32";  // fp32 | bf16 (kernels/matmul.h)
+    std::string precision = "fp32";         // fp32 | bf16 | fp16: mixed precision (model/units.h)
+    std::string reduce_dtype;               // "" (the gradients' type, fp32) | fp32 | bf16 | fp16
+    std::string loss_scale;                 // "" (fp16: dynamic; else off) | dynamic | N
+    int scale_window = 1000;                // clean steps before a dynamic loss scale doubles
+    std::string recompute = "none";         // none | full | selective
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
 
     optim::OptimConfig optim_config() const;
@@ -127,6 +132,13 @@ void for_each_field(Cfg& c, F&& f) {
     f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
     f("matmul_precision", c.matmul_precision,
       "fp32 | bf16: operands of the linear layers' products rounded to bf16, fp32 accumulation (weights, grads, optimiser stay fp32)");
+    f("precision", c.precision,
+      "fp32 | bf16 | fp16: mixed precision: 16-bit activations and parameter copy, 16-bit products with fp32 accumulation, fp32 master weights, optimiser state and gradients");
+    f("reduce_dtype", c.reduce_dtype, "Type of the gradient reduction: fp32 | bf16 | fp16 (default: the gradients', fp32)");
+    f("loss_scale", c.loss_scale, "dynamic | N: loss scaling (default: dynamic with --precision fp16, off otherwise)");
+    f("scale_window", c.scale_window, "Clean steps before a dynamic loss scale doubles");
+    f("recompute", c.recompute,
+      "Activation recomputation: none | full (keep each block's input, re-run it in backward) | selective (recompute the attention probabilities)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
 }
 

@@ -39,6 +39,9 @@ std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const Tr
     return l;
 }
 
+// "fp32" | "bf16" | "fp16" (validated by TrainConfig)
+DType dtype_of(const std::string& name) { return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32; }
+
 std::string fmt_duration(double s) {
     char buf[32];
     int t = int(s + 0.5);
@@ -88,6 +91,8 @@ void Trainer::init(comm::Group& world) {
     tp_ = std::make_unique<parallel::GroupTensorParallel>(grid_->tp());
     po.tp = tp_.get();
     po.sequence_parallel = cfg_.sequence_parallel;
+    po.precision = dtype_of(cfg_.precision);
+    po.recompute = model::parse_recompute(cfg_.recompute);
     po.unit_multiple = dp;
     po.threads = get_threads();
     part_ = std::make_unique<model::ModelPart>(model_cfg_, po, cfg_.micro_batch, cfg_.seq);
@@ -95,7 +100,10 @@ void Trainer::init(comm::Group& world) {
     kernels::matmul_precision_from_name(cfg_.matmul_precision, &precision);  // validated above
     part_->set_matmul_precision(precision);
 
-    dp_ = std::make_unique<parallel::DataParallel>(grid_->dp(), *part_, cfg_.zero, cfg_.bucket_mb, pp == 1);
+    dp_ = std::make_unique<parallel::DataParallel>(grid_->dp(), *part_, cfg_.zero, cfg_.bucket_mb, pp == 1,
+                                                   cfg_.reduce_dtype.empty() ? DType::F32 : dtype_of(cfg_.reduce_dtype));
+    scaler_ = optim::LossScaler(cfg_.loss_scale.empty() ? (cfg_.precision == "fp16" ? "dynamic" : "") : cfg_.loss_scale,
+                                cfg_.scale_window);
     if (cfg_.sequence_parallel && tp > 1) {
         comm::Group* tpg = &grid_->tp();
         const model::Layout* layout = &part_->layout();
@@ -123,18 +131,21 @@ void Trainer::load_or_init() {
     if (!ckpt.empty()) {
         nlohmann::json meta = load_checkpoint(ckpt, model_cfg_, layout, *dp_, *optimizer_);
         start_step_ = meta["step"];
+        if (meta.contains("loss_scaler"))
+            scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
         if (is_root()) std::printf("resuming from %s (step %d of %d)\n", ckpt.c_str(), start_step_, cfg_.steps);
-        return;
+    } else {
+        if (cfg_.resume && is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
+        if (cfg_.init.empty()) {
+            for (auto& [range, storage] : dp_->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
+        } else {
+            model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
+            for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
+            model::check_model_tensors(store, model_cfg_, cfg_.init);
+            for (auto& [range, storage] : dp_->param_storage()) store.load(storage, layout, range);
+        }
     }
-    if (cfg_.resume && is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
-    if (cfg_.init.empty()) {
-        for (auto& [range, storage] : dp_->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
-        return;
-    }
-    model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
-    for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
-    model::check_model_tensors(store, model_cfg_, cfg_.init);
-    for (auto& [range, storage] : dp_->param_storage()) store.load(storage, layout, range);
+    dp_->params_loaded();  // mixed precision: the 16-bit copy from the fp32 master weights
 }
 
 Trainer::~Trainer() {
@@ -147,7 +158,8 @@ StepStats Trainer::train_step(int step) {
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
     const int dp = grid_->dp_size(), row0 = grid_->dp_rank() * (G / dp);
-    const float dloss = 1.0f / float(G * T);  // the global mean: summing over ranks gives the full gradient
+    // the global mean (summing over ranks gives the full gradient), times the loss scale
+    const float dloss = scaler_.scale() / float(G * T);
     for (comm::Group* g : {&grid_->dp(), &grid_->tp(), &grid_->pp(), world_}) g->reset_stats();
     if (embedding_group_) embedding_group_->reset_stats();
     dp_->reset_exposed();
@@ -169,14 +181,21 @@ StepStats Trainer::train_step(int step) {
             for (double x : r.loss_sum) sums[0] += x;
         world_->all_reduce_sum(sums, 2);
         s.loss = sums[0] / (double(G) * T);  // the losses of G rows of T tokens
-        s.grad_norm = std::sqrt(sums[1]);
+        s.grad_norm = std::sqrt(sums[1]) / scaler_.scale();
     };
     auto update = [&] {
+        // loss scaling: every rank sees the same norm, so every rank skips (or not) together
+        const float used = scaler_.scale();
+        if (scaler_.enabled()) s.loss_scale = used;
+        if (!scaler_.update(std::isfinite(s.grad_norm))) {
+            s.skipped = true;
+            return;
+        }
         // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
-        // applies the scale as it reads each gradient (same rounding as scaling in place first).
+        // applies the scale (and undoes the loss scale) as it reads each gradient.
         float grad_scale = 1.0f;
         if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (s.grad_norm + 1e-6)));
-        optimizer_->step(dp_->owned_params(), dp_->owned_grads(), s.lr, grad_scale);
+        optimizer_->step(dp_->owned_params(), dp_->owned_grads(), s.lr, grad_scale / used);
         dp_->after_step();
     };
     const parallel::PipelineExecutor::Result r = exec_->run(schedule_, batch, M, T, dloss, reduce, update);
@@ -214,14 +233,24 @@ double Trainer::evaluate() {
 }
 
 std::string stats_json(const StepStats& s) {
-    char buf[320];
-    int n = std::snprintf(buf, sizeof(buf),
-                          "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, \"step_ms\": %.3f, "
-                          "\"tokens_per_s\": %.3f",
-                          s.step, s.loss, s.grad_norm, double(s.lr), s.step_ms, s.tokens_per_s);
-    if (s.val_loss >= 0) n += std::snprintf(buf + n, sizeof(buf) - n, ", \"val_loss\": %.17g", s.val_loss);
-    std::snprintf(buf + n, sizeof(buf) - n, "}");
-    return buf;
+    // JSON has no inf or NaN: a non-finite value (a skipped fp16 step's gradient norm) is null
+    auto num = [](double v) {
+        if (!std::isfinite(v)) return std::string("null");
+        char b[32];
+        std::snprintf(b, sizeof(b), "%.17g", v);
+        return std::string(b);
+    };
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "\"lr\": %.9g, \"step_ms\": %.3f, \"tokens_per_s\": %.3f", double(s.lr), s.step_ms,
+                  s.tokens_per_s);
+    std::string out = "{\"step\": " + std::to_string(s.step) + ", \"loss\": " + num(s.loss) +
+                      ", \"grad_norm\": " + num(s.grad_norm) + ", " + buf;
+    if (s.val_loss >= 0) out += ", \"val_loss\": " + num(s.val_loss);
+    if (s.loss_scale > 0) {
+        std::snprintf(buf, sizeof(buf), ", \"loss_scale\": %.9g, \"skipped\": %s", s.loss_scale, s.skipped ? "true" : "false");
+        out += buf;
+    }
+    return out + "}";
 }
 
 void Trainer::open_run_dir() {
@@ -343,7 +372,10 @@ void Trainer::run() {
             std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), micro_,
                         cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
         if (cfg_.sequence_parallel && grid_->tp_size() > 1) std::printf(", sequence parallel");
-        std::printf(" | matmuls %s\n", cfg_.matmul_precision.c_str());
+        if (cfg_.precision != "fp32") std::printf(" | precision %s", cfg_.precision.c_str());
+        else std::printf(" | matmuls %s", cfg_.matmul_precision.c_str());
+        if (cfg_.recompute != "none") std::printf(" | recompute %s", cfg_.recompute.c_str());
+        std::printf("\n");
         if (part_->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
             std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
                         "---> HINT: --matmul-precision fp32\n");
@@ -381,8 +413,11 @@ void Trainer::run() {
         }
         log_step(s, now_s() - t_start);
         if (!cfg_.out.empty() && ((cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final)) {
+            nlohmann::json extra = nlohmann::json::object();
+            if (scaler_.enabled())
+                extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
             save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, part_->layout(), *dp_, *optimizer_, cfg_.keep_ckpts,
-                            *world_, writer_json());
+                            *world_, writer_json(), extra);
             // Fault injection for the resume tests: die by SIGKILL right after this checkpoint.
             if (const char* k = std::getenv("SHARDLM_TEST_KILL_AFTER_CKPT"); k && std::atoi(k) == step + 1)
                 std::raise(SIGKILL);

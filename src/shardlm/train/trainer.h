@@ -10,6 +10,7 @@
 #include "shardlm/comm/grid.h"
 #include "shardlm/data/loader.h"
 #include "shardlm/model/part.h"
+#include "shardlm/optim/loss_scaler.h"
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/data_parallel.h"
 #include "shardlm/parallel/pipeline.h"
@@ -28,6 +29,8 @@ struct StepStats {
     double tokens_per_s = 0;
     double val_loss = -1;  // < 0: not measured at this step
     double bubble = 0;     // this rank's idle fraction of the pipeline passes
+    double loss_scale = 0; // the scale this step's backward used (0: no loss scaling)
+    bool skipped = false;  // non-finite gradients: no update (loss scaling)
 };
 
 class Trainer {
@@ -79,6 +82,7 @@ private:
     parallel::Schedule schedule_;
     std::vector<std::pair<int, int>> all_chunks_;  // compute units of every model chunk
     optim::LrSchedule lr_schedule_;
+    optim::LossScaler scaler_{"", 1000};
     int micro_ = 1;  // micro-batches per step per data-parallel rank
     std::FILE* metrics_ = nullptr;
     int start_step_ = 0;
