@@ -2,7 +2,8 @@
 // (default GPT-2 124M), timed over several steps on random tokens. Prints one JSON line with
 // tokens/s, MFU against the fp32 peak given with --peak-gflops, and peak RSS.
 // Usage: bench_train_step --batch B --seq T [--model gpt2] [--threads K] [--steps N] [--warmup W] [--peak-gflops P]
-//                         [--matmul-precision fp32|bf16] [--n-layer L --n-head H --n-embd C] (reshape the preset)
+//                         [--matmul-precision fp32|bf16] [--precision fp32|bf16|fp16] [--recompute none|full|selective]
+//                         [--n-layer L --n-head H --n-embd C] (reshape the preset)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
     int B = 4, T = 64, threads = 2, steps = 5, warmup = 1;
     double peak = 0;
-    std::string model = "gpt2", precision = "fp32";
+    std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none";
     int n_layer = 0, n_head = 0, n_embd = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
         else if (k == "--peak-gflops") peak = std::atof(v);
         else if (k == "--model") model = v;
         else if (k == "--matmul-precision") precision = v;
+        else if (k == "--precision") mixed = v;
+        else if (k == "--recompute") recompute = v;
         else if (k == "--n-layer") n_layer = std::atoi(v);
         else if (k == "--n-head") n_head = std::atoi(v);
         else if (k == "--n-embd") n_embd = std::atoi(v);
@@ -45,6 +48,8 @@ int main(int argc, char** argv) {
     cfg.model = model;
     cfg.n_layer = n_layer, cfg.n_head = n_head, cfg.n_embd = n_embd;
     cfg.matmul_precision = precision;
+    cfg.precision = mixed;
+    cfg.recompute = recompute;
     shardlm::model::GptConfig mc = cfg.model_config();
     // random tokens, enough for every step
     std::mt19937 rng(1);
@@ -78,9 +83,9 @@ int main(int argc, char** argv) {
     double tps = double(B) * T / (med / 1e3);
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    std::printf("{\"impl\": \"shardlm\", \"model\": \"%s\", \"matmul_precision\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, \"tokens_per_s\": %.2f, "
+    std::printf("{\"impl\": \"shardlm\", \"model\": \"%s\", \"precision\": \"%s\", \"recompute\": \"%s\", \"matmul_precision\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, \"tokens_per_s\": %.2f, "
                 "\"step_ms_median\": %.1f, \"step_ms_mean\": %.1f, \"tflops_per_step\": %.3f, \"achieved_gflops\": %.1f, "
                 "\"mfu\": %.4f, \"peak_rss_mib\": %.0f}\n",
-                model.c_str(), precision.c_str(), mc.n_layer, mc.n_embd, B, T, threads, tps, med, mean, flops_per_token * B * T / 1e12,
+                model.c_str(), mixed.c_str(), recompute.c_str(), precision.c_str(), mc.n_layer, mc.n_embd, B, T, threads, tps, med, mean, flops_per_token * B * T / 1e12,
                 flops_per_token * tps / 1e9, peak > 0 ? flops_per_token * tps / 1e9 / peak : 0.0, ru.ru_maxrss / 1024.0);
 }

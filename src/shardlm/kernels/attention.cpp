@@ -6,9 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include <vector>
-
 #include "shardlm/core/dtype_simd.h"
+#include "shardlm/core/scratch.h"
 #include "shardlm/kernels/vec_math.h"
 
 namespace shardlm::kernels {
@@ -180,27 +179,29 @@ void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType
     const float scale = 1.0f / std::sqrt(float(HS));
 #pragma omp parallel
     {
-        std::vector<float> q(size_t(T) * HS), k(q.size()), v(q.size()), o(q.size()), a(size_t(kAttnBlock) * T);
+        const size_t th = size_t(T) * HS;
+        float* q = thread_scratch(0, 4 * th + size_t(kAttnBlock) * T);
+        float *k = q + th, *v = k + th, *o = v + th, *a = o + th;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
-            widen_head(q.data(), k.data(), v.data(), qkv, t, b, h, T, C, HS);
+            widen_head(q, k, v, qkv, t, b, h, T, C, HS);
             for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
                 const int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, scale, q.data() + size_t(r0) * HS, HS,
-                            k.data(), HS, 0.0f, a.data(), T);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, scale, q + size_t(r0) * HS, HS, k, HS,
+                            0.0f, a, T);
                 for (int i = r0; i < r1; i++) {
-                    float* row = a.data() + size_t(i - r0) * T;
+                    float* row = a + size_t(i - r0) * T;
                     softmax_row(row, i + 1, r1);
                     // probabilities as stored: the product below uses the rounded values, as backward will
                     store_row(at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, row, size_t(r1));
                     load_row(row, at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, size_t(r1));
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, a.data(), T, v.data(), HS, 0.0f,
-                            o.data() + size_t(r0) * HS, HS);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, a, T, v, HS, 0.0f,
+                            o + size_t(r0) * HS, HS);
             }
             for (int i = 0; i < T; i++)
-                store_row(at(out, t, (size_t(b) * T + i) * C + size_t(h) * HS), t, o.data() + size_t(i) * HS, size_t(HS));
+                store_row(at(out, t, (size_t(b) * T + i) * C + size_t(h) * HS), t, o + size_t(i) * HS, size_t(HS));
         }
     }
 }
@@ -216,12 +217,14 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const vo
     const float scale = 1.0f / std::sqrt(float(HS));
 #pragma omp parallel
     {
-        std::vector<float> q(size_t(T) * HS), k(q.size()), v(q.size()), p(size_t(kAttnBlock) * T);
+        const size_t th = size_t(T) * HS;
+        float* q = thread_scratch(0, 3 * th + size_t(kAttnBlock) * T);
+        float *k = q + th, *v = k + th, *p = v + th;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
             float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
-            widen_head(q.data(), k.data(), v.data(), qkv, t, b, h, T, C, HS);
+            widen_head(q, k, v, qkv, t, b, h, T, C, HS);
             float* dq = dqkv + size_t(b) * T * C3 + h * HS;
             float* dk = dq + C;
             float* dv = dq + 2 * C;
@@ -233,20 +236,18 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const vo
             for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
                 const int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
                 for (int i = r0; i < r1; i++)
-                    load_row(p.data() + size_t(i - r0) * T, at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t,
-                             size_t(r1));
+                    load_row(p + size_t(i - r0) * T, at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, size_t(r1));
                 const float* g = dO + size_t(r0) * C;
                 // dP = dO V^T ; dV += P^T dO
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v.data(), HS, 0.0f, ds, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p.data(), T, g, C, 1.0f, dv, C3);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v, HS, 0.0f, ds, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p, T, g, C, 1.0f, dv, C3);
                 for (int i = 0; i < M; i++)
-                    softmax_backward_row(ds + size_t(i) * T, ds + size_t(i) * T, p.data() + size_t(i) * T, r0 + i + 1, r1,
-                                         scale);
+                    softmax_backward_row(ds + size_t(i) * T, ds + size_t(i) * T, p + size_t(i) * T, r0 + i + 1, r1, scale);
                 // dQ = dS K ; dK += dS^T Q
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k.data(), HS, 0.0f,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k, HS, 0.0f,
                             dq + size_t(r0) * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q.data() + size_t(r0) * HS, HS,
-                            1.0f, dk, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * HS, HS, 1.0f,
+                            dk, C3);
             }
         }
     }

@@ -1,20 +1,18 @@
 #include "shardlm/kernels/layernorm.h"
 
 #include <cmath>
-#include <vector>
-
 #include "shardlm/core/dtype_simd.h"
+#include "shardlm/core/scratch.h"
 
 namespace shardlm::kernels {
 
 namespace {
 
 // Row n of a (N, C) array of storage type t, as fp32 in buf (or the row itself when fp32).
-const float* row_f32(const void* a, DType t, int n, int C, std::vector<float>& buf) {
+const float* row_f32(const void* a, DType t, int n, int C, float* buf) {
     if (t == DType::F32) return static_cast<const float*>(a) + size_t(n) * C;
-    buf.resize(size_t(C));
-    load_row(buf.data(), at(a, t, size_t(n) * C), t, size_t(C));
-    return buf.data();
+    load_row(buf, at(a, t, size_t(n) * C), t, size_t(C));
+    return buf;
 }
 
 }  // namespace
@@ -106,12 +104,13 @@ void layernorm_forward(void* out, DType out_t, float* mean, float* rstd, const v
     }
 #pragma omp parallel
     {
-        std::vector<float> xin, y(static_cast<size_t>(C));
+        float* xin = thread_scratch(0, 2 * size_t(C));
+        float* y = xin + C;
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
             const float* x = row_f32(inp, in_t, n, C, xin);
-            ln_row(y.data(), mean + n, rstd + n, x, weight, bias, C, eps);
-            store_row(at(out, out_t, size_t(n) * C), out_t, y.data(), size_t(C));
+            ln_row(y, mean + n, rstd + n, x, weight, bias, C, eps);
+            store_row(at(out, out_t, size_t(n) * C), out_t, y, size_t(C));
         }
     }
 }
@@ -124,12 +123,12 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
     // the fp32 kernel on widened rows, a block of rows at a time (column sums stay in row order)
     constexpr int kRows = 64;
-    std::vector<float> x(size_t(kRows) * C);
+    float* x = thread_scratch(1, size_t(kRows) * C);
     for (int n0 = 0; n0 < N; n0 += kRows) {
         const int rows = N - n0 < kRows ? N - n0 : kRows;
-        convert_to_f32(x.data(), at(inp, in_t, size_t(n0) * C), in_t, size_t(rows) * C);
-        layernorm_backward(dinp + size_t(n0) * C, dweight, dbias, dout + size_t(n0) * C, x.data(), weight, mean + n0,
-                           rstd + n0, rows, C);
+        convert_to_f32(x, at(inp, in_t, size_t(n0) * C), in_t, size_t(rows) * C);
+        layernorm_backward(dinp + size_t(n0) * C, dweight, dbias, dout + size_t(n0) * C, x, weight, mean + n0, rstd + n0,
+                           rows, C);
     }
 }
 

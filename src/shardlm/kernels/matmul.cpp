@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardlm/core/dtype_simd.h"
+#include "shardlm/core/scratch.h"
 
 namespace shardlm::kernels {
 
@@ -124,10 +125,9 @@ void matmul_forward(void* out, DType out_t, const void* inp, const void* weight,
         matmul_forward(static_cast<float*>(out), x, w, bias, N, C, OC);
         return;
     }
-    static thread_local std::vector<float> tmp;
-    if (tmp.size() < size_t(N) * OC) tmp.resize(size_t(N) * OC);
-    matmul_forward(tmp.data(), x, w, bias, N, C, OC);
-    convert_from_f32(out, out_t, tmp.data(), size_t(N) * OC);
+    float* tmp = thread_scratch(2, size_t(N) * OC);
+    matmul_forward(tmp, x, w, bias, N, C, OC);
+    convert_from_f32(out, out_t, tmp, size_t(N) * OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,

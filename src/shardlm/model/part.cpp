@@ -117,22 +117,34 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                     s.blocks.emplace_back();
                     s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.act, keep_att);
                 }
-            if (ch.last == head) s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.act, ctx_.bf16_products());
+            if (ch.last == head) s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.act, false, false);
         }
         ch.dres.resize(Nl * C);
         chunks_.push_back(std::move(ch));
     }
+    maxB_ = B;
+    maxT_ = T;
+    configure_head();
+}
+
+void ModelPart::configure_head() {
+    const int t = ctx_.tp_size();
+    const size_t Vt = size_t(config_.padded_vocab(t) / t);
+    bool any = false;
+    for (Chunk& ch : chunks_)
+        if (ch.last == config_.n_layer + 1)
+            for (Slot& s : ch.slots) {
+                s.head.allocate(config_, maxB_, maxT_, t, ctx_.sp, ctx_.act, ctx_.bf16_products(), ctx_.chunked_head());
+                any = true;
+            }
+    scratch_.logits.resize(any && ctx_.chunked_head() ? size_t(kHeadRows) * Vt : 0);
 }
 
 void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {
     SHARDLM_CHECK(!ctx_.mixed() || p == kernels::MatmulPrecision::fp32,
                   "--matmul-precision applies to fp32 training; with --precision bf16/fp16 the products are 16-bit already");
     ctx_.precision = p;
-    if (p != kernels::MatmulPrecision::bf16) return;
-    for (Chunk& ch : chunks_)
-        if (ch.last == config_.n_layer + 1)
-            for (Slot& s : ch.slots)
-                if (s.head.dlogits_bf16.size() == 0) s.head.dlogits_bf16.resize(s.head.logits.size());
+    configure_head();
 }
 
 void ModelPart::bind(void* params, float* grads) {

@@ -149,6 +149,8 @@ private:
         return layout_.params[size_t(u.first_param + i)].offset - u.offset;
     }
     void zero_accumulated_grads(int unit);
+    void configure_head();  // the head's buffers for the precision (full logits, or a chunked head)
+    int maxB_ = 0, maxT_ = 0;
 
     GptConfig config_;
     Layout layout_;

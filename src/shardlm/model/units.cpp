@@ -45,11 +45,12 @@ void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DT
     const size_t eb = dtype_bytes(act);
     att.resize(r == Recompute::Selective ? size_t(B) * size_t(c.n_head / tp) * size_t(T) * size_t(T) : 0, eb);
     atty.resize(r == Recompute::Selective ? N * Ct : 0, eb);
+    logits.resize(0);
 }
 
 size_t Scratch::bytes() const {
     return gathered.bytes() + dln.bytes() + reduced.bytes() + dqkv.bytes() + datty.bytes() + dfch.bytes() +
-           attn.bytes() + ce.bytes() + att.bytes() + atty.bytes();
+           attn.bytes() + ce.bytes() + att.bytes() + atty.bytes() + logits.bytes();
 }
 
 void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att) {
@@ -73,11 +74,11 @@ size_t BlockActs::bytes() const {
            fch_gelu.bytes() + stats_bytes();
 }
 
-void HeadActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad) {
+void HeadActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad, bool chunked) {
     const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
     const size_t Vt = size_t(c.padded_vocab(tp) / tp);
     lnf.resize(Nl * C, dtype_bytes(act)), lnf_mean.resize(Nl), lnf_rstd.resize(Nl);
-    logits.resize(N * Vt);
+    logits.resize(chunked ? 0 : N * Vt);
     losses.resize(N);
     targets.resize(N);
     dlogits_bf16.resize(bf16_grad ? N * Vt : 0);
@@ -282,26 +283,43 @@ double head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b
     const int V = u.cfg->vocab_size, Vt = u.cfg->padded_vocab(tp) / tp, v0 = u.tp->rank() * Vt;
     layernorm_forward(a.lnf.data(), u.act, a.lnf_mean.data(), a.lnf_rstd.data(), xL, u.act, lnf_w, lnf_b, Nl, C,
                       u.cfg->ln_eps);
-    // logits (fp32) = lnf @ wte^T over this rank's (padded) vocabulary rows; padded rows of wte are zero
-    linear(u, a.logits.data(), DType::F32, gather_input(u, a.lnf.data(), N, u.act), wte, nullptr, N, C, Vt);
-    if (!targets) return 0.0;
-    std::memcpy(a.targets.data(), targets, sizeof(int) * size_t(N));
     unsigned short* d16 = u.bf16_products() ? a.dlogits_bf16.data() : nullptr;
-    if (tp == 1) {
-        if (dloss != 0.0f)
-            crossentropy_forward_backward(a.logits.data(), a.losses.data(), targets, N, V, Vt, dloss, d16);
-        else
-            crossentropy_forward(a.losses.data(), a.logits.data(), targets, N, V, Vt);
+    if (a.logits.size() == 0) {
+        // chunked head: the fp32 logits of kHeadRows rows at a time in scratch, and from them the
+        // loss and the bf16 gradient of those rows
+        SHARDLM_CHECK(targets, "the head keeps no logits with bf16 products: give targets");
+        std::memcpy(a.targets.data(), targets, sizeof(int) * size_t(N));
+        float* lg = u.scratch->logits.data();
+        for (int r0 = 0; r0 < N; r0 += kHeadRows) {
+            const int rows = std::min(kHeadRows, N - r0);
+            linear(u, lg, DType::F32, at(a.lnf.data(), u.act, size_t(r0) * C), wte, nullptr, rows, C, Vt);
+            if (dloss != 0.0f)
+                crossentropy_forward_backward(lg, a.losses.data() + r0, targets + r0, rows, V, Vt, dloss,
+                                              d16 + size_t(r0) * Vt);
+            else
+                crossentropy_forward(a.losses.data() + r0, lg, targets + r0, rows, V, Vt);
+        }
     } else {
-        const int Vreal = std::max(0, std::min(Vt, V - v0));
-        float* mx = u.scratch->ce.data();
-        float* stats = mx + N;  // [sum of exp | target logit]
-        vocab_parallel_max(mx, a.logits.data(), N, Vreal, Vt);
-        u.tp->all_reduce_max(mx, size_t(N));
-        vocab_parallel_sums(stats, a.logits.data(), targets, mx, N, Vreal, Vt, v0, dloss != 0.0f);
-        u.tp->all_reduce_sum(stats, 2 * size_t(N));
-        vocab_parallel_loss(a.losses.data(), mx, stats, N);
-        if (dloss != 0.0f) vocab_parallel_grad(a.logits.data(), targets, stats, N, Vreal, Vt, v0, dloss, d16);
+        // logits (fp32) = lnf @ wte^T over this rank's (padded) vocabulary rows; padded rows of wte are zero
+        linear(u, a.logits.data(), DType::F32, gather_input(u, a.lnf.data(), N, u.act), wte, nullptr, N, C, Vt);
+        if (!targets) return 0.0;
+        std::memcpy(a.targets.data(), targets, sizeof(int) * size_t(N));
+        if (tp == 1) {
+            if (dloss != 0.0f)
+                crossentropy_forward_backward(a.logits.data(), a.losses.data(), targets, N, V, Vt, dloss, d16);
+            else
+                crossentropy_forward(a.losses.data(), a.logits.data(), targets, N, V, Vt);
+        } else {
+            const int Vreal = std::max(0, std::min(Vt, V - v0));
+            float* mx = u.scratch->ce.data();
+            float* stats = mx + N;  // [sum of exp | target logit]
+            vocab_parallel_max(mx, a.logits.data(), N, Vreal, Vt);
+            u.tp->all_reduce_max(mx, size_t(N));
+            vocab_parallel_sums(stats, a.logits.data(), targets, mx, N, Vreal, Vt, v0, dloss != 0.0f);
+            u.tp->all_reduce_sum(stats, 2 * size_t(N));
+            vocab_parallel_loss(a.losses.data(), mx, stats, N);
+            if (dloss != 0.0f) vocab_parallel_grad(a.logits.data(), targets, stats, N, Vreal, Vt, v0, dloss, d16);
+        }
     }
     double s = 0.0;
     for (int i = 0; i < N; i++) s += a.losses[size_t(i)];

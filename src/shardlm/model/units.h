@@ -42,9 +42,14 @@ struct Scratch {
     AlignedBuffer<float> dqkv, datty, dfch, attn;  // (N, 3Ct), (N, Ct), (N, F), attention backward
     AlignedBuffer<float> ce;        // (3N): vocabulary-parallel cross-entropy statistics
     TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
+    AlignedBuffer<float> logits;    // (kHeadRows, Vt): the head's logits a block of rows at a time
     void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r);
     size_t bytes() const;
 };
+
+// With bf16 products on one tensor-parallel rank the head computes its fp32 logits this many rows at
+// a time (only their bf16 gradient is kept for backward): the full (N, Vp) fp32 logits never exist.
+inline constexpr int kHeadRows = 512;
 
 // How units run on this rank.
 struct UnitContext {
@@ -61,6 +66,7 @@ struct UnitContext {
     bool mixed() const { return act != DType::F32; }
     // bf16 products: the classifier writes its gradient in bf16 for them
     bool bf16_products() const { return act == DType::BF16 || precision == kernels::MatmulPrecision::bf16; }
+    bool chunked_head() const { return bf16_products() && tp->size() == 1; }
 };
 
 // Saved activations of one block for one micro-batch (act type; statistics fp32).
@@ -111,11 +117,12 @@ void embedding_backward(const UnitContext& u, float* dwte, float* dwpe, const fl
 struct HeadActs {
     TypedBuffer lnf;                                // (Nl, C) act
     AlignedBuffer<float> lnf_mean, lnf_rstd;        // (Nl)
-    AlignedBuffer<float> logits;                    // (N, Vt): logits, then their gradient
+    AlignedBuffer<float> logits;                    // (N, Vt): logits, then their gradient (not kept
+                                                    // with a chunked head: its gradient is in bf16)
     AlignedBuffer<float> losses;                    // (N)
     AlignedBuffer<int> targets;                     // (N)
     AlignedBuffer<unsigned short> dlogits_bf16;     // (N, Vt) with bf16 products
-    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad);
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad, bool chunked);
     size_t bytes() const;
 };
 

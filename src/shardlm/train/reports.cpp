@@ -8,6 +8,7 @@
 #include <map>
 
 #include "shardlm/core/trace.h"
+#include "shardlm/cost/memory.h"
 #include "shardlm/io/atomic_file.h"
 #include "shardlm/parallel/comm_theory.h"
 #include "shardlm/train/rank_text.h"
@@ -71,6 +72,32 @@ std::string Trainer::memory_report() const {
                    : schedule_.kind == parallel::ScheduleKind::OneFOneB ? "1F1B holds at most p - stage"
                                                                         : "interleaved, from the schedule");
     }
+    // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
+    const model::ModelPart::BlockBytes bb = part_->block_bytes();
+    if (bb.values >= 0) {
+        cost::ModelShape shape = cost::gpt_shape(model_cfg_.name, model_cfg_.n_layer, model_cfg_.n_embd,
+                                                 model_cfg_.n_head, model_cfg_.vocab_size, cfg_.seq);
+        shape.dropout = false;
+        cost::ActivationSpec spec;
+        spec.micro_batch = cfg_.micro_batch;
+        spec.seq = cfg_.seq;
+        spec.tp = g.tp_size();
+        spec.sequence_parallel = cfg_.sequence_parallel && g.tp_size() > 1;
+        cost::recompute_from_name(cfg_.recompute, &spec.recompute);
+        spec.value_bytes = double(dtype_bytes(part_->precision()));
+        const double f = cost::block_activation_bytes(shape, spec);
+        out += fmt("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
+                   "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
+                   "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
+                   "block activations", bb.values, f, cfg_.recompute.c_str(), int(spec.value_bytes),
+                   4.0 * cfg_.micro_batch * (2.0 * model_cfg_.n_head * cfg_.seq * cfg_.seq + 14.0 * cfg_.seq * model_cfg_.n_embd));
+        if (bb.stats > 0)
+            out += fmt("  %-22s %12lld   bytes per block: the LayerNorms' means and 1/std (fp32, outside the formulas)\n",
+                       "LayerNorm statistics", bb.stats);
+    }
+    if (part_->recompute_bytes() > 0)
+        out += fmt("  %-22s %12.2f   (held once: the recomputed block or attention probabilities)\n", "recompute MiB",
+                   mib(double(part_->recompute_bytes())));
     out += fmt("  %-22s %12.2f   (all slots, boundary buffers and scratch)\n", "activations MiB",
                mib(double(part_->activation_bytes())));
     rusage ru{};

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -174,6 +175,12 @@ StepStats Trainer::train_step(int step) {
     auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
         dp_->finish_step();
         if (embedding_group_) dp_->sum_tied_grads(*embedding_group_);
+        // Fault injection for the loss-scaling tests: "STEP:RANK" makes that rank's gradient overflow.
+        if (const char* k = std::getenv("SHARDLM_TEST_INF_GRAD")) {
+            int at_step = -1, at_rank = -1;
+            if (std::sscanf(k, "%d:%d", &at_step, &at_rank) == 2 && at_step == step && at_rank == grid_->world_rank())
+                const_cast<float*>(dp_->owned_grads().front())[0] = INFINITY;
+        }
         // the loss (ranks holding the head, once per tensor-parallel group) and the squared gradient
         // norm (every rank's share), summed over the world in one message
         double sums[2] = {0.0, dp_->grad_norm_sq_local()};

@@ -1,0 +1,180 @@
+// Mixed-precision kernels: with operands and activations stored in bf16 or fp16, every kernel equals
+// the fp32 kernel run on the widened values and rounded the same way: to the bit where the fp32
+// arithmetic is the same (LayerNorm, GELU, residual adds, embeddings, conversions), to fp32 rounding
+// noise where the product runs on other kernels (oneDNN's bf16 GEMMs against sgemm) or the
+// attention's probabilities are rounded before they multiply V.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "shardlm/core/dtype.h"
+#include "shardlm/core/dtype_simd.h"
+#include "shardlm/kernels/attention.h"
+#include "shardlm/kernels/encoder.h"
+#include "shardlm/kernels/gelu.h"
+#include "shardlm/kernels/layernorm.h"
+#include "shardlm/kernels/matmul.h"
+
+namespace {
+
+using namespace shardlm;
+using namespace shardlm::kernels;
+using Vec = std::vector<float>;
+using H = std::vector<unsigned short>;
+
+Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    Vec v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+H narrow(const Vec& x, DType t) {
+    H h(x.size());
+    convert_from_f32(h.data(), t, x.data(), x.size());
+    return h;
+}
+
+Vec widen(const H& h, DType t) {
+    Vec x(h.size());
+    convert_to_f32(x.data(), h.data(), t, h.size());
+    return x;
+}
+
+void expect_close(const char* what, const Vec& a, const Vec& b, float tol) {
+    ASSERT_EQ(a.size(), b.size());
+    float scale = 1.0f, worst = 0;
+    size_t wi = 0;
+    for (float x : b) scale = std::max(scale, std::fabs(x));
+    for (size_t i = 0; i < a.size(); i++)
+        if (std::fabs(a[i] - b[i]) > worst) worst = std::fabs(a[i] - b[i]), wi = i;
+    EXPECT_LE(worst, tol * scale) << what << " element " << wi << ": " << a[wi] << " vs " << b[wi];
+}
+
+class Mixed : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Mixed, ConversionsMatchTheScalarOnesIncludingSpecials) {
+    const DType t = GetParam();
+    Vec x = randn(1000, 1, 3.0f);
+    for (float s : {0.0f, -0.0f, INFINITY, -INFINITY, 1e-30f, 7e4f, -1e9f, 65504.0f, 6e-8f}) x.push_back(s);
+    const H h = narrow(x, t);
+    for (size_t i = 0; i < x.size(); i++)
+        EXPECT_EQ(h[i], t == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i])) << x[i];
+    const Vec back = widen(h, t);
+    for (size_t i = 0; i < x.size(); i++)
+        EXPECT_EQ(back[i], t == DType::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i])) << x[i];
+}
+
+TEST_P(Mixed, LayerNormAndGeluEqualTheFp32KernelsOnWidenedValues) {
+    const DType t = GetParam();
+    const int N = 37, C = 71;
+    const H x = narrow(randn(size_t(N) * C, 2, 2.0f), t);
+    const Vec xw = widen(x, t), w = randn(C, 3), b = randn(C, 4);
+    // forward: 16-bit in and out
+    H y(x.size());
+    Vec mean(N), rstd(N), ym(N), rm(N), yf(x.size());
+    layernorm_forward(y.data(), t, mean.data(), rstd.data(), x.data(), t, w.data(), b.data(), N, C, 1e-5f);
+    layernorm_forward(yf.data(), ym.data(), rm.data(), xw.data(), w.data(), b.data(), N, C, 1e-5f);
+    EXPECT_EQ(y, narrow(yf, t));
+    EXPECT_EQ(mean, ym);
+    EXPECT_EQ(rstd, rm);
+    // backward: 16-bit input, fp32 gradients (row blocks: the same column sums to rounding)
+    const Vec dout = randn(x.size(), 5);
+    Vec dx(x.size(), 0.5f), dw(C, 0.25f), db(C, 0.125f), dxf = dx, dwf = dw, dbf = db;
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), t, w.data(), mean.data(), rstd.data(), N, C);
+    layernorm_backward(dxf.data(), dwf.data(), dbf.data(), dout.data(), xw.data(), w.data(), mean.data(), rstd.data(), N, C);
+    EXPECT_EQ(dx, dxf);
+    expect_close("dweight", dw, dwf, 1e-6f);
+    expect_close("dbias", db, dbf, 1e-6f);
+    // GELU
+    H g(x.size());
+    Vec gf(x.size()), dg(x.size()), dgf(x.size());
+    gelu_forward(g.data(), x.data(), t, x.size());
+    gelu_forward(gf.data(), xw.data(), x.size());
+    EXPECT_EQ(g, narrow(gf, t));
+    gelu_backward(dg.data(), x.data(), t, dout.data(), x.size());
+    gelu_backward(dgf.data(), xw.data(), dout.data(), x.size());
+    EXPECT_EQ(dg, dgf);
+}
+
+TEST_P(Mixed, ResidualAddAndEmbeddingsRoundOnce) {
+    const DType t = GetParam();
+    const int N = 13, C = 45, V = 17, T = 13;
+    const H x = narrow(randn(size_t(N) * C, 6), t);
+    const Vec bias = randn(C, 7), y = randn(size_t(N) * C, 8), xw = widen(x, t);
+    H out(x.size());
+    residual_add(out.data(), x.data(), t, bias.data(), y.data(), N, C);
+    Vec ref(x.size());
+    residual_add(ref.data(), xw.data(), bias.data(), y.data(), N, C);
+    EXPECT_EQ(out, narrow(ref, t));
+    // token + position embedding from a 16-bit copy of the tables
+    const H wte = narrow(randn(size_t(V) * C, 9), t), wpe = narrow(randn(size_t(T) * C, 10), t);
+    std::vector<int> tok(N);
+    for (int i = 0; i < N; i++) tok[size_t(i)] = (i * 7 + 3) % V;
+    H e(x.size());
+    Vec ef(x.size());
+    encoder_forward(e.data(), t, tok.data(), wte.data(), wpe.data(), t, 1, T, C);
+    encoder_forward(ef.data(), tok.data(), widen(wte, t).data(), widen(wpe, t).data(), 1, T, C);
+    EXPECT_EQ(e, narrow(ef, t));
+}
+
+TEST_P(Mixed, MatmulForwardAndBackwardOn16BitOperands) {
+    const DType t = GetParam();
+    const int N = 33, C = 50, OC = 47;
+    const H in = narrow(randn(size_t(N) * C, 11), t), w = narrow(randn(size_t(OC) * C, 12, 0.2f), t);
+    const Vec inw = widen(in, t), ww = widen(w, t), bias = randn(OC, 13);
+    // forward into fp32 and into the 16-bit type
+    Vec y(size_t(N) * OC), yf(y.size());
+    matmul_forward(y.data(), DType::F32, in.data(), w.data(), t, bias.data(), N, C, OC);
+    matmul_forward(yf.data(), inw.data(), ww.data(), bias.data(), N, C, OC);
+    expect_close("forward", y, yf, 1e-5f);
+    H y16(y.size());
+    matmul_forward(y16.data(), t, in.data(), w.data(), t, bias.data(), N, C, OC);
+    expect_close("forward, 16-bit out", widen(y16, t), yf, t == DType::BF16 ? 8e-3f : 1e-3f);
+    // backward: fp32 dout, rounded to the operands' type for the bf16 products (fp16 ones are widened)
+    const Vec dout = randn(y.size(), 14);
+    Vec dx(size_t(N) * C), dw(size_t(OC) * C, 0.5f), db(OC, 0.25f), dxf = dx, dwf = dw, dbf = db;
+    matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), t, N, C, OC, true);
+    const Vec dq = t == DType::BF16 ? widen(narrow(dout, t), t) : dout;
+    matmul_backward(dxf.data(), dwf.data(), nullptr, dq.data(), inw.data(), ww.data(), N, C, OC, true);
+    bias_backward(dbf.data(), dout.data(), N, OC);
+    expect_close("dinp", dx, dxf, 1e-5f);
+    expect_close("dweight", dw, dwf, 1e-5f);
+    EXPECT_EQ(db, dbf);
+}
+
+TEST_P(Mixed, AttentionMatchesFp32OnWidenedInputs) {
+    const DType t = GetParam();
+    const int B = 2, T = 70, C = 24, NH = 3;  // T over one 64-query block
+    const H qkv = narrow(randn(size_t(B) * T * 3 * C, 15), t);
+    const Vec qkvw = widen(qkv, t);
+    H out(size_t(B) * T * C), att(size_t(B) * NH * T * T);
+    Vec outf(out.size()), attf(att.size());
+    attention_forward(out.data(), att.data(), t, qkv.data(), t, B, T, C, NH);
+    attention_forward(outf.data(), attf.data(), qkvw.data(), B, T, C, NH);
+    // probabilities: rounded once
+    const Vec attw = widen(att, t);
+    for (int bh = 0; bh < B * NH; bh++)
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j <= i; j++) {
+                const size_t k = (size_t(bh) * T + i) * T + j;
+                ASSERT_EQ(attw[k], t == DType::BF16 ? bf16_to_f32(f32_to_bf16(attf[k])) : f16_to_f32(f32_to_f16(attf[k])));
+            }
+    // the output uses the rounded probabilities: 16-bit noise
+    expect_close("attention output", widen(out, t), outf, t == DType::BF16 ? 2e-2f : 2e-3f);
+    // backward from the same (rounded) probabilities equals the fp32 kernel on widened values
+    const Vec dout = randn(outf.size(), 16);
+    Vec dqkv(qkvw.size()), dqkvf(qkvw.size()), scratch(attention_scratch_floats(T, 4));
+    attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), t, att.data(), t, B, T, C, NH);
+    attention_backward(dqkvf.data(), scratch.data(), dout.data(), qkvw.data(), attw.data(), B, T, C, NH);
+    expect_close("attention backward", dqkv, dqkvf, 1e-5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Mixed, ::testing::Values(DType::BF16, DType::F16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
