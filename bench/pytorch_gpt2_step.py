@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""PyTorch peer benchmark: GPT-2 124M fp32 training step on CPU (random tokens).
+"""PyTorch peer benchmark: GPT-2 124M training step on CPU (random tokens), fp32 or bf16 autocast.
 
     OPENBLAS_CORETYPE=... /usr/bin/python3 bench/pytorch_gpt2_step.py \
         --batch 4 --seq 64 --threads 2 --steps 10 --warmup 2
 
 Uses the same model definition as the C++ reference fixtures
 (tools/reference/gpt2_torch.py). Each timed step: zero_grad(set_to_none=True),
-forward, loss, backward, clip_grad_norm_(1.0), AdamW step (foreach=True). Prints one JSON line.
+forward, loss, backward, clip_grad_norm_(1.0), AdamW step (foreach=True). With --autocast bf16 the
+forward and loss run under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's mixed precision on
+CPU: bf16 matmuls on oneDNN, fp32 parameters, gradients and optimiser). Prints one JSON line.
 Environment (OPENBLAS_CORETYPE, GLIBC_TUNABLES, OMP_WAIT_POLICY) is the caller's.
 """
 import argparse
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -51,7 +54,8 @@ def main():
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)
-        _, loss = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            _, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # shardlm's step clips too
         opt.step()
@@ -69,6 +73,7 @@ def main():
     total = sum(times)
     print(json.dumps({
         "impl": "pytorch",
+        "autocast": args.autocast,
         "B": B, "T": T,
         "threads": args.threads,
         "tokens_per_s": (B * T / statistics.median(times)) if times else None,  # median step, like shardlm

@@ -49,7 +49,7 @@ struct Scratch {
 
 // With bf16 products on one tensor-parallel rank the head computes its fp32 logits this many rows at
 // a time (only their bf16 gradient is kept for backward): the full (N, Vp) fp32 logits never exist.
-inline constexpr int kHeadRows = 512;
+inline constexpr int kHeadRows = 256;
 
 // How units run on this rank.
 struct UnitContext {
