@@ -22,11 +22,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def setup_packages():
+    """PACKAGES of tools/setup.sh, and FUZZ_PACKAGES (installed with --fuzz for tools/sanitize.sh)."""
     text = open(os.path.join(ROOT, "tools", "setup.sh")).read()
     m = re.search(r"^PACKAGES=\((.*?)\)", text, re.S | re.M)
     if not m:
         sys.exit("check_packages: tools/setup.sh has no PACKAGES=(...) list")
-    return m.group(1).split()
+    fuzz = re.search(r"^FUZZ_PACKAGES=\((.*?)\)", text, re.S | re.M)
+    return m.group(1).split(), (fuzz.group(1).split() if fuzz else [])
 
 
 def installed():
@@ -80,10 +82,14 @@ def main():
     cache = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "CMakeCache.txt")
     if not os.path.exists(cache):
         sys.exit(f"check_packages: {cache} not found: configure the build first (bash tools/setup.sh)")
-    listed = setup_packages()
+    listed, fuzz = setup_packages()
     pkgs, provided = installed()
     # setup.sh skips a package whose command is already there (nodesource's nodejs ships npm)
     missing_listed = [p for p in listed if p not in pkgs and p not in provided and not shutil.which(p)]
+    # a fuzz build (tools/sanitize.sh) may use FUZZ_PACKAGES too (setup.sh --fuzz installs them)
+    if "SHARDLM_FUZZ:BOOL=ON" in open(cache).read():
+        missing_listed += [p for p in fuzz if p not in pkgs and p not in provided]
+        listed = listed + fuzz
     need = closure(listed, pkgs, provided)
     base = {n for n, (_, ess, prio) in pkgs.items() if ess or prio == "required"}
     ok = need | closure(base, pkgs, provided)

@@ -2,12 +2,25 @@
 # tools/setup.sh: install what shardlm needs on Debian 12 (idempotent), then configure and build.
 #   bash tools/setup.sh            # packages + build into ./build
 #   SHARDLM_NO_APT=1 bash tools/setup.sh   # skip the package step
+#   bash tools/setup.sh --fuzz --packages-only   # also the packages of tools/sanitize.sh; no build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libgtest-dev libbenchmark-dev
           libopenblas-dev libopenblas0-openmp libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
           libopenmpi-dev openmpi-bin npm python3-torch python3-numpy)
+# tools/sanitize.sh (CI after the plain suite): clang with libFuzzer and the sanitizer runtimes, and
+# LLVM's OpenMP (clang -fopenmp).
+FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-14-dev)
+
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) PACKAGES+=("${FUZZ_PACKAGES[@]}") ;;
+    --packages-only) build=0 ;;
+    *) echo "setup: unknown option $arg (want --fuzz, --packages-only)" >&2; exit 2 ;;
+  esac
+done
 
 if [ -z "${SHARDLM_NO_APT:-}" ]; then
   missing=()
@@ -27,6 +40,7 @@ if [ -z "${SHARDLM_NO_APT:-}" ]; then
   fi
 fi
 
+[ "$build" = 1 ] || exit 0
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built ./build/shardlm"

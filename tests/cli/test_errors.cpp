@@ -1,6 +1,7 @@
 // Bad input gets one clear line naming the file, the field and the fix, and a non-zero exit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -123,6 +124,86 @@ TEST_F(CliErrors, FailedRunLeavesNoHalfWrittenFiles) {
     std::string out = (tmp / "run").string();
     run("train --init " + kFix + " --data /nonexistent/x.bin --out " + out);
     EXPECT_FALSE(fs::exists(out));
+}
+
+
+// ---- issue 10: each bad input of the reliability issue gets one clear line ------------------------
+
+TEST_F(CliErrors, ScheduleAndDecayOutOfRange) {
+    EXPECT_ERROR(run(train_args() + " --lr 1e-3 --lr-min 1e-2 --lr-schedule cosine"), "--lr-min 0.01 must be in [0, --lr 0.001]",
+                 "decays from --lr down to --lr-min");
+    EXPECT_ERROR(run(train_args() + " --weight-decay -0.1"), "--weight-decay must be >= 0 (got -0.1)");
+}
+
+TEST_F(CliErrors, ModelLargerThanTheMachineSaysHowMuchItNeeds) {
+    auto r = run("train --model gpt3-175b --data " + kFix + "/data.bin --seq 16 --global-batch 1 --micro-batch 1");
+    EXPECT_ERROR(r, "model gpt3-175b does not fit in this machine's memory", "the run needs 2.8 TB",
+                 "parameters 698.4 GB, gradients 698.4 GB, optimizer state 1.4 TB", "available (MemAvailable in /proc/meminfo",
+                 "shardlm plan");
+    EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
+}
+
+TEST_F(CliErrors, DirectoryAsDataNamesItsShards) {
+    EXPECT_ERROR(run("train --init " + kFix + " --data " + kFix + " --seq 16 --global-batch 2 --micro-batch 2"),
+                 "is a directory, not a shard file", "pass one of its shards", "data.bin");
+}
+
+TEST_F(CliErrors, NoOutSaysNothingIsSaved) {
+    auto r = run(train_args());
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("note: no --out: this run saves nothing"), std::string::npos) << r.out;
+}
+
+TEST_F(CliErrors, GenerateBeyondTheContext) {
+    const std::string out = (tmp / "run").string();
+    ASSERT_EQ(run("train --model tiny --n-ctx 32 --data " + kFix + "/data.bin --seq 16 --global-batch 2 --micro-batch 2 "
+                  "--steps 1 --out " + out).code, 0);
+    const std::string gen = "generate --ckpt " + out + " --vocab " + kSrc + "/data/gpt2 --prompt \"Hello world\"";
+    EXPECT_ERROR(run(gen + " --max-tokens 40"), "--max-tokens 40 with a prompt of 2 tokens goes beyond the model's context",
+                 "(n_ctx = 32)", "at most 31 new tokens fit");
+    auto r = run(gen + " --max-tokens 31");
+    EXPECT_EQ(r.code, 0) << r.out;
+}
+
+TEST_F(CliErrors, TokenizeRefusesAnEmptyTrainingSplitAndBinaryFiles) {
+    const std::string vocab = " --vocab " + kSrc + "/data/gpt2";
+    const std::string one = file("one.txt", "Four score and seven years ago.\n");
+    EXPECT_ERROR(run("tokenize " + one + " --out " + (tmp / "a").string() + vocab), "1 document",
+                 "leaves the training shard empty", "--val-fraction 0");
+    EXPECT_FALSE(fs::exists(tmp / "a" / "sotu_train.bin"));
+    EXPECT_EQ(run("tokenize " + one + " --val-fraction 0 --out " + (tmp / "a").string() + vocab).code, 0);
+    fs::create_directories(tmp / "docs");
+    for (int i = 0; i < 4; i++) file("docs/" + std::to_string(i) + ".txt", "Document " + std::to_string(i) + " says hello.\n");
+    std::string binary;
+    for (int i = 0; i < 4096; i++) binary += char((i * 7919) % 256);
+    file("docs/zz.txt", binary);
+    EXPECT_ERROR(run("tokenize " + (tmp / "docs").string() + " --out " + (tmp / "b").string() + vocab),
+                 "docs/zz.txt' is not UTF-8 text", "NUL byte");
+    EXPECT_FALSE(fs::exists(tmp / "b"));
+    binary.erase(std::remove(binary.begin(), binary.end(), '\0'), binary.end());
+    file("docs/zz.txt", binary);
+    EXPECT_ERROR(run("tokenize " + (tmp / "docs").string() + " --out " + (tmp / "b").string() + vocab),
+                 "docs/zz.txt' is not UTF-8 text", "of its bytes are control characters or invalid UTF-8");
+    // a large last document would make most of the tokens validation
+    fs::remove(tmp / "docs" / "zz.txt");
+    std::string big;
+    for (int i = 0; i < 200; i++) big += "The last speech is very long. ";
+    file("docs/zz.txt", big);
+    EXPECT_ERROR(run("tokenize " + (tmp / "docs").string() + " --out " + (tmp / "b").string() + vocab),
+                 "the validation split would hold", "docs/zz.txt' alone has");
+}
+
+TEST_F(CliErrors, ProcessesAreNamedShardlmAfterTheBlasReexec) {
+    if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512: shardlm does not re-exec";
+    // without OPENBLAS_CORETYPE shardlm re-execs itself (SHARDLM_NO_REEXEC=1 then shows in its environ)
+    const std::string script = "env -u OPENBLAS_CORETYPE -u SHARDLM_NO_REEXEC " + kBin + " train --init " + kFix +
+                               " --data " + kFix + "/data.bin --seq 16 --steps 100000000 > /dev/null 2>&1 & p=$!; "
+                               "for i in $(seq 200); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | "
+                               "grep -q SHARDLM_NO_REEXEC=1 && break; sleep 0.02; done; cat /proc/$p/comm; kill -KILL $p; wait $p";
+    const std::string log = (tmp / "comm.txt").string();
+    std::system(("(" + script + ") > " + log + " 2>&1").c_str());
+    const std::string out = shardlm::io::read_file(log);
+    EXPECT_EQ(out.substr(0, out.find('\n')), "shardlm") << out;  // the shell may add "Killed" after it
 }
 
 }  // namespace

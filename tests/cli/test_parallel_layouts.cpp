@@ -195,4 +195,31 @@ TEST_F(ParallelLayouts, ScheduleVerbAndLayoutErrors) {
           "--seq 15 must be a multiple of 2");
 }
 
+// Checkpoints written under every ZeRO stage (2 data-parallel ranks) resume under several other
+// layouts: one process, two data-parallel ranks at the next ZeRO stage, tensor parallel, pipeline
+// parallel. Every reader's curve and final weights equal the uninterrupted run's.
+TEST_F(ParallelLayouts, EveryZeroStageWriterResumesUnderEveryReader) {
+    const fs::path ref = tmp / "ref";
+    run(train("--steps 5 --out " + ref.string()), "ref");
+    for (int z = 0; z <= 3; z++) {
+        const std::string writer = "dp2_zero" + std::to_string(z);
+        const fs::path w = tmp / writer;
+        run(mpirun(2) + train("--steps 3 --dp 2 --zero " + std::to_string(z) + " --out " + w.string()), writer);
+        const Layout readers[] = {{"one_process", 1, ""},
+                                  {"dp2_next_zero", 2, ""},
+                                  {"tp2", 2, "--tp 2"},
+                                  {"pp2", 2, "--pp 2 --schedule 1f1b"}};
+        for (const Layout& r : readers) {
+            const std::string name = writer + "_to_" + r.name;
+            const fs::path dir = tmp / name;
+            fs::copy(w, dir, fs::copy_options::recursive);
+            std::string flags = r.flags;
+            if (std::string(r.name) == "dp2_next_zero") flags = "--dp 2 --zero " + std::to_string((z + 1) % 4);
+            run((r.np > 1 ? mpirun(r.np) : "") + train("--steps 5 --resume " + flags + " --out " + dir.string()), name);
+            shardlm::test::expect_same_losses(ref, dir, 0, name, 1e-5, false);
+            shardlm::test::expect_same_params(ref / "ckpt_00000005", dir / "ckpt_00000005", name);
+        }
+    }
+}
+
 }  // namespace

@@ -3,12 +3,12 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "shardlm/cli/commands.h"
 #include "shardlm/core/check.h"
+#include "shardlm/data/token_ids.h"
 #include "shardlm/data/tokenizer.h"
 
 namespace shardlm::cli {
@@ -53,29 +53,7 @@ void run_encode(const CodecOptions& o) {
 }
 
 void run_decode(const CodecOptions& o) {
-    const std::string in = read_stdin();
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-        fail("decode: stdin is not JSON (", e.what(), ")\n---> HINT: pipe in an array of token ids, e.g. "
-             "echo '[40, 1101]' | shardlm decode");
-    }
-    SHARDLM_CHECK(j.is_array(), "decode: stdin holds JSON ", j.type_name(),
-                  ", want an array of token ids\n---> HINT: e.g. echo '[40, 1101]' | shardlm decode");
-    std::vector<int> ids;
-    ids.reserve(j.size());
-    for (size_t i = 0; i < j.size(); ++i) {
-        const auto& v = j[i];
-        bool ok = v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
-        if (!ok && v.is_number_float()) {  // accept 40.0, which some JSON writers produce
-            double d = v.get<double>();
-            ok = d == double(int64_t(d)) && d >= INT32_MIN && d <= INT32_MAX;
-        }
-        SHARDLM_CHECK(ok, "decode: element ", i, " of the input array is ", v.dump(),
-                      ", want an integer token id");
-        ids.push_back(int(v.is_number_float() ? int64_t(v.get<double>()) : v.get<int64_t>()));
-    }
+    const std::vector<int> ids = data::parse_token_ids(read_stdin());
     const data::Gpt2Tokenizer tok = load_tokenizer(o.vocab);
     write_stdout(tok.decode(ids));
 }

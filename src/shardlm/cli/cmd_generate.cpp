@@ -1,4 +1,5 @@
 // cli/cmd_generate.cpp: `shardlm generate`: sample text from a checkpoint with a KV cache.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -43,6 +44,7 @@ void add_generate_command(CLI::App& app) {
                           "run directory with checkpoints\n---> HINT: train with --out RUN_DIR first");
             dir = latest;
         }
+        train::check_checkpoint_files(dir);  // a checkpoint: its files against meta.json's checksums
         model::GptConfig cfg = model::load_hf_dir_config(dir);
         model::Layout layout = model::make_gpt2_layout(cfg);
         AlignedBuffer<float> params(layout.total);
@@ -52,6 +54,12 @@ void add_generate_command(CLI::App& app) {
                       " is smaller than the GPT-2 tokenizer's ", tok.vocab_size());
         std::vector<int> prompt = tok.encode(o->prompt);
         if (prompt.empty()) prompt.push_back(tok.eot_id());
+        // the prompt fills positions 0..P-1; each new token is predicted at the next position, the last one at n_ctx
+        const int room = cfg.n_ctx + 1 - int(prompt.size());
+        SHARDLM_CHECK(o->s.max_tokens <= room, "--max-tokens ", o->s.max_tokens, " with a prompt of ", prompt.size(),
+                      " tokens goes beyond the model's context (n_ctx = ", cfg.n_ctx, "): ",
+                      room > 0 ? "at most " + std::to_string(room) + " new tokens fit" : std::string("the prompt alone fills it"),
+                      "\n---> HINT: --max-tokens ", std::max(room, 0), " or less, or a shorter --prompt");
         model::Generator gen(cfg, layout, params.data());
         std::vector<int> ids = model::sample_tokens(gen, prompt, o->s);
         std::printf("%s%s\n", o->prompt.c_str(), tok.decode(ids).c_str());

@@ -19,6 +19,7 @@
 #include "shardlm/data/normalize.h"
 #include "shardlm/data/token_shard.h"
 #include "shardlm/data/tokenizer.h"
+#include "shardlm/data/utf8.h"
 #include "shardlm/io/atomic_file.h"
 
 namespace shardlm::cli {
@@ -115,6 +116,10 @@ void run_tokenize(const TokenizeOptions& o) {
     Progress progress(docs.size());
     for (size_t i = 0; i < docs.size(); ++i) {
         const std::string raw = io::read_file(docs[i]);
+        const std::string why = data::binary_reason(raw);
+        SHARDLM_CHECK(why.empty(), "tokenize: '", docs[i], "' is not UTF-8 text: ", why,
+                      "\n---> HINT: remove it from the input (a directory contributes every *.txt below it), or "
+                      "convert it to UTF-8 (iconv -f latin1 -t utf-8)");
         bytes += raw.size();
         const std::string text = data::normalize_text(raw, o.normalize);
         ids.clear();
@@ -126,16 +131,32 @@ void run_tokenize(const TokenizeOptions& o) {
     }
     const double dt = now_s() - t0;
 
-    // Validation: the last documents, until at least val_fraction of all tokens (at least one document).
+    // Validation: the last documents, until at least val_fraction of all tokens (at least one document
+    // unless val_fraction is 0).
     const size_t total = tokens.size();
     size_t first_val = docs.size();
     size_t val_tokens = 0;
-    while (first_val > 0 && (first_val == docs.size() || double(val_tokens) < o.val_fraction * double(total))) {
+    while (o.val_fraction > 0 && first_val > 0 &&
+           (first_val == docs.size() || double(val_tokens) < o.val_fraction * double(total))) {
         --first_val;
         val_tokens = total - (first_val ? doc_end[first_val - 1] : 0);
     }
     const size_t train_tokens = total - val_tokens;
     const size_t n_val = docs.size() - first_val, n_train = first_val;
+    // A split that leaves nothing to train on, or gives validation most of the tokens because the last
+    // document is large, is a mistake: say so before writing anything.
+    SHARDLM_CHECK(n_train > 0, "tokenize: ", docs.size(), " document", docs.size() > 1 ? "s" : "",
+                  ": the validation split (the last documents, at least one) takes ", docs.size() > 1 ? "all" : "it",
+                  " and leaves the training shard empty",
+                  "\n---> HINT: give more documents (one file = one document), or --val-fraction 0 to put everything "
+                  "in the training shard");
+    const double val_share = total ? double(val_tokens) / double(total) : 0.0;
+    SHARDLM_CHECK(val_share <= std::max(0.5, 2 * o.val_fraction), "tokenize: the validation split would hold ",
+                  int(100 * val_share + 0.5), " % of the tokens (--val-fraction ", o.val_fraction, "): its first document '",
+                  docs[first_val], "' alone has ", doc_end[first_val] - (first_val ? doc_end[first_val - 1] : 0),
+                  " of the ", total, " tokens",
+                  "\n---> HINT: documents are split in order (sorted by path): put large documents earlier, or "
+                  "choose --val-fraction to match them");
 
     fs::create_directories(o.out);
     const std::string train_path = (fs::path(o.out) / (o.name + "_train.bin")).string();
@@ -143,11 +164,6 @@ void run_tokenize(const TokenizeOptions& o) {
     const std::span<const uint16_t> all(tokens);
     data::write_token_shard(train_path, all.subspan(0, train_tokens));
     data::write_token_shard(val_path, all.subspan(train_tokens));
-
-    if (n_train == 0) {
-        std::fprintf(stderr, "tokenize: warning: all %zu documents went to validation and %s is empty; "
-                     "lower --val-fraction or add documents\n", docs.size(), train_path.c_str());
-    }
     const size_t text_tokens = total - docs.size();
     std::printf("tokenize: %zu documents (%zu train / %zu val), %.2f MB in %.2f s (%.1f MB/s)\n", docs.size(), n_train,
                 n_val, bytes / 1e6, dt, dt > 0 ? bytes / 1e6 / dt : 0.0);

@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <type_traits>
 
 #include "shardlm/cli/commands.h"
 #include "shardlm/comm/mpi_env.h"
+#include "shardlm/core/check.h"
 #include "shardlm/train/trainer.h"
 
 namespace shardlm::cli {
@@ -41,20 +43,26 @@ void add_train_command(CLI::App& app) {
             });
         }
         // MPI only when launched by mpirun; otherwise one process, no MPI at all.
-        comm::MpiEnv env;
-        if (!env.is_distributed()) {
-            train::Trainer t(run, env.world());
-            t.run();
-            return;
+        int status = 0;
+        {
+            comm::MpiEnv env;
+            try {
+                train::Trainer t(run, env.world());
+                status = t.run();
+            } catch (const std::bad_alloc&) {
+                const std::string msg = "out of memory while setting up or training the model"
+                                        "\n---> HINT: a smaller --model, --micro-batch or --seq, or --zero 3 over more ranks";
+                if (!env.is_distributed()) throw Error(msg);
+                std::fprintf(stderr, "shardlm: error (rank %d of %d): %s\n", env.world_rank(), env.world_size(), msg.c_str());
+                env.abort(1);
+            } catch (const std::exception& e) {
+                if (!env.is_distributed()) throw;
+                // one rank failing must not leave the others waiting in a collective
+                std::fprintf(stderr, "shardlm: error (rank %d of %d): %s\n", env.world_rank(), env.world_size(), e.what());
+                env.abort(1);
+            }
         }
-        try {
-            train::Trainer t(run, env.world());
-            t.run();
-        } catch (const std::exception& e) {
-            // one rank failing must not leave the others waiting in a collective
-            std::fprintf(stderr, "shardlm: error (rank %d of %d): %s\n", env.world_rank(), env.world_size(), e.what());
-            env.abort(1);
-        }
+        if (status != 0) throw CLI::RuntimeError(status);  // after MPI_Finalize (MpiEnv's destructor)
     });
 }
 

@@ -17,6 +17,9 @@ std::atomic<WaitMode> g_wait_mode{WaitMode::Sleep};
 // 256 KiB: the kSlots = 4 receive slots of a reduce step (1 MiB) stay in the 2 MiB L2.
 std::atomic<size_t> g_segment_bytes{size_t(256) << 10};
 thread_local bool t_on_comm_thread = false;
+thread_local const detail::Op* t_current_op = nullptr;  // the op whose body this thread executes
+std::atomic<double> g_timeout_s{0.0};
+std::atomic<bool> g_timed_out{false};  // one wait timed out: every later wait fails at once
 
 // Sleep back-off of the communication thread (microseconds).
 constexpr int kSleepMinUs = 5, kSleepMaxUs = 100;
@@ -26,6 +29,8 @@ constexpr int kSpinPolls = 32;
 
 void set_background_wait(WaitMode m) { g_wait_mode.store(m); }
 WaitMode background_wait() { return g_wait_mode.load(); }
+void set_timeout(double seconds) { g_timeout_s.store(seconds > 0 ? seconds : 0.0); }
+double timeout() { return g_timeout_s.load(); }
 void set_segment_bytes(size_t bytes) { g_segment_bytes.store(std::max<size_t>(bytes, 64)); }
 size_t segment_bytes() { return g_segment_bytes.load(); }
 
@@ -55,14 +60,31 @@ MpiLock::MpiLock() : lk(engine().mpi()) {}
 // Runs op's body on this thread, timing it (a point-to-point body only posts its requests).
 // Returns the error, if any.
 std::exception_ptr Engine::execute(Op& op) {
+    const Op* outer = t_current_op;
+    t_current_op = &op;
+    std::exception_ptr err;
     try {
         op.t_start = now_s();
         op.body(op);
         op.t_end = now_s();
     } catch (...) {
-        return std::current_exception();
+        err = std::current_exception();
     }
-    return nullptr;
+    t_current_op = outer;
+    return err;
+}
+
+void Engine::check_timeout(double t0, const Op* op) {
+    const double limit = g_timeout_s.load(std::memory_order_relaxed);
+    const bool earlier = g_timed_out.load(std::memory_order_relaxed);
+    if (!earlier && (limit <= 0 || now_s() - t0 <= limit)) return;
+    if (!op) op = t_current_op;
+    const std::string what = op ? describe_op(*op) : std::string("a communication");
+    if (earlier) fail(what, ": abandoned after an earlier communication timeout");
+    g_timed_out.store(true);
+    fail(what, " did not finish within --comm-timeout ", limit,
+         " s: the other ranks of the group did not take part in time (stalled or dead)",
+         "\n---> HINT: look at the other ranks' output; a rank stuck in I/O or killed shows there");
 }
 
 void Engine::run(const std::shared_ptr<Op>& op) {
@@ -143,8 +165,25 @@ bool Engine::poll(Op& op) {
 void Engine::wait(Op& op) {
     if (op.done.load(std::memory_order_acquire)) return;
     if (op.p2p) {
-        for (int polls = 0; !poll(op); polls++)
+        const double t0 = now_s();
+        for (int polls = 0; !poll(op); polls++) {
             if (polls >= kSpinPolls || comm_wants_mpi_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
+            if (polls % 1024 == 1023) {
+                try {
+                    check_timeout(t0, &op);
+                } catch (...) {
+                    // complete it with the error (the caller's finish() rethrows it); the requests are abandoned
+                    if (!op.claimed.exchange(true)) {
+                        std::lock_guard lk(mu_);
+                        auto it = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& p) { return p.get() == &op; });
+                        if (it != inflight_.end()) inflight_.erase(it);
+                        complete(op, std::current_exception());
+                    }
+                    while (!op.done.load(std::memory_order_acquire)) std::this_thread::yield();
+                    return;
+                }
+            }
+        }
         return;
     }
     std::unique_lock lk(mu_);
@@ -177,7 +216,9 @@ void Engine::wait_requests(MPI_Request* reqs, int n) {
     if (n <= 0) return;
     const bool comm = t_on_comm_thread;
     int polls = 0, sleep_us = kSleepMinUs;
+    const double t0 = now_s();
     for (;;) {
+        if (polls % 256 == 255) check_timeout(t0, nullptr);
         int flag = 0;
         if (comm) comm_wants_mpi_.fetch_add(1, std::memory_order_relaxed);
         {

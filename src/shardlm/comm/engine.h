@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -50,6 +51,9 @@ struct Op {
     std::exception_ptr error;
 };
 
+// "all_reduce on group 'dp' (rank 1 of 2, world rank 3)": for errors about op (comm/group.cpp).
+std::string describe_op(const Op& op);
+
 class Engine {
 public:
     ~Engine();
@@ -70,7 +74,8 @@ public:
     std::mutex& mpi() { return mpi_mu_; }
     // For op bodies: wait until all n requests completed, polling MPI_Testall with mpi() released
     // between polls: without sleeping on a caller's thread, per background_wait() on the
-    // communication thread.
+    // communication thread. Throws when they have not completed within comm::timeout() seconds
+    // (naming the operation being executed on this thread).
     void wait_requests(MPI_Request* reqs, int n);
     // Grow-only scratch memory for op bodies, per thread.
     void* scratch(size_t bytes, int slot);
@@ -80,6 +85,9 @@ private:
     void loop();
     bool poll(Op& op);      // p2p: tests its requests; completes it if done; returns done
     bool poll_inflight();   // returns whether any in-flight op completed
+    // Throws the timeout error for op (null: the operation this thread executes) if t0 is more than
+    // comm::timeout() ago, or at once once any operation has timed out.
+    void check_timeout(double t0, const Op* op);
     void complete(Op& op, std::exception_ptr e);
 
     std::mutex mu_;          // queue_, inflight_, pending_

@@ -64,6 +64,15 @@ struct GroupState {
     }
 };
 
+std::string describe_op(const Op& op) {
+    std::string out(op_name(op.kind));
+    if (const auto* g = static_cast<const GroupState*>(op.group)) {
+        out += " on group '" + (g->name.empty() ? std::string("unnamed") : g->name) + "' (rank " + std::to_string(g->rank) +
+               " of " + std::to_string(g->size) + ", world rank " + std::to_string(world_rank()) + ")";
+    }
+    return out;
+}
+
 }  // namespace detail
 
 using detail::GroupState;

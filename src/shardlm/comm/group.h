@@ -82,6 +82,11 @@ struct CommStats {
 enum class WaitMode { Sleep, Yield, Spin };
 void set_background_wait(WaitMode m);
 WaitMode background_wait();
+// Seconds a wait inside an operation may go without the messages it waits for arriving before the
+// operation fails with an error naming it, its group and this rank (0 = wait forever, the default).
+// After one timeout every later wait fails at once: the job is going down (comm/engine.h).
+void set_timeout(double seconds);
+double timeout();
 // Segment size of the pipelined ring steps (bytes, rounded to whole elements); default 256 KiB.
 // Set it on every rank alike, with no operation pending (both ends must cut messages the same way).
 void set_segment_bytes(size_t bytes);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "shardlm/core/check.h"
 #include "shardlm/io/atomic_file.h"
@@ -13,6 +14,14 @@ constexpr const char* kHint = "\n---> HINT: prepare data with `shardlm tokenize`
 }
 
 std::vector<uint16_t> read_token_shard(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        std::string shards;  // the shards inside, as suggestions
+        for (const auto& e : std::filesystem::directory_iterator(path, ec))
+            if (e.path().extension() == ".bin") shards += (shards.empty() ? "" : ", ") + e.path().string();
+        fail("token shard '", path, "' is a directory, not a shard file",
+             shards.empty() ? std::string(kHint) : "\n---> HINT: pass one of its shards: " + shards);
+    }
     std::FILE* f = std::fopen(path.c_str(), "rb");
     SHARDLM_CHECK(f, "token shard '", path, "': cannot open (", std::strerror(errno), ")", kHint);
     int32_t header[kShardHeaderInts];

@@ -71,4 +71,10 @@ bool whatwg_utf8(std::string_view in, Emit&& emit) {
 // BOM handling). Returns the input unchanged when it is valid.
 std::string sanitize_utf8(std::string_view bytes);
 
+// Why `bytes` is not text, or "" if it is: a NUL byte (no text format has one), or more than 1 % of
+// the bytes being control characters (other than tab, newlines, form feed, escape) or invalid UTF-8
+// (a binary file, or text in a legacy encoding). `tokenize` refuses such files instead of turning
+// them into token soup.
+std::string binary_reason(std::string_view bytes);
+
 }  // namespace shardlm::data

@@ -13,10 +13,12 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/io/atomic_file.h"
+#include "shardlm/io/hash.h"
 #include "shardlm/io/json_file.h"
 #include "shardlm/io/safetensors.h"
 #include "shardlm/model/pieces.h"
 #include "shardlm/model/weights.h"
+#include "shardlm/train/rank_text.h"
 
 namespace shardlm::train {
 
@@ -116,6 +118,13 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
         wo.set_metadata("layout", "pieces of the optimiser state: <state>/<HF name>[box]");
         wo.write((tmp / rank_file("optimizer", world.rank(), n)).string());
     }
+    // Checksums of this rank's files (read back from the page cache), collected on rank 0 for meta.json.
+    std::string sums;
+    for (const char* kind : {"model", "optimizer"}) {
+        const std::string f = rank_file(kind, world.rank(), n);
+        sums += f + " " + io::hex64(io::xxh64_file((tmp / f).string())) + "\n";
+    }
+    const std::vector<std::string> all_sums = gather_text(world, sums);
     // Fault injection for the tests: die by SIGKILL with this checkpoint half-written.
     if (const char* k = std::getenv("SHARDLM_TEST_KILL_IN_CKPT"); k && std::atoi(k) == step) std::raise(SIGKILL);
     world.barrier();  // every rank's files are on disk
@@ -127,6 +136,14 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
             files["model"].push_back(rank_file("model", r, n));
             files["optimizer"].push_back(rank_file("optimizer", r, n));
         }
+        nlohmann::json sums_json = nlohmann::json::object();
+        for (const std::string& text : all_sums)
+            for (size_t at = 0; at < text.size();) {
+                const size_t sp = text.find(' ', at), nl = text.find('\n', at);
+                sums_json[text.substr(at, sp - at)] = text.substr(sp + 1, nl - sp - 1);
+                at = nl + 1;
+            }
+        sums_json["config.json"] = io::hex64(io::xxh64_file((tmp / "config.json").string()));
         nlohmann::json meta = {
             {"format", "shardlm-checkpoint"},
             {"format_version", kCheckpointVersion},
@@ -140,6 +157,7 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
             {"rng", {{"seed", cfg.seed}, {"note", "init and data order are pure functions of the seed and step"}}},
             {"writer", writer},
             {"files", files},
+            {"checksums", {{"algorithm", "xxh64"}, {"files", sums_json}}},
             {"layout", "pieces of HF GPT-2 tensors (Conv1D weights [in, out], true vocabulary); see train/checkpoint.h"},
         };
         for (const auto& [k, v] : extra.items()) meta[k] = v;
@@ -168,14 +186,90 @@ std::string latest_checkpoint(const std::string& run_dir) {
     return all.empty() ? "" : all.back().string();
 }
 
+std::vector<std::string> checkpoints_newest_first(const std::string& run_dir) {
+    std::vector<std::string> out;
+    for (const fs::path& p : list_checkpoints(run_dir)) out.insert(out.begin(), p.string());
+    return out;
+}
+
+namespace {
+
+// The files of a checkpoint with their recorded checksums ("" for a version 3 checkpoint).
+std::vector<std::pair<std::string, std::string>> listed_files(const nlohmann::json& meta, const std::string& path) {
+    std::vector<std::pair<std::string, std::string>> out;
+    const bool has_sums = meta.contains("checksums");
+    const nlohmann::json* sums = nullptr;
+    if (has_sums) {
+        SHARDLM_CHECK(meta["checksums"].value("algorithm", "") == "xxh64" && meta["checksums"].contains("files") &&
+                          meta["checksums"]["files"].is_object(),
+                      path, ": field 'checksums' is not {\"algorithm\": \"xxh64\", \"files\": {...}}");
+        sums = &meta["checksums"]["files"];
+    }
+    SHARDLM_CHECK(meta.value("format_version", 0) < 4 || has_sums, path, ": field 'checksums' is missing");
+    auto add = [&](const std::string& f) {
+        std::string want;
+        if (sums) {
+            SHARDLM_CHECK(sums->contains(f) && (*sums)[f].is_string(), path, ": no checksum for '", f, "'");
+            want = (*sums)[f].get<std::string>();
+        }
+        out.emplace_back(f, want);
+    };
+    for (const char* what : {"model", "optimizer"}) {
+        SHARDLM_CHECK(meta.contains("files") && meta["files"].contains(what) && meta["files"][what].is_array(), path,
+                      ": field 'files.", what, "' missing or not a list");
+        for (const auto& f : meta["files"][what]) {
+            SHARDLM_CHECK(f.is_string(), path, ": field 'files.", what, "' holds a non-string");
+            add(f.get<std::string>());
+        }
+    }
+    if (sums) add("config.json");
+    return out;
+}
+
+}  // namespace
+
+std::string verify_checkpoint(const std::string& dir, comm::Group* g) {
+    const int rank = g ? g->rank() : 0, size = g ? g->size() : 1;
+    std::string problem;
+    try {
+        const nlohmann::json meta = read_checkpoint_meta(dir);
+        const auto files = listed_files(meta, (fs::path(dir) / "meta.json").string());
+        for (size_t i = size_t(rank); i < files.size() && problem.empty(); i += size_t(size)) {
+            const auto& [name, want] = files[i];
+            const fs::path p = fs::path(dir) / name;
+            if (!fs::exists(p)) {
+                problem = cat(p.string(), " is missing (listed in meta.json)");
+            } else if (!want.empty()) {
+                const std::string got = io::hex64(io::xxh64_file(p.string()));
+                if (got != want)
+                    problem = cat(p.string(), ": checksum mismatch (xxh64 ", got, ", meta.json records ", want,
+                                  "): the file is damaged");
+            }
+        }
+    } catch (const std::exception& e) {
+        problem = e.what();
+    }
+    if (!g) return problem;
+    for (const std::string& p : all_gather_text(*g, problem))
+        if (!p.empty()) return p;  // the lowest rank's finding, the same on every rank
+    return "";
+}
+
+void check_checkpoint_files(const std::string& dir, comm::Group* g) {
+    if (!fs::exists(fs::path(dir) / "meta.json")) return;
+    const std::string problem = verify_checkpoint(dir, g);
+    SHARDLM_CHECK(problem.empty(), "checkpoint ", dir, " is damaged: ", problem,
+                  "\n---> HINT: use another checkpoint (a run directory keeps the last --keep-ckpts of them)");
+}
+
 nlohmann::json read_checkpoint_meta(const std::string& dir) {
     const std::string path = (fs::path(dir) / "meta.json").string();
     SHARDLM_CHECK(fs::exists(path), "'", dir, "' is not a shardlm checkpoint (no meta.json)");
     nlohmann::json meta = io::read_json_file(path);
     SHARDLM_CHECK(meta.value("format", "") == "shardlm-checkpoint", path, ": field 'format' is not \"shardlm-checkpoint\"");
     const int version = meta.value("format_version", -1);
-    SHARDLM_CHECK(version == kCheckpointVersion, path, ": field 'format_version' is ", version,
-                  ", this shardlm resumes version ", kCheckpointVersion,
+    SHARDLM_CHECK(version == kCheckpointVersion || version == 3, path, ": field 'format_version' is ", version,
+                  ", this shardlm resumes versions 3 and ", kCheckpointVersion,
                   version == 2 ? "\n---> HINT: version 2 checkpoints still load as weights: --init " + dir : std::string());
     SHARDLM_CHECK(meta.contains("step") && meta["step"].is_number_integer(), path, ": field 'step' missing or not an integer");
     return meta;

@@ -19,6 +19,7 @@
 // checkpoints are removed only after that, so a kill at any moment leaves the previous one intact.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,7 +32,7 @@
 
 namespace shardlm::train {
 
-inline constexpr int kCheckpointVersion = 3;
+inline constexpr int kCheckpointVersion = 4;  // 4: meta.json "checksums"; 3 (none) still loads
 
 // Writes RUN_DIR/ckpt_<step>/ and keeps the newest `keep` complete checkpoints. Returns its path.
 // Collective over `world` (every rank writes its own pieces). writer: the layout, for meta.json;
@@ -46,6 +47,17 @@ void remove_stale_checkpoint_temps(const std::string& run_dir);
 
 // The newest complete checkpoint directory in RUN_DIR, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
+
+// Complete checkpoint directories in RUN_DIR, newest first.
+std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
+
+// Checks that meta.json reads and that every file it lists exists and has the XXH64 recorded there.
+// Returns "" or what is wrong, naming the file. With g: collective, the files are split between g's
+// ranks and every rank gets the same answer. A version 3 checkpoint (no checksums) only needs its files.
+std::string verify_checkpoint(const std::string& dir, comm::Group* g = nullptr);
+// For readers of a checkpoint as weights (--init, export, generate): if dir is a checkpoint
+// (meta.json), throws verify_checkpoint's finding. An HF directory passes.
+void check_checkpoint_files(const std::string& dir, comm::Group* g = nullptr);
 
 // Loads this rank's parameters (into dp's storage) and optimiser state; checks that the
 // checkpoint's model and optimiser match. Returns meta.json (its "step" is the number of completed

@@ -1,5 +1,6 @@
 #include "shardlm/train/rank_text.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace shardlm::train {
@@ -21,6 +22,27 @@ std::vector<std::string> gather_text(comm::Group& g, const std::string& mine) {
         g.recv(other.data(), n, r, kTagText);
         out.push_back(std::move(other));
     }
+    return out;
+}
+
+}  // namespace shardlm::train
+
+namespace shardlm::train {
+
+std::vector<std::string> all_gather_text(comm::Group& g, const std::string& mine) {
+    const size_t n = size_t(g.size());
+    std::vector<uint64_t> lens(n);
+    const uint64_t my_len = mine.size();
+    g.all_gather_bytes(&my_len, lens.data(), sizeof(uint64_t));
+    uint64_t longest = 0;
+    for (uint64_t l : lens) longest = std::max(longest, l);
+    if (longest == 0) return std::vector<std::string>(n);
+    std::string padded = mine;
+    padded.resize(longest);
+    std::string all(longest * n, '\0');
+    g.all_gather_bytes(padded.data(), all.data(), longest);
+    std::vector<std::string> out(n);
+    for (size_t r = 0; r < n; r++) out[r] = all.substr(r * longest, lens[r]);
     return out;
 }
 

@@ -141,7 +141,7 @@ std::string Trainer::comm_report() const {
     }
     // the loss and the squared gradient norm: one all-reduce of two doubles over every rank
     row("world", *world_, comm::OpKind::AllReduce,
-        comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, 2, 8, world_->size(), world_->rank()));
+        comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, kStepSums, 8, world_->size(), world_->rank()));
     const comm::CommStats& st = g.dp().stats();
     double busy = 0;
     for (auto k : {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather})

@@ -54,6 +54,11 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(global_batch > 0 && global_batch % micro_batch == 0, "--global-batch (", global_batch,
                   ") must be a positive multiple of --micro-batch (", micro_batch, ")");
     SHARDLM_CHECK(lr >= 0 && std::isfinite(lr), "--lr must be a finite number >= 0 (got ", lr, ")");
+    SHARDLM_CHECK(lr_min >= 0 && lr_min <= lr, "--lr-min ", lr_min, " must be in [0, --lr ", lr,
+                  "]: the cosine schedule decays from --lr down to --lr-min\n---> HINT: --lr-min ", lr / 10,
+                  " (a tenth of --lr) is common");
+    SHARDLM_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), "--weight-decay must be >= 0 (got ", weight_decay,
+                  "): a negative decay pushes the weights away from zero\n---> HINT: 0 (off) or e.g. 0.1");
     SHARDLM_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off; got ", grad_clip, ")");
     SHARDLM_CHECK(beta1 >= 0 && beta1 < 1, "--beta1 must be in [0, 1) (got ", beta1, ")");
     SHARDLM_CHECK(beta2 >= 0 && beta2 < 1, "--beta2 must be in [0, 1) (got ", beta2, ")");
@@ -91,6 +96,11 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(virtual_stages == 1 || schedule == "interleaved", "--virtual-stages ", virtual_stages,
                   " needs --schedule interleaved");
     SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
+    SHARDLM_CHECK(!(resume && overwrite), "give one of --resume (continue the run in --out) and --overwrite (replace it)");
+    SHARDLM_CHECK(on_nan == "stop" || on_nan == "skip", "--on-nan '", on_nan, "' is not known\n---> HINT: use stop or skip");
+    SHARDLM_CHECK(spike_sigma >= 0 && spike_window >= 2, "--spike-sigma must be >= 0 (0 = off) and --spike-window >= 2");
+    SHARDLM_CHECK(check_replicas >= 0, "--check-replicas must be >= 0 (0 = off; got ", check_replicas, ")");
+    SHARDLM_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0 seconds (0 = off; got ", comm_timeout, ")");
     SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
     optim::parse_kind(optimizer);
 }

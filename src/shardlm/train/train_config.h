@@ -42,6 +42,7 @@ struct TrainConfig {
     std::string out;         // run directory: metrics, checkpoints, config, report
     int ckpt_every = 0;      // 0 = only at the end (if out is set)
     bool resume = false;     // continue from the latest complete checkpoint in out
+    bool overwrite = false;  // train into an out that holds another run, replacing it
     int keep_ckpts = 2;      // complete checkpoints kept in out
     int log_every = 10;      // plain log line every N steps when stdout is not a TTY
     int sample_tokens = 0;   // after training, print a sample of this many tokens (needs the GPT-2 vocab)
@@ -69,6 +70,12 @@ struct TrainConfig {
     int scale_window = 1000;                // clean steps before a dynamic loss scale doubles
     std::string recompute = "none";         // none | full | selective
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
+    // reliability (train/numerics.h, train/rank_check.h)
+    std::string on_nan = "stop";  // stop | skip: what a non-finite loss or gradient does
+    float spike_sigma = 6.0f;     // warn when the loss exceeds mean + spike_sigma x sigma of the window (0 = off)
+    int spike_window = 50;        // steps of that window
+    int check_replicas = 0;       // every N steps compare replicated parameters across ranks (0 = off)
+    float comm_timeout = 0.0f;    // seconds a collective may wait before the job ends with a message (0 = off)
 
     optim::OptimConfig optim_config() const;
     // The model to build: the HF directory's config (init) or the preset with the shape overrides.
@@ -111,6 +118,7 @@ void for_each_field(Cfg& c, F&& f) {
     f("out", c.out, "Run directory: metrics, checkpoints, config, report");
     f("ckpt_every", c.ckpt_every, "Checkpoint every N steps (0 = only at the end)");
     f("resume", c.resume, "Continue from the latest complete checkpoint in --out");
+    f("overwrite", c.overwrite, "Train into an --out that holds another run, deleting that run's files");
     f("keep_ckpts", c.keep_ckpts, "Complete checkpoints to keep");
     f("log_every", c.log_every, "Log line every N steps when not on a TTY");
     f("sample_tokens", c.sample_tokens, "Print a sample of N tokens after training (0 = off)");
@@ -140,6 +148,14 @@ void for_each_field(Cfg& c, F&& f) {
     f("recompute", c.recompute,
       "Activation recomputation: none | full (keep each block's input, re-run it in backward) | selective (recompute the attention probabilities)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
+    f("on_nan", c.on_nan,
+      "stop | skip: a non-finite loss or gradient stops the run (naming the tensor), or skips that step's update on every rank");
+    f("spike_sigma", c.spike_sigma, "Warn when the loss exceeds the window's mean + this many standard deviations (0 = off)");
+    f("spike_window", c.spike_window, "Steps in the loss-spike window");
+    f("check_replicas", c.check_replicas,
+      "Every N steps, compare hashes of the replicated parameters across data- and tensor-parallel ranks (0 = off)");
+    f("comm_timeout", c.comm_timeout,
+      "Seconds a collective may wait for the other ranks before the job ends naming it (0 = wait forever)");
 }
 
 nlohmann::json config_to_json(const TrainConfig& c);

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "shardlm/core/check.h"
@@ -16,14 +15,17 @@
 #include "shardlm/core/timer.h"
 #include "shardlm/core/trace.h"
 #include "shardlm/data/token_shard.h"
-#include "shardlm/data/tokenizer.h"
-#include "shardlm/io/atomic_file.h"
 #include "shardlm/kernels/matmul.h"
-#include "shardlm/model/generate.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/parallel/stages.h"
 #include "shardlm/train/checkpoint.h"
+#include "shardlm/train/fault_injection.h"
+#include "shardlm/train/memory_check.h"
+#include "shardlm/train/numerics.h"
+#include "shardlm/train/rank_check.h"
 #include "shardlm/train/rank_text.h"
+#include "shardlm/train/run_dir.h"
+#include "shardlm/train/stop_signal.h"
 
 namespace shardlm::train {
 
@@ -43,15 +45,6 @@ std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const Tr
 // "fp32" | "bf16" | "fp16" (validated by TrainConfig)
 DType dtype_of(const std::string& name) { return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32; }
 
-std::string fmt_duration(double s) {
-    char buf[32];
-    int t = int(s + 0.5);
-    if (t >= 3600) std::snprintf(buf, sizeof(buf), "%dh%02dm", t / 3600, (t / 60) % 60);
-    else if (t >= 60) std::snprintf(buf, sizeof(buf), "%dm%02ds", t / 60, t % 60);
-    else std::snprintf(buf, sizeof(buf), "%ds", t);
-    return buf;
-}
-
 }  // namespace
 
 Trainer::Trainer(TrainConfig cfg) : own_world_(std::make_unique<comm::Group>(comm::Group::self())), cfg_(std::move(cfg)) {
@@ -63,6 +56,9 @@ Trainer::Trainer(TrainConfig cfg, comm::Group& world) : cfg_(std::move(cfg)) { i
 void Trainer::init(comm::Group& world) {
     world_ = &world;
     cfg_.validate();
+    if (world.name().empty()) world.set_name("world");
+    check_same_config(world, cfg_);  // before any collective the ranks could issue differently
+    comm::set_timeout(cfg_.comm_timeout);
     set_threads(cfg_.threads);
     grid_ = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg_.dp, cfg_.tp, cfg_.pp}));
     world.set_name("world");
@@ -96,6 +92,13 @@ void Trainer::init(comm::Group& world) {
     po.recompute = model::parse_recompute(cfg_.recompute);
     po.unit_multiple = dp;
     po.threads = get_threads();
+    {  // will it fit? (before anything large is allocated)
+        model::LayoutSpec spec{po.chunks, tp, grid_->tp_rank(), dp};
+        const MemoryNeed need = estimate_rank_memory(cfg_, model_cfg_, model::make_gpt2_layout(model_cfg_, spec), dp, tp,
+                                                     po.chunks, po.slots);
+        const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        check_memory_fits(need, local ? std::max(1, std::atoi(local)) : 1, model_cfg_.name);
+    }
     part_ = std::make_unique<model::ModelPart>(model_cfg_, po, cfg_.micro_batch, cfg_.seq);
     kernels::MatmulPrecision precision;
     kernels::matmul_precision_from_name(cfg_.matmul_precision, &precision);  // validated above
@@ -119,6 +122,7 @@ void Trainer::init(comm::Group& world) {
     }
     exec_ = std::make_unique<parallel::PipelineExecutor>(*part_, grid_->pp(), *dp_);
     optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), part_->layout(), dp_->owned_ranges());
+    claim_run_dir(cfg_, world);
     load_or_init();
     lr_schedule_ = {optim::parse_lr_kind(cfg_.lr_schedule), cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
     // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
@@ -128,25 +132,63 @@ void Trainer::init(comm::Group& world) {
 
 void Trainer::load_or_init() {
     const model::Layout& layout = part_->layout();
-    std::string ckpt = cfg_.resume ? latest_checkpoint(cfg_.out) : "";
-    if (!ckpt.empty()) {
-        nlohmann::json meta = load_checkpoint(ckpt, model_cfg_, layout, *dp_, *optimizer_);
+    if (cfg_.resume && resume_from_checkpoint()) {
+        dp_->params_loaded();  // mixed precision: the 16-bit copy from the fp32 master weights
+        return;
+    }
+    if (cfg_.init.empty()) {
+        for (auto& [range, storage] : dp_->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
+    } else {
+        check_checkpoint_files(cfg_.init, world_);  // a checkpoint given as weights: its checksums
+        model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
+        for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
+        model::check_model_tensors(store, model_cfg_, cfg_.init);
+        for (auto& [range, storage] : dp_->param_storage()) store.load(storage, layout, range);
+    }
+    dp_->params_loaded();
+}
+
+bool Trainer::resume_from_checkpoint() {
+    // the newest checkpoint whose files match their checksums; damaged ones are set aside
+    const std::vector<std::string> all = checkpoints_newest_first(cfg_.out);
+    for (size_t i = 0; i < all.size(); i++) {
+        const std::string problem = verify_checkpoint(all[i], world_);  // the same answer on every rank
+        if (!problem.empty()) {
+            if (is_root()) {
+                fs::rename(all[i], all[i] + ".damaged");
+                std::printf("warning: checkpoint %s is damaged: %s\n  set aside as %s.damaged; %s\n", all[i].c_str(),
+                            problem.c_str(), all[i].c_str(),
+                            i + 1 < all.size() ? "falling back to the previous checkpoint" : "no older checkpoint");
+            }
+            continue;
+        }
+        nlohmann::json meta = load_checkpoint(all[i], model_cfg_, part_->layout(), *dp_, *optimizer_);
         start_step_ = meta["step"];
         if (meta.contains("loss_scaler"))
             scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
-        if (is_root()) std::printf("resuming from %s (step %d of %d)\n", ckpt.c_str(), start_step_, cfg_.steps);
-    } else {
-        if (cfg_.resume && is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
-        if (cfg_.init.empty()) {
-            for (auto& [range, storage] : dp_->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
-        } else {
-            model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
-            for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
-            model::check_model_tensors(store, model_cfg_, cfg_.init);
-            for (auto& [range, storage] : dp_->param_storage()) store.load(storage, layout, range);
-        }
+        SHARDLM_CHECK(start_step_ <= cfg_.steps, "--steps ", cfg_.steps, " is below the step of the checkpoint to resume (",
+                      start_step_, ", ", all[i], "): resuming would train a negative number of steps",
+                      "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.out,
+                      "/config.json)");
+        nothing_to_do_ = start_step_ == cfg_.steps;
+        if (is_root())
+            std::printf("resuming from %s%s (step %d of %d)\n", all[i].c_str(),
+                        i > 0 ? ", the newest good checkpoint" : "", start_step_, cfg_.steps);
+        return true;
     }
-    dp_->params_loaded();  // mixed precision: the 16-bit copy from the fp32 master weights
+    SHARDLM_CHECK(all.empty(), "every checkpoint in ", cfg_.out, " is damaged (set aside as *.damaged)",
+                  "\n---> HINT: start afresh with --overwrite, or repair the files");
+    if (is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
+    return false;
+}
+
+OwnedTensors Trainer::owned(bool with_grads) {
+    OwnedTensors o;
+    o.layout = &part_->layout();
+    o.ranges = dp_->owned_ranges();
+    o.params = dp_->owned_params();
+    if (with_grads) o.grads = dp_->owned_grads();
+    return o;
 }
 
 Trainer::~Trainer() {
@@ -156,6 +198,8 @@ Trainer::~Trainer() {
 bool Trainer::holds_head() const { return part_->has_head(part_->num_chunks() - 1); }
 
 StepStats Trainer::train_step(int step) {
+    apply_test_stall(step, grid_->world_rank());
+    apply_test_signal(step, grid_->world_rank());
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
     const int dp = grid_->dp_size(), row0 = grid_->dp_rank() * (G / dp);
@@ -175,26 +219,34 @@ StepStats Trainer::train_step(int step) {
     auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
         dp_->finish_step();
         if (embedding_group_) dp_->sum_tied_grads(*embedding_group_);
+        apply_test_poison("grad", step, grid_->world_rank(), owned(true));
         // Fault injection for the loss-scaling tests: "STEP:RANK" makes that rank's gradient overflow.
         if (const char* k = std::getenv("SHARDLM_TEST_INF_GRAD")) {
             int at_step = -1, at_rank = -1;
             if (std::sscanf(k, "%d:%d", &at_step, &at_rank) == 2 && at_step == step && at_rank == grid_->world_rank())
                 const_cast<float*>(dp_->owned_grads().front())[0] = INFINITY;
         }
-        // the loss (ranks holding the head, once per tensor-parallel group) and the squared gradient
-        // norm (every rank's share), summed over the world in one message
-        double sums[2] = {0.0, dp_->grad_norm_sq_local()};
+        // the loss (ranks holding the head, once per tensor-parallel group), the squared gradient
+        // norm (every rank's share) and the stop signals, summed over the world in one message: every
+        // rank sees a NaN, an overflow, or a signal any rank got, at the same step
+        const int sig = stop_signal();
+        double sums[kStepSums] = {0.0, dp_->grad_norm_sq_local(), double(sig), sig ? 1.0 : 0.0};
         if (holds_head() && grid_->tp_rank() == 0)
             for (double x : r.loss_sum) sums[0] += x;
-        world_->all_reduce_sum(sums, 2);
+        world_->all_reduce_sum(sums, kStepSums);
         s.loss = sums[0] / (double(G) * T);  // the losses of G rows of T tokens
         s.grad_norm = std::sqrt(sums[1]) / scaler_.scale();
+        s.stop_signal = sums[3] > 0 ? int(sums[2] / sums[3] + 0.5) : 0;
+        // With loss scaling, non-finite gradients under a finite loss are an overflow: the scaler
+        // skips the step (and a dynamic scale halves). Anything else non-finite is divergence.
+        s.nonfinite = !std::isfinite(s.loss) || (!scaler_.enabled() && !std::isfinite(s.grad_norm));
     };
     auto update = [&] {
-        // loss scaling: every rank sees the same norm, so every rank skips (or not) together
         const float used = scaler_.scale();
         if (scaler_.enabled()) s.loss_scale = used;
-        if (!scaler_.update(std::isfinite(s.grad_norm))) {
+        // --on-nan stop and skip alike: no update on any rank; loss scaling: every rank sees the same
+        // norm, so every rank skips (or not) together
+        if (s.nonfinite || !scaler_.update(std::isfinite(s.grad_norm))) {
             s.skipped = true;
             return;
         }
@@ -206,6 +258,7 @@ StepStats Trainer::train_step(int step) {
         dp_->after_step();
     };
     const parallel::PipelineExecutor::Result r = exec_->run(schedule_, batch, M, T, dloss, reduce, update);
+    apply_test_poison("param", step, grid_->world_rank(), owned(false));
     s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
@@ -239,157 +292,21 @@ double Trainer::evaluate() {
     return sum / (double(rows) * T);
 }
 
-std::string stats_json(const StepStats& s) {
-    // JSON has no inf or NaN: a non-finite value (a skipped fp16 step's gradient norm) is null
-    auto num = [](double v) {
-        if (!std::isfinite(v)) return std::string("null");
-        char b[32];
-        std::snprintf(b, sizeof(b), "%.17g", v);
-        return std::string(b);
-    };
-    char buf[256];
-    std::snprintf(buf, sizeof(buf), "\"lr\": %.9g, \"step_ms\": %.3f, \"tokens_per_s\": %.3f", double(s.lr), s.step_ms,
-                  s.tokens_per_s);
-    std::string out = "{\"step\": " + std::to_string(s.step) + ", \"loss\": " + num(s.loss) +
-                      ", \"grad_norm\": " + num(s.grad_norm) + ", " + buf;
-    if (s.val_loss >= 0) out += ", \"val_loss\": " + num(s.val_loss);
-    if (s.loss_scale > 0) {
-        std::snprintf(buf, sizeof(buf), ", \"loss_scale\": %.9g, \"skipped\": %s", s.loss_scale, s.skipped ? "true" : "false");
-        out += buf;
+int Trainer::run() {
+    if (nothing_to_do_) {
+        if (is_root())
+            std::printf("the run in %s already has its %d steps: nothing to train\n---> HINT: raise --steps to train "
+                        "further\n", cfg_.out.c_str(), cfg_.steps);
+        return 0;
     }
-    return out + "}";
-}
-
-void Trainer::open_run_dir() {
-    if (!is_root()) return;
-    std::string metrics = cfg_.metrics;
-    if (!cfg_.out.empty()) {
-        fs::create_directories(cfg_.out);
-        remove_stale_checkpoint_temps(cfg_.out);
-        io::write_file_atomic((fs::path(cfg_.out) / "config.json").string(), config_to_json(cfg_).dump(2) + "\n");
-        if (metrics.empty()) metrics = (fs::path(cfg_.out) / "metrics.jsonl").string();
-    }
-    if (metrics.empty()) return;
-    if (start_step_ > 0 && fs::exists(metrics)) {
-        // Keep the rows of the steps the checkpoint covers; the killed run's later rows are redone.
-        std::ifstream in(metrics);
-        std::string line, kept;
-        while (std::getline(in, line)) {
-            if (line.empty()) continue;
-            auto j = nlohmann::json::parse(line, nullptr, false);
-            if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"] < start_step_)
-                kept += line + "\n";
-        }
-        io::write_file_atomic(metrics, kept);
-    }
-    metrics_ = std::fopen(metrics.c_str(), start_step_ > 0 ? "a" : "w");
-    SHARDLM_CHECK(metrics_, "cannot write metrics file '", metrics, "': ", std::strerror(errno));
-}
-
-void Trainer::log_step(const StepStats& s, double elapsed_s) {
-    if (!is_root()) return;
-    int done = s.step + 1 - start_step_, left = cfg_.steps - s.step - 1;
-    double eta = done > 0 ? elapsed_s / done * left : 0;
-    char val[48] = "";
-    if (last_val_ >= 0) std::snprintf(val, sizeof(val), " | val %.4f", last_val_);
-    if (tty_) {
-        const int width = 24;
-        int filled = cfg_.steps > 0 ? int(double(s.step + 1) / cfg_.steps * width) : width;
-        std::string bar(size_t(filled), '#');
-        bar.resize(width, '-');
-        std::printf("\r\033[K[%s] step %d/%d | loss %.4f%s | %.0f tok/s | ETA %s", bar.c_str(), s.step + 1, cfg_.steps,
-                    s.loss, val, s.tokens_per_s, fmt_duration(eta).c_str());
-        if (left == 0) std::printf("\n");
-    } else if ((s.step + 1) % std::max(1, cfg_.log_every) == 0 || left == 0 || s.val_loss >= 0) {
-        std::printf("step %5d/%d | loss %.6f | grad_norm %.4f | lr %.3e%s | %.1f ms | %.0f tok/s | ETA %s\n", s.step + 1,
-                    cfg_.steps, s.loss, s.grad_norm, double(s.lr), val, s.step_ms, s.tokens_per_s,
-                    fmt_duration(eta).c_str());
-    }
-    std::fflush(stdout);
-}
-
-void Trainer::write_summary(const StepStats& last, double train_s, const std::string& sample) {
-    if (cfg_.out.empty() || !is_root()) return;
-    nlohmann::json j = {{"steps", cfg_.steps},
-                        {"final_loss", last.loss},
-                        {"train_time_s", train_s},
-                        {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.steps - start_step_)}};
-    if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
-    j["train_unigram_entropy"] = unigram_;
-    if (val_loader_) j["corpus_unigram_entropy"] = corpus_unigram_;
-    if (!sample.empty()) j["sample"] = sample;
-    io::write_file_atomic((fs::path(cfg_.out) / "summary.json").string(), j.dump(2) + "\n");
-}
-
-nlohmann::json Trainer::writer_json() const {
-    return {{"dp", grid_->dp_size()}, {"tp", grid_->tp_size()}, {"pp", grid_->pp_size()}, {"zero", cfg_.zero},
-            {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
-            {"world", grid_->world_size()}};
-}
-
-std::string Trainer::sample_text() {
-    // The whole model on rank 0: gathered over data parallelism with one tensor/pipeline rank;
-    // otherwise read back from the final checkpoint's pieces.
-    const bool whole = grid_->tp_size() == 1 && grid_->pp_size() == 1;
-    AlignedBuffer<float> full;
-    std::unique_ptr<model::Layout> layout;
-    if (whole) {
-        if (!dp_->full_params()) {
-            full.resize(part_->layout().total);
-            dp_->gather_params(full.data());  // collective
-        }
-    } else if (cfg_.out.empty()) {
-        if (is_root()) std::printf("note: no sample: with --tp/--pp it is read from the final checkpoint (give --out)\n");
-        return "";
-    }
-    if (!is_root()) return "";
-    const float* params = whole ? (dp_->full_params() ? dp_->full_params() : full.data()) : nullptr;
-    if (!whole) {
-        layout = std::make_unique<model::Layout>(model::make_gpt2_layout(model_cfg_));
-        full.resize(layout->total);
-        model::load_hf_weights(latest_checkpoint(cfg_.out), model_cfg_, *layout, full.data());
-        params = full.data();
-    }
-    data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
-    model::Generator gen(model_cfg_, layout ? *layout : part_->layout(), params);
-    model::SampleOptions so;
-    so.max_tokens = cfg_.sample_tokens;
-    so.temperature = 1.0f;
-    so.top_k = 40;
-    so.seed = cfg_.seed;
-    std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
-    if (prompt.empty()) prompt.push_back(tok.eot_id());
-    std::vector<int> ids = model::sample_tokens(gen, prompt, so);
-    std::string sample = cfg_.sample_prompt + tok.decode(ids);
-    std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
-    return sample;
-}
-
-void Trainer::run() {
     open_run_dir();
-    unigram_ = loader_->unigram_entropy();
-    if (val_loader_) corpus_unigram_ = data::BatchLoader::unigram_entropy({loader_.get(), val_loader_.get()});
-    if (is_root()) {
-        std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats", model_cfg_.name.c_str(),
-                    model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
-                    unigram_);
-        if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
-        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", grid_->dp_size(), grid_->tp_size(), grid_->pp_size(), cfg_.zero);
-        if (grid_->pp_size() > 1)
-            std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), micro_,
-                        cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
-        if (cfg_.sequence_parallel && grid_->tp_size() > 1) std::printf(", sequence parallel");
-        if (cfg_.precision != "fp32") std::printf(" | precision %s", cfg_.precision.c_str());
-        else std::printf(" | matmuls %s", cfg_.matmul_precision.c_str());
-        if (cfg_.recompute != "none") std::printf(" | recompute %s", cfg_.recompute.c_str());
-        std::printf("\n");
-        if (part_->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
-            std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
-                        "---> HINT: --matmul-precision fp32\n");
-    }
+    print_header();
+    StopSignals signals;  // SIGINT/SIGTERM: finish the step, checkpoint, return
+    LossSpikes spikes(cfg_.spike_sigma, cfg_.spike_window);
     const double t_start = now_s();
     StepStats last;
     double bubble_mean = 0;
+    int status = 0, done = start_step_;
     for (int step = start_step_; step < cfg_.steps; step++) {
         const bool final = step + 1 == cfg_.steps;
         if (final && !cfg_.trace.empty()) trace::enable(true);  // the timeline of the last step
@@ -410,28 +327,41 @@ void Trainer::run() {
             bubble_mean = b / world_->size();
         }
         if (final && !cfg_.trace.empty()) write_trace(bubble_mean);
-        if (val_loader_ && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
+        if (s.nonfinite && !on_nonfinite(s)) {
+            status = 1;
+            break;
+        }
+        if (const std::string w = spikes.add(step, s.loss); !w.empty() && is_root()) std::printf("%s\n", w.c_str());
+        if (val_loader_ && !s.skipped && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
             s.val_loss = evaluate();
             last_val_ = s.val_loss;
         }
-        if (metrics_) {
-            std::fprintf(metrics_, "%s\n", stats_json(s).c_str());
-            std::fflush(metrics_);
-        }
+        if (!s.nonfinite) write_metrics(s);
         log_step(s, now_s() - t_start);
-        if (!cfg_.out.empty() && ((cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final)) {
-            nlohmann::json extra = nlohmann::json::object();
-            if (scaler_.enabled())
-                extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
-            save_checkpoint(cfg_.out, step + 1, cfg_, model_cfg_, part_->layout(), *dp_, *optimizer_, cfg_.keep_ckpts,
-                            *world_, writer_json(), extra);
-            // Fault injection for the resume tests: die by SIGKILL right after this checkpoint.
-            if (const char* k = std::getenv("SHARDLM_TEST_KILL_AFTER_CKPT"); k && std::atoi(k) == step + 1)
-                std::raise(SIGKILL);
-        }
+        if (cfg_.check_replicas > 0 && (step + 1) % cfg_.check_replicas == 0)
+            check_replicas(*world_, *grid_, part_->layout(), dp_->full_params(), step + 1);
+        done = step + 1;
         last = s;
+        const bool due = (cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final || s.stop_signal;
+        if (!cfg_.out.empty() && due && !save_finite_checkpoint(step + 1)) {
+            status = 1;
+            break;
+        }
+        if (s.stop_signal) {
+            status = 128 + s.stop_signal;
+            if (is_root())
+                std::printf("interrupted by %s after step %d of %d: %s\n", signal_name(s.stop_signal), step + 1, cfg_.steps,
+                            cfg_.out.empty() ? "no --out, so nothing was saved"
+                                             : "checkpoint saved; continue with the same command and --resume");
+            break;
+        }
     }
     const double train_s = now_s() - t_start;
+    if (status != 0) {
+        if (is_root()) std::printf("trained %d steps in %s\n", done - start_step_, fmt_duration(train_s).c_str());
+        std::fflush(stdout);
+        return status;
+    }
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
     if (is_root() && grid_->pp_size() > 1 && cfg_.steps > start_step_)
         std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory (p-1)/(v m + p-1) = %.3f\n",
@@ -439,6 +369,43 @@ void Trainer::run() {
     if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
     std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
+    return 0;
+}
+
+bool Trainer::on_nonfinite(StepStats& s) {
+    const NonFiniteReport rep = find_nonfinite(*world_, owned(true), std::isfinite(s.loss));
+    const bool go_on = cfg_.on_nan == "skip" && !rep.params;
+    write_metrics(s);
+    if (is_root()) {
+        std::fprintf(go_on ? stdout : stderr, "%s: step %d: non-finite loss (%g) or gradient norm (%g); %s\n",
+                     go_on ? "warning" : "error", s.step + 1, s.loss, s.grad_norm, rep.message.c_str());
+        if (go_on) std::printf("  --on-nan skip: no optimiser update on any rank at this step\n");
+        else
+            std::fprintf(stderr, "  stopped without an update and without a checkpoint%s\n---> HINT: %s\n",
+                         cfg_.out.empty() ? "" : (" (the last one in " + cfg_.out + " is finite)").c_str(),
+                         rep.params ? "the parameters themselves are non-finite: resume from the last checkpoint with a lower --lr"
+                                    : "a lower --lr, --grad-clip 1.0, or --on-nan skip to skip such steps");
+        std::fflush(stdout);
+        std::fflush(stderr);
+    }
+    return go_on;
+}
+
+bool Trainer::save_finite_checkpoint(int steps_done) {
+    if (!params_finite(*world_, owned(false))) {
+        const NonFiniteReport rep = find_nonfinite(*world_, owned(false), true);
+        if (is_root())
+            std::fprintf(stderr, "error: after step %d the parameters are non-finite (%s): no checkpoint is written\n"
+                                 "---> HINT: a lower --lr or --grad-clip 1.0\n", steps_done, rep.message.c_str());
+        return false;
+    }
+    nlohmann::json extra = nlohmann::json::object();
+    if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
+    save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, part_->layout(), *dp_, *optimizer_, cfg_.keep_ckpts, *world_,
+                    writer_json(), extra);
+    // Fault injection for the resume tests: die by SIGKILL right after this checkpoint.
+    if (const char* k = std::getenv("SHARDLM_TEST_KILL_AFTER_CKPT"); k && std::atoi(k) == steps_done) std::raise(SIGKILL);
+    return true;
 }
 
 }  // namespace shardlm::train

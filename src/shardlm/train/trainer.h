@@ -16,6 +16,7 @@
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/parallel/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
+#include "shardlm/train/numerics.h"
 #include "shardlm/train/train_config.h"
 
 namespace shardlm::train {
@@ -29,12 +30,17 @@ struct StepStats {
     double tokens_per_s = 0;
     double val_loss = -1;  // < 0: not measured at this step
     double bubble = 0;     // this rank's idle fraction of the pipeline passes
-    double loss_scale = 0; // the scale this step's backward used (0: no loss scaling)
-    bool skipped = false;  // non-finite gradients: no update (loss scaling)
+    double loss_scale = 0;   // the scale this step's backward used (0: no loss scaling)
+    bool nonfinite = false;  // the loss or the gradient norm is NaN/inf (the same on every rank)
+    bool skipped = false;    // no optimiser update at this step (non-finite, or a loss-scale overflow)
+    int stop_signal = 0;     // SIGINT/SIGTERM reached some rank before this step's reduction
 };
 
 class Trainer {
 public:
+    // Doubles of the step's one world all-reduce: loss, squared gradient norm, stop signals, signalled ranks.
+    static constexpr int kStepSums = 4;
+
     // world: all ranks of this run (comm::Group::self() for one process). The grid is dp x tp x pp
     // over it; each data-parallel replica computes rows [r G/dp, (r+1) G/dp) of every global batch.
     Trainer(TrainConfig cfg, comm::Group& world);
@@ -43,7 +49,9 @@ public:
 
     StepStats train_step(int step);  // one optimiser step on global batch `step` (collective)
     double evaluate();               // mean validation loss over val_batches micro-batches (collective)
-    void run();                      // steps [start, cfg.steps) with everything around them
+    // Steps [start, cfg.steps) with everything around them. Returns the exit status: 0, 1 after a
+    // non-finite step (--on-nan stop), 128 + signal after SIGINT/SIGTERM (a checkpoint was written).
+    int run();
 
     const model::GptConfig& model_config() const { return model_cfg_; }
     model::ModelPart& part() { return *part_; }
@@ -57,7 +65,13 @@ public:
 private:
     void init(comm::Group& world);
     void load_or_init();
+    bool resume_from_checkpoint();  // loads the newest good checkpoint of --out; false if there is none
     void open_run_dir();
+    void print_header();
+    void write_metrics(const StepStats& s);
+    bool on_nonfinite(StepStats& s);           // reports a non-finite step; whether training goes on
+    bool save_finite_checkpoint(int steps_done);  // refuses (false) if a parameter is non-finite
+    OwnedTensors owned(bool with_grads);      // what this rank's optimiser owns
     void log_step(const StepStats& s, double elapsed_s);
     void write_summary(const StepStats& last, double train_s, const std::string& sample);
     bool holds_head() const;
@@ -86,12 +100,14 @@ private:
     int micro_ = 1;  // micro-batches per step per data-parallel rank
     std::FILE* metrics_ = nullptr;
     int start_step_ = 0;
+    bool nothing_to_do_ = false;  // resumed at exactly --steps
     bool tty_ = false;
     double last_val_ = -1;
     double unigram_ = 0;          // of the training shard
     double corpus_unigram_ = 0;   // of training + validation shards
 };
 
-std::string stats_json(const StepStats& s);
+std::string stats_json(const StepStats& s);  // one metrics.jsonl line (null for non-finite values)
+std::string fmt_duration(double s);          // "1h02m", "3m05s", "42s"
 
 }  // namespace shardlm::train

@@ -1,0 +1,95 @@
+#include "shardlm/train/memory_check.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "shardlm/core/check.h"
+#include "shardlm/cost/memory.h"
+#include "shardlm/cost/shape.h"
+#include "shardlm/optim/optimizer.h"
+
+namespace shardlm::train {
+
+namespace {
+
+int state_buffers(optim::Kind k) {
+    switch (k) {
+    case optim::Kind::SGD: return 0;
+    case optim::Kind::Momentum:
+    case optim::Kind::AdaGrad: return 1;
+    case optim::Kind::Adam:
+    case optim::Kind::AdamW: return 2;
+    }
+    return 2;
+}
+
+std::string human(double bytes) {
+    char buf[32];
+    if (bytes >= 1e12) std::snprintf(buf, sizeof(buf), "%.1f TB", bytes / 1e12);
+    else if (bytes >= 1e9) std::snprintf(buf, sizeof(buf), "%.1f GB", bytes / 1e9);
+    else std::snprintf(buf, sizeof(buf), "%.1f MB", bytes / 1e6);
+    return buf;
+}
+
+}  // namespace
+
+MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& mc, const model::Layout& layout,
+                                int dp, int tp, const std::vector<std::pair<int, int>>& chunks,
+                                const std::vector<int>& slots) {
+    const double total = double(layout.total) * sizeof(float);
+    MemoryNeed m;
+    m.params = cfg.zero >= 3 ? total / dp : total;
+    m.grads = cfg.zero >= 2 ? total / dp : total;
+    m.optimizer = state_buffers(optim::parse_kind(cfg.optimizer)) * (cfg.zero >= 1 ? total / dp : total);
+    const cost::ModelShape shape = cost::gpt_shape(mc.name, mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, cfg.seq);
+    cost::ActivationSpec a;
+    a.micro_batch = cfg.micro_batch;
+    a.seq = cfg.seq;
+    a.tp = tp;
+    a.sequence_parallel = cfg.sequence_parallel;
+    a.value_bytes = 4;
+    const double block = cost::block_activation_bytes(shape, a);
+    const double tokens = double(cfg.micro_batch) * cfg.seq;
+    const double padded_vocab = double((mc.vocab_size + 127) / 128 * 128);
+    for (size_t c = 0; c < chunks.size(); c++) {
+        const auto [first, last] = chunks[c];
+        double per_slot = 0;
+        for (int u = first; u <= last; u++) {
+            if (u >= 1 && u <= mc.n_layer) per_slot += block;
+            per_slot += tokens * mc.n_embd * 4;  // the unit's input
+        }
+        if (last == mc.n_layer + 1) per_slot += tokens * padded_vocab / tp * 4;  // the logits
+        m.activations += per_slot * (c < slots.size() ? slots[c] : 1);
+    }
+    return m;
+}
+
+std::pair<double, double> machine_memory() {
+    std::ifstream f("/proc/meminfo");
+    double avail = 0, total = 0;
+    for (std::string line; std::getline(f, line);) {
+        std::istringstream in(line);
+        std::string key;
+        double kb = 0;
+        in >> key >> kb;
+        if (key == "MemAvailable:") avail = kb * 1024;
+        if (key == "MemTotal:") total = kb * 1024;
+    }
+    return {avail, total};
+}
+
+void check_memory_fits(const MemoryNeed& need, int ranks_here, const std::string& model_name) {
+    const auto [avail, total] = machine_memory();
+    if (avail <= 0) return;  // no /proc/meminfo: nothing to compare with
+    const double want = need.total() * ranks_here;
+    SHARDLM_CHECK(want <= avail, "model ", model_name, " does not fit in this machine's memory: the run needs ",
+                  human(want), " (", ranks_here, " rank", ranks_here > 1 ? "s" : "", " here x ", human(need.total()),
+                  ": parameters ", human(need.params), ", gradients ", human(need.grads), ", optimizer state ",
+                  human(need.optimizer), ", activations ", human(need.activations), "), and the machine has ",
+                  human(avail), " available (MemAvailable in /proc/meminfo; ", human(total), " in all)",
+                  "\n---> HINT: a smaller --model (`shardlm info --list`), a smaller --micro-batch or --seq, or more ",
+                  "machines with --zero 3 / --tp / --pp (`shardlm plan` predicts the memory of a layout)");
+}
+
+}  // namespace shardlm::train

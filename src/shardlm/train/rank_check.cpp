@@ -1,0 +1,87 @@
+#include "shardlm/train/rank_check.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "shardlm/core/check.h"
+#include "shardlm/io/hash.h"
+#include "shardlm/train/rank_text.h"
+
+namespace shardlm::train {
+
+void check_same_config(comm::Group& world, const TrainConfig& cfg) {
+    if (world.size() == 1) return;
+    const nlohmann::json mine = config_to_json(cfg);
+    const std::string text = mine.dump();
+    const uint64_t h = io::xxh64(text);
+    std::vector<uint64_t> all(size_t(world.size()));
+    world.all_gather_bytes(&h, all.data(), sizeof(h));
+    bool same = true;
+    for (uint64_t x : all) same = same && x == all[0];
+    if (same) return;
+    const std::vector<std::string> texts = all_gather_text(world, text);
+    const nlohmann::json ref = nlohmann::json::parse(texts[0]);
+    std::string diff;
+    for (size_t r = 1; r < texts.size(); r++) {
+        if (all[r] == all[0]) continue;
+        const nlohmann::json other = nlohmann::json::parse(texts[r], nullptr, false);
+        std::string keys;
+        for (auto it = ref.begin(); it != ref.end(); ++it) {
+            const nlohmann::json v = other.is_object() && other.contains(it.key()) ? other[it.key()] : nlohmann::json();
+            if (v != it.value())
+                keys += (keys.empty() ? "" : ", ") + it.key() + " = " + v.dump() + " (rank 0: " + it.value().dump() + ")";
+        }
+        if (other.is_object())
+            for (auto it = other.begin(); it != other.end(); ++it)
+                if (!ref.contains(it.key())) keys += (keys.empty() ? "" : ", ") + it.key() + " only on this rank";
+        diff += "\n  rank " + std::to_string(r) + ": " + (keys.empty() ? "(same keys, different encoding)" : keys);
+    }
+    fail("the ranks were started with different settings:", diff,
+         "\n---> HINT: give every rank the same flags and --config (mpirun -np N shardlm train ...)");
+}
+
+namespace {
+
+// Per-parameter hashes of this rank's copy; `only_replicated`: tensor-parallel replicated ones only.
+std::vector<uint64_t> param_hashes(const model::Layout& layout, const float* params, bool only_replicated) {
+    std::vector<uint64_t> h;
+    for (const model::ParamSpec& p : layout.params)
+        h.push_back(only_replicated && p.tp_axis >= 0 ? 0 : io::xxh64(params + p.offset, p.numel * sizeof(float), 0));
+    return h;
+}
+
+// The first parameter whose hash differs from group rank 0's, as a message, or "".
+std::string compare(comm::Group& g, const model::Layout& layout, const std::vector<uint64_t>& mine, const char* what,
+                    int step) {
+    if (g.size() == 1) return "";
+    const size_t n = mine.size();
+    std::vector<uint64_t> all(n * size_t(g.size()));
+    g.all_gather_bytes(mine.data(), all.data(), n * sizeof(uint64_t));
+    for (size_t i = 0; i < n; i++)
+        for (int r = 1; r < g.size(); r++)
+            if (all[size_t(r) * n + i] != all[i])
+                return cat("step ", step, ": --check-replicas: ", layout.params[i].name, " differs between ", what,
+                           " ranks 0 and ", r, " (world ranks ", g.members()[0], " and ", g.members()[size_t(r)],
+                           "): the replicas have diverged");
+    return "";
+}
+
+}  // namespace
+
+void check_replicas(comm::Group& world, comm::Grid& grid, const model::Layout& layout, const float* full_params,
+                    int step) {
+    std::string problem;
+    if (full_params) {
+        problem = compare(grid.dp(), layout, param_hashes(layout, full_params, false), "data-parallel", step);
+        const std::string tp = compare(grid.tp(), layout, param_hashes(layout, full_params, true), "tensor-parallel", step);
+        if (problem.empty()) problem = tp;
+    }
+    for (const std::string& p : all_gather_text(world, problem))
+        SHARDLM_CHECK(p.empty(), p,
+                      "\n---> HINT: replicas that take the same updates stay bit-identical; a difference means "
+                      "faulty memory or a bug (resume from the last checkpoint)");
+}
+
+}  // namespace shardlm::train

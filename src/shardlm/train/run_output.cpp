@@ -1,0 +1,188 @@
+// train/run_output.cpp: what a run shows and leaves behind: the run directory's config and metrics
+// (trimmed on resume), the log line or progress bar of each step, summary.json, and the sample.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "shardlm/core/check.h"
+#include "shardlm/data/tokenizer.h"
+#include "shardlm/io/atomic_file.h"
+#include "shardlm/model/generate.h"
+#include "shardlm/model/weights.h"
+#include "shardlm/train/checkpoint.h"
+#include "shardlm/train/numerics.h"
+#include "shardlm/kernels/matmul.h"
+#include "shardlm/train/trainer.h"
+
+namespace shardlm::train {
+
+namespace fs = std::filesystem;
+
+std::string fmt_duration(double s) {
+    char buf[32];
+    int t = int(s + 0.5);
+    if (t >= 3600) std::snprintf(buf, sizeof(buf), "%dh%02dm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) std::snprintf(buf, sizeof(buf), "%dm%02ds", t / 60, t % 60);
+    else std::snprintf(buf, sizeof(buf), "%ds", t);
+    return buf;
+}
+
+
+std::string stats_json(const StepStats& s) {
+    // NaN and inf are not JSON: a non-finite loss or norm is written as null (and the step is "skipped")
+    std::string j = "{\"step\": " + std::to_string(s.step) + ", \"loss\": " + json_number(s.loss) +
+                    ", \"grad_norm\": " + json_number(s.grad_norm) + ", \"lr\": " + json_number(s.lr, "%.9g") +
+                    ", \"step_ms\": " + json_number(s.step_ms, "%.3f") +
+                    ", \"tokens_per_s\": " + json_number(s.tokens_per_s, "%.3f");
+    if (s.val_loss >= 0 || std::isnan(s.val_loss)) j += ", \"val_loss\": " + json_number(s.val_loss);
+    if (s.loss_scale > 0)  // loss scaling: the scale this step used, and whether it was skipped (overflow)
+        j += ", \"loss_scale\": " + json_number(s.loss_scale, "%.9g") + ", \"skipped\": " + (s.skipped ? "true" : "false");
+    else if (s.skipped) j += ", \"skipped\": true";
+    return j + "}";
+}
+
+void Trainer::open_run_dir() {
+    if (!is_root()) return;
+    std::string metrics = cfg_.metrics;
+    if (!cfg_.out.empty()) {
+        fs::create_directories(cfg_.out);
+        remove_stale_checkpoint_temps(cfg_.out);
+        io::write_file_atomic((fs::path(cfg_.out) / "config.json").string(), config_to_json(cfg_).dump(2) + "\n");
+        if (metrics.empty()) metrics = (fs::path(cfg_.out) / "metrics.jsonl").string();
+    }
+    if (metrics.empty()) return;
+    if (start_step_ > 0 && fs::exists(metrics)) {
+        // Keep the rows of the steps the checkpoint covers; the killed run's later rows are redone.
+        std::ifstream in(metrics);
+        std::string line, kept;
+        while (std::getline(in, line)) {
+            if (line.empty()) continue;
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"] < start_step_)
+                kept += line + "\n";
+        }
+        io::write_file_atomic(metrics, kept);
+    }
+    metrics_ = std::fopen(metrics.c_str(), start_step_ > 0 ? "a" : "w");
+    SHARDLM_CHECK(metrics_, "cannot write metrics file '", metrics, "': ", std::strerror(errno));
+}
+
+void Trainer::log_step(const StepStats& s, double elapsed_s) {
+    if (!is_root()) return;
+    int done = s.step + 1 - start_step_, left = cfg_.steps - s.step - 1;
+    double eta = done > 0 ? elapsed_s / done * left : 0;
+    char val[48] = "";
+    if (last_val_ >= 0) std::snprintf(val, sizeof(val), " | val %.4f", last_val_);
+    if (tty_) {
+        const int width = 24;
+        int filled = cfg_.steps > 0 ? int(double(s.step + 1) / cfg_.steps * width) : width;
+        std::string bar(size_t(filled), '#');
+        bar.resize(width, '-');
+        std::printf("\r\033[K[%s] step %d/%d | loss %.4f%s | %.0f tok/s | ETA %s", bar.c_str(), s.step + 1, cfg_.steps,
+                    s.loss, val, s.tokens_per_s, fmt_duration(eta).c_str());
+        if (left == 0) std::printf("\n");
+    } else if ((s.step + 1) % std::max(1, cfg_.log_every) == 0 || left == 0 || s.val_loss >= 0) {
+        std::printf("step %5d/%d | loss %.6f | grad_norm %.4f | lr %.3e%s | %.1f ms | %.0f tok/s | ETA %s\n", s.step + 1,
+                    cfg_.steps, s.loss, s.grad_norm, double(s.lr), val, s.step_ms, s.tokens_per_s,
+                    fmt_duration(eta).c_str());
+    }
+    std::fflush(stdout);
+}
+
+void Trainer::write_summary(const StepStats& last, double train_s, const std::string& sample) {
+    if (cfg_.out.empty() || !is_root()) return;
+    nlohmann::json j = {{"steps", cfg_.steps},
+                        {"final_loss", last.loss},
+                        {"train_time_s", train_s},
+                        {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.steps - start_step_)}};
+    if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
+    j["train_unigram_entropy"] = unigram_;
+    if (val_loader_) j["corpus_unigram_entropy"] = corpus_unigram_;
+    if (!sample.empty()) j["sample"] = sample;
+    io::write_file_atomic((fs::path(cfg_.out) / "summary.json").string(), j.dump(2) + "\n");
+}
+
+nlohmann::json Trainer::writer_json() const {
+    return {{"dp", grid_->dp_size()}, {"tp", grid_->tp_size()}, {"pp", grid_->pp_size()}, {"zero", cfg_.zero},
+            {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
+            {"world", grid_->world_size()}};
+}
+
+std::string Trainer::sample_text() {
+    // The whole model on rank 0: gathered over data parallelism with one tensor/pipeline rank;
+    // otherwise read back from the final checkpoint's pieces.
+    const bool whole = grid_->tp_size() == 1 && grid_->pp_size() == 1;
+    AlignedBuffer<float> full;
+    std::unique_ptr<model::Layout> layout;
+    if (whole) {
+        if (!dp_->full_params()) {
+            full.resize(part_->layout().total);
+            dp_->gather_params(full.data());  // collective
+        }
+    } else if (cfg_.out.empty()) {
+        if (is_root()) std::printf("note: no sample: with --tp/--pp it is read from the final checkpoint (give --out)\n");
+        return "";
+    }
+    if (!is_root()) return "";
+    const float* params = whole ? (dp_->full_params() ? dp_->full_params() : full.data()) : nullptr;
+    if (!whole) {
+        layout = std::make_unique<model::Layout>(model::make_gpt2_layout(model_cfg_));
+        full.resize(layout->total);
+        model::load_hf_weights(latest_checkpoint(cfg_.out), model_cfg_, *layout, full.data());
+        params = full.data();
+    }
+    data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
+    model::Generator gen(model_cfg_, layout ? *layout : part_->layout(), params);
+    model::SampleOptions so;
+    so.max_tokens = cfg_.sample_tokens;
+    so.temperature = 1.0f;
+    so.top_k = 40;
+    so.seed = cfg_.seed;
+    std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
+    if (prompt.empty()) prompt.push_back(tok.eot_id());
+    std::vector<int> ids = model::sample_tokens(gen, prompt, so);
+    std::string sample = cfg_.sample_prompt + tok.decode(ids);
+    std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
+    return sample;
+}
+
+void Trainer::print_header() {
+    unigram_ = loader_->unigram_entropy();
+    if (val_loader_) corpus_unigram_ = data::BatchLoader::unigram_entropy({loader_.get(), val_loader_.get()});
+    if (is_root()) {
+        std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats", model_cfg_.name.c_str(),
+                    model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
+                    unigram_);
+        if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
+        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", grid_->dp_size(), grid_->tp_size(), grid_->pp_size(), cfg_.zero);
+        if (grid_->pp_size() > 1)
+            std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), micro_,
+                        cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
+        if (cfg_.sequence_parallel && grid_->tp_size() > 1) std::printf(", sequence parallel");
+        if (cfg_.precision != "fp32") std::printf(" | precision %s", cfg_.precision.c_str());
+        else std::printf(" | matmuls %s", cfg_.matmul_precision.c_str());
+        if (cfg_.recompute != "none") std::printf(" | recompute %s", cfg_.recompute.c_str());
+        std::printf("\n");
+        if (part_->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
+            std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
+                        "---> HINT: --matmul-precision fp32\n");
+    }
+    if (is_root() && cfg_.out.empty())
+        std::printf("note: no --out: this run saves nothing (no checkpoint, config or summary%s)\n",
+                    cfg_.metrics.empty() ? ", no metrics" : "");
+    std::fflush(stdout);
+}
+
+void Trainer::write_metrics(const StepStats& s) {
+    if (!metrics_) return;
+    std::fprintf(metrics_, "%s\n", stats_json(s).c_str());
+    std::fflush(metrics_);
+}
+
+}  // namespace shardlm::train
