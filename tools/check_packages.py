@@ -65,6 +65,13 @@ def closure(roots, pkgs, provided):
     return seen
 
 
+# Binary tools CMake's compiler detection takes when present, with fallbacks otherwise (clang picks
+# llvm-ar, ld.lld, ... from a machine that has LLVM, and binutils from build-essential on one that
+# does not): not needs.
+OPTIONAL_TOOL = re.compile(r"^CMAKE_(AR|RANLIB|NM|OBJCOPY|OBJDUMP|READELF|STRIP|ADDR2LINE|DLLTOOL|LINKER|MT|TAPI"
+                           r"|[A-Z]+_COMPILER_(AR|RANLIB))$")
+
+
 def owners(path):
     r = subprocess.run(["dpkg-query", "-S", path], capture_output=True, text=True)
     if r.returncode != 0:
@@ -96,7 +103,7 @@ def main():
     bad, checked = [], 0
     for line in open(cache):
         m = re.match(r"^([A-Za-z0-9_]+):(FILEPATH|PATH)=(/.+)$", line.strip())
-        if not m or m.group(1).startswith("CMAKE_INSTALL"):
+        if not m or m.group(1).startswith("CMAKE_INSTALL") or OPTIONAL_TOOL.match(m.group(1)):
             continue
         path = m.group(3)
         if not os.path.exists(path):

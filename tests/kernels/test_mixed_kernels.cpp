@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -178,3 +179,39 @@ INSTANTIATE_TEST_SUITE_P(Types, Mixed, ::testing::Values(DType::BF16, DType::F16
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
+
+// The software fp16 conversions (used where the compiler has no _Float16) equal the compiler's:
+// every half widened, and narrowing on every float pattern with a stride, plus the boundaries.
+TEST(Fp16Soft, EqualsTheCompilersConversions) {
+#if defined(__FLT16_MAX__)
+    auto bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; };
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        const float want = static_cast<float>(*reinterpret_cast<const _Float16*>(&h)), got = f16_to_f32_soft(uint16_t(h));
+        if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << h;
+        else ASSERT_EQ(bits(got), bits(want)) << h;
+    }
+    auto narrow = [&](uint32_t u) {
+        float f;
+        std::memcpy(&f, &u, 4);
+        _Float16 w = static_cast<_Float16>(f);
+        uint16_t want;
+        std::memcpy(&want, &w, 2);
+        const uint16_t got = f32_to_f16_soft(f);
+        if (std::isnan(f)) ASSERT_EQ(got & 0x7e00u, 0x7e00u) << std::hex << u;  // a quiet NaN
+        else ASSERT_EQ(got, want) << std::hex << u;
+    };
+    for (uint64_t u = 0; u < 0x100000000ull; u += 997) narrow(uint32_t(u));
+    // around every half's rounding boundary (ties, the largest finite, the subnormal range)
+    for (uint32_t h = 0; h < 0x7c00; h++)
+        for (uint32_t s : {0u, 0x80000000u}) {
+            const uint32_t mid = bits(f16_to_f32_soft(uint16_t(h))) + (1u << 12);  // roughly halfway up
+            for (int d = -2; d <= 2; d++) narrow((mid + uint32_t(d)) | s);
+        }
+    for (int q = 0; q < 1024; q++)  // subnormal ties: (q + 1/2) 2^-24
+        for (float sgn : {1.0f, -1.0f}) narrow(bits(sgn * std::ldexp(float(q) + 0.5f, -24)));
+    for (uint32_t u : {0x33000000u, 0x33000001u, 0x387fffffu, 0x38800000u, 0x477fefffu, 0x477ff000u, 0x7f800000u})
+        narrow(u);
+#else
+    GTEST_SKIP() << "no _Float16 in this compiler to compare with";
+#endif
+}

@@ -163,8 +163,8 @@ std::string svg_line_chart(const ChartSpec& spec) {
         double span = s.hi - s.lo, near = 0.01 * span, pad = 0.03 * span;
         return std::pair{dlo - s.lo < near ? s.lo - pad : s.lo, s.hi - dhi < near ? s.hi + pad : s.hi};
     };
-    const auto [ax0, ax1] = axis(xs, xlo, xhi);
-    const auto [ay0, ay1] = axis(ys, ylo, yhi);
+    const auto xaxis = axis(xs, xlo, xhi), yaxis = axis(ys, ylo, yhi);
+    const double ax0 = xaxis.first, ax1 = xaxis.second, ay0 = yaxis.first, ay1 = yaxis.second;
     auto px = [&](double x) { return ml + (x - ax0) / (ax1 - ax0) * pw; };
     auto py = [&](double y) { return mt + ph - (y - ay0) / (ay1 - ay0) * ph; };
 
