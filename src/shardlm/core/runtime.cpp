@@ -10,10 +10,21 @@
 namespace shardlm {
 
 void ensure_blas_coretype(int argc, char** argv) {
-    if (std::getenv("OPENBLAS_CORETYPE")) return;
     if (std::getenv("SHARDLM_NO_REEXEC")) return;
-    if (!__builtin_cpu_supports("avx512f")) return;
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    bool change = false;
+    // Debian's OpenBLAS 0.3.21 does not know Zen 4/5 and falls back to generic kernels (8x slower).
+    if (!std::getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
+        setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        change = true;
+    }
+    // libgomp spins 300,000 times at each barrier before sleeping: with a busy neighbour on one of
+    // the cores, the spinning thread steals the time the working one needs. 1000 spins keep the quiet
+    // speed and cut the slowdown under one busy process from 2.4x to 1.8x (bench/RESULTS.md).
+    if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY")) {
+        setenv("GOMP_SPINCOUNT", "1000", 1);
+        change = true;
+    }
+    if (!change) return;  // libgomp and OpenBLAS read these at load time: only a re-exec applies them
     setenv("SHARDLM_NO_REEXEC", "1", 1);  // never loop
     // Exec the binary by its real path, not /proc/self/exe: the kernel names a process after the
     // file it execs, so the latter shows up as `exe` in ps and top. argv (and so argv[0]) is kept.
@@ -25,8 +36,8 @@ void ensure_blas_coretype(int argc, char** argv) {
     }
     execv("/proc/self/exe", argv);  // the path could not be read (or was deleted): still re-exec
     // exec failed: carry on with whatever kernels OpenBLAS picked.
-    std::fprintf(stderr, "shardlm: warning: could not re-exec with OPENBLAS_CORETYPE=SkylakeX; "
-                         "BLAS may run its slow generic kernels\n");
+    std::fprintf(stderr, "shardlm: warning: could not re-exec with OPENBLAS_CORETYPE=SkylakeX and "
+                         "GOMP_SPINCOUNT=1000; BLAS may run its slow generic kernels\n");
     (void)argc;
 }
 

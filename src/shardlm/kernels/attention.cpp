@@ -57,7 +57,7 @@ void softmax_backward_row(float* ds, const float* dp, const float* p, int n, int
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(float(HS));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float* q = qkv + size_t(b) * T * C3 + h * HS;
@@ -83,7 +83,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         const float* att, int B, int T, int C, int NH) {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(float(HS));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;

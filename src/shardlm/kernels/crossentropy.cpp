@@ -37,7 +37,7 @@ float row_sum_exp(const float* x, float* out, int V, float mx) {
 
 void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
                                    int N, int V, int Vp, float dloss, unsigned short* dlogits_bf16) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int n = 0; n < N; n++) {
         float* x = logits + size_t(n) * Vp;
         int t = targets[n];
@@ -68,7 +68,7 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
 }
 
 void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int Vp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int n = 0; n < N; n++) {
         const float* x = logits + size_t(n) * Vp;
         float mx = row_max(x, V);
@@ -82,13 +82,13 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
 namespace shardlm::kernels {
 
 void vocab_parallel_max(float* mx, const float* logits, int N, int Vreal, int Vp_loc) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) mx[n] = Vreal > 0 ? row_max(logits + size_t(n) * Vp_loc, Vreal) : -INFINITY;
 }
 
 void vocab_parallel_sums(float* stats, float* logits, const int* targets, const float* mx, int N, int Vreal,
                          int Vp_loc, int v0, bool store_exp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int n = 0; n < N; n++) {
         float* x = logits + size_t(n) * Vp_loc;
         const int t = targets[n] - v0;
@@ -104,7 +104,7 @@ void vocab_parallel_loss(float* losses, const float* mx, const float* stats, int
 
 void vocab_parallel_grad(float* logits, const int* targets, const float* stats, int N, int Vreal, int Vp_loc, int v0,
                          float dloss, unsigned short* dlogits_bf16) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int n = 0; n < N; n++) {
         float* x = logits + size_t(n) * Vp_loc;  // holds exp(x - mx) over the real columns
         const int t = targets[n] - v0;

@@ -7,7 +7,7 @@
 namespace shardlm::kernels {
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int bt = 0; bt < B * T; bt++) {
         const float* e = wte + size_t(tokens[bt]) * C;
         const float* p = wpe + size_t(bt % T) * C;
@@ -20,7 +20,7 @@ void encoder_forward(float* out, const int* tokens, const float* wte, const floa
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
     constexpr int kCols = 64;
     int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
         for (int bt = 0; bt < B * T; bt++) {
@@ -45,7 +45,7 @@ constexpr int kCols = 64;  // column block of the in-order accumulations
 }
 
 void embedding_forward(float* out, const int* tokens, const float* wte_local, int v0, int v1, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const int t = tokens[n];
@@ -62,7 +62,7 @@ void embedding_forward(float* out, const int* tokens, const float* wte_local, in
 
 void embedding_backward(float* dwte_local, const float* dout, const int* tokens, int v0, int v1, int N, int C) {
     const int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int blk = 0; blk < nblk; blk++) {
         const int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
         for (int n = 0; n < N; n++) {
@@ -77,7 +77,7 @@ void embedding_backward(float* dwte_local, const float* dout, const int* tokens,
 }
 
 void position_forward(float* out, const float* wpe, int n0, int N, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const float* p = wpe + size_t((n0 + n) % T) * C;
@@ -88,7 +88,7 @@ void position_forward(float* out, const float* wpe, int n0, int N, int T, int C)
 
 void position_backward(float* dwpe, const float* dout, int n0, int N, int T, int C) {
     const int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int blk = 0; blk < nblk; blk++) {
         const int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
         for (int n = 0; n < N; n++) {
@@ -110,7 +110,7 @@ inline __mmask16 mask_of(int j, int C) { return j + 16 <= C ? __mmask16(0xffff) 
 
 template <DType W, DType O>
 void encoder_impl(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int bt = 0; bt < B * T; bt++) {
         const size_t e = size_t(tokens[bt]) * C, p = size_t(bt % T) * C, o = size_t(bt) * C;
         for (int j = 0; j < C; j += 16) {
@@ -122,7 +122,7 @@ void encoder_impl(void* out, const int* tokens, const void* wte, const void* wpe
 
 template <DType W>
 void embedding_impl(float* out, const int* tokens, const void* wte_local, int v0, int v1, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const int t = tokens[n];
@@ -136,7 +136,7 @@ void embedding_impl(float* out, const int* tokens, const void* wte_local, int v0
 
 template <DType W>
 void position_impl(float* out, const void* wpe, int n0, int N, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const size_t p = size_t((n0 + n) % T) * C;

@@ -13,7 +13,7 @@ constexpr size_t kChunk = 4096;  // elements per OpenMP work item (multiple of 1
 template <DType D>
 void forward(void* out, const void* inp, size_t n) {
     size_t nchunk = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         for (size_t i = i0; i < i1; i += 16) {
@@ -31,7 +31,7 @@ void forward(void* out, const void* inp, size_t n) {
 template <DType D>
 void backward(float* dinp, const void* inp, const float* dout, size_t n) {
     size_t nchunk = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         for (size_t i = i0; i < i1; i += 16) {

@@ -43,7 +43,7 @@ inline void ln_row(float* o, float* mean, float* rstd, const float* x, const flo
 void layernorm_forward(float* out, float* mean, float* rstd,
                        const float* inp, const float* weight, const float* bias,
                        int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) ln_row(out + size_t(n) * C, mean + n, rstd + n, inp + size_t(n) * C, weight, bias, C, eps);
 }
 
@@ -51,7 +51,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight,
                         const float* mean, const float* rstd, int N, int C) {
     // Pass 1, row-local: dinp.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         const float* x = inp + size_t(n) * C;
         const float* g = dout + size_t(n) * C;
@@ -75,7 +75,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias,
     // Pass 2, column-parallel: dweight, dbias, rows in order.
     constexpr int kCols = 64;
     int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
         float dw[kCols] = {}, db[kCols] = {};

@@ -9,6 +9,8 @@
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
 
+#include "shardlm/kernels/gemm_balanced.h"
+
 namespace shardlm::kernels {
 
 std::string_view matmul_precision_name(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
@@ -27,13 +29,13 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
         if (accumulate) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
             for (int n = 0; n < N; n++) {
                 float* o = out + size_t(n) * OC;
                 for (int j = 0; j < OC; j++) o[j] += bias[j];
             }
         } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
             for (int n = 0; n < N; n++) std::memcpy(out + size_t(n) * OC, bias, sizeof(float) * OC);
         }
         beta = 1.0f;
@@ -42,13 +44,13 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
         gemm_bf16(out, {to_bf16_scratch(0, inp, size_t(N) * C), C, 1}, {to_bf16_scratch(1, weight, size_t(OC) * C), 1, C},
                   N, OC, C, beta != 0.0f);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+        sgemm_balanced(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 // dbias(OC) += sum_n dout(n, :), parallel over column blocks of 16, rows summed in order.
 void bias_backward(float* dbias, const float* dout, int N, int OC) {
     int nblk = (OC + 15) / 16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < nblk; b++) {
         int j = b * 16;
         int w = OC - j < 16 ? OC - j : 16;
@@ -60,7 +62,7 @@ void bias_backward(float* dbias, const float* dout, int N, int OC) {
 }
 
 void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         const float* a = x + size_t(n) * C;
         const float* b = y + size_t(n) * C;
@@ -78,10 +80,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
                              accumulate_dweight);
     } else {
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+            sgemm_balanced(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
         if (dweight)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                        accumulate_dweight ? 1.0f : 0.0f, dweight, C);
+            sgemm_balanced(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, accumulate_dweight ? 1.0f : 0.0f,
+                           dweight, C);
     }
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
@@ -89,7 +91,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
 namespace {
 template <DType D>
 void residual_add_impl(void* out, const void* x, const float* bias, const float* y, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         const size_t row = size_t(n) * C;
         for (int j = 0; j < C; j += 16) {

@@ -9,7 +9,7 @@
 namespace shardlm::kernels {
 
 void sgd_update(float* p, const float* g, size_t n, float lr, float wd, float gs) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
     for (size_t i = 0; i < n; i++) {
         float d = g[i] * gs + wd * p[i];
         p[i] -= lr * d;
@@ -18,7 +18,7 @@ void sgd_update(float* p, const float* g, size_t n, float lr, float wd, float gs
 
 void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, float mu, float wd, float gs) {
     // PyTorch: buf = g on the first step, then mu*buf + g; a zero-initialised buf gives the same.
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
     for (size_t i = 0; i < n; i++) {
         float d = g[i] * gs + wd * p[i];
         float b = mu * buf[i] + d;
@@ -28,7 +28,7 @@ void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, f
 }
 
 void adagrad_update(float* p, const float* g, float* sum, size_t n, float lr, float eps, float wd, float gs) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
     for (size_t i = 0; i < n; i++) {
         float d = g[i] * gs + wd * p[i];
         float s = sum[i] + d * d;
@@ -74,7 +74,7 @@ void adam_common(float* p, const float* g, float* m, float* v, size_t n, const A
     size_t body = (n - head) / 16;
     float *pb = p + head, *mb = m + head, *vb = v + head;
     const float* gb = g + head;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 2048)
     for (size_t b = 0; b < body; b++) {
         if (aligned_together) adam16<true>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, 0xffff, a);
         else adam16<false>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, 0xffff, a);
@@ -115,7 +115,7 @@ double sum_squares(const float* x, size_t n) {
     constexpr size_t kChunk = 1 << 16;
     size_t nchunk = (n + kChunk - 1) / kChunk;
     std::vector<double> part(nchunk);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         double s = 0.0;
