@@ -127,6 +127,16 @@ TEST_F(TokenShard, TruncatedHeader) {
     expect_error(path("empty.bin"), "truncated header");
 }
 
+// Found by fuzz_token_shard: a count of a billion tokens in a small file was allocated (2 GiB) before
+// the read found the file short. The count is now checked against the file's size first (the error is
+// the same either way; the allocation is what fuzz_token_shard's seed fuzz/corpus/token_shard/huge_count
+// catches, under the fuzzer's memory limit).
+TEST_F(TokenShard, HugeCountInASmallFileIsRefusedBeforeAllocating) {
+    auto h = header(kShardMagic, kShardVersion, 0x4000000a);
+    write_raw(path("huge.bin"), h.data(), h.size() * 4);
+    expect_error(path("huge.bin"), "header says 1073741834 tokens, file holds 0");
+}
+
 TEST_F(TokenShard, TruncatedBody) {
     auto h = header(kShardMagic, kShardVersion, 10);
     std::string bytes(reinterpret_cast<const char*>(h.data()), h.size() * 4);

@@ -42,6 +42,16 @@ std::vector<uint16_t> read_token_shard(const std::string& path) {
         std::fclose(f);
         fail("token shard '", path, "': negative token count ", header[2], kHint);
     }
+    // Check the count against the file's size before allocating (a damaged header could ask for 4 GiB).
+    const long here = std::ftell(f);
+    std::fseek(f, 0, SEEK_END);
+    const long end = std::ftell(f);
+    std::fseek(f, here, SEEK_SET);
+    const size_t held = here >= 0 && end >= here ? size_t(end - here) / sizeof(uint16_t) : 0;
+    if (held < size_t(header[2])) {
+        std::fclose(f);
+        fail("token shard '", path, "': truncated: header says ", header[2], " tokens, file holds ", held, kHint);
+    }
     std::vector<uint16_t> tokens(static_cast<size_t>(header[2]));
     got = std::fread(tokens.data(), sizeof(uint16_t), tokens.size(), f);
     std::fclose(f);
