@@ -33,6 +33,30 @@ float row_sum_exp(const float* x, float* out, int V, float mx) {
     return _mm512_reduce_add_ps(s);
 }
 
+// One row's gradient from its exponentials x[0, V): dloss * softmax - dloss at the target t (when
+// 0 <= t < V), zero on the padding [V, Vp). Written to d in bf16 (x left holding the exponentials), or
+// in place in x.
+void grad_row(float* x, unsigned short* d, int t, int V, int Vp, float dloss, float sum) {
+    const __m512 scale = _mm512_set1_ps(dloss / sum);
+    if (d) {
+        for (int j = 0; j < Vp; j += 16) {
+            __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : j < V ? tail_mask(V - j) : __mmask16(0);
+            __mmask16 mp = j + 16 <= Vp ? __mmask16(0xffff) : tail_mask(Vp - j);
+            __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);  // padding -> 0
+            if (t >= j && t < j + 16 && t < V)  // - dloss at the target, rounded as the fp32 path rounds it
+                g = _mm512_mask_sub_ps(g, __mmask16(1u << (t - j)), g, _mm512_set1_ps(dloss));
+            _mm256_mask_storeu_epi16(d + j, mp, f32x16_to_bf16(g));
+        }
+        return;
+    }
+    for (int j = 0; j < V; j += 16) {
+        __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : tail_mask(V - j);
+        _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale));
+    }
+    if (t >= 0 && t < V) x[t] -= dloss;
+    for (int j = V; j < Vp; j++) x[j] = 0.0f;
+}
+
 }  // namespace
 
 void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
@@ -45,25 +69,8 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
         float mx = row_max(x, V);
         float sum = row_sum_exp<true>(x, x, V, mx);
         losses[n] = mx + std::log(sum) - xt;
-        __m512 scale = _mm512_set1_ps(dloss / sum);
-        if (dlogits_bf16) {  // the gradient goes to the bf16 buffer only; x is left holding the exponentials
-            unsigned short* d = dlogits_bf16 + size_t(n) * Vp;
-            for (int j = 0; j < Vp; j += 16) {
-                __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : j < V ? tail_mask(V - j) : __mmask16(0);
-                __mmask16 mp = j + 16 <= Vp ? __mmask16(0xffff) : tail_mask(Vp - j);
-                __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);  // padding -> 0
-                if (t >= j && t < j + 16)  // - dloss at the target, rounded as the fp32 path rounds it
-                    g = _mm512_mask_sub_ps(g, __mmask16(1u << (t - j)), g, _mm512_set1_ps(dloss));
-                _mm256_mask_storeu_epi16(d + j, mp, f32x16_to_bf16(g));
-            }
-            continue;
-        }
-        for (int j = 0; j < V; j += 16) {
-            __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : tail_mask(V - j);
-            _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale));
-        }
-        x[t] -= dloss;
-        for (int j = V; j < Vp; j++) x[j] = 0.0f;
+        // with a bf16 buffer the gradient goes there only; x is left holding the exponentials
+        grad_row(x, dlogits_bf16 ? dlogits_bf16 + size_t(n) * Vp : nullptr, t, V, Vp, dloss, sum);
     }
 }
 
@@ -108,25 +115,7 @@ void vocab_parallel_grad(float* logits, const int* targets, const float* stats, 
     for (int n = 0; n < N; n++) {
         float* x = logits + size_t(n) * Vp_loc;  // holds exp(x - mx) over the real columns
         const int t = targets[n] - v0;
-        const __m512 scale = _mm512_set1_ps(dloss / stats[n]);
-        if (dlogits_bf16) {
-            unsigned short* d = dlogits_bf16 + size_t(n) * Vp_loc;
-            for (int j = 0; j < Vp_loc; j += 16) {
-                __mmask16 m = j + 16 <= Vreal ? __mmask16(0xffff) : j < Vreal ? tail_mask(Vreal - j) : __mmask16(0);
-                __mmask16 mp = j + 16 <= Vp_loc ? __mmask16(0xffff) : tail_mask(Vp_loc - j);
-                __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);
-                if (t >= j && t < j + 16 && t < Vreal)
-                    g = _mm512_mask_sub_ps(g, __mmask16(1u << (t - j)), g, _mm512_set1_ps(dloss));
-                _mm256_mask_storeu_epi16(d + j, mp, f32x16_to_bf16(g));
-            }
-            continue;
-        }
-        for (int j = 0; j < Vreal; j += 16) {
-            __mmask16 m = j + 16 <= Vreal ? __mmask16(0xffff) : tail_mask(Vreal - j);
-            _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale));
-        }
-        if (t >= 0 && t < Vreal) x[t] -= dloss;
-        for (int j = Vreal; j < Vp_loc; j++) x[j] = 0.0f;
+        grad_row(x, dlogits_bf16 ? dlogits_bf16 + size_t(n) * Vp_loc : nullptr, t, Vreal, Vp_loc, dloss, stats[n]);
     }
 }
 

@@ -36,6 +36,13 @@ void apply_test_poison(const char* kind, int step, int world_rank, const OwnedTe
     }
 }
 
+void apply_test_inf_grad(int step, int world_rank, const OwnedTensors& mine) {
+    const char* env = std::getenv("SHARDLM_TEST_INF_GRAD");
+    int at_step = -1, rank = -1;
+    if (!env || std::sscanf(env, "%d:%d", &at_step, &rank) != 2 || at_step != step || rank != world_rank) return;
+    if (!mine.grads.empty()) const_cast<float*>(mine.grads.front())[0] = INFINITY;
+}
+
 void apply_test_stall(int step, int world_rank) {
     const char* env = std::getenv("SHARDLM_TEST_STALL");
     int rank = -1, at_step = -1;

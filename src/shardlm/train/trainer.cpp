@@ -220,12 +220,7 @@ StepStats Trainer::train_step(int step) {
         dp_->finish_step();
         if (embedding_group_) dp_->sum_tied_grads(*embedding_group_);
         apply_test_poison("grad", step, grid_->world_rank(), owned(true));
-        // Fault injection for the loss-scaling tests: "STEP:RANK" makes that rank's gradient overflow.
-        if (const char* k = std::getenv("SHARDLM_TEST_INF_GRAD")) {
-            int at_step = -1, at_rank = -1;
-            if (std::sscanf(k, "%d:%d", &at_step, &at_rank) == 2 && at_step == step && at_rank == grid_->world_rank())
-                const_cast<float*>(dp_->owned_grads().front())[0] = INFINITY;
-        }
+        apply_test_inf_grad(step, grid_->world_rank(), owned(true));
         // the loss (ranks holding the head, once per tensor-parallel group), the squared gradient
         // norm (every rank's share) and the stop signals, summed over the world in one message: every
         // rank sees a NaN, an overflow, or a signal any rank got, at the same step
