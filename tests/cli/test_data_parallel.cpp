@@ -103,7 +103,7 @@ TEST_F(DataParallel, MemoryAndCommunicationReportsMatchTheFormulas) {
     for (int zero : {0, 1, 2, 3}) {
         std::string out = run(mpirun(2) + train("--steps 1 --zero " + std::to_string(zero) + " --memory-report --comm-report"),
                               "report" + std::to_string(zero));
-        for (const char* row : {"parameters", "gradients", "optimizer state", "model states total"}) {
+        for (const char* row : {"parameters", "gradients", "optimizer state", "communication buffers", "model states total"}) {
             std::regex re(std::string("  ") + row + R"(\s+([0-9.]+)\s+([0-9.]+))");
             int seen = 0;
             for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it) {

@@ -128,7 +128,7 @@ TEST_F(ParallelLayouts, ReportsMatchTheFormulas) {
     for (const Layout& l : layouts) {
         const std::string out =
             run(mpirun(l.np) + train(std::string("--steps 1 --memory-report --comm-report ") + l.flags), l.name);
-        std::regex mem(R"(\n  (parameters|gradients|optimizer state|model states total|tensor-parallel shard|micro-batches held)\s+([0-9.]+)\s+([0-9.]+))");
+        std::regex mem(R"(\n  (parameters|gradients|optimizer state|communication buffers|model states total|tensor-parallel shard|micro-batches held)\s+([0-9.]+)\s+([0-9.]+))");
         int rows = 0;
         for (auto it = std::sregex_iterator(out.begin(), out.end(), mem); it != std::sregex_iterator(); ++it, rows++)
             EXPECT_EQ((*it)[2].str(), (*it)[3].str()) << l.name << ": " << (*it)[1].str() << "\n" << out;

@@ -15,5 +15,6 @@ void add_report_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_schedule_command(CLI::App& app);
 void add_plan_command(CLI::App& app);      // planner: memory and step time of parallel policies
+void add_calibrate_command(CLI::App& app); // measure this machine into a planner cluster file
 
 }  // namespace shardlm::cli

@@ -52,6 +52,10 @@ public:
     T* data() { return data_; }
     const T* data() const { return data_; }
     size_t size() const { return size_; }
+    T* begin() { return data_; }
+    T* end() { return data_ + size_; }
+    const T* begin() const { return data_; }
+    const T* end() const { return data_ + size_; }
     size_t bytes() const { return size_ * sizeof(T); }
     T& operator[](size_t i) { return data_[i]; }
     const T& operator[](size_t i) const { return data_[i]; }

@@ -69,4 +69,14 @@ int64_t in_flight_chunks(Schedule s, int stage, int pp, int virtual_stages, int6
     return std::min<int64_t>(m * v, 2 * int64_t(pp - stage - 1) + (v - 1) * pp + 1);
 }
 
+double zero_buffer_bytes(const ZeroBufferSpec& z) {
+    const double slots = z.embedding_numel + 2 * z.largest_unit, n = z.dp;
+    const bool staged = z.reduce_bytes < z.grad_bytes;
+    double b = 0;
+    if (z.zero_stage == 3) b += slots * z.param_bytes;
+    if (z.zero_stage >= 2) b += (slots + slots / n) * (z.grad_bytes + (staged ? z.reduce_bytes : 0));
+    else if (staged) b += z.total_numel * z.reduce_bytes;
+    return b;
+}
+
 }  // namespace shardlm::cost

@@ -46,6 +46,25 @@ struct ModelStateBytes {
 // numel parameters held by this rank before ZeRO (already divided by tensor and pipeline parallelism).
 ModelStateBytes model_state_bytes(double numel, StateBytes per_param, int zero_stage, int dp);
 
+// The ZeRO communication buffers (parallel/data_parallel.cpp allocates exactly these): stages 2-3 keep
+// three unit slots, one for the embedding (used at both ends of the step) and two for any other unit
+// (the one in use and the next, prefetched or still reducing). Stage 3 gathers parameters into them
+// (param_bytes per element); stages 2-3 reduce gradients through them: the unit's gradient and this
+// rank's slice (grad_bytes per element; the engine's are fp32), plus copies of both in the reduction's
+// type when it is narrower (reduce_bytes < grad_bytes). Stages 0-1 with a narrower reduction stage
+// the whole gradient in that type.
+struct ZeroBufferSpec {
+    double embedding_numel = 0;  // this rank's embedding unit (or tied copy); 0 if it holds none
+    double largest_unit = 0;     // its largest other unit (a block, positions, the head)
+    double total_numel = 0;      // all its parameters
+    int dp = 1;
+    int zero_stage = 0;
+    double param_bytes = 4;   // of the model's parameters (2 for a 16-bit copy)
+    double grad_bytes = 4;    // of the gradients
+    double reduce_bytes = 4;  // of the gradient reduction
+};
+double zero_buffer_bytes(const ZeroBufferSpec& z);
+
 struct ActivationSpec {
     int64_t micro_batch = 1;  // b, sequences
     int seq = 0;              // s, tokens per sequence (before context parallelism)

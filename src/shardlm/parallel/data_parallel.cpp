@@ -39,8 +39,8 @@ DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, do
                       ": build the model part with unit_multiple = dp");
         shard_off_.push_back(off);
         off += units_[u].numel / n;
-        if (int(u) != wte_unit_) max_unit = std::max(max_unit, units_[u].numel);
-        max_shard = std::max(max_shard, units_[u].numel / n);
+        // slot 0 holds the embedding (used at both ends of the step), slots 1-2 any other unit
+        if (int(u) != wte_unit_) max_unit = std::max(max_unit, units_[u].numel), max_shard = max_unit / n;
     }
     const bool mixed = pt_ != DType::F32;
     master_full_ = mixed ? zero_ == 0 : zero_ < 3;

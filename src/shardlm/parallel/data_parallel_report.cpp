@@ -31,6 +31,13 @@ std::string DataParallel::memory_report(const optim::Optimizer& opt) const {
     const cost::ModelStateBytes f = cost::model_state_bytes(psi, per, zero_, dp_.size());
     const double master_f = per.optimizer > 0 ? f.optimizer * (mixed ? 4.0 : 0.0) / per.optimizer : 0.0;
     const double opt_f = f.optimizer - master_f;
+    cost::ZeroBufferSpec zb;
+    for (size_t u = 0; u < units_.size(); u++)
+        (int(u) == wte_unit_ ? zb.embedding_numel : zb.largest_unit) =
+            std::max(int(u) == wte_unit_ ? zb.embedding_numel : zb.largest_unit, double(units_[u].numel));
+    zb.total_numel = psi, zb.dp = dp_.size(), zb.zero_stage = zero_;
+    zb.param_bytes = double(dtype_bytes(pt_)), zb.grad_bytes = 4, zb.reduce_bytes = double(dtype_bytes(rt_));
+    const double buffers_f = cost::zero_buffer_bytes(zb);
     auto mib = [](double b) { return b / (1024.0 * 1024.0); };
     char buf[2048];
     int n = std::snprintf(
@@ -39,12 +46,12 @@ std::string DataParallel::memory_report(const optim::Optimizer& opt) const {
         "elements of this rank's part, incl. padding; formulas: cost/memory.h)\n"
         "  %-22s %12s %12s\n"
         "  %-22s %12.2f %12.2f\n  %-22s %12.2f %12.2f\n  %-22s %12.2f %12.2f\n  %-22s %12.2f %12.2f\n"
-        "  %-22s %12.2f %12s\n  %-22s %12.2f %12.2f\n",
+        "  %-22s %12.2f %12.2f\n  %-22s %12.2f %12.2f\n",
         zero_, dp_.size(), mixed ? std::string(dtype_name(pt_)).c_str() : "fp32",
         mixed ? "a 16-bit copy 2, fp32 gradients 4, fp32 master 4, state k" : "parameters 4, gradients 4, state k", k,
         psi, "MiB", "allocated", "formula", "parameters", mib(double(m.params)), mib(f.params), "gradients",
         mib(double(m.grads)), mib(f.grads), "master weights", mib(double(m.master)), mib(master_f), "optimizer state",
-        mib(double(m.optimizer)), mib(opt_f), "communication buffers", mib(double(m.comm_buffers)), "-",
+        mib(double(m.optimizer)), mib(opt_f), "communication buffers", mib(double(m.comm_buffers)), mib(buffers_f),
         "model states total", mib(double(m.params + m.grads + m.master + m.optimizer)), mib(f.total()));
     if (mixed && n > 0 && size_t(n) < sizeof(buf)) {
         // the seeds' table (ZeRO paper: 2 + 2 + K with 16-bit gradients) beside ours

@@ -33,18 +33,23 @@ void fill_memory(const detail::StageModel& sm, const Cluster& c, Estimate& e) {
 }
 
 void fill_time(const detail::StageModel& sm, const Policy& p, Estimate& e) {
-    // The slowest stage sets the pace of the pipeline.
+    // The slowest stage sets the pace of the pipeline; filling and draining it passes one micro-batch
+    // through every other stage: (p - 1) x a stage's time when they are balanced, less when the
+    // head makes the last stage the slow one. Middle stages hold blocks only, as the first (the
+    // embedding lookup is not timed).
     detail::StageModel::MicroBatch slow;
+    double all_stages = 0;
     for (int stage : extreme_stages(p)) {
         detail::StageModel::MicroBatch mb = sm.micro_batch_time(stage);
         if (stage == 0 || mb.total() > slow.total()) slow = mb;
+        all_stages += (p.pp > 1 && stage == 0 ? p.pp - 1 : 1) * mb.total();
     }
     const double m = double(sm.micro_batches);
     TimeBreakdown& t = e.time;
     t.compute = m * (slow.forward + slow.backward);
     t.tp_comm = m * slow.tp;
     t.cp_comm = m * slow.cp;
-    t.pp_bubble = double(p.pp - 1) / p.virtual_stages * slow.total();
+    t.pp_bubble = (all_stages - slow.total()) / p.virtual_stages;
     t.pp_comm = sm.pp_comm_s();
     for (int stage : extreme_stages(p)) {
         t.dp_comm = std::max(t.dp_comm, sm.dp_exposed_s(stage, sm.micro_batch_time(stage)));

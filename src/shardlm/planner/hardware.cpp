@@ -79,6 +79,7 @@ std::string check_cluster(const Cluster& c) {
         return "efficiency: gemm_max and memory must be in (0, 1], gemm_half_dim >= 0";
     if (c.intra_node_alpha_us < 0 || c.inter_node_alpha_us < 0 || c.reserve_gb < 0)
         return "latencies and reserve_gb must be >= 0";
+    if (!(c.comm_overlap >= 0 && c.comm_overlap <= 1)) return cat("comm_overlap must be in [0, 1] (got ", c.comm_overlap, ")");
     return "";
 }
 

@@ -53,6 +53,10 @@ struct Cluster {
     double intra_node_alpha_us = 2;  // latency per ring step (NCCL over NVLink)
     double inter_node_alpha_us = 6;  // latency per ring step (over InfiniBand)
     double reserve_gb = 1.0;         // per GPU: CUDA context, library workspaces (counted in buffers)
+    // The fraction of overlappable (DP/ZeRO, CP) communication that really hides behind compute: 1 on
+    // GPUs (copy engines, NVLink/NIC DMA); measured by `calibrate` on CPUs, where communication needs
+    // the same cores (0 when ranks outnumber them).
+    double comm_overlap = 1.0;
     Efficiency efficiency;
     int nodes() const { return gpus_per_node > 0 ? (num_gpus + gpus_per_node - 1) / gpus_per_node : 0; }
 };

@@ -89,7 +89,8 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "cluster",
                    {"gpu", "num_gpus", "gpus_per_node", "peak_tflops", "memory_gb", "intra_node_GBps",
                     "inter_node_GBps", "hbm_GBps", "peak_tflops_tf32", "peak_tflops_fp32", "intra_node_alpha_us",
-                    "inter_node_alpha_us", "reserve_gb", "gemm_max", "gemm_half_dim", "memory_efficiency"});
+                    "inter_node_alpha_us", "reserve_gb", "gemm_max", "gemm_half_dim", "memory_efficiency", "comm_overlap",
+                    "measured"});  // "measured": what `shardlm calibrate` fitted the constants to (not read)
     f.require("num_gpus");
     f.require("gpus_per_node");
     Cluster c;
@@ -113,6 +114,7 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     c.intra_node_alpha_us = f.get<double>("intra_node_alpha_us", c.intra_node_alpha_us);
     c.inter_node_alpha_us = f.get<double>("inter_node_alpha_us", c.inter_node_alpha_us);
     c.reserve_gb = f.get<double>("reserve_gb", c.reserve_gb);
+    c.comm_overlap = f.get<double>("comm_overlap", c.comm_overlap);
     c.efficiency.gemm_max = f.get<double>("gemm_max", c.efficiency.gemm_max);
     c.efficiency.gemm_half_dim = f.get<double>("gemm_half_dim", c.efficiency.gemm_half_dim);
     c.efficiency.memory = f.get<double>("memory_efficiency", c.efficiency.memory);
@@ -164,6 +166,7 @@ json cluster_to_json(const Cluster& c) {
             {"intra_node_alpha_us", c.intra_node_alpha_us},
             {"inter_node_alpha_us", c.inter_node_alpha_us},
             {"reserve_gb", c.reserve_gb},
+            {"comm_overlap", c.comm_overlap},
             {"gemm_max", c.efficiency.gemm_max},
             {"gemm_half_dim", c.efficiency.gemm_half_dim},
             {"memory_efficiency", c.efficiency.memory}};

@@ -8,8 +8,10 @@
 //              and direction. If "gpu" names a preset (A100-80GB, ...) the hardware keys default to
 //              it. Optional: "hbm_GBps" (default 6.5 GB/s per peak TFLOP/s, A100's ratio),
 //              "peak_tflops_tf32" (peak/2), "peak_tflops_fp32" (peak/16), "intra_node_alpha_us",
-//              "inter_node_alpha_us", "reserve_gb", "gemm_max", "gemm_half_dim", "memory_efficiency"
-//              (the measured constants a `calibrate` run will write).
+//              "inter_node_alpha_us", "reserve_gb", "gemm_max", "gemm_half_dim", "memory_efficiency",
+//              "comm_overlap"
+//              (the measured constants `shardlm calibrate` writes, with the points behind them under
+//              "measured", which the reader skips).
 // Policy file  {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
 //              "sequence_parallel", "precision"}; missing keys: dp = num_gpus/(tp pp cp), the rest
 //              1 / 0 / "none" / false / "bf16".

@@ -64,8 +64,21 @@ MemoryBreakdown StageModel::memory(int stage) const {
     mem.buffers = c.reserve_gb * 1e9;
     if (p.pp > 1) mem.buffers += 2 * cost::pp_bytes_per_microbatch(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp);
     if (p.sequence_parallel && p.tp > 1) mem.buffers += tokens * m.hidden * value_bytes();  // gathered input
-    if (p.zero_stage >= 2) mem.buffers += block_params() * sb.grads;       // a unit's gradient before reduce-scatter
-    if (p.zero_stage == 3) mem.buffers += 2 * block_params() * sb.params;  // gathered unit + prefetched one
+    // ZeRO-2/3's unit slots, the engine's rule (cost/memory.h): the embedding (or its tied copy) and two
+    // of the largest other unit, for gathered parameters (stage 3) and gradients before reduce-scatter
+    const double h = m.hidden, vocab_shard = double(m.vocab) * h / p.tp;
+    const bool last = stage == p.pp - 1;
+    cost::ZeroBufferSpec zb;
+    zb.embedding_numel = stage == 0 || (last && m.tied_embeddings && p.pp > 1) ? vocab_shard : 0;
+    zb.largest_unit = layers_per_stage() > 0 ? block_params() : 0;
+    if (stage == 0 && m.learned_positions) zb.largest_unit = std::max(zb.largest_unit, double(job.seq) * h);
+    if (last)
+        zb.largest_unit = std::max(zb.largest_unit, double(cost::unit_params(m).final_norm) +
+                                                        (m.tied_embeddings ? 0 : vocab_shard));
+    zb.total_numel = stage_params(stage);
+    zb.dp = zero_group(), zb.zero_stage = p.zero_stage;
+    zb.param_bytes = sb.params, zb.grad_bytes = zb.reduce_bytes = sb.grads;
+    mem.buffers += cost::zero_buffer_bytes(zb);
     return mem;
 }
 
@@ -126,7 +139,8 @@ StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
         const cost::Link cp_link = group_link(c, p.tp * p.cp);
         const double ag = cost::collective_time_s(Collective::AllGather, kv, p.cp, cp_link);
         const double rs = cost::collective_time_s(Collective::ReduceScatter, kv, p.cp, cp_link);
-        const double per_layer = std::max(0.0, ag - attn) + std::max(0.0, ag + rs - 2 * attn);
+        auto left = [&](double x, double window) { return x - std::min(window, c.comm_overlap * x); };
+        const double per_layer = left(ag, attn) + left(ag + rs, 2 * attn);
         t.cp = L * per_layer;
     }
     return t;
@@ -140,7 +154,10 @@ double StageModel::dp_exposed_s(int stage, const MicroBatch& mb) const {
     const cost::StateBytes sb = state_bytes();
     const double units = layers_per_stage() + 1;  // blocks, and the embedding or head
     // a collective of time x that may overlap a window w: the last unit's share is never hidden
-    auto exposed = [&](double x, double window) { return std::max(x / units, x - window); };
+    // (of which only the fraction comm_overlap can hide: on CPUs the communication needs the same cores)
+    auto exposed = [&](double x, double window) {
+        return std::max(x / units, x - std::min(window, c.comm_overlap * x));
+    };
     // issued unit by unit (ZeRO) or bucket by bucket (~ a unit each): the latency is paid per unit
     auto time = [&](Collective k, double bytes) { return units * cost::collective_time_s(k, bytes / units, n, link); };
     const double grads = numel * sb.grads, params = numel * sb.params, m_count = double(micro_batches);

@@ -1,0 +1,56 @@
+// cli/cmd_calibrate.cpp: `shardlm calibrate`: measure this machine (calibrate/calibrate.h) as
+// `mpirun -np N` ranks of --threads threads and write the planner cluster file that describes it:
+//   mpirun -np 2 shardlm calibrate --threads 1 --out cpu-2x1.json
+//   shardlm plan --model m.json --cluster cpu-2x1.json --policy p.json --global-batch 8 --seq 128 --json
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "shardlm/calibrate/calibrate.h"
+#include "shardlm/cli/commands.h"
+#include "shardlm/comm/mpi_env.h"
+#include "shardlm/core/check.h"
+#include "shardlm/io/atomic_file.h"
+
+namespace shardlm::cli {
+
+void add_calibrate_command(CLI::App& app) {
+    struct Opts {
+        int threads = 0;
+        std::string precision = "fp32", out;
+        double min_seconds = 0.05;
+    };
+    auto o = std::make_shared<Opts>();
+    CLI::App* c = app.add_subcommand(
+        "calibrate", "Measure this machine (GEMMs by shape, memory bandwidth, collectives) and write a planner cluster file");
+    c->add_option("--threads", o->threads, "Threads per rank, as the runs to predict will use (0: OpenMP's default)")
+        ->capture_default_str();
+    c->add_option("--precision", o->precision, "Matmuls the GEMM curve is fitted to: fp32 | bf16")->capture_default_str();
+    c->add_option("--out", o->out, "Cluster file to write (JSON; default: print it)");
+    c->add_option("--min-seconds", o->min_seconds, "Time per measured point (longer: steadier numbers)")
+        ->capture_default_str();
+    c->callback([o] {
+        calibrate::Options opt;
+        opt.threads = o->threads;
+        SHARDLM_CHECK(o->threads >= 0, "--threads must be >= 0 (got ", o->threads, ")");
+        SHARDLM_CHECK(o->min_seconds > 0 && o->min_seconds <= 10, "--min-seconds must be in (0, 10] (got ",
+                      o->min_seconds, ")");
+        SHARDLM_CHECK(o->precision == "fp32" || o->precision == "bf16", "--precision '", o->precision,
+                      "' is not known\n---> HINT: use fp32 or bf16");
+        opt.precision = o->precision == "fp32" ? planner::Precision::Fp32 : planner::Precision::Bf16;
+        opt.min_seconds = o->min_seconds;
+        comm::MpiEnv env;
+        const calibrate::Calibration cal = calibrate::run(env.world(), opt);
+        if (env.world().rank() != 0) return;
+        std::fprintf(o->out.empty() ? stderr : stdout, "%s", calibrate::summary(cal).c_str());
+        const std::string text = calibrate::to_json(cal).dump(2) + "\n";
+        if (o->out.empty()) {
+            std::printf("%s", text.c_str());
+        } else {
+            io::write_file_atomic(o->out, text);
+            std::printf("cluster file: %s (shardlm plan --cluster %s ...)\n", o->out.c_str(), o->out.c_str());
+        }
+    });
+}
+
+}  // namespace shardlm::cli
