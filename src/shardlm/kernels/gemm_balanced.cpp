@@ -12,7 +12,12 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                     const float* B, int ldb, float beta, float* C, int ldc) {
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     constexpr int kAlign = 64;  // block width: whole AVX-512 microkernel panels
-    constexpr int per = 2;  // blocks per thread
+    // blocks per thread: 2 by default (bench/RESULTS.md); SHARDLM_GEMM_BLOCKS overrides it for measuring
+    static const int per = [] {
+        const char* e = std::getenv("SHARDLM_GEMM_BLOCKS");
+        const int v = e ? std::atoi(e) : 0;
+        return v >= 1 && v <= 64 ? v : 2;
+    }();
     const int width = std::max(kAlign, (N + per * threads - 1) / (per * threads) + kAlign - 1) / kAlign * kAlign;
     const int blocks = (N + width - 1) / width;
     if (threads == 1 || blocks < 2) {

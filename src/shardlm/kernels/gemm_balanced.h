@@ -3,7 +3,8 @@
 // OpenBLAS splits a GEMM into one static part per thread: when another process takes one of the two
 // cores, the thread sharing that core finishes its half at half speed and the step waits for it
 // (bench/RESULTS.md: 3x slower with one busy process). Here the columns of C are cut into blocks
-// (about 8 per thread, multiples of 64 columns) that the OpenMP threads take dynamically, each block
+// (2 per thread, multiples of 64 columns; the environment variable SHARDLM_GEMM_BLOCKS sets another
+// count, for measuring) that the OpenMP threads take dynamically, each block
 // one single-threaded sgemm (OpenBLAS runs single-threaded inside a parallel region): a thread that
 // gets less CPU simply takes fewer blocks. Every element is computed by one sgemm call over the
 // whole K, so the result does not depend on which thread took which block.
