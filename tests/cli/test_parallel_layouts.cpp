@@ -145,7 +145,9 @@ TEST_F(ParallelLayouts, ReportsMatchTheFormulas) {
             const bool sp = name.find("sp") != std::string::npos;
             EXPECT_TRUE(groups.count(sp ? "tp all_gather" : "tp all_reduce")) << l.name << "\n" << out;
         }
-        if (name.find("pp") != std::string::npos) EXPECT_TRUE(groups.count("pp send_recv")) << l.name << "\n" << out;
+        if (name.find("pp") != std::string::npos) {
+            EXPECT_TRUE(groups.count("pp send_recv")) << l.name << "\n" << out;
+        }
     }
     // GPipe holds all 8 micro-batches on both stages; 1F1B at most p - stage
     const std::string g = run(mpirun(2) + train("--steps 1 --memory-report --pp 2 --schedule gpipe"), "gpipe_slots");
