@@ -9,7 +9,7 @@
 # must be equal to the bit (resume is bit-exact), and so must the final validation loss.
 #   bash bench/soak.sh [SECONDS=3600] [NP=2]      (hold /tmp/shardlm-build.lock around it)
 # Environment: STEPS (default: scaled from the default run's 3050 steps in ~600 s), CKPT_EVERY (50),
-# MIN_GAP (20), MAX_GAP (120), OUT (runs/soak).
+# MIN_GAP (20), MAX_GAP (120), OUT (runs/soak), MICRO (16 / NP: sequences per micro-batch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-3600}; NP=${2:-2}
@@ -19,8 +19,10 @@ OUT=${OUT:-runs/soak}
 unset OPENBLAS_CORETYPE
 MPI=(mpirun -np "$NP" --oversubscribe)
 [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
-ARGS=(--config configs/sotu.json --threads 1 --steps "$STEPS" --ckpt-every "$CKPT_EVERY" --keep-ckpts 2
-      --sample-tokens 0)
+# the config's 16 sequences per step, split over the NP data-parallel ranks
+MICRO=${MICRO:-$(( 16 / NP ))}
+ARGS=(--config configs/sotu.json --threads 1 --steps "$STEPS" --micro-batch "$MICRO" --ckpt-every "$CKPT_EVERY"
+      --keep-ckpts 2 --sample-tokens 0)
 [ -f data/sotu/sotu_train.bin ] || { echo "soak: data/sotu/sotu_train.bin missing: run tools/quickstart.sh first"; exit 2; }
 rm -rf "$OUT" "$OUT-ref"
 mkdir -p "$(dirname "$OUT")"
