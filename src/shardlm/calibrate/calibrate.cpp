@@ -1,6 +1,5 @@
 #include "shardlm/calibrate/calibrate.h"
 
-#include <immintrin.h>
 #include <malloc.h>
 #include <omp.h>
 #include <sched.h>
@@ -13,6 +12,7 @@
 #include <functional>
 #include <sstream>
 
+#include "shardlm/calibrate/peak_loops.h"
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
@@ -27,59 +27,6 @@
 namespace shardlm::calibrate {
 
 namespace {
-
-// ---- peaks: independent FMA chains on every thread (bench/bench_peak.cpp's loop) ----------------
-
-// (_mm512_reduce_add_ps inside a target("avx512f") function trips a GCC 12 -Wuninitialized false alarm)
-__attribute__((target("avx512f"))) float sum_lanes(const __m512 (&a)[16]) {
-    alignas(64) float lanes[16];
-    float s = 0;
-    for (int i = 0; i < 16; i++) {
-        _mm512_store_ps(lanes, a[i]);
-        for (float x : lanes) s += x;
-    }
-    return s;
-}
-
-__attribute__((target("avx512f"))) float fma512(long iters) {
-    __m512 a[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps(1.0f + float(i) * 1e-3f);
-    const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-    for (long it = 0; it < iters; it++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
-    }
-    return sum_lanes(a);
-}
-
-__attribute__((target("avx2,fma"))) float fma256(long iters) {
-    __m256 a[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm256_set1_ps(1.0f + float(i) * 1e-3f);
-    const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    for (long it = 0; it < iters; it++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm256_fmadd_ps(a[i], b, c);
-    }
-    alignas(32) float lanes[8];
-    float s = 0;
-    for (int i = 0; i < 16; i++) {
-        _mm256_store_ps(lanes, a[i]);
-        for (float x : lanes) s += x;
-    }
-    return s;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) float dpbf16(long iters) {
-    __m512 a[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps(1.0f + float(i) * 1e-3f);
-    const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
-    const __m512bh c = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-4f), _mm512_set1_ps(1e-4f));
-    for (long it = 0; it < iters; it++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) a[i] = _mm512_dpbf16_ps(a[i], b, c);
-    }
-    return sum_lanes(a);
-}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -105,6 +52,22 @@ double timed(comm::Group& world, double min_seconds, const std::function<void()>
     }
     world.all_reduce_max(&best, 1);
     return best;
+}
+
+// Median over `runs` runs (after a warm-up) of the slowest rank's time of one call of fn, the ranks
+// started together.
+double together(comm::Group& world, const std::function<void()>& fn, int runs = 5) {
+    fn();
+    std::vector<double> ts;
+    for (int i = 0; i < runs; i++) {
+        world.barrier();
+        const double t0 = now_s();
+        fn();
+        double t = now_s() - t0;
+        world.all_reduce_max(&t, 1);
+        ts.push_back(t);
+    }
+    return median(ts);
 }
 
 double peak_gflops(comm::Group& world, int threads, double flops_per_iter, float (*chains)(long)) {
@@ -224,7 +187,7 @@ std::vector<MemoryPoint> memory_kernels(comm::Group& world, const Options& o) {
 
 // ---- links --------------------------------------------------------------------------------------
 
-std::vector<CommPoint> collectives(comm::Group& world, const Options& o) {
+std::vector<CommPoint> collectives(comm::Group& world) {
     std::vector<CommPoint> out;
     const int n = world.size();
     if (n < 2) return out;
@@ -233,19 +196,8 @@ std::vector<CommPoint> collectives(comm::Group& world, const Options& o) {
         AlignedBuffer<float> buf(count), part(per);
         std::fill(buf.begin(), buf.end(), 1e-3f), std::fill(part.begin(), part.end(), 1e-3f);
         auto point = [&](const char* op, double buffer, const std::function<void()>& fn) {
-            std::vector<double> ts;
-            fn();
-            for (int i = 0; i < 7; i++) {
-                world.barrier();
-                const double t0 = now_s();
-                fn();
-                double t = now_s() - t0;
-                world.all_reduce_max(&t, 1);
-                ts.push_back(t);
-            }
-            out.push_back({op, buffer, median(ts), 0});
+            out.push_back({op, buffer, together(world, fn, 7), 0});
         };
-        (void)o;
         point("all_reduce", double(count) * 4, [&] { world.all_reduce_sum(buf.data(), count); });
         point("reduce_scatter", double(per) * n * 4, [&] { world.reduce_scatter_sum(buf.data(), part.data(), per); });
         point("all_gather", double(per) * n * 4, [&] { world.all_gather(part.data(), buf.data(), per); });
@@ -316,21 +268,6 @@ struct GemmLoad {
     }
 };
 
-// Median over 5 runs of the slowest rank's time of fn, ranks started together.
-double together(comm::Group& world, const std::function<void()>& fn) {
-    fn();
-    std::vector<double> ts;
-    for (int i = 0; i < 5; i++) {
-        world.barrier();
-        const double t0 = now_s();
-        fn();
-        double t = now_s() - t0;
-        world.all_reduce_max(&t, 1);
-        ts.push_back(t);
-    }
-    return median(ts);
-}
-
 void measure_overlap_and_loaded_latency(comm::Group& world, Calibration& c) {
     if (c.ranks < 2) return;
     GemmLoad g;
@@ -384,11 +321,9 @@ Calibration run(comm::Group& world, const Options& o) {
     c.cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
     c.memory_gb = mem_total_gb() / c.ranks;
 
-    const bool avx512 = __builtin_cpu_supports("avx512f");
-    c.fp32_peak_gflops = avx512 ? peak_gflops(world, c.threads, 16.0 * 16 * 2, fma512)
-                                : peak_gflops(world, c.threads, 16.0 * 8 * 2, fma256);
-    c.bf16_peak_gflops = __builtin_cpu_supports("avx512bf16") ? peak_gflops(world, c.threads, 16.0 * 64, dpbf16)
-                                                              : c.fp32_peak_gflops;
+    c.fp32_peak_gflops = peak_gflops(world, c.threads, fp32_fma_flops_per_iter(), fp32_fma_chains);
+    c.bf16_peak_gflops =
+        has_bf16_dot() ? peak_gflops(world, c.threads, kBf16DotFlopsPerIter, bf16_dot_chains) : c.fp32_peak_gflops;
 
     // GEMMs: tokens x (in, out) of the linear layers of small and mid-size GPTs, whole and cut by
     // tensor parallelism, the head's long vocabulary side, thin attention-like shapes
@@ -404,7 +339,7 @@ Calibration run(comm::Group& world, const Options& o) {
     for (const MemoryPoint& m : c.memory) bytes += m.bytes, secs += m.seconds;
     c.memory_bound_GBps = bytes / secs / 1e9;
 
-    c.comm = collectives(world, o);
+    c.comm = collectives(world);
     fit_links(c);
     c.idle_alpha_us = c.alpha_us;
     measure_overlap_and_loaded_latency(world, c);

@@ -32,9 +32,10 @@ std::string DataParallel::memory_report(const optim::Optimizer& opt) const {
     const double master_f = per.optimizer > 0 ? f.optimizer * (mixed ? 4.0 : 0.0) / per.optimizer : 0.0;
     const double opt_f = f.optimizer - master_f;
     cost::ZeroBufferSpec zb;
-    for (size_t u = 0; u < units_.size(); u++)
-        (int(u) == wte_unit_ ? zb.embedding_numel : zb.largest_unit) =
-            std::max(int(u) == wte_unit_ ? zb.embedding_numel : zb.largest_unit, double(units_[u].numel));
+    for (size_t u = 0; u < units_.size(); u++) {
+        double& slot = int(u) == wte_unit_ ? zb.embedding_numel : zb.largest_unit;
+        slot = std::max(slot, double(units_[u].numel));
+    }
     zb.total_numel = psi, zb.dp = dp_.size(), zb.zero_stage = zero_;
     zb.param_bytes = double(dtype_bytes(pt_)), zb.grad_bytes = 4, zb.reduce_bytes = double(dtype_bytes(rt_));
     const double buffers_f = cost::zero_buffer_bytes(zb);
