@@ -417,7 +417,7 @@ std::string summary(const Calibration& c) {
     line("  memory              triad %.1f GB/s; the engine's memory-bound kernels %.1f GB/s (efficiency %.2f)",
          c.triad_GBps, c.memory_bound_GBps, c.memory_bound_GBps / c.triad_GBps);
     for (const MemoryPoint& m : c.memory) line("      %-34s %6.1f GB/s", m.kernel.c_str(), m.bytes / m.seconds / 1e9);
-    if (c.comm.empty()) line("  links               one rank: nothing to measure");
+    if (c.comm.empty()) line("  links               %s", "one rank: nothing to measure");
     else {
         line("  links               alpha %.1f us per ring step (idle fit %.1f, under load %.1f), %.2f GB/s per rank "
              "(fit of %zu points); overlap with compute %.2f",
