@@ -9,7 +9,8 @@
 # must be equal to the bit (resume is bit-exact), and so must the final validation loss.
 #   bash bench/soak.sh [SECONDS=3600] [NP=2]      (hold /tmp/shardlm-build.lock around it)
 # Environment: STEPS (default: scaled from the default run's 3050 steps in ~600 s), CKPT_EVERY (50),
-# MIN_GAP (20), MAX_GAP (120), OUT (runs/soak), MICRO (16 / NP: sequences per micro-batch).
+# MIN_GAP (20), MAX_GAP (120), OUT (runs/soak), MICRO (16 / NP: sequences per micro-batch),
+# BIN (build/shardlm; copied to OUT.bin first, so rebuilding during the soak does not change it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-3600}; NP=${2:-2}
@@ -26,18 +27,19 @@ ARGS=(--config configs/sotu.json --threads 1 --steps "$STEPS" --micro-batch "$MI
 [ -f data/sotu/sotu_train.bin ] || { echo "soak: data/sotu/sotu_train.bin missing: run tools/quickstart.sh first"; exit 2; }
 rm -rf "$OUT" "$OUT-ref"
 mkdir -p "$(dirname "$OUT")"
+cp "${BIN:-build/shardlm}" "$OUT.bin" || exit 2
 LOG="$OUT.log"; : > "$LOG"
 
 restarts=0; start=$(date +%s)
 echo "soak: $STEPS steps of configs/sotu.json on $NP ranks, a random rank killed every $MIN_GAP-$MAX_GAP s"
 while :; do
   resume=(); [ -d "$OUT" ] && resume=(--resume)
-  "${MPI[@]}" ./build/shardlm train "${ARGS[@]}" --out "$OUT" "${resume[@]}" >> "$LOG" 2>&1 &
+  "${MPI[@]}" "./$OUT.bin" train "${ARGS[@]}" --out "$OUT" "${resume[@]}" >> "$LOG" 2>&1 &
   job=$!
   gap=$(( MIN_GAP + RANDOM % (MAX_GAP - MIN_GAP + 1) ))
   for _ in $(seq "$gap"); do kill -0 "$job" 2>/dev/null || break; sleep 1; done
   if kill -0 "$job" 2>/dev/null; then
-    ranks=($(pgrep -P "$job" -f "shardlm train" || true))
+    ranks=($(pgrep -P "$job" -f "train --config" || true))
     if [ ${#ranks[@]} -gt 0 ]; then
       victim=${ranks[$(( RANDOM % ${#ranks[@]} ))]}
       kill -9 "$victim" 2>/dev/null && restarts=$((restarts + 1))
@@ -53,7 +55,7 @@ while :; do
 done
 soak_s=$(( $(date +%s) - start ))
 echo "soak: finished $STEPS steps in $soak_s s with $restarts kills survived; now the uninterrupted reference"
-"${MPI[@]}" ./build/shardlm train "${ARGS[@]}" --out "$OUT-ref" > "$OUT-ref.log" 2>&1 ||
+"${MPI[@]}" "./$OUT.bin" train "${ARGS[@]}" --out "$OUT-ref" > "$OUT-ref.log" 2>&1 ||
   { echo "soak: the reference run failed: see $OUT-ref.log"; exit 1; }
 /usr/bin/python3 - "$OUT/metrics.jsonl" "$OUT-ref/metrics.jsonl" "$restarts" "$soak_s" <<'EOF'
 import json, sys

@@ -1,5 +1,6 @@
 // Bad input gets one clear line naming the file, the field and the fix, and a non-zero exit.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -194,9 +195,8 @@ TEST_F(CliErrors, TokenizeRefusesAnEmptyTrainingSplitAndBinaryFiles) {
 }
 
 TEST_F(CliErrors, ProcessesAreNamedShardlmAfterTheBlasReexec) {
-    if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512: shardlm does not re-exec";
-    // without OPENBLAS_CORETYPE shardlm re-execs itself (SHARDLM_NO_REEXEC=1 then shows in its environ)
-    const std::string script = "env -u OPENBLAS_CORETYPE -u SHARDLM_NO_REEXEC " + kBin + " train --init " + kFix +
+    // without GOMP_SPINCOUNT shardlm re-execs itself (SHARDLM_NO_REEXEC=1 then shows in its environ)
+    const std::string script = "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u SHARDLM_NO_REEXEC " + kBin + " train --init " + kFix +
                                " --data " + kFix + "/data.bin --seq 16 --steps 100000000 > /dev/null 2>&1 & p=$!; "
                                "for i in $(seq 200); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | "
                                "grep -q SHARDLM_NO_REEXEC=1 && break; sleep 0.02; done; cat /proc/$p/comm; kill -KILL $p; wait $p";
@@ -204,6 +204,23 @@ TEST_F(CliErrors, ProcessesAreNamedShardlmAfterTheBlasReexec) {
     std::system(("(" + script + ") > " + log + " 2>&1").c_str());
     const std::string out = shardlm::io::read_file(log);
     EXPECT_EQ(out.substr(0, out.find('\n')), "shardlm") << out;  // the shell may add "Killed" after it
+}
+
+// With OMP_PROC_BIND, libgomp binds the first thread to one place before main() runs; the re-exec'd
+// image must still see every place (it once inherited the one CPU: all threads on one core).
+TEST_F(CliErrors, TheReexecKeepsEveryOpenMpPlace) {
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof(mine), &mine) != 0 || CPU_COUNT(&mine) < 2) GTEST_SKIP() << "fewer than 2 CPUs";
+    const std::string log = (tmp / "places.txt").string();
+    std::system(("env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u SHARDLM_NO_REEXEC OMP_DISPLAY_ENV=true "
+                 "OMP_PROC_BIND=spread OMP_PLACES=threads " + kBin + " --version > " + log + " 2>&1").c_str());
+    const std::string out = shardlm::io::read_file(log);
+    std::vector<std::string> places;  // OMP_PLACES as each image printed it: before and after the re-exec
+    for (size_t at = out.find("OMP_PLACES = "); at != std::string::npos; at = out.find("OMP_PLACES = ", at + 1))
+        places.push_back(out.substr(at, out.find('\n', at) - at));
+    ASSERT_EQ(places.size(), 2u) << out;
+    EXPECT_EQ(places[1], places[0]) << out;
+    EXPECT_EQ(out.find("Number of places reduced"), std::string::npos) << out;
 }
 
 }  // namespace

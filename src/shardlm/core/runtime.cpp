@@ -1,11 +1,13 @@
 #include "shardlm/core/runtime.h"
 
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 namespace shardlm {
 
@@ -26,6 +28,19 @@ void ensure_blas_coretype(int argc, char** argv) {
     }
     if (!change) return;  // libgomp and OpenBLAS read these at load time: only a re-exec applies them
     setenv("SHARDLM_NO_REEXEC", "1", 1);  // never loop
+    // With OMP_PROC_BIND set, libgomp has already bound this (initial) thread to its first place, and
+    // the exec'd image would inherit that one place as its whole CPU set: every thread on one core.
+    // Give it back the CPUs libgomp's places were made from.
+    if (omp_get_proc_bind() != omp_proc_bind_false && omp_get_num_places() > 1) {
+        cpu_set_t all;
+        CPU_ZERO(&all);
+        for (int p = 0; p < omp_get_num_places(); p++) {
+            std::vector<int> ids(size_t(omp_get_place_num_procs(p)));
+            omp_get_place_proc_ids(p, ids.data());
+            for (int id : ids) CPU_SET(id, &all);
+        }
+        sched_setaffinity(0, sizeof(all), &all);
+    }
     // Exec the binary by its real path, not /proc/self/exe: the kernel names a process after the
     // file it execs, so the latter shows up as `exe` in ps and top. argv (and so argv[0]) is kept.
     char self[PATH_MAX];
