@@ -37,7 +37,8 @@ void ensure_blas_coretype(int argc, char** argv) {
         for (int p = 0; p < omp_get_num_places(); p++) {
             std::vector<int> ids(size_t(omp_get_place_num_procs(p)));
             omp_get_place_proc_ids(p, ids.data());
-            for (int id : ids) CPU_SET(id, &all);
+            for (int id : ids)
+                if (id >= 0 && id < CPU_SETSIZE) CPU_SET(id, &all);
         }
         sched_setaffinity(0, sizeof(all), &all);
     }
