@@ -4,6 +4,7 @@
 // Usage: bench_train_step --batch B --seq T [--model gpt2] [--threads K] [--steps N] [--warmup W] [--peak-gflops P]
 //                         [--matmul-precision fp32|bf16] [--precision fp32|bf16|fp16] [--recompute none|full|selective]
 //                         [--n-layer L --n-head H --n-embd C] (reshape the preset)
+//                         [--thread-split auto|batch|kernel]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
     int B = 4, T = 64, threads = 2, steps = 5, warmup = 1;
     double peak = 0;
-    std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none";
+    std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto";
     int n_layer = 0, n_head = 0, n_embd = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
         else if (k == "--matmul-precision") precision = v;
         else if (k == "--precision") mixed = v;
         else if (k == "--recompute") recompute = v;
+        else if (k == "--thread-split") split = v;
         else if (k == "--n-layer") n_layer = std::atoi(v);
         else if (k == "--n-head") n_head = std::atoi(v);
         else if (k == "--n-embd") n_embd = std::atoi(v);
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
     cfg.weight_decay = 0.1f;
     cfg.grad_clip = 1.0f;
     cfg.threads = threads;
+    cfg.thread_split = split;
     shardlm::train::Trainer trainer(cfg);
     std::vector<double> ms;
     for (int s = 0; s < steps + warmup; s++) {

@@ -84,6 +84,10 @@ TEST_F(CliErrors, FlagsOutOfRange) {
     EXPECT_ERROR(run("train --model tiny --n-embd 66 --data " + kFix + "/data.bin --seq 16"), "--model tiny",
                  "n_embd");
     EXPECT_ERROR(run("train --model tiny --n-ctx 8 --data " + kFix + "/data.bin --seq 16"), "--seq 16", "n_ctx = 8");
+    // how the threads share a micro-batch
+    EXPECT_ERROR(run(train_args() + " --thread-split rows"), "--thread-split 'rows'", "auto, batch or kernel");
+    EXPECT_ERROR(run(train_args() + " --thread-split batch --tp 2"), "--thread-split batch", "--tp 1",
+                 "--thread-split kernel");
 }
 
 TEST_F(CliErrors, BadShards) {

@@ -1,5 +1,7 @@
 #include "shardlm/comm/engine.h"
 
+#include "shardlm/core/runtime.h"
+
 #include "shardlm/core/timer.h"
 
 #include <sched.h>
@@ -270,6 +272,7 @@ bool Engine::poll_inflight() {
 
 void Engine::loop() {
     t_on_comm_thread = true;
+    unbind_this_thread();  // not the single CPU of the bound training thread that made it
     std::unique_lock lk(mu_);
     int idle_us = kSleepMinUs;
     for (;;) {

@@ -1,6 +1,7 @@
 #include "shardlm/core/runtime.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -62,5 +63,36 @@ void set_threads(int k) {
 }
 
 int get_threads() { return omp_get_max_threads(); }
+
+namespace {
+cpu_set_t g_process_cpus;   // what the process had before bind_threads
+bool g_bound = false;
+}  // namespace
+
+bool bind_threads() {
+    if (std::getenv("OMP_PROC_BIND")) return false;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return false;
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    const int n = omp_get_max_threads();
+    if (n < 2 || n > int(cpus.size())) return false;
+    if (!g_bound) g_process_cpus = set;
+    g_bound = true;
+    // libgomp keeps the same thread in each team slot from one parallel region to the next
+#pragma omp parallel num_threads(n)
+    {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[size_t(omp_get_thread_num())], &one);
+        pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    }
+    return true;
+}
+
+void unbind_this_thread() {
+    if (g_bound) pthread_setaffinity_np(pthread_self(), sizeof(g_process_cpus), &g_process_cpus);
+}
 
 }  // namespace shardlm

@@ -15,4 +15,14 @@ void ensure_blas_coretype(int argc, char** argv);
 void set_threads(int k);
 int get_threads();
 
+// Binds OpenMP thread i to the i-th CPU this process may run on, when there are 2 or more threads, no
+// more than those CPUs, and OMP_PROC_BIND is unset (set, libgomp does what it says; false: no binding).
+// Without it, a thread that sleeps at a barrier is woken on its waker's core when another process
+// keeps the other one busy, and the two threads then share one core (docs/DESIGN.md: a busy
+// neighbour). Returns whether it bound. Call after set_threads, before the threads' first work.
+bool bind_threads();
+// A helper thread (created by a bound thread, whose single CPU it inherits) takes back every CPU the
+// process had before bind_threads.
+void unbind_this_thread();
+
 }  // namespace shardlm

@@ -1,5 +1,6 @@
 #include "shardlm/kernels/layernorm.h"
 
+#include <algorithm>
 #include <cmath>
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
@@ -50,50 +51,7 @@ void layernorm_forward(float* out, float* mean, float* rstd,
 void layernorm_backward(float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight,
                         const float* mean, const float* rstd, int N, int C) {
-    // Pass 1, row-local: dinp.
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int n = 0; n < N; n++) {
-        const float* x = inp + size_t(n) * C;
-        const float* g = dout + size_t(n) * C;
-        float* dx = dinp + size_t(n) * C;
-        float m = mean[n], r = rstd[n];
-        float a = 0.0f, b = 0.0f;  // sum(dnorm), sum(dnorm * norm)
-#pragma omp simd reduction(+ : a, b)
-        for (int i = 0; i < C; i++) {
-            float dn = g[i] * weight[i];
-            a += dn;
-            b += dn * (x[i] - m) * r;
-        }
-        a /= C;
-        b /= C;
-#pragma omp simd
-        for (int i = 0; i < C; i++) {
-            float norm = (x[i] - m) * r;
-            dx[i] += r * (g[i] * weight[i] - a - norm * b);
-        }
-    }
-    // Pass 2, column-parallel: dweight, dbias, rows in order.
-    constexpr int kCols = 64;
-    int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
-        float dw[kCols] = {}, db[kCols] = {};
-        for (int n = 0; n < N; n++) {
-            const float* x = inp + size_t(n) * C;
-            const float* g = dout + size_t(n) * C;
-            float m = mean[n], r = rstd[n];
-#pragma omp simd
-            for (int i = c0; i < c1; i++) {
-                dw[i - c0] += g[i] * (x[i] - m) * r;
-                db[i - c0] += g[i];
-            }
-        }
-        for (int i = c0; i < c1; i++) {
-            dweight[i] += dw[i - c0];
-            dbias[i] += db[i - c0];
-        }
-    }
+    layernorm_backward(dinp, dweight, dbias, dout, inp, DType::F32, weight, mean, rstd, N, C);
 }
 
 void layernorm_forward(void* out, DType out_t, float* mean, float* rstd, const void* inp, DType in_t,
@@ -117,18 +75,65 @@ void layernorm_forward(void* out, DType out_t, float* mean, float* rstd, const v
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, DType in_t,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
-    if (in_t == DType::F32) {
-        layernorm_backward(dinp, dweight, dbias, dout, static_cast<const float*>(inp), weight, mean, rstd, N, C);
-        return;
+    layernorm_backward_input(dinp, dout, inp, in_t, weight, mean, rstd, N, C);
+    layernorm_backward_params(dweight, dbias, dout, inp, in_t, mean, rstd, N, C, 0, C);
+}
+
+// Row-local: dinp += d(LayerNorm)/d(inp) (rows widened to fp32 when stored in 16 bits).
+void layernorm_backward_input(float* dinp, const float* dout, const void* inp, DType in_t, const float* weight,
+                              const float* mean, const float* rstd, int N, int C) {
+#pragma omp parallel
+    {
+        float* buf = in_t == DType::F32 ? nullptr : thread_scratch(1, size_t(C));
+#pragma omp for schedule(dynamic, 8)
+        for (int n = 0; n < N; n++) {
+            const float* x = row_f32(inp, in_t, n, C, buf);
+            const float* g = dout + size_t(n) * C;
+            float* dx = dinp + size_t(n) * C;
+            const float m = mean[n], r = rstd[n];
+            float a = 0.0f, b = 0.0f;  // sum(dnorm), sum(dnorm * norm)
+#pragma omp simd reduction(+ : a, b)
+            for (int i = 0; i < C; i++) {
+                float dn = g[i] * weight[i];
+                a += dn;
+                b += dn * (x[i] - m) * r;
+            }
+            a /= C;
+            b /= C;
+#pragma omp simd
+            for (int i = 0; i < C; i++) {
+                float norm = (x[i] - m) * r;
+                dx[i] += r * (g[i] * weight[i] - a - norm * b);
+            }
+        }
     }
-    // the fp32 kernel on widened rows, a block of rows at a time (column sums stay in row order)
-    constexpr int kRows = 64;
-    float* x = thread_scratch(1, size_t(kRows) * C);
-    for (int n0 = 0; n0 < N; n0 += kRows) {
-        const int rows = N - n0 < kRows ? N - n0 : kRows;
-        convert_to_f32(x, at(inp, in_t, size_t(n0) * C), in_t, size_t(rows) * C);
-        layernorm_backward(dinp + size_t(n0) * C, dweight, dbias, dout + size_t(n0) * C, x, weight, mean + n0, rstd + n0,
-                           rows, C);
+}
+
+// Column blocks of 64 in parallel, rows summed in order: bit-identical for any thread count.
+void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t,
+                               const float* mean, const float* rstd, int N, int C, int c0, int c1) {
+    constexpr int kCols = 64;
+    const int nblk = (c1 - c0 + kCols - 1) / kCols;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int blk = 0; blk < nblk; blk++) {
+        const int b0 = c0 + blk * kCols, w = std::min(kCols, c1 - b0);
+        float dw[kCols] = {}, db[kCols] = {}, xb[kCols];
+        for (int n = 0; n < N; n++) {
+            const float* x = xb;
+            if (in_t == DType::F32) x = static_cast<const float*>(inp) + size_t(n) * C + b0;
+            else load_row(xb, at(inp, in_t, size_t(n) * C + b0), in_t, size_t(w));
+            const float* g = dout + size_t(n) * C + b0;
+            const float m = mean[n], r = rstd[n];
+#pragma omp simd
+            for (int i = 0; i < w; i++) {
+                dw[i] += g[i] * (x[i] - m) * r;
+                db[i] += g[i];
+            }
+        }
+        for (int i = 0; i < w; i++) {
+            dweight[b0 + i] += dw[i];
+            dbias[b0 + i] += db[i];
+        }
     }
 }
 

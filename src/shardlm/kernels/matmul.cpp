@@ -48,7 +48,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 // dbias(OC) += sum_n dout(n, :), parallel over column blocks of 16, rows summed in order.
-void bias_backward(float* dbias, const float* dout, int N, int OC) {
+void bias_backward(float* dbias, const float* dout, int N, int OC, int ld) {
+    if (ld == 0) ld = OC;
     int nblk = (OC + 15) / 16;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < nblk; b++) {
@@ -56,7 +57,7 @@ void bias_backward(float* dbias, const float* dout, int N, int OC) {
         int w = OC - j < 16 ? OC - j : 16;
         __mmask16 m = __mmask16((1u << w) - 1u);
         __m512 acc = _mm512_maskz_loadu_ps(m, dbias + j);
-        for (int n = 0; n < N; n++) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, dout + size_t(n) * OC + j));
+        for (int n = 0; n < N; n++) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, dout + size_t(n) * ld + j));
         _mm512_mask_storeu_ps(dbias + j, m, acc);
     }
 }
@@ -143,8 +144,29 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
         if (dbias) bias_backward(dbias, dout, N, OC);
         return;
     }
-    matmul_backward(dinp, dweight, dbias, dout, to_f32_scratch(0, inp, in_t, size_t(N) * C),
-                    to_f32_scratch(1, weight, in_t, size_t(OC) * C), N, C, OC, accumulate_dweight);
+    // fp16: widened to fp32 (the input only when its product is asked for)
+    matmul_backward(dinp, dweight, dbias, dout, dweight ? to_f32_scratch(0, inp, in_t, size_t(N) * C) : nullptr,
+                    dinp ? to_f32_scratch(1, weight, in_t, size_t(OC) * C) : nullptr, N, C, OC, accumulate_dweight);
+}
+
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t, int N, int C,
+                            int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision) {
+    const int w = oc1 - oc0;
+    if (w <= 0) return;
+    float* dw = dweight + size_t(oc0) * size_t(C);
+    const float* d = dout + oc0;
+    if (in_t == DType::BF16 || (in_t == DType::F32 && precision == MatmulPrecision::bf16)) {
+        // bf16 products: dout's columns rounded into a contiguous (N, w) block, inp as bf16
+        const unsigned short* d16 = to_bf16_scratch(0, d, size_t(N), size_t(w), size_t(OC));
+        const auto* x = in_t == DType::BF16 ? static_cast<const unsigned short*>(inp)
+                                            : to_bf16_scratch(2, static_cast<const float*>(inp), size_t(N) * C);
+        gemm_bf16(dw, {d16, 1, w}, {x, C, 1}, w, C, N, accumulate);
+    } else {
+        // fp32, or fp16 operands widened to fp32
+        const float* x = to_f32_scratch(0, inp, in_t, size_t(N) * C);
+        sgemm_balanced(CblasTrans, CblasNoTrans, w, C, N, 1.0f, d, OC, x, C, accumulate ? 1.0f : 0.0f, dw, C);
+    }
+    if (dbias) bias_backward(dbias + oc0, d, N, w, OC);
 }
 
 void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* d, const float* inp,

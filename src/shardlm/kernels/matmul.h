@@ -46,8 +46,17 @@ void matmul_forward(void* out, DType out_t, const void* inp, const void* weight,
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
                      DType in_t, int N, int C, int OC, bool accumulate_dweight);
 
-// dbias(OC) += column sums of dout(N, OC), rows in order: bit-identical for any thread count.
-void bias_backward(float* dbias, const float* dout, int N, int OC);
+// dbias(OC) += column sums of dout(N, OC) (rows ld floats apart; 0: OC), rows in order: bit-identical
+// for any thread count.
+void bias_backward(float* dbias, const float* dout, int N, int OC, int ld = 0);
+
+// Rows [oc0, oc1) of a linear layer's weight gradient over all N rows of the micro-batch:
+// dweight[oc0:oc1, :] (+=, or = unless accumulate) dout[:, oc0:oc1]^T @ inp, and dbias[oc0:oc1] +=
+// the column sums of dout (dbias may be null). inp (N, C) is stored as in_t (F32, BF16 or F16), dout
+// fp32; products as matmul_backward makes them (fp32 inp at `precision`). The lanes of a rank
+// (model/units.h) split each weight gradient so; [0, OC) is the whole of matmul_backward's.
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t, int N, int C,
+                            int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision = MatmulPrecision::fp32);
 // out(N,C) = (x + bias) + y: the residual add after a row-parallel linear's reduction (the bias is
 // added once, after the reduction, in the order the one-process path adds it). out may alias x.
 void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C);
@@ -70,7 +79,10 @@ void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N,
 void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
                const float* bias);
 // A bf16 copy of n floats in scratch buffer `slot` (0-2, reused by the next call with that slot).
+// Scratch buffers and oneDNN primitives are the calling thread's own: lanes use them at once.
 const unsigned short* to_bf16_scratch(int slot, const float* src, size_t n);
+// The same for `cols` columns of `rows` rows ld floats apart, copied contiguous ((rows, cols)).
+const unsigned short* to_bf16_scratch(int slot, const float* src, size_t rows, size_t cols, size_t ld);
 // An fp32 copy of n values of type t in scratch buffer `slot` (0-2); t == F32 returns src itself.
 const float* to_f32_scratch(int slot, const void* src, DType t, size_t n);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <dnnl.hpp>
+#include <omp.h>
 
 #include "shardlm/core/dtype.h"
 #include "shardlm/kernels/matmul.h"
@@ -21,8 +22,11 @@ using dnnl::memory;
 struct Bf16Context {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
-    // (M, N, K, a strides, b strides, accumulate, C is bf16, bias) -> primitive and its operand descriptions
-    using Key = std::tuple<int, int, int, long, long, long, long, bool, bool, bool>;
+    // (M, N, K, a strides, b strides, accumulate, C is bf16, bias, threads) -> primitive and its operand
+    // descriptions. oneDNN blocks a primitive's work for the thread count it is made with; inside a
+    // parallel region (a lane, which sets the count to 1) it runs it on one thread: the count is part
+    // of the key, so that lanes run primitives made for one thread.
+    using Key = std::tuple<int, int, int, long, long, long, long, bool, bool, bool, int>;
     struct Entry {
         memory::desc a, b, c, bias;
         dnnl::matmul prim;
@@ -32,8 +36,9 @@ struct Bf16Context {
     std::vector<float> scratch32[3];
 };
 
+// Each thread's own: the lanes of a rank round operands and run products at the same time.
 Bf16Context& context() {
-    static Bf16Context ctx;
+    thread_local Bf16Context ctx;
     return ctx;
 }
 
@@ -43,6 +48,14 @@ const unsigned short* to_bf16_scratch(int slot, const float* src, size_t n) {
     std::vector<unsigned short>& buf = context().scratch[slot];
     if (buf.size() < n) buf.resize(n);
     convert_from_f32(buf.data(), DType::BF16, src, n);
+    return buf.data();
+}
+
+const unsigned short* to_bf16_scratch(int slot, const float* src, size_t rows, size_t cols, size_t ld) {
+    if (ld == cols) return to_bf16_scratch(slot, src, rows * cols);
+    std::vector<unsigned short>& buf = context().scratch[slot];
+    if (buf.size() < rows * cols) buf.resize(rows * cols);
+    for (size_t r = 0; r < rows; r++) convert_from_f32(buf.data() + r * cols, DType::BF16, src + r * ld, cols);
     return buf.data();
 }
 
@@ -62,7 +75,8 @@ void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int
                const float* bias) {
     Bf16Context& ctx = context();
     const bool c16 = c_t == DType::BF16;
-    Bf16Context::Key key{M, N, K, a.row_stride, a.col_stride, b.row_stride, b.col_stride, accumulate, c16, bias != nullptr};
+    Bf16Context::Key key{M, N, K, a.row_stride, a.col_stride, b.row_stride, b.col_stride, accumulate, c16, bias != nullptr,
+                        omp_get_max_threads()};
     auto it = ctx.cache.find(key);
     if (it == ctx.cache.end()) {
         memory::desc ad({M, K}, memory::data_type::bf16, {a.row_stride, a.col_stride});

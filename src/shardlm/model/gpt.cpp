@@ -6,6 +6,7 @@ namespace {
 ModelPart::Options whole(int threads, int unit_multiple) {
     ModelPart::Options o;
     o.threads = threads;
+    o.lanes = threads;  // the threads share each micro-batch by sequences (model/units.h)
     o.unit_multiple = unit_multiple;
     return o;
 }

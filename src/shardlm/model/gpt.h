@@ -10,7 +10,7 @@ namespace shardlm::model {
 
 class Gpt {
 public:
-    // B, T: the largest micro-batch. threads: OpenMP threads (attention scratch).
+    // B, T: the largest micro-batch. threads: OpenMP threads, each a lane of its own (model/units.h).
     // unit_multiple: see make_gpt2_layout (the data-parallel size under ZeRO).
     Gpt(GptConfig config, int B, int T, int threads, int unit_multiple = 1);
 

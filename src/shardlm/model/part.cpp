@@ -1,6 +1,9 @@
 #include "shardlm/model/part.h"
 
+#include <omp.h>
+
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "shardlm/core/check.h"
@@ -53,7 +56,10 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     ctx_.act = ctx_.wt = opt.precision;
     ctx_.recompute = opt.recompute;
     ctx_.scratch = &scratch_;
-    scratch_.allocate(config_, B, T, t, opt.threads, ctx_.act, opt.recompute);
+    SHARDLM_CHECK(opt.lanes >= 1 && (opt.lanes == 1 || t == 1), "model part: ", opt.lanes,
+                  " lanes need one tensor-parallel rank (got --tp ", t, ")");
+    lanes_ = std::min(opt.lanes, B);
+    scratch_.allocate(config_, B, T, t, std::max(opt.threads, lanes_), ctx_.act, opt.recompute, ctx_.sp);
 
     block_unit_.assign(size_t(L), -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
@@ -92,7 +98,6 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     const bool keep_blocks = opt.recompute != Recompute::Full, keep_att = opt.recompute != Recompute::Selective;
     if (!keep_blocks) {
         recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.act, true);
-        recompute_out_.resize(Nl * C, eb);
     }
     for (size_t c = 0; c < opt.chunks.size(); c++) {
         Chunk ch;
@@ -137,7 +142,7 @@ void ModelPart::configure_head() {
                 s.head.allocate(config_, maxB_, maxT_, t, ctx_.sp, ctx_.act, ctx_.bf16_products(), ctx_.chunked_head());
                 any = true;
             }
-    scratch_.logits.resize(any && ctx_.chunked_head() ? size_t(kHeadRows) * Vt : 0);
+    scratch_.logits.resize(any && ctx_.chunked_head() ? size_t(lanes_) * kHeadRows * Vt : 0);
 }
 
 void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {
@@ -202,6 +207,34 @@ const float* ModelPart::losses(int chunk, int slot) const {
     return chunks_[size_t(chunk)].slots[size_t(slot)].head.losses.data();
 }
 
+template <class F>
+void ModelPart::run_lanes(int B, F&& f) {
+    const int lanes = std::min(lanes_, B);
+    if (lanes <= 1) {
+        f(ctx_);
+        return;
+    }
+    std::exception_ptr error;
+    work_->reset();
+#pragma omp parallel num_threads(lanes)
+    {
+        // every kernel, OpenBLAS and oneDNN run on this one thread (oneDNN's primitives are made and
+        // cached per thread count: matmul_bf16.cpp)
+        omp_set_num_threads(1);
+        UnitContext c = ctx_;
+        c.work = work_.get();
+        c.lane = omp_get_thread_num();
+        c.lanes = omp_get_num_threads();  // fewer if the runtime gave fewer: the lanes follow
+        try {
+            f(c);
+        } catch (...) {
+#pragma omp critical(shardlm_lanes)
+            if (!error) error = std::current_exception();
+        }
+    }
+    if (error) std::rethrow_exception(error);
+}
+
 void ModelPart::zero_accumulated_grads(int unit) {
     float* g = unit_grads_[size_t(unit)];
     for (auto [b, e] : zero_ranges_[size_t(unit)]) std::memset(g + b, 0, (e - b) * sizeof(float));
@@ -248,13 +281,18 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
         } else if (cu == head) {
             announce(head_unit_);
             if (ch.first != 0) announce(wte_unit_);  // the tied copy (or the embedding, gathered already)
-            loss = head_forward(ctx_, vec(head_unit_, 0), vec(head_unit_, 1), param(wte_unit_, 0), s.head, s.x[size_t(k)].data(), targets, B, T,
-                                dloss);
+            const float *w = vec(head_unit_, 0), *b = vec(head_unit_, 1);
+            const void *wte = param(wte_unit_, 0), *x = s.x[size_t(k)].data();
+            run_lanes(B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
+            if (targets) loss = head_loss_sum(s.head, N);
         } else {
             const int l = cu - 1;
             announce(block_unit_[size_t(l)]);
-            block_forward(ctx_, block_weights(l), acts(s, k - (ch.first == 0 ? 1 : 0)), s.x[size_t(k)].data(),
-                          s.x[size_t(k) + 1].data(), B, T);
+            const BlockWeights w = block_weights(l);
+            BlockActs& a = acts(s, k - (ch.first == 0 ? 1 : 0));
+            const void* x = s.x[size_t(k)].data();
+            void* y = s.x[size_t(k) + 1].data();
+            run_lanes(B, [&](const UnitContext& c) { block_forward(c, w, a, x, y, B, T); });
         }
     }
     s.has_grad = ch.last != head || (targets && dloss != 0.0f);
@@ -297,8 +335,12 @@ void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate)
         if (cu == head) {
             before(head_unit_);
             before(wte_unit_);
-            head_backward(ctx_, vec(head_unit_, 0), param(wte_unit_, 0), grad(head_unit_, 0), grad(head_unit_, 1),
-                          grad(wte_unit_, 0), s.head, s.x[size_t(k)].data(), dres, B, T, accumulate);
+            const float* w = vec(head_unit_, 0);
+            const void *wte = param(wte_unit_, 0), *x = s.x[size_t(k)].data();
+            float *dw = grad(head_unit_, 0), *db = grad(head_unit_, 1), *dwte = grad(wte_unit_, 0);
+            run_lanes(B, [&](const UnitContext& c) {
+                head_backward(c, w, wte, dw, db, dwte, s.head, x, dres, B, T, accumulate);
+            });
             if (!first_has_embedding) after(wte_unit_);  // the tied copy: final after the head
             after(head_unit_);
         } else if (cu == 0) {
@@ -314,8 +356,10 @@ void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate)
             BlockActs& a = acts(s, k - (first_has_embedding ? 1 : 0));
             // full recomputation: the block's forward again, from its kept input (same kernels, same
             // order: the same activations to the bit)
-            if (ctx_.recompute == Recompute::Full) block_forward(ctx_, w, a, s.x[size_t(k)].data(), recompute_out_.data(), B, T);
-            block_backward(ctx_, w, block_grads(l), a, s.x[size_t(k)].data(), dres, B, T, accumulate);
+            const BlockGrads g = block_grads(l);
+            const void* x = s.x[size_t(k)].data();
+            // (under full recomputation block_backward re-runs the block's forward first)
+            run_lanes(B, [&](const UnitContext& c) { block_backward(c, w, g, a, x, dres, B, T, accumulate); });
             after(u);
         }
     }
@@ -328,7 +372,7 @@ BlockActs& ModelPart::acts(Slot& s, int block) {
 
 size_t ModelPart::slot_bytes(int chunk) const { return chunks_[size_t(chunk)].slots.front().bytes(); }
 
-size_t ModelPart::recompute_bytes() const { return recompute_acts_.bytes() + recompute_out_.bytes() + scratch_.att.bytes() + scratch_.atty.bytes(); }
+size_t ModelPart::recompute_bytes() const { return recompute_acts_.bytes() + scratch_.recomputed.bytes() + scratch_.att.bytes() + scratch_.atty.bytes(); }
 
 ModelPart::BlockBytes ModelPart::block_bytes() const {
     BlockBytes b;
@@ -349,7 +393,7 @@ ModelPart::BlockBytes ModelPart::block_bytes() const {
 }
 
 size_t ModelPart::activation_bytes() const {
-    size_t n = scratch_.bytes() + vec_.bytes() + recompute_acts_.bytes() + recompute_out_.bytes();
+    size_t n = scratch_.bytes() + vec_.bytes() + recompute_acts_.bytes();
     for (const Chunk& ch : chunks_) {
         n += ch.dres.bytes();
         for (const Slot& s : ch.slots) n += s.bytes();

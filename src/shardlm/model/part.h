@@ -10,6 +10,7 @@
 // dependencies allow; activations that cross chunk boundaries live in input()/output()/dres().
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,10 @@ public:
         Recompute recompute = Recompute::None;
         int unit_multiple = 1;                    // make_gpt2_layout's (the data-parallel size)
         int threads = 1;                          // OpenMP threads (attention scratch)
+        // lanes (model/units.h): how many threads share each micro-batch by sequences; 1: every
+        // kernel over all threads. More than one needs one tensor-parallel rank. A micro-batch of
+        // fewer sequences runs that many lanes.
+        int lanes = 1;
     };
     // B, T: the largest micro-batch that will be run.
     ModelPart(GptConfig config, Options opt, int B, int T);
@@ -75,6 +80,7 @@ public:
     // gathered parameters just before a unit runs, ZeRO-2 a temporary gradient buffer. Null keeps.
     void bind_unit(int unit, void* params, float* grads);
     DType precision() const { return ctx_.act; }
+    int lanes() const { return lanes_; }
     void set_matmul_precision(kernels::MatmulPrecision p);
     kernels::MatmulPrecision matmul_precision() const { return ctx_.precision; }
 
@@ -149,8 +155,14 @@ private:
         return layout_.params[size_t(u.first_param + i)].offset - u.offset;
     }
     void zero_accumulated_grads(int unit);
+    // f(context) once per lane of a B-sequence micro-batch: here with one lane, else on a team of
+    // threads, each running its kernels single-threaded.
+    template <class F>
+    void run_lanes(int B, F&& f);
     void configure_head();  // the head's buffers for the precision (full logits, or a chunked head)
     int maxB_ = 0, maxT_ = 0;
+    int lanes_ = 1;
+    std::unique_ptr<LaneWork> work_ = std::make_unique<LaneWork>();  // the items the lanes share
 
     GptConfig config_;
     Layout layout_;
@@ -162,7 +174,6 @@ private:
     AlignedBuffer<float> vec_;            // mixed precision: the unit in use's vectors, fp32
     std::vector<std::vector<size_t>> vec_at_;  // per unit, per parameter: its place in vec_
     BlockActs recompute_acts_;            // full recomputation: one block's, reused
-    TypedBuffer recompute_out_;           // full recomputation: the recomputed block output
     std::vector<int> block_unit_;   // block l -> its parameter unit, -1 if not here
     int wte_unit_ = -1, wpe_unit_ = -1, head_unit_ = -1;
     bool head_writes_wte_ = false;  // the head is on this rank: its GEMM writes wte's gradient first

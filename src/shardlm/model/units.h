@@ -13,10 +13,20 @@
 // `act` (fp32, or bf16/fp16 in mixed precision); the units read matrices as `wt` (fp32, or the
 // 16-bit copy of the parameters) and vectors (LayerNorm gains, biases) in fp32; GEMMs accumulate in
 // fp32; LayerNorm statistics, softmax, the loss and every gradient stay fp32.
+// Lanes: the threads of a rank may share a micro-batch by sequences instead of by kernels. Each lane
+// runs whole groups of sequences through the unit (every kernel on its one thread, in row ranges of
+// the micro-batch's buffers); a block's backward meets the other lanes once, after the row-local half
+// (input gradients), and then the lanes compute the weight gradients over all rows of the micro-batch
+// a block of output rows at a time (the gradients sum over rows). Sequence groups and output blocks
+// are items of fixed bounds that the lanes take as they come (LaneWork): a lane whose core is shared
+// with another process takes fewer, and every item is computed the same whichever lane takes it. So
+// the threads synchronise twice per block instead of at every kernel (docs/DESIGN.md). One lane (the
+// default) runs every kernel over all threads; tensor parallelism runs one lane.
 // Recomputation: `full` keeps only each block's input and re-runs the block before its backward;
 // `selective` keeps everything but the attention probabilities (the part that grows with T^2) and
 // recomputes them from the kept q, k, v.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <string>
 
@@ -42,14 +52,33 @@ struct Scratch {
     AlignedBuffer<float> dqkv, datty, dfch, attn;  // (N, 3Ct), (N, Ct), (N, F), attention backward
     AlignedBuffer<float> ce;        // (3N): vocabulary-parallel cross-entropy statistics
     TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
-    AlignedBuffer<float> logits;    // (kHeadRows, Vt): the head's logits a block of rows at a time
-    void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r);
+    TypedBuffer recomputed;         // full recomputation: the block output its forward computes again
+    AlignedBuffer<float> logits;    // (kHeadRows, Vt) per lane: the head's logits a block of rows at a time
+    // one tensor-parallel rank: what a block's backward keeps for its weight gradients after its
+    // row-local half: the two row-parallel linears' output gradients, and LayerNorm 2's input gradient
+    AlignedBuffer<float> dy_fcproj, dy_proj, dln2;  // (N, C) each
+    // threads: at least the lanes (each takes its own attention scratch)
+    void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp = false);
     size_t bytes() const;
 };
 
 // With bf16 products on one tensor-parallel rank the head computes its fp32 logits this many rows at
 // a time (only their bf16 gradient is kept for backward): the full (N, Vp) fp32 logits never exist.
 inline constexpr int kHeadRows = 256;
+
+// The items of a unit's two phases (sequence groups, output-row blocks) the lanes take in turn; reset
+// before each unit runs on more than one lane.
+struct LaneWork {
+    std::atomic<int> next[2] = {0, 0};
+    void reset() {
+        next[0].store(0, std::memory_order_relaxed);
+        next[1].store(0, std::memory_order_relaxed);
+    }
+};
+
+// How many sequence groups (the lanes' items: about 256 rows each, at least one per lane) a B x T
+// micro-batch makes for `lanes` lanes. With fewer than two per lane the lanes cannot balance their work.
+int lane_groups(int B, int T, int lanes);
 
 // How units run on this rank.
 struct UnitContext {
@@ -61,6 +90,8 @@ struct UnitContext {
     DType wt = DType::F32;         // matrices as the units read them
     Recompute recompute = Recompute::None;
     Scratch* scratch = nullptr;
+    int lane = 0, lanes = 1;  // this call's lane and how many run the unit (lanes > 1: tp 1)
+    LaneWork* work = nullptr;  // lanes > 1: the items they share
     int tp_size() const { return tp->size(); }
     int rows(int N) const { return sp ? N / tp->size() : N; }  // Nl
     bool mixed() const { return act != DType::F32; }
@@ -101,8 +132,9 @@ struct BlockGrads {
 // pos .. pos+T-1 of one sequence (B = 1) attending to the cache.
 void block_forward(const UnitContext& u, const BlockWeights& w, BlockActs& a, const void* x, void* y, int B, int T,
                    KvLayer* kv = nullptr, int pos = 0);
-// dres (Nl, C) fp32: d(y) on entry, d(x) on return. With Recompute::Selective the probabilities are
-// recomputed first (a.att empty).
+// dres (Nl, C) fp32: d(y) on entry, d(x) on return. With Recompute::Full the block's forward runs
+// again first (into a, from x: the same activations to the bit), with Recompute::Selective the
+// probabilities (a.att empty); lanes recompute a group of sequences just before its backward.
 void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrads& g, const BlockActs& a,
                     const void* x, float* dres, int B, int T, bool accumulate);
 
@@ -128,10 +160,13 @@ struct HeadActs {
 
 // Final LayerNorm, logits over this rank's vocabulary rows (lnf @ wte^T), and with targets the
 // cross-entropy (vocabulary-parallel across the group: the full (N, V) logits never exist on one
-// rank). Returns the sum of the N losses (the same on every tensor-parallel rank). With dloss != 0
-// leaves d(loss_sum * dloss)/dlogits for head_backward. Without targets only the logits are computed.
-double head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, const void* wte, HeadActs& a,
-                    const void* xL, const int* targets, int B, int T, float dloss);
+// rank) into a.losses. With dloss != 0 leaves d(loss_sum * dloss)/dlogits for head_backward. Without
+// targets only the logits are computed; head_loss_sum gives the loss.
+void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, const void* wte, HeadActs& a,
+                  const void* xL, const int* targets, int B, int T, float dloss);
+// The sum of the N losses of the last head_forward, in row order (the same on every tensor-parallel
+// rank, and for any number of lanes).
+double head_loss_sum(const HeadActs& a, int N);
 // dxL (Nl, C) = d(loss)/d(xL) (=, fp32); dwte (+=, or = if !accumulate), dlnf_w, dlnf_b (+=).
 void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, float* dlnf_w, float* dlnf_b, float* dwte,
                    HeadActs& a, const void* xL, float* dxL, int B, int T, bool accumulate);

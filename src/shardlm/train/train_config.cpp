@@ -86,6 +86,10 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");
     SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");
     SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
+    SHARDLM_CHECK(thread_split == "auto" || thread_split == "batch" || thread_split == "kernel", "--thread-split '",
+                  thread_split, "' is not known\n---> HINT: use auto, batch or kernel");
+    SHARDLM_CHECK(thread_split != "batch" || tp <= 1, "--thread-split batch runs whole sequences on each thread and "
+                  "needs --tp 1 (got --tp ", tp, ")\n---> HINT: use --thread-split kernel (or auto) with tensor parallelism");
     SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
     SHARDLM_CHECK(dp >= 0, "--dp must be >= 0 (got ", dp, ")");
     SHARDLM_CHECK(tp >= 1, "--tp must be >= 1 (got ", tp, ")");

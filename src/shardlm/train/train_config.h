@@ -63,6 +63,7 @@ struct TrainConfig {
     // runtime
     uint64_t seed = 1337;
     int threads = 0;      // 0 = OpenMP default
+    std::string thread_split = "auto";  // auto | batch | kernel (model/units.h: lanes)
     std::string matmul_precision = "fp32";  // fp32 | bf16 (kernels/matmul.h)
     std::string precision = "fp32";         // fp32 | bf16 | fp16: mixed precision (model/units.h)
     std::string reduce_dtype;               // "" (the gradients' type, fp32) | fp32 | bf16 | fp16
@@ -138,6 +139,8 @@ void for_each_field(Cfg& c, F&& f) {
     f("comm_report", c.comm_report, "Print each rank's bytes sent in the last step beside the ring formulas, and how much was hidden");
     f("seed", c.seed, "Random seed (init and data order)");
     f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
+    f("thread_split", c.thread_split,
+      "How a rank's threads share a micro-batch: batch (each thread runs whole sequences through every layer, meeting twice per block: robust when cores are shared) | kernel (every kernel split over all threads) | auto (batch with --tp 1 when the micro-batch makes at least two groups of ~256 rows per thread, else kernel)");
     f("matmul_precision", c.matmul_precision,
       "fp32 | bf16: operands of the linear layers' products rounded to bf16, fp32 accumulation (weights, grads, optimiser stay fp32)");
     f("precision", c.precision,

@@ -60,6 +60,7 @@ void Trainer::init(comm::Group& world) {
     check_same_config(world, cfg_);  // before any collective the ranks could issue differently
     comm::set_timeout(cfg_.comm_timeout);
     set_threads(cfg_.threads);
+    bind_threads();
     grid_ = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg_.dp, cfg_.tp, cfg_.pp}));
     world.set_name("world");
     grid_->dp().set_name("dp");
@@ -92,6 +93,10 @@ void Trainer::init(comm::Group& world) {
     po.recompute = model::parse_recompute(cfg_.recompute);
     po.unit_multiple = dp;
     po.threads = get_threads();
+    // lanes (--thread-split): auto takes them where they can balance their work (docs/DESIGN.md)
+    const bool batch = cfg_.thread_split == "batch" ||
+                       (cfg_.thread_split == "auto" && model::lane_groups(cfg_.micro_batch, cfg_.seq, po.threads) >= 2 * po.threads);
+    po.lanes = tp == 1 && batch ? po.threads : 1;
     {  // will it fit? (before anything large is allocated)
         model::LayoutSpec spec{po.chunks, tp, grid_->tp_rank(), dp};
         const MemoryNeed need = estimate_rank_memory(cfg_, model_cfg_, model::make_gpt2_layout(model_cfg_, spec), dp, tp,
