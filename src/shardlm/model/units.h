@@ -1,6 +1,7 @@
 // model/units.h: forward and backward of the three kinds of compute unit (embedding, transformer
 // block, head + loss) over explicit inputs, outputs and saved activations, on this rank's
-// tensor-parallel shard of the weights (like llm.c's kernels, one level up).
+// tensor-parallel shard of the weights (like llm.c's kernels, one level up). units.cpp holds the
+// buffers and the embedding, block.cpp and head.cpp the other two; unit_ops.h what they share.
 //
 // Shapes: N = B*T rows of the micro-batch; the residual stream holds Nl = N rows, or N/tp rows with
 // sequence parallelism (rows [tp_rank*Nl, (tp_rank+1)*Nl) of the (B*T, C) activations); C = n_embd,

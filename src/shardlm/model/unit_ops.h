@@ -1,0 +1,86 @@
+// model/unit_ops.h: what the units' implementations (units.cpp, block.cpp, head.cpp) share, and
+// nothing else includes: linear layers at the context's precision with the Megatron conjugate
+// operators around them, and the lanes' work sharing (units.h).
+#pragma once
+#include <algorithm>
+#include <initializer_list>
+#include <vector>
+
+#include "shardlm/model/units.h"
+
+namespace shardlm::model::detail {
+
+// out (N, OC) = in (N, K) @ W (OC, K)^T + b: fp32 activations through kernels::matmul_forward at the
+// context's precision (out += with accumulate); stored activations and the 16-bit weight copy
+// through the mixed-precision overload (out as out_t).
+void linear(const UnitContext& u, void* out, DType out_t, const void* in, const void* W, const float* b, int N, int K,
+            int OC, bool accumulate = false);
+void linear_backward(const UnitContext& u, float* dinp, float* dW, float* db, const float* dout, const void* in,
+                     const void* W, int N, int K, int OC, bool acc);
+// The input of a column-parallel linear: x itself (f: identity forward), or under sequence
+// parallelism its all-gather into scratch (forward all-gather; backward reduce-scatter). x is of
+// type t (an activation, or an fp32 gradient).
+const void* gather_input(const UnitContext& u, const void* x_local, int N, DType t);
+// The input gradient of a column-parallel linear, partial over the group in scratch.dln (N, C):
+// f's backward all-reduce, or under sequence parallelism a reduce-scatter to this rank's rows.
+// Returns where the (Nl, C) result is.
+const float* reduce_input_grad(const UnitContext& u, int N);
+// out (Nl, C) = resid + b + in (N, K) @ W (C, K)^T: a row-parallel linear onto the residual stream.
+// g: the partial products (in `partial`, (N, C) fp32) are all-reduced (or reduce-scattered to this
+// rank's rows under sequence parallelism) and the bias added once, after the reduction. fp32 on one
+// rank keeps the one-process order: out = (resid + b) + in @ W^T in one GEMM.
+void row_parallel_residual(const UnitContext& u, void* out, float* partial, const void* in, const void* W,
+                           const float* b, const void* resid, int N, int K);
+// d(output) of a row-parallel linear as its GEMMs need it: the full (N, C) gradient (g's backward is
+// the identity; under sequence parallelism the conjugate all-gather of this rank's rows).
+const float* row_parallel_dout(const UnitContext& u, const float* dres, int N);
+
+// ---- lanes ----------------------------------------------------------------------------------------
+
+struct Span {
+    int begin, count;
+};
+
+enum Phase { kRowPhase = 0, kOutputPhase = 1 };
+
+// The items of one phase of a unit: with one lane all of them, in order; with more, each lane takes
+// the next one left until none is (LaneWork).
+class Items {
+public:
+    Items(const UnitContext& u, Phase phase, int count) : u_(u), phase_(phase), count_(count) {}
+    bool next(int* i) {
+        *i = u_.lanes > 1 ? u_.work->next[phase_].fetch_add(1, std::memory_order_relaxed) : local_++;
+        return *i < count_;
+    }
+
+private:
+    const UnitContext& u_;
+    Phase phase_;
+    int count_, local_ = 0;
+};
+
+// The row phase's items: groups of sequences of a B x T micro-batch. One lane: all B at once. More:
+// groups of about 256 rows (SHARDLM_LANE_ROWS), at least one per lane; fewer rows would cost more in
+// packing each GEMM's weights than the finer balance gains.
+struct Groups {
+    int size, count;
+    Span operator()(int i, int B) const { return {i * size, std::min(size, B - i * size)}; }
+};
+Groups sequence_groups(int B, int T, int lanes);
+inline Groups sequence_groups(const UnitContext& u, int B, int T) { return sequence_groups(B, T, u.lanes); }
+
+// The output phase's items: tasks (weight gradients, LayerNorm parameter gradients) over n output
+// rows or columns each, in blocks of max(256, n / (8 lanes)) (multiples of 16); one lane: whole tasks.
+struct OutputItem {
+    int task, begin, end;
+};
+std::vector<OutputItem> output_items(const UnitContext& u, std::initializer_list<int> sizes);
+
+// Every lane has finished the row phase (a no-op with one lane).
+inline void lane_barrier(const UnitContext& u) {
+    if (u.lanes > 1) {
+#pragma omp barrier
+    }
+}
+
+}  // namespace shardlm::model::detail
