@@ -42,6 +42,12 @@ protected:
         shardlm::io::write_file_atomic(p, content);
         return p;
     }
+    // A shell test that process $p is shardlm after its re-exec: its executable is the binary (not the
+    // `env` that started it) and SHARDLM_NO_REEXEC=1 is in its environment.
+    static std::string is_reexeced_shardlm() {
+        return "[ \"$(readlink /proc/$p/exe)\" = \"" + fs::canonical(kBin).string() +
+               "\" ] && tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -q SHARDLM_NO_REEXEC=1";
+    }
     std::string train_args() const {
         return "train --init " + kFix + " --data " + kFix + "/data.bin --seq 16 --global-batch 4 --micro-batch 2 --steps 1";
     }
@@ -201,11 +207,12 @@ TEST_F(CliErrors, TokenizeRefusesAnEmptyTrainingSplitAndBinaryFiles) {
 }
 
 TEST_F(CliErrors, ProcessesAreNamedShardlmAfterTheBlasReexec) {
-    // without GOMP_SPINCOUNT shardlm re-execs itself (SHARDLM_NO_REEXEC=1 then shows in its environ)
+    // without GOMP_SPINCOUNT shardlm re-execs itself (SHARDLM_NO_REEXEC=1 then shows in its environ; the
+    // `env` that starts it has it too, inherited from this test binary's own re-exec: wait for shardlm)
     const std::string script = "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u SHARDLM_NO_REEXEC " + kBin + " train --init " + kFix +
                                " --data " + kFix + "/data.bin --seq 16 --steps 100000000 > /dev/null 2>&1 & p=$!; "
-                               "for i in $(seq 200); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | "
-                               "grep -q SHARDLM_NO_REEXEC=1 && break; sleep 0.02; done; cat /proc/$p/comm; kill -KILL $p; wait $p";
+                               "for i in $(seq 200); do " + is_reexeced_shardlm() + " && break; sleep 0.02; done; "
+                               "cat /proc/$p/comm; kill -KILL $p; wait $p";
     const std::string log = (tmp / "comm.txt").string();
     std::system(("(" + script + ") > " + log + " 2>&1").c_str());
     const std::string out = shardlm::io::read_file(log);
@@ -232,8 +239,8 @@ TEST_F(CliErrors, TheReexecKeepsEveryOpenMpPlace) {
     const std::string script = "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u SHARDLM_NO_REEXEC OMP_PROC_BIND=spread "
                                "OMP_PLACES=threads " + kBin + " train --init " + kFix + " --data " + kFix +
                                "/data.bin --seq 16 --steps 100000000 --threads 2 > /dev/null 2>&1 & p=$!; n=0; "
-                               "for i in $(seq 250); do if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | "
-                               "grep -q SHARDLM_NO_REEXEC=1; then n=$(" + cpus + "); fi; [ \"$n\" -ge 2 ] && break; "
+                               "for i in $(seq 250); do if " + is_reexeced_shardlm() + "; then n=$(" + cpus +
+                               "); fi; [ \"$n\" -ge 2 ] && break; "
                                "sleep 0.04; done; echo \"cpus $n\"; kill -KILL $p; wait $p";
     const std::string log = (tmp / "cpus.txt").string();
     std::system(("(" + script + ") > " + log + " 2>&1").c_str());

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "run_dir.h"
@@ -93,6 +94,27 @@ TEST_F(ParallelLayouts, ZeroThreeComposesWithTensorAndPipeline) {
                             Layout{"dp2_pp2_zero3", 4, "--dp 2 --pp 2 --zero 3"}}) {
         const fs::path dir = tmp / l.name;
         run(mpirun(l.np) + train(std::string("--steps 6 ") + l.flags + " --out " + dir.string()), l.name);
+        shardlm::test::expect_same_losses(single, dir, 0, l.name);
+        shardlm::test::expect_same_params(single / "ckpt_00000006", dir / "ckpt_00000006", l.name);
+    }
+}
+
+// Lanes (2 threads sharing each micro-batch by sequences) beside ZeRO-3's gathers and a 1F1B schedule
+// compute what one process with one thread does.
+TEST_F(ParallelLayouts, LanesInDataAndPipelineLayouts) {
+    const fs::path single = tmp / "single";
+    run(train("--steps 6 --out " + single.string()), "single");
+    auto with_lanes = [](std::string cmd, int micro) {
+        cmd = std::regex_replace(cmd, std::regex("--micro-batch 1 "), "--micro-batch " + std::to_string(micro) + " ");
+        return std::regex_replace(cmd, std::regex("--threads 1 "), "--threads 2 --thread-split batch ");
+    };
+    for (const auto& [l, micro] : {std::pair{Layout{"one_process", 1, ""}, 4},
+                                   std::pair{Layout{"dp2_zero3", 2, "--dp 2 --zero 3"}, 2},
+                                   std::pair{Layout{"pp2_1f1b", 2, "--pp 2 --schedule 1f1b"}, 2}}) {
+        const fs::path dir = tmp / (std::string(l.name) + "_lanes");
+        const std::string cmd = with_lanes(train(std::string("--steps 6 ") + l.flags + " --out " + dir.string()), micro);
+        ASSERT_NE(cmd.find("--thread-split batch"), std::string::npos) << cmd;
+        run((l.np > 1 ? mpirun(l.np) : std::string()) + cmd, l.name);
         shardlm::test::expect_same_losses(single, dir, 0, l.name);
         shardlm::test::expect_same_params(single / "ckpt_00000006", dir / "ckpt_00000006", l.name);
     }
