@@ -61,6 +61,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
         }
         case Op::Forward: {
             const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            act_sends_[size_t(c)][size_t(slot)].wait();  // the slot's output is written again
             const double t0 = now_s();
             {
                 trace::Scope ts("F" + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
@@ -92,6 +93,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
             break;
         }
         case Op::Backward: {
+            grad_sends_[size_t(c)].wait();  // backward writes d(input) into dres (the last stage receives none first)
             const double t0 = now_s();
             {
                 trace::Scope ts("B" + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
