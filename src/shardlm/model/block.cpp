@@ -45,12 +45,6 @@ BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
             a.ln2_rstd.data() + r};
 }
 
-}  // namespace
-
-// ---- block --------------------------------------------------------------------------------------
-
-namespace {
-
 // block_forward on sequences sq of the micro-batch (their rows of every buffer).
 void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& acts, const void* x, void* y, Span sq,
                         int T, KvLayer* kv, int pos) {

@@ -17,8 +17,6 @@ namespace shardlm::model {
 using namespace shardlm::kernels;
 using namespace detail;
 
-// ---- head -----------------------------------------------------------------------------------------
-
 void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, const void* wte, HeadActs& a,
                   const void* xL, const int* targets, int B, int T, float dloss) {
     const int C = u.cfg->n_embd, tp = u.tp_size(), N = B * T;
