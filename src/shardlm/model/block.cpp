@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/attention.h"
@@ -175,10 +174,10 @@ void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrad
     lane_barrier(u);
     // 2. over all N rows, a block of output rows at a time: the weight gradients, then LayerNorms'
     const BlockRows all = block_rows(u, mut, 0, T);
-    const std::vector<OutputItem> out = output_items(u, {F, 3 * C, C, C, C, C});
-    Items out_items(u, kOutputPhase, int(out.size()));
+    const OutputItems out(u, {F, 3 * C, C, C, C, C});
+    Items out_items(u, kOutputPhase, out.count());
     for (int i; out_items.next(&i);) {
-        const auto [task, b, e] = out[size_t(i)];
+        const auto [task, b, e] = out[i];
         switch (task) {
         case 0: matmul_backward_weight(g[kFcW], g[kFcB], s.dfch.data(), all.ln2, t, N, C, F, b, e, acc, u.precision); break;
         case 1:

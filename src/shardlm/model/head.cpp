@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/crossentropy.h"
@@ -87,7 +86,14 @@ void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, fl
     // 1. row-local, a group of sequences at a time: d(lnf) (partial over the tensor-parallel group)
     const Groups groups = sequence_groups(u, B, T);
     Items row_items(u, kRowPhase, groups.count);
-    std::vector<Span> mine;  // this lane's groups, for d(xL) once d(lnf) is summed over the group
+    // d(xL) of a group's rows, from d(lnf) summed over the tensor-parallel group
+    auto input_grad = [&](const float* dl, Span sq) {
+        const size_t r0 = size_t(sq.begin) * size_t(T);
+        const int nl = u.rows(sq.count * T);
+        std::memset(dxL + r0 * C, 0, sizeof(float) * size_t(nl) * C);
+        layernorm_backward_input(dxL + r0 * C, dl + r0 * C, at(xL, u.act, r0 * C), u.act, lnf_w, a.lnf_mean.data() + r0,
+                                 a.lnf_rstd.data() + r0, nl, C);
+    };
     for (int i; row_items.next(&i);) {
         const Span sq = groups(i, B);
         const size_t r0 = size_t(sq.begin) * size_t(T);
@@ -101,24 +107,18 @@ void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, fl
         else
             linear_backward(u, dln + r0 * C, nullptr, nullptr, a.logits.data() + r0 * Vt, nullptr, wte, n, C, Vt,
                             accumulate);
-        mine.push_back(sq);
+        if (tp == 1) input_grad(dln, sq);  // (lanes run on one rank: nothing to sum)
     }
     const float* dl = reduce_input_grad(u, N);  // the group's sum (one rank: dln itself)
-    for (const Span sq : mine) {
-        const size_t r0 = size_t(sq.begin) * size_t(T);
-        const int nl = u.rows(sq.count * T);
-        std::memset(dxL + r0 * C, 0, sizeof(float) * size_t(nl) * C);
-        layernorm_backward_input(dxL + r0 * C, dl + r0 * C, at(xL, u.act, r0 * C), u.act, lnf_w, a.lnf_mean.data() + r0,
-                                 a.lnf_rstd.data() + r0, nl, C);
-    }
+    if (tp > 1) input_grad(dl, groups(0, B));   // one lane, one group: all rows
     lane_barrier(u);
     // 2. over all rows, a block of output rows at a time: d(wte)'s vocabulary rows, d(ln_f)'s columns
-    const std::vector<OutputItem> out = output_items(u, {Vt, C});
-    Items out_items(u, kOutputPhase, int(out.size()));
+    const OutputItems out(u, {Vt, C});
+    Items out_items(u, kOutputPhase, out.count());
     const unsigned short* x16 = nullptr;  // lnf as the bf16 products read it
     if (u.act == DType::BF16) x16 = static_cast<const unsigned short*>(lnf);
     for (int i; out_items.next(&i);) {
-        const auto [task, b, e] = out[size_t(i)];
+        const auto [task, b, e] = out[i];
         if (task == 1) {
             layernorm_backward_params(dlnf_w, dlnf_b, dl, xL, u.act, a.lnf_mean.data(), a.lnf_rstd.data(), Nl, C, b, e);
         } else if (u.bf16_products()) {

@@ -80,7 +80,6 @@ public:
     // gathered parameters just before a unit runs, ZeRO-2 a temporary gradient buffer. Null keeps.
     void bind_unit(int unit, void* params, float* grads);
     DType precision() const { return ctx_.act; }
-    int lanes() const { return lanes_; }
     void set_matmul_precision(kernels::MatmulPrecision p);
     kernels::MatmulPrecision matmul_precision() const { return ctx_.precision; }
 

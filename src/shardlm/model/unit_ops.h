@@ -4,7 +4,6 @@
 #pragma once
 #include <algorithm>
 #include <initializer_list>
-#include <vector>
 
 #include "shardlm/model/units.h"
 
@@ -71,10 +70,21 @@ inline Groups sequence_groups(const UnitContext& u, int B, int T) { return seque
 
 // The output phase's items: tasks (weight gradients, LayerNorm parameter gradients) over n output
 // rows or columns each, in blocks of max(256, n / (8 lanes)) (multiples of 16); one lane: whole tasks.
+// Item i is found by arithmetic over at most kMaxTasks tasks: nothing is allocated in the step.
 struct OutputItem {
     int task, begin, end;
 };
-std::vector<OutputItem> output_items(const UnitContext& u, std::initializer_list<int> sizes);
+class OutputItems {
+public:
+    static constexpr int kMaxTasks = 8;
+    OutputItems(const UnitContext& u, std::initializer_list<int> sizes);
+    int count() const { return count_; }
+    OutputItem operator[](int i) const;
+
+private:
+    int tasks_ = 0, count_ = 0;
+    int size_[kMaxTasks] = {}, block_[kMaxTasks] = {}, first_[kMaxTasks] = {};  // first_: index of its item 0
+};
 
 // Every lane has finished the row phase (a no-op with one lane).
 inline void lane_barrier(const UnitContext& u) {

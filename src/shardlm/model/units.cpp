@@ -195,17 +195,22 @@ Groups sequence_groups(int B, int T, int lanes) {
     return {g, (B + g - 1) / g};
 }
 
-std::vector<OutputItem> output_items(const UnitContext& u, std::initializer_list<int> sizes) {
+OutputItems::OutputItems(const UnitContext& u, std::initializer_list<int> sizes) {
     static const int min_rows = env_int("SHARDLM_LANE_OUT_ROWS", 256, 16, 1 << 20);
-    std::vector<OutputItem> items;
-    int task = 0;
+    SHARDLM_CHECK(int(sizes.size()) <= kMaxTasks, "OutputItems: more than ", kMaxTasks, " tasks");
     for (const int n : sizes) {
-        int blk = n;
-        if (u.lanes > 1) blk = std::max(min_rows, (n / (8 * u.lanes) + 15) / 16 * 16);
-        for (int b = 0; b < n; b += blk) items.push_back({task, b, std::min(n, b + blk)});
-        task++;
+        const int blk = u.lanes > 1 ? std::max(min_rows, (n / (8 * u.lanes) + 15) / 16 * 16) : std::max(n, 1);
+        size_[tasks_] = n, block_[tasks_] = blk, first_[tasks_] = count_;
+        count_ += (n + blk - 1) / blk;
+        tasks_++;
     }
-    return items;
+}
+
+OutputItem OutputItems::operator[](int i) const {
+    int t = tasks_ - 1;
+    while (first_[t] > i) t--;
+    const int b = (i - first_[t]) * block_[t];
+    return {t, b, std::min(size_[t], b + block_[t])};
 }
 
 }  // namespace detail
