@@ -98,9 +98,6 @@ size_t HeadActs::bytes() const {
 
 namespace detail {
 
-// out (N, OC) = in (N, K) @ W (OC, K)^T + b: fp32 activations through kernels::matmul_forward at the
-// context's precision (out += with accumulate); stored activations and the 16-bit weight copy
-// through the mixed-precision overload (out as out_t).
 void linear(const UnitContext& u, void* out, DType out_t, const void* in, const void* W, const float* b, int N, int K,
             int OC, bool accumulate) {
     if (!u.mixed()) {
@@ -121,9 +118,6 @@ void linear_backward(const UnitContext& u, float* dinp, float* dW, float* db, co
         matmul_backward(dinp, dW, db, dout, in, W, u.act, N, K, OC, acc);
 }
 
-// The input of a column-parallel linear: x itself (f: identity forward), or under sequence
-// parallelism its all-gather into scratch (forward all-gather; backward reduce-scatter). x is of
-// type t (an activation, or an fp32 gradient).
 const void* gather_input(const UnitContext& u, const void* x_local, int N, DType t) {
     if (!u.sp) return x_local;
     const size_t Nl = size_t(u.rows(N)), C = size_t(u.cfg->n_embd);
@@ -131,9 +125,6 @@ const void* gather_input(const UnitContext& u, const void* x_local, int N, DType
     return u.scratch->gathered.data();
 }
 
-// The input gradient of a column-parallel linear, partial over the group in scratch.dln (N, C):
-// f's backward all-reduce, or under sequence parallelism a reduce-scatter to this rank's rows.
-// Returns where the (Nl, C) result is.
 const float* reduce_input_grad(const UnitContext& u, int N) {
     float* d = u.scratch->dln.data();
     const size_t C = size_t(u.cfg->n_embd);
@@ -146,10 +137,6 @@ const float* reduce_input_grad(const UnitContext& u, int N) {
     return u.scratch->reduced.data();
 }
 
-// out (Nl, C) = resid + b + in (N, K) @ W (C, K)^T: a row-parallel linear onto the residual stream.
-// g: the partial products (in `partial`, (N, C) fp32) are all-reduced (or reduce-scattered to this
-// rank's rows under sequence parallelism) and the bias added once, after the reduction. fp32 on one
-// rank keeps the one-process order: out = (resid + b) + in @ W^T in one GEMM.
 void row_parallel_residual(const UnitContext& u, void* out, float* partial, const void* in, const void* W,
                            const float* b, const void* resid, int N, int K) {
     const int C = u.cfg->n_embd;
@@ -169,8 +156,6 @@ void row_parallel_residual(const UnitContext& u, void* out, float* partial, cons
     residual_add(out, resid, u.act, b, partial, Nl, C);
 }
 
-// d(output) of a row-parallel linear as its GEMMs need it: the full (N, C) gradient (g's backward is
-// the identity; under sequence parallelism the conjugate all-gather of this rank's rows).
 const float* row_parallel_dout(const UnitContext& u, const float* dres, int N) {
     return static_cast<const float*>(gather_input(u, dres, N, DType::F32));
 }
