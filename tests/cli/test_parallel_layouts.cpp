@@ -48,6 +48,13 @@ protected:
     static std::string mpirun(int np) {
         return std::string(SHARDLM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " ";
     }
+    // The command fails, and says `want`.
+    void fails(const std::string& cmd, const std::string& want) {
+        const std::string log = (tmp / "err.log").string();
+        EXPECT_NE(std::system((cmd + " > " + log + " 2>&1").c_str()), 0) << cmd;
+        const std::string o = shardlm::io::read_file(log);
+        EXPECT_NE(o.find(want), std::string::npos) << cmd << "\n" << o;
+    }
     std::string run(const std::string& cmd, const std::string& name) {
         std::string log = (tmp / (name + ".log")).string();
         int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
@@ -201,12 +208,6 @@ TEST_F(ParallelLayouts, TraceAndBubble) {
 TEST_F(ParallelLayouts, ScheduleVerbAndLayoutErrors) {
     const std::string c = run(kBin + " schedule --pp 4 --micro-batches 8 --schedule 1f1b", "schedule");
     EXPECT_NE(c.find("stage 3 |.   .   .   F0  B0  B0"), std::string::npos) << c;
-    auto fails = [&](const std::string& cmd, const std::string& want) {
-        std::string log = (tmp / "err.log").string();
-        EXPECT_NE(std::system((cmd + " > " + log + " 2>&1").c_str()), 0) << cmd;
-        std::string o = shardlm::io::read_file(log);
-        EXPECT_NE(o.find(want), std::string::npos) << cmd << "\n" << o;
-    };
     fails(mpirun(3) + train("--steps 1 --tp 3"), "--tp 3 must divide the number of attention heads (4)");
     auto replace = [](std::string cmd, const std::string& from, const std::string& to) {
         return cmd.replace(cmd.find(from), from.size(), to);
@@ -247,3 +248,97 @@ TEST_F(ParallelLayouts, EveryZeroStageWriterResumesUnderEveryReader) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every byte of every tensor file of two checkpoints equal (model and optimiser state of every rank).
+void expect_identical_tensors(const fs::path& a, const fs::path& b, const std::string& what) {
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(a)) {
+        if (e.path().extension() != ".safetensors") continue;
+        files++;
+        EXPECT_EQ(shardlm::io::read_file(e.path().string()),
+                  shardlm::io::read_file((b / e.path().filename()).string()))
+            << what << ": " << e.path().filename();
+    }
+    EXPECT_GE(files, 2) << what;
+}
+
+}  // namespace
+
+// Zero-bubble pipelines (Qi et al. 2023): W only moves in time, so ZB-H1 equals 1F1B of the same layout
+// to the bit (model and optimiser state); ZB-H1 and ZBV compose with data parallelism (ZeRO-1/2) and
+// tensor/sequence parallelism and match the one-process run; ZeRO-3 and full recomputation are refused
+// with the reason; the schedule verb prints them with their bubble.
+TEST_F(ParallelLayouts, ZeroBubbleSchedules) {
+    const fs::path single = tmp / "single";
+    run(train("--steps 6 --out " + single.string()), "single");
+    const Layout pairs[] = {
+        {"pp2", 2, "--pp 2"},
+        {"pp4", 4, "--pp 4"},
+        {"dp2_pp2_zero1", 4, "--dp 2 --pp 2 --zero 1"},
+        {"tp2_pp2", 4, "--tp 2 --pp 2"},
+    };
+    for (const Layout& l : pairs) {
+        const fs::path ref = tmp / (std::string(l.name) + "_1f1b"), zb = tmp / (std::string(l.name) + "_zbh1");
+        run(mpirun(l.np) + train(std::string("--steps 6 --schedule 1f1b ") + l.flags + " --out " + ref.string()),
+            ref.filename().string());
+        run(mpirun(l.np) + train(std::string("--steps 6 --schedule zb-h1 ") + l.flags + " --out " + zb.string()),
+            zb.filename().string());
+        shardlm::test::expect_same_losses(ref, zb, 0, zb.filename().string(), 0.0);  // to the bit
+        expect_identical_tensors(ref / "ckpt_00000006", zb / "ckpt_00000006", zb.filename().string());
+        shardlm::test::expect_same_losses(single, zb, 0, zb.filename().string());
+        shardlm::test::expect_same_params(single / "ckpt_00000006", zb / "ckpt_00000006", zb.filename().string());
+    }
+    const Layout others[] = {
+        {"dp2_pp2_zero2_zbh1", 4, "--dp 2 --pp 2 --zero 2 --schedule zb-h1"},
+        {"tp2_sp_pp2_zbh1_selective", 4, "--tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --recompute selective"},
+        {"pp2_zbv", 2, "--pp 2 --schedule zbv"},
+        {"tp2_pp2_zbv", 4, "--tp 2 --pp 2 --schedule zbv"},
+        {"dp2_pp2_zero2_zbv", 4, "--dp 2 --pp 2 --zero 2 --schedule zbv"},
+    };
+    for (const Layout& l : others) {
+        const fs::path dir = tmp / l.name;
+        run(mpirun(l.np) + train(std::string("--steps 6 ") + l.flags + " --out " + dir.string()), l.name);
+        shardlm::test::expect_same_losses(single, dir, 0, l.name);
+        shardlm::test::expect_same_params(single / "ckpt_00000006", dir / "ckpt_00000006", l.name);
+    }
+    // a ZBV checkpoint (the first rank's tied copy is not saved) resumes in one process and goes on unchanged
+    const fs::path cont = tmp / "pp2_zbv_then_one";
+    fs::copy(tmp / "pp2_zbv", cont, fs::copy_options::recursive);
+    run(train("--steps 8 --resume --out " + cont.string()), "zbv_resume");
+    const fs::path single8 = tmp / "single8";
+    run(train("--steps 8 --out " + single8.string()), "single8");
+    shardlm::test::expect_same_losses(single8, cont, 0, "zbv -> one process", 1e-5, /*val=*/false);
+
+    fails(mpirun(4) + train("--steps 1 --dp 2 --pp 2 --zero 3 --schedule zb-h1"), "ZeRO-3 would have to gather");
+    fails(mpirun(2) + train("--steps 1 --pp 2 --recompute full --schedule zbv"), "--recompute selective or none");
+    fails(mpirun(4) + train("--steps 1 --pp 4 --schedule zbv"), "chunks");  // 8 chunks of a 6-unit model
+
+    const std::string h = run(kBin + " schedule --pp 4 --micro-batches 8 --schedule zb-h1", "zbh1_chart");
+    EXPECT_NE(h.find("bubble 0.111"), std::string::npos) << h;
+    EXPECT_NE(h.find("W0"), std::string::npos) << h;
+    const std::string v = run(kBin + " schedule --pp 4 --micro-batches 8 --schedule zbv", "zbv_chart");
+    EXPECT_NE(v.find("bubble 0.059"), std::string::npos) << v;
+}
+
+// The memory report counts ZB-H1's slots (p on every stage: a micro-batch lives until its W) and the
+// buffers B keeps for W; the trace shows B and W as separate spans.
+TEST_F(ParallelLayouts, ZeroBubbleReportsAndTrace) {
+    const std::string trace = (tmp / "zb_trace.json").string();
+    const std::string out =
+        run(mpirun(2) + train("--steps 2 --memory-report --pp 2 --schedule zb-h1 --trace " + trace), "zb_report");
+    EXPECT_NE(out.find("theory (p-1)/(3m + p-1) = 0.040"), std::string::npos) << out;
+    std::regex held(R"(micro-batches held\s+(\d+)\s+(\d+))");
+    int rows = 0;
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), held); it != std::sregex_iterator(); ++it, rows++) {
+        EXPECT_EQ((*it)[1].str(), "2") << out;
+        EXPECT_EQ((*it)[2].str(), "2") << out;
+    }
+    EXPECT_EQ(rows, 2) << out;
+    EXPECT_NE(out.find("W deferred: one set per slot"), std::string::npos) << out;
+    const nlohmann::json j = nlohmann::json::parse(shardlm::io::read_file(trace));
+    std::set<std::string> names;
+    for (const auto& e : j["traceEvents"]) names.insert(e["name"].get<std::string>());
+    for (const char* n : {"F7", "B7", "W7", "W0"}) EXPECT_TRUE(names.count(n)) << n;
+}

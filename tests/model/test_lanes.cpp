@@ -2,6 +2,8 @@
 // one lane (every kernel over all threads) computes: the same losses and every parameter gradient, in
 // every number format and recomputation mode, with gradient accumulation, for micro-batches that do
 // not split evenly; and bit for bit the same from run to run, whichever lane takes which item.
+// The split backward (B of two micro-batches, then their deferred W: zero-bubble pipelines) computes
+// every gradient bit for bit as the whole backward does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "shardlm/core/aligned_buffer.h"
+#include "shardlm/core/check.h"
 #include "shardlm/core/dtype.h"
 #include "shardlm/model/part.h"
 #include "shardlm/model/weights.h"
@@ -49,14 +52,17 @@ struct Result {
     std::vector<float> grads;
 };
 
-// Two micro-batches (the second accumulates) through a part with `lanes` lanes and 2 threads.
-Result run(const Case& k, int lanes) {
+// Two micro-batches (the second accumulates) through a part with `lanes` lanes and 2 threads. split:
+// both forwards, both B, then both W (two activation slots), as ZB-H1's last stage runs them.
+Result run(const Case& k, int lanes, bool split = false) {
     const model::GptConfig cfg = tiny();
     model::ModelPart::Options o;
     o.threads = 2;
     o.lanes = lanes;
     o.precision = k.precision;
     o.recompute = k.recompute;
+    o.defer_weight_grads = split;
+    if (split) o.slots = {2};
     model::ModelPart part(cfg, o, k.B, k.T);
     if (k.precision == DType::F32) part.set_matmul_precision(k.products);
     const size_t n = part.layout().total;
@@ -74,8 +80,14 @@ Result run(const Case& k, int lanes) {
     for (int micro = 0; micro < 2; micro++) {
         std::vector<int> in(size_t(N) + 1);
         for (size_t i = 0; i < in.size(); i++) in[i] = int((i * 37 + size_t(micro) * 11 + i * i) % size_t(cfg.vocab_size));
-        r.losses.push_back(part.forward(0, 0, in.data(), in.data() + 1, k.B, k.T, 1.0f / float(N)) / N);
-        part.backward(0, 0, nullptr, micro > 0);
+        r.losses.push_back(part.forward(0, split ? micro : 0, in.data(), in.data() + 1, k.B, k.T, 1.0f / float(N)) / N);
+        if (!split) part.backward(0, 0, nullptr, micro > 0);
+    }
+    if (split) {
+        part.backward_input(0, 0);
+        part.backward_input(0, 1);
+        part.backward_weight(0, 0, nullptr, false);
+        part.backward_weight(0, 1, nullptr, true);
     }
     r.grads.assign(grads.data(), grads.data() + n);
     return r;
@@ -106,6 +118,42 @@ TEST_P(Lanes, BitIdenticalFromRunToRun) {
     EXPECT_EQ(a.losses, b.losses);
     ASSERT_EQ(a.grads.size(), b.grads.size());
     EXPECT_EQ(0, std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)));
+}
+
+TEST_P(Lanes, SplitBackwardEqualsWholeBackwardToTheBit) {
+    const Case& k = GetParam();
+    if (k.recompute == Recompute::Full) GTEST_SKIP() << "a deferred W needs the block's activations: refused";
+    for (int lanes : {1, 2}) {
+        const Result whole = run(k, lanes), split = run(k, lanes, true);
+        EXPECT_EQ(whole.losses, split.losses) << lanes << " lanes";
+        ASSERT_EQ(whole.grads.size(), split.grads.size());
+        EXPECT_EQ(0, std::memcmp(whole.grads.data(), split.grads.data(), whole.grads.size() * sizeof(float)))
+            << lanes << " lanes";
+    }
+}
+
+TEST(SplitBackward, RefusesFullRecomputationAndOutOfOrderCalls) {
+    model::ModelPart::Options o;
+    o.recompute = Recompute::Full;
+    o.defer_weight_grads = true;
+    try {
+        model::ModelPart part(tiny(), o, 2, 8);
+        FAIL() << "full recomputation with a deferred W was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--recompute selective"), std::string::npos) << e.what();
+    }
+    o.recompute = Recompute::None;
+    model::ModelPart part(tiny(), o, 2, 8);
+    AlignedBuffer<float> params(part.layout().total), grads(part.layout().total);
+    model::init_gpt2_weights(params.data(), part.layout(), 7);
+    part.bind(params.data(), grads.data());
+    std::vector<int> in(17, 3);
+    EXPECT_THROW(part.backward_weight(0, 0, nullptr, false), Error);  // no B yet
+    part.forward(0, 0, in.data(), in.data() + 1, 2, 8, 1.0f);
+    part.backward_input(0, 0);
+    EXPECT_THROW(part.forward(0, 0, in.data(), in.data() + 1, 2, 8, 1.0f), Error);  // its W is pending
+    part.backward_weight(0, 0, nullptr, false);
+    part.forward(0, 0, in.data(), in.data() + 1, 2, 8, 1.0f);
 }
 
 using kernels::MatmulPrecision;

@@ -1,8 +1,10 @@
-// Pipeline schedules as data: simulated with forward 1 and backward 2 units per chunk, free
-// communication, non-blocking sends and blocking receives, every schedule runs to the end with every
-// send received (no deadlock is possible); GPipe and 1F1B leave (p - 1) idle slots (of forward +
-// backward) per stage, interleaved (p - 1) / v; GPipe holds all m micro-batches, 1F1B at most
-// p - stage; the activation slots (micro-batch i in slot i % slots) never collide.
+// Pipeline schedules as data: simulated with forward 1 and backward 2 units per chunk (B 1 and W 1
+// when split), free communication, non-blocking sends and blocking receives, every schedule runs to
+// the end with every send received (no deadlock is possible); GPipe and 1F1B leave (p - 1) idle
+// slots (of forward + backward) per stage, interleaved (p - 1) / v, ZB-H1 a third of 1F1B's, ZBV
+// the p - 1 chunk forwards of its warm-up; GPipe holds all m micro-batches, 1F1B at most p - stage,
+// ZB-H1 p, ZBV 2p chunks (1F1B's peak); a chunk's W run in micro-batch order (1F1B's sums); the
+// activation slots (micro-batch i in slot i % slots, busy until its W) never collide.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -21,7 +23,8 @@ using namespace shardlm::parallel;
 void expect_well_formed(const Schedule& s) {
     std::multiset<std::tuple<int, int, bool, int, int>> sends, recvs;  // (src, dst, grad, micro, model chunk)
     for (int r = 0; r < s.stages; r++) {
-        std::map<std::pair<int, int>, int> fwd, bwd;  // (micro, chunk) -> count
+        std::map<std::pair<int, int>, int> fwd, bwd, bin, wgt;  // (micro, chunk) -> count
+        std::vector<int> last_w(size_t(s.virtual_stages), -1);
         for (const Action& a : s.ranks[size_t(r)]) {
             const int mc = s.model_chunk(r, a.chunk);
             switch (a.op) {
@@ -34,16 +37,31 @@ void expect_well_formed(const Schedule& s) {
                 EXPECT_EQ((fwd[{a.micro, a.chunk}]), 1) << "backward before forward";
                 bwd[{a.micro, a.chunk}]++;
                 break;
+            case Op::BackwardInput:
+                EXPECT_EQ((fwd[{a.micro, a.chunk}]), 1) << "B before forward";
+                bin[{a.micro, a.chunk}]++;
+                break;
+            case Op::BackwardWeight:
+                EXPECT_EQ((bin[{a.micro, a.chunk}]), 1) << "W before B";
+                wgt[{a.micro, a.chunk}]++;
+                // W in micro-batch order: the gradient sums keep 1F1B's order
+                EXPECT_EQ(a.micro, last_w[size_t(a.chunk)] + 1) << "rank " << r << " chunk " << a.chunk;
+                last_w[size_t(a.chunk)] = a.micro;
+                break;
             default: break;
             }
-            if (a.op == Op::SendAct || a.op == Op::RecvAct) {
-                EXPECT_EQ(a.peer, (r + (a.op == Op::SendAct ? 1 : -1) + s.stages) % s.stages);
-            }
+            if (a.op == Op::SendAct || a.op == Op::RecvAct) EXPECT_EQ(a.peer, s.rank_of(a.op == Op::SendAct ? mc + 1 : mc - 1));
+            if (a.op == Op::SendGrad || a.op == Op::RecvGrad) EXPECT_EQ(a.peer, s.rank_of(a.op == Op::SendGrad ? mc - 1 : mc + 1));
         }
+        const bool split = s.splits_backward();
         for (int m = 0; m < s.micro; m++)
             for (int c = 0; c < s.virtual_stages; c++) {
-                EXPECT_EQ((fwd[{m, c}]), 1) << "rank " << r << " micro " << m << " chunk " << c;
-                EXPECT_EQ((bwd[{m, c}]), s.forward_only ? 0 : 1) << "rank " << r << " micro " << m << " chunk " << c;
+                SCOPED_TRACE("rank " + std::to_string(r) + " micro " + std::to_string(m) + " chunk " + std::to_string(c));
+                EXPECT_EQ((fwd[{m, c}]), 1);
+                const int backward = s.forward_only ? 0 : 1;
+                EXPECT_EQ((bwd[{m, c}]), split ? 0 : backward);
+                EXPECT_EQ((bin[{m, c}]), split ? backward : 0);
+                EXPECT_EQ((wgt[{m, c}]), split ? backward : 0);
             }
     }
     EXPECT_EQ(sends, recvs) << "every send has its receive";
@@ -60,7 +78,7 @@ void expect_slots_never_collide(const Schedule& s) {
                 EXPECT_TRUE(used[size_t(a.chunk)].insert(slot).second)
                     << "rank " << r << " chunk " << a.chunk << " slot " << slot << " taken (micro " << a.micro << ")";
                 if (s.forward_only) used[size_t(a.chunk)].clear();
-            } else if (a.op == Op::Backward) {
+            } else if (a.op == Op::Backward || a.op == Op::BackwardWeight) {  // free once W has run
                 used[size_t(a.chunk)].erase(a.micro % slots[size_t(a.chunk)]);
             }
         }
@@ -157,7 +175,89 @@ TEST(Schedule, InvalidCombinationsAreClearErrors) {
     };
     EXPECT_NE(msg([] { make_schedule(ScheduleKind::Interleaved, 4, 6, 2); }).find("multiple of --pp"), std::string::npos);
     EXPECT_NE(msg([] { make_schedule(ScheduleKind::OneFOneB, 2, 4, 2); }).find("--schedule interleaved"), std::string::npos);
-    EXPECT_NE(msg([] { parse_schedule("zigzag"); }).find("gpipe, 1f1b or interleaved"), std::string::npos);
+    EXPECT_NE(msg([] { parse_schedule("zigzag"); }).find("gpipe, 1f1b, interleaved, zb-h1 or zbv"), std::string::npos);
+    EXPECT_NE(msg([] { make_schedule(ScheduleKind::ZeroBubbleV, 1, 4); }).find("--pp >= 2"), std::string::npos);
+    EXPECT_NE(msg([] { make_schedule(ScheduleKind::ZeroBubbleV, 2, 4, 3); }).find("must be 2"), std::string::npos);
+    EXPECT_NE(msg([] { make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2); }).find("--schedule interleaved"),
+              std::string::npos);
+}
+
+// ZB-H1 (Qi et al. 2023): 1F1B's order with the W of stage s's first s micro-batches moved into its
+// cool-down. With F = B = W the idle time per stage is (p - 1) units, a third of 1F1B's 3 (p - 1),
+// every stage holds at most p micro-batches (1F1B's first stage), and the first stage defers none.
+TEST(Schedule, ZeroBubbleH1LeavesAThirdOf1F1BsBubble) {
+    for (int p = 1; p <= 6; p++)
+        for (int m = 1; m <= 13; m++) {
+            const Schedule s = make_schedule(ScheduleKind::ZeroBubbleH1, p, m);
+            SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+            EXPECT_TRUE(s.splits_backward());
+            expect_well_formed(s);
+            expect_slots_never_collide(s);
+            const SimResult r = simulate(s, 1.0, 2.0);
+            ASSERT_TRUE(r.ok) << r.error;
+            const SimResult one = simulate(make_schedule(ScheduleKind::OneFOneB, p, m), 1.0, 2.0);
+            for (int st = 0; st < p; st++) {
+                EXPECT_DOUBLE_EQ(r.busy[size_t(st)], 3.0 * m);
+                EXPECT_LE(r.max_in_flight[size_t(st)], std::min(p, m)) << "stage " << st;
+                EXPECT_LE(r.idle[size_t(st)], one.idle[size_t(st)]) << "stage " << st;
+                if (m >= p) EXPECT_DOUBLE_EQ(r.idle[size_t(st)], double(p - 1)) << "stage " << st;
+            }
+            if (m >= p) EXPECT_NEAR(bubble_fraction(r), bubble_fraction_theory(ScheduleKind::ZeroBubbleH1, p, m), 1e-12);
+            // the first stage runs each W right after its B
+            const std::vector<Action>& a0 = s.ranks[0];
+            for (size_t i = 0; i + 1 < a0.size(); i++)
+                if (a0[i].op == Op::BackwardInput) EXPECT_EQ(a0[i + 1].op, Op::BackwardWeight);
+        }
+}
+
+// ZBV: two chunks per rank in a V (the first rank holds the embedding's chunk and the head's), the
+// shorter of a list scheduler's and the paper's handcrafted order: it reaches the lower bound of p - 1
+// idle chunk units per rank (the first forward must cross p - 1 ranks before the last starts) for
+// m >= 2p - 1, and for m >= p up to p = 4; for m >= p its bubble is below ZB-H1's; it holds at most 2p
+// chunks (1F1B's peak memory) on any rank.
+TEST(Schedule, ZeroBubbleVReachesItsWarmUpBound) {
+    for (int p = 2; p <= 8; p++)
+        for (int m = 1; m <= 3 * p; m++) {
+            const Schedule s = make_schedule(ScheduleKind::ZeroBubbleV, p, m);
+            SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+            ASSERT_EQ(s.virtual_stages, 2);
+            EXPECT_EQ(s.model_chunk(0, 0), 0);
+            EXPECT_EQ(s.model_chunk(0, 1), 2 * p - 1);
+            EXPECT_EQ(s.model_chunk(p - 1, 1), p);
+            for (int mc = 0; mc < 2 * p; mc++) EXPECT_EQ(s.model_chunk(s.rank_of(mc), mc < p ? 0 : 1), mc);
+            expect_well_formed(s);
+            expect_slots_never_collide(s);
+            const SimResult r = simulate(s, 0.5, 1.0);  // a chunk is half a stage: F = B = W = 0.5
+            ASSERT_TRUE(r.ok) << r.error;
+            for (int st = 0; st < p; st++) {
+                EXPECT_DOUBLE_EQ(r.busy[size_t(st)], 3.0 * m);
+                EXPECT_LE(r.max_in_flight[size_t(st)], 2 * p) << "stage " << st;
+                if (m >= 2 * p - 1 || (p <= 4 && m >= p))
+                    EXPECT_DOUBLE_EQ(r.idle[size_t(st)], 0.5 * (p - 1)) << "stage " << st;
+            }
+            if (m >= 2 * p - 1 || (p <= 4 && m >= p))
+                EXPECT_NEAR(bubble_fraction(r), bubble_fraction_theory(ScheduleKind::ZeroBubbleV, p, m), 1e-12);
+            if (m >= p) {
+                const SimResult h1 = simulate(make_schedule(ScheduleKind::ZeroBubbleH1, p, m), 1.0, 2.0);
+                EXPECT_LT(bubble_fraction(r), bubble_fraction(h1));
+            }
+            // evaluation on the same placement
+            const Schedule f = make_forward_schedule(p, m, 2, Placement::V);
+            EXPECT_EQ(f.placement, Placement::V);
+            expect_well_formed(f);
+            const SimResult fr = simulate(f);
+            ASSERT_TRUE(fr.ok) << fr.error;
+        }
+}
+
+TEST(Schedule, ZeroBubbleChartsShowBAndW) {
+    const std::string h = render_chart(make_schedule(ScheduleKind::ZeroBubbleH1, 4, 8));
+    EXPECT_NE(h.find("stage 3 |.   .   .   F0  B0  F1  B1  F2  B2  F3  B3  W0  F4"), std::string::npos) << h;
+    EXPECT_NE(h.find("stage 0 |F0  F1  F2  F3  .   .   .   B0  W0  F4"), std::string::npos) << h;
+    EXPECT_NE(h.find("bubble 0.111"), std::string::npos) << h;  // 3 / 27: a third of 1F1B's 9 / 33
+    const std::string v = render_chart(make_schedule(ScheduleKind::ZeroBubbleV, 2, 4));
+    EXPECT_NE(v.find("W0.1"), std::string::npos) << v;
+    EXPECT_NE(v.find("bubble 0.040"), std::string::npos) << v;  // 1 / 25
 }
 
 }  // namespace

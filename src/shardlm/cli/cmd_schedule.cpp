@@ -16,10 +16,10 @@ void add_schedule_command(CLI::App& app) {
         bool actions = false;
     };
     auto o = std::make_shared<Opts>();
-    CLI::App* c = app.add_subcommand("schedule", "Print a pipeline schedule per stage (forward 1 unit, backward 2) and its bubble");
+    CLI::App* c = app.add_subcommand("schedule", "Print a pipeline schedule per stage (forward 1 unit, backward 2: B 1 and W 1 when split) and its bubble");
     c->add_option("--pp", o->pp, "Pipeline stages")->capture_default_str();
     c->add_option("--micro-batches", o->micro, "Micro-batches per step")->capture_default_str();
-    c->add_option("--schedule", o->schedule, "gpipe | 1f1b | interleaved")->capture_default_str();
+    c->add_option("--schedule", o->schedule, "gpipe | 1f1b | interleaved | zb-h1 | zbv")->capture_default_str();
     c->add_option("--virtual-stages", o->virtual_stages, "Model chunks per stage (interleaved)")->capture_default_str();
     c->add_flag("--actions", o->actions, "Also list every stage's actions (sends, receives, passes) in order");
     c->callback([o] {

@@ -30,6 +30,14 @@ Grid Grid::create(const Group& world, GridDims dims) {
     return Grid(d, world.rank(), std::move(dp), std::move(tp), std::move(pp));
 }
 
+Group Grid::tied_embedding_group(const Group& world, int embedding_stage, int head_stage) const {
+    const int s = pp_rank();
+    const bool ends = embedding_stage != head_stage && (s == embedding_stage || s == head_stage);
+    // one colour per (dp, tp) pair of the two stages; colours past them for the ranks on their own
+    const int color = ends ? tp_rank() + dims_.tp * dp_rank() : dims_.tp * dims_.dp + world_rank_;
+    return world.split(color, s);
+}
+
 Grid::Grid(GridDims d, int world_rank, Group dp, Group tp, Group pp)
     : dims_(d), world_rank_(world_rank), coords_(coords_of(d, world_rank)), dp_(std::move(dp)), tp_(std::move(tp)),
       pp_(std::move(pp)) {}

@@ -49,6 +49,12 @@ public:
     int tp_size() const { return dims_.tp; }
     int pp_size() const { return dims_.pp; }
 
+    // Collective over world (every rank calls it): the group of the two pipeline stages that hold the
+    // tied token embedding, the embedding's (`embedding_stage`) and the head's (`head_stage`), at this
+    // rank's dp and tp coordinates, ordered by stage; every other rank, and every rank when the two
+    // are one stage, gets a group of its own (size 1).
+    Group tied_embedding_group(const Group& world, int embedding_stage, int head_stage) const;
+
     Group& dp() { return dp_; }
     Group& tp() { return tp_; }
     Group& pp() { return pp_; }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shardlm/core/check.h"
+
 namespace shardlm::cost {
 
 ModelStateBytes model_state_bytes(double numel, StateBytes per_param, int zero_stage, int dp) {
@@ -62,9 +64,29 @@ double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, dou
     return b * l * (2 * s * s * a + 14 * s * h) * value_bytes;
 }
 
+Schedule parse_schedule(const std::string& name) {
+    for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved, Schedule::ZeroBubbleH1,
+                       Schedule::ZeroBubbleV})
+        if (name == schedule_name(s)) return s;
+    fail("unknown pipeline schedule '", name, "'\n---> HINT: use gpipe, 1f1b, interleaved, zb-h1 or zbv");
+}
+
+const char* schedule_name(Schedule s) {
+    switch (s) {
+    case Schedule::GPipe: return "gpipe";
+    case Schedule::OneFOneB: return "1f1b";
+    case Schedule::Interleaved: return "interleaved";
+    case Schedule::ZeroBubbleH1: return "zb-h1";
+    case Schedule::ZeroBubbleV: return "zbv";
+    }
+    return "?";
+}
+
 int64_t in_flight_chunks(Schedule s, int stage, int pp, int virtual_stages, int64_t micro_batches) {
     const int64_t v = virtual_stages, m = micro_batches;
     if (s == Schedule::GPipe) return m * v;
+    if (s == Schedule::ZeroBubbleH1) return std::min<int64_t>(pp, m);
+    if (s == Schedule::ZeroBubbleV) return std::min<int64_t>(2 * int64_t(pp), 2 * m);
     if (v == 1) return std::min<int64_t>(pp - stage, m);
     return std::min<int64_t>(m * v, 2 * int64_t(pp - stage - 1) + (v - 1) * pp + 1);
 }

@@ -24,6 +24,7 @@
 // attention core keeps (s/cp) x s scores).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "shardlm/cost/flops.h"
 #include "shardlm/cost/shape.h"
@@ -83,11 +84,17 @@ double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec
 // (GPT-3 175B, b = 1, s = 2048, 4-byte values: 444 GB).
 double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, double value_bytes = 4);
 
-// Pipeline schedules. Interleaved 1F1B is OneFOneB with virtual_stages > 1 (Narayanan et al. 2021).
-enum class Schedule { GPipe, OneFOneB };
+// Pipeline schedules (the one enum of the concept: parallel/schedule.h builds them as data). The
+// interleaved 1F1B of Narayanan et al. 2021 is OneFOneB's order over virtual stages; the zero-bubble
+// ones (Qi et al. 2023) run the weight gradients (W) apart from the input gradients (B).
+enum class Schedule { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };
+// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zbv"; throws a clear error otherwise.
+Schedule parse_schedule(const std::string& name);
+const char* schedule_name(Schedule s);
 // Micro-batch chunks whose activations pipeline stage `stage` (0 = first) holds at its peak; a chunk
 // is 1/virtual_stages of the stage's layers. GPipe: all m (forwards before backwards). 1F1B:
-// min(p - stage, m). Interleaved (Megatron's warm-up): min(m v, 2 (p - stage - 1) + (v - 1) p + 1);
+// min(p - stage, m). ZB-H1: min(p, m) (a micro-batch's activations live until its deferred W).
+// ZBV: two chunks per stage (virtual_stages 2), at most 2p of them (1F1B's peak). Interleaved (Megatron's warm-up): min(m v, 2 (p - stage - 1) + (v - 1) p + 1);
 // on stage 0 that is L (1 + (p - 1)/(p v)) layers' worth, Korthikanti's eq. for interleaving.
 int64_t in_flight_chunks(Schedule s, int stage, int pp, int virtual_stages, int64_t micro_batches);
 

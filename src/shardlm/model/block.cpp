@@ -82,62 +82,15 @@ void block_forward(const UnitContext& u, const BlockWeights& w, BlockActs& acts,
     for (int i; items.next(&i);) block_forward_rows(u, w, acts, x, y, groups(i, B), T, kv, pos);
 }
 
-namespace {
+// ---- backward: B (input gradients) --------------------------------------------------------------
 
-// Tensor parallelism (one lane): the conjugate operators' collectives sit between the products.
-void block_backward_tp(const UnitContext& u, const BlockWeights& w, const BlockGrads& gt, const BlockActs& a,
-                       const void* x, float* dres, int B, int T, bool acc) {
-    if (u.recompute == Recompute::Full)
-        block_forward(u, w, const_cast<BlockActs&>(a), x, u.scratch->recomputed.data(), B, T);
-    const auto& g = gt.g;
+void block_backward_input(const UnitContext& u, const BlockWeights& w, const BlockActs& acts, BlockKeep& k,
+                          const void* x, float* dres, int B, int T) {
     Scratch& s = *u.scratch;
     const int C = u.cfg->n_embd, tp = u.tp_size(), Ct = C / tp, NHt = u.cfg->n_head / tp, F = 4 * Ct;
-    const int N = B * T, Nl = u.rows(N);
     const DType t = u.act;
-    // Row-parallel biases are added on this rank's rows: under sequence parallelism their gradient
-    // comes from those rows only (and is summed over the group with the other replicated ones).
-    float* const fcproj_b = u.sp ? nullptr : g[kFcProjB];
-    float* const proj_b = u.sp ? nullptr : g[kAttnProjB];
-    // MLP: y = resid2 + gelu(ln2(resid2) @ Wfc^T + bfc) @ Wfp^T + bfp
-    linear_backward(u, s.dfch.data(), g[kFcProjW], fcproj_b, row_parallel_dout(u, dres, N), a.fch_gelu.data(),
-                    w.w[kFcProjW], N, F, C, acc);
-    if (u.sp) bias_backward(g[kFcProjB], dres, Nl, C);
-    gelu_backward(s.dfch.data(), a.fch.data(), t, s.dfch.data(), size_t(N) * F);
-    linear_backward(u, s.dln.data(), g[kFcW], g[kFcB], s.dfch.data(), gather_input(u, a.ln2.data(), N, t), w.w[kFcW], N,
-                    C, F, acc);
-    layernorm_backward(dres, g[kLn2W], g[kLn2B], reduce_input_grad(u, N), a.resid2.data(), t, w.vec(kLn2W),
-                       a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C);
-    // attention: resid2 = x + attention(ln1(x)) @ Wp^T + bp
-    linear_backward(u, s.datty.data(), g[kAttnProjW], proj_b, row_parallel_dout(u, dres, N), a.atty.data(),
-                    w.w[kAttnProjW], N, Ct, C, acc);
-    if (u.sp) bias_backward(g[kAttnProjB], dres, Nl, C);
-    const void* att = a.att.data();
-    if (a.att.size() == 0) {  // selective recomputation: the probabilities again, from the kept q, k, v
-        attention_forward(s.atty.data(), s.att.data(), t, a.qkv.data(), t, B, T, Ct, NHt);
-        att = s.att.data();
-    }
-    attention_backward(s.dqkv.data(), s.attn.data(), s.datty.data(), a.qkv.data(), t, att, t, B, T, Ct, NHt);
-    linear_backward(u, s.dln.data(), g[kQkvW], g[kQkvB], s.dqkv.data(), gather_input(u, a.ln1.data(), N, t), w.w[kQkvW],
-                    N, C, 3 * Ct, acc);
-    layernorm_backward(dres, g[kLn1W], g[kLn1B], reduce_input_grad(u, N), x, t, w.vec(kLn1W), a.ln1_mean.data(),
-                       a.ln1_rstd.data(), Nl, C);
-}
-
-}  // namespace
-
-void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrads& gt, const BlockActs& acts,
-                    const void* x, float* dres, int B, int T, bool acc) {
-    if (u.tp_size() > 1) {
-        block_backward_tp(u, w, gt, acts, x, dres, B, T, acc);
-        return;
-    }
-    const auto& g = gt.g;
-    Scratch& s = *u.scratch;
-    const int C = u.cfg->n_embd, NH = u.cfg->n_head, F = 4 * C, N = B * T;
-    const DType t = u.act;
-    BlockActs& mut = const_cast<BlockActs&>(acts);  // rows are read only
-    // 1. row-local, a group of sequences at a time: the input gradients, keeping what the weight
-    // gradients need
+    BlockActs& mut = const_cast<BlockActs&>(acts);  // rows are read only (but for recomputation)
+    // a group of sequences at a time (more than one group: one tensor-parallel rank, Nl = N)
     const Groups groups = sequence_groups(u, B, T);
     Items row_items(u, kRowPhase, groups.count);
     for (int i; row_items.next(&i);) {
@@ -146,59 +99,123 @@ void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrad
             block_forward_rows(u, w, mut, x, s.recomputed.data(), sq, T, nullptr, 0);
         const BlockRows a = block_rows(u, mut, sq.begin, T);
         const size_t r0 = size_t(sq.begin) * size_t(T);
-        const int n = sq.count * T;
+        const int n = sq.count * T, nl = u.rows(n);
         auto rows = [&](AlignedBuffer<float>& b, int width) { return b.data() + r0 * size_t(width); };
-        float *dr = dres + r0 * C, *dy_fp = rows(s.dy_fcproj, C), *dy_p = rows(s.dy_proj, C), *dfch = rows(s.dfch, F);
-        float *datty = rows(s.datty, C), *dqkv = rows(s.dqkv, 3 * C), *dln2 = rows(s.dln2, C), *dln1 = rows(s.dln, C);
+        float *dr = dres + r0 * C, *dy_fp = rows(k.dy_fcproj, C), *dy_p = rows(k.dy_proj, C), *dfch = rows(k.dfch, F);
+        float *datty = rows(s.datty, Ct), *dqkv = rows(k.dqkv, 3 * Ct), *dln2 = rows(k.dln2, C), *dln1 = rows(k.dln1, C);
+        // A column-parallel linear's input gradient: on one rank straight into the kept LayerNorm
+        // gradient; else partial in scratch, then summed over the group (f's backward) and kept.
+        auto partial = [&](float* kept) { return tp == 1 ? kept : s.dln.data(); };
+        auto reduce_into = [&](float* kept) {
+            if (tp > 1) std::memcpy(kept, reduce_input_grad(u, n), sizeof(float) * size_t(nl) * C);
+        };
         // MLP: y = resid2 + gelu(ln2(resid2) @ Wfc^T + bfc) @ Wfp^T + bfp
-        std::memcpy(dy_fp, dr, sizeof(float) * size_t(n) * C);
-        linear_backward(u, dfch, nullptr, nullptr, dr, a.fch_gelu, w.w[kFcProjW], n, F, C, acc);
+        row_parallel_dout(u, dy_fp, dr, n);
+        linear_backward(u, dfch, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false);
         gelu_backward(dfch, a.fch, t, dfch, size_t(n) * F);
-        linear_backward(u, dln2, nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, F, acc);
-        layernorm_backward_input(dr, dln2, a.resid2, t, w.vec(kLn2W), a.ln2_mean, a.ln2_rstd, n, C);
+        linear_backward(u, partial(dln2), nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, F, false);
+        reduce_into(dln2);
+        layernorm_backward_input(dr, dln2, a.resid2, t, w.vec(kLn2W), a.ln2_mean, a.ln2_rstd, nl, C);
         // attention: resid2 = x + attention(ln1(x)) @ Wp^T + bp
-        std::memcpy(dy_p, dr, sizeof(float) * size_t(n) * C);
-        linear_backward(u, datty, nullptr, nullptr, dr, a.atty, w.w[kAttnProjW], n, C, C, acc);
+        row_parallel_dout(u, dy_p, dr, n);
+        linear_backward(u, datty, nullptr, nullptr, dy_p, a.atty, w.w[kAttnProjW], n, Ct, C, false);
         const void* att = a.att;
         if (!att) {  // selective recomputation: the probabilities again, from the kept q, k, v
-            void* p = at(s.att.data(), t, size_t(sq.begin) * NH * size_t(T) * T);
-            attention_forward(at(s.atty.data(), t, r0 * C), p, t, a.qkv, t, sq.count, T, C, NH);
+            void* p = at(s.att.data(), t, size_t(sq.begin) * NHt * size_t(T) * T);
+            attention_forward(at(s.atty.data(), t, r0 * Ct), p, t, a.qkv, t, sq.count, T, Ct, NHt);
             att = p;
         }
         // each lane its own attention scratch (inside a lane every thread number is 0)
         float* attn = s.attn.data() + size_t(u.lane) * attention_scratch_floats(T, 1);
-        attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, C, NH);
-        linear_backward(u, dln1, nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, 3 * C, acc);
-        layernorm_backward_input(dr, dln1, at(x, t, r0 * C), t, w.vec(kLn1W), a.ln1_mean, a.ln1_rstd, n, C);
+        attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, Ct, NHt);
+        linear_backward(u, partial(dln1), nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, 3 * Ct, false);
+        reduce_into(dln1);
+        layernorm_backward_input(dr, dln1, at(x, t, r0 * C), t, w.vec(kLn1W), a.ln1_mean, a.ln1_rstd, nl, C);
     }
+}
+
+// ---- backward: W (weight gradients) -------------------------------------------------------------
+
+namespace {
+
+struct BlockW {
+    const BlockGrads& g;
+    const BlockActs& a;
+    const BlockKeep& k;
+    const void* x;
+    int N;
+    bool acc;
+};
+
+int n_embd(const UnitContext& u) { return u.cfg->n_embd; }
+
+// A column-parallel linear's weight gradient: its input is the LayerNorm's output, all-gathered under
+// sequence parallelism (one lane: every task is one item).
+void column_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const TypedBuffer& ln, int N,
+                       int OC, int b, int e, bool acc) {
+    const void* in = gather_input(u, ln.data(), N, u.act);
+    matmul_backward_weight(dw, db, dout, in, u.act, N, u.cfg->n_embd, OC, b, e, acc, u.precision);
+}
+
+// A row-parallel linear's: all N rows of d(output) were kept; its bias is replicated, and under
+// sequence parallelism its gradient comes from this rank's rows only (summed over the group with the
+// other replicated parameters' before the data-parallel reduction).
+void row_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const TypedBuffer& in, int N, int K,
+                    int b, int e, bool acc) {
+    const int C = u.cfg->n_embd;
+    matmul_backward_weight(dw, u.sp ? nullptr : db, dout, in.data(), u.act, N, K, C, b, e, acc, u.precision);
+    if (u.sp) {
+        const int Nl = u.rows(N);
+        bias_backward(db + b, dout + size_t(u.tp->rank()) * Nl * C + b, Nl, e - b, C);
+    }
+}
+
+// In the order the one-process backward has always summed them (the tasks write disjoint gradients).
+const WeightTask<BlockW> kBlockWeightTasks[] = {
+    {"mlp.c_fc", [](const UnitContext& u) { return 4 * u.cfg->n_embd / u.tp_size(); },
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         column_parallel_w(u, w.g.g[kFcW], w.g.g[kFcB], w.k.dfch.data(), w.a.ln2, w.N, 4 * n_embd(u) / u.tp_size(), b,
+                           e, w.acc);
+     }},
+    {"attn.c_attn", [](const UnitContext& u) { return 3 * u.cfg->n_embd / u.tp_size(); },
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         column_parallel_w(u, w.g.g[kQkvW], w.g.g[kQkvB], w.k.dqkv.data(), w.a.ln1, w.N, 3 * n_embd(u) / u.tp_size(),
+                           b, e, w.acc);
+     }},
+    {"mlp.c_proj", n_embd,
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         row_parallel_w(u, w.g.g[kFcProjW], w.g.g[kFcProjB], w.k.dy_fcproj.data(), w.a.fch_gelu, w.N,
+                        4 * n_embd(u) / u.tp_size(), b, e, w.acc);
+     }},
+    {"attn.c_proj", n_embd,
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         row_parallel_w(u, w.g.g[kAttnProjW], w.g.g[kAttnProjB], w.k.dy_proj.data(), w.a.atty, w.N,
+                        n_embd(u) / u.tp_size(), b, e, w.acc);
+     }},
+    {"ln_2", n_embd,
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         layernorm_backward_params(w.g.g[kLn2W], w.g.g[kLn2B], w.k.dln2.data(), w.a.resid2.data(), u.act,
+                                   w.a.ln2_mean.data(), w.a.ln2_rstd.data(), u.rows(w.N), n_embd(u), b, e);
+     }},
+    {"ln_1", n_embd,
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         layernorm_backward_params(w.g.g[kLn1W], w.g.g[kLn1B], w.k.dln1.data(), w.x, u.act, w.a.ln1_mean.data(),
+                                   w.a.ln1_rstd.data(), u.rows(w.N), n_embd(u), b, e);
+     }},
+};
+
+}  // namespace
+
+void block_backward_weight(const UnitContext& u, const BlockGrads& g, const BlockActs& a, const BlockKeep& k,
+                           const void* x, int B, int T, bool acc) {
+    run_weight_tasks(u, kBlockWeightTasks, BlockW{g, a, k, x, B * T, acc});
+}
+
+void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrads& g, const BlockActs& a, BlockKeep& k,
+                    const void* x, float* dres, int B, int T, bool acc) {
+    block_backward_input(u, w, a, k, x, dres, B, T);
     lane_barrier(u);
-    // 2. over all N rows, a block of output rows at a time: the weight gradients, then LayerNorms'
-    const BlockRows all = block_rows(u, mut, 0, T);
-    const OutputItems out(u, {F, 3 * C, C, C, C, C});
-    Items out_items(u, kOutputPhase, out.count());
-    for (int i; out_items.next(&i);) {
-        const auto [task, b, e] = out[i];
-        switch (task) {
-        case 0: matmul_backward_weight(g[kFcW], g[kFcB], s.dfch.data(), all.ln2, t, N, C, F, b, e, acc, u.precision); break;
-        case 1:
-            matmul_backward_weight(g[kQkvW], g[kQkvB], s.dqkv.data(), all.ln1, t, N, C, 3 * C, b, e, acc, u.precision);
-            break;
-        case 2:
-            matmul_backward_weight(g[kFcProjW], g[kFcProjB], s.dy_fcproj.data(), all.fch_gelu, t, N, F, C, b, e, acc,
-                                   u.precision);
-            break;
-        case 3:
-            matmul_backward_weight(g[kAttnProjW], g[kAttnProjB], s.dy_proj.data(), all.atty, t, N, C, C, b, e, acc,
-                                   u.precision);
-            break;
-        case 4:
-            layernorm_backward_params(g[kLn2W], g[kLn2B], s.dln2.data(), all.resid2, t, all.ln2_mean, all.ln2_rstd, N, C,
-                                      b, e);
-            break;
-        default:
-            layernorm_backward_params(g[kLn1W], g[kLn1B], s.dln.data(), x, t, all.ln1_mean, all.ln1_rstd, N, C, b, e);
-        }
-    }
+    block_backward_weight(u, g, a, k, x, B, T, acc);
 }
 
 }  // namespace shardlm::model

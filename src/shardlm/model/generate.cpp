@@ -17,10 +17,12 @@ Generator::Generator(GptConfig config, const Layout& layout, const float* params
     blocks_.assign(L, -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const Unit& un = layout_.units[u];
-        if (un.name == "wte") wte_ = int(u);
-        else if (un.name == "wpe") wpe_ = int(u);
-        else if (un.name == "head") head_ = int(u);
-        else blocks_[size_t(un.compute - 1)] = int(u);
+        switch (un.kind) {
+        case UnitKind::TokenEmbedding: wte_ = int(u); break;
+        case UnitKind::PositionEmbedding: wpe_ = int(u); break;
+        case UnitKind::Head: head_ = int(u); break;
+        case UnitKind::Block: blocks_[size_t(un.block)] = int(u); break;
+        }
     }
     SHARDLM_CHECK(wte_ >= 0 && wpe_ >= 0 && head_ >= 0 &&
                       std::find(blocks_.begin(), blocks_.end(), -1) == blocks_.end(),

@@ -76,14 +76,14 @@ double head_loss_sum(const HeadActs& a, int N) {
     return s;
 }
 
-void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, float* dlnf_w, float* dlnf_b, float* dwte,
-                   HeadActs& a, const void* xL, float* dxL, int B, int T, bool accumulate) {
-    const int C = u.cfg->n_embd, tp = u.tp_size(), N = B * T, Nl = u.rows(N);
+void head_backward_input(const UnitContext& u, const float* lnf_w, const void* wte, HeadActs& a, HeadKeep& k,
+                         const void* xL, float* dxL, int B, int T) {
+    const int C = u.cfg->n_embd, tp = u.tp_size(), N = B * T;
     const int Vt = u.cfg->padded_vocab(tp) / tp;
-    float* dln = u.scratch->dln.data();
-    const void* lnf = gather_input(u, a.lnf.data(), N, u.act);  // every row
-    const unsigned short* d16 = a.dlogits_bf16.data();          // the classifier's bf16 gradient
-    // 1. row-local, a group of sequences at a time: d(lnf) (partial over the tensor-parallel group)
+    // d(lnf), partial over the tensor-parallel group: on one rank straight into the kept one
+    float* dln = tp == 1 ? k.dlnf.data() : u.scratch->dln.data();
+    const unsigned short* d16 = a.dlogits_bf16.data();  // the classifier's bf16 gradient
+    // a group of sequences at a time: d(lnf)
     const Groups groups = sequence_groups(u, B, T);
     Items row_items(u, kRowPhase, groups.count);
     // d(xL) of a group's rows, from d(lnf) summed over the tensor-parallel group
@@ -103,31 +103,68 @@ void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, fl
                       false);
         else if (u.bf16_products())
             matmul_backward_bf16(dln + r0 * C, nullptr, d16 + r0 * Vt, nullptr, static_cast<const float*>(wte), n, C, Vt,
-                                 accumulate);
+                                 false);
         else
-            linear_backward(u, dln + r0 * C, nullptr, nullptr, a.logits.data() + r0 * Vt, nullptr, wte, n, C, Vt,
-                            accumulate);
+            linear_backward(u, dln + r0 * C, nullptr, nullptr, a.logits.data() + r0 * Vt, nullptr, wte, n, C, Vt, false);
         if (tp == 1) input_grad(dln, sq);  // (lanes run on one rank: nothing to sum)
     }
-    const float* dl = reduce_input_grad(u, N);  // the group's sum (one rank: dln itself)
-    if (tp > 1) input_grad(dl, groups(0, B));   // one lane, one group: all rows
-    lane_barrier(u);
-    // 2. over all rows, a block of output rows at a time: d(wte)'s vocabulary rows, d(ln_f)'s columns
-    const OutputItems out(u, {Vt, C});
-    Items out_items(u, kOutputPhase, out.count());
-    const unsigned short* x16 = nullptr;  // lnf as the bf16 products read it
+    if (tp == 1) return;
+    // one lane, one group: all rows
+    std::memcpy(k.dlnf.data(), reduce_input_grad(u, N), sizeof(float) * size_t(u.rows(N)) * C);
+    input_grad(k.dlnf.data(), groups(0, B));
+}
+
+namespace {
+
+struct HeadW {
+    float *dlnf_w, *dlnf_b, *dwte;
+    const HeadActs& a;
+    const HeadKeep& k;
+    const void* xL;
+    const void* lnf;             // every row of the final LayerNorm's output
+    const unsigned short* x16;   // the same as the bf16 products read it (null without them)
+    int N;
+    bool acc;
+};
+
+const WeightTask<HeadW> kHeadWeightTasks[] = {
+    {"wte (tied head)", [](const UnitContext& u) { return u.cfg->padded_vocab(u.tp_size()) / u.tp_size(); },
+     [](const UnitContext& u, const HeadW& h, int b, int e) {
+         // this rank's vocabulary rows of d(wte) over every row
+         const int C = u.cfg->n_embd, Vt = u.cfg->padded_vocab(u.tp_size()) / u.tp_size();
+         if (h.x16)
+             gemm_bf16(h.dwte + size_t(b) * C, {h.a.dlogits_bf16.data() + b, 1, Vt}, {h.x16, C, 1}, e - b, C, h.N,
+                       h.acc);
+         else
+             matmul_backward_weight(h.dwte, nullptr, h.a.logits.data(), h.lnf, u.act, h.N, C, Vt, b, e, h.acc,
+                                    u.precision);
+     }},
+    {"ln_f", [](const UnitContext& u) { return u.cfg->n_embd; },
+     [](const UnitContext& u, const HeadW& h, int b, int e) {
+         layernorm_backward_params(h.dlnf_w, h.dlnf_b, h.k.dlnf.data(), h.xL, u.act, h.a.lnf_mean.data(),
+                                   h.a.lnf_rstd.data(), u.rows(h.N), u.cfg->n_embd, b, e);
+     }},
+};
+
+}  // namespace
+
+void head_backward_weight(const UnitContext& u, float* dlnf_w, float* dlnf_b, float* dwte, const HeadActs& a,
+                          const HeadKeep& k, const void* xL, int B, int T, bool accumulate) {
+    const int N = B * T;
+    // all-gathered under sequence parallelism (one lane); rounded to bf16 once per lane for bf16
+    // products on fp32 activations
+    const void* lnf = gather_input(u, a.lnf.data(), N, u.act);
+    const unsigned short* x16 = nullptr;
     if (u.act == DType::BF16) x16 = static_cast<const unsigned short*>(lnf);
-    for (int i; out_items.next(&i);) {
-        const auto [task, b, e] = out[i];
-        if (task == 1) {
-            layernorm_backward_params(dlnf_w, dlnf_b, dl, xL, u.act, a.lnf_mean.data(), a.lnf_rstd.data(), Nl, C, b, e);
-        } else if (u.bf16_products()) {
-            if (!x16) x16 = to_bf16_scratch(2, static_cast<const float*>(lnf), size_t(N) * C);  // once per lane
-            gemm_bf16(dwte + size_t(b) * C, {d16 + b, 1, Vt}, {x16, C, 1}, e - b, C, N, accumulate);
-        } else {
-            matmul_backward_weight(dwte, nullptr, a.logits.data(), lnf, u.act, N, C, Vt, b, e, accumulate, u.precision);
-        }
-    }
+    else if (u.bf16_products()) x16 = to_bf16_scratch(2, static_cast<const float*>(lnf), size_t(N) * u.cfg->n_embd);
+    run_weight_tasks(u, kHeadWeightTasks, HeadW{dlnf_w, dlnf_b, dwte, a, k, xL, lnf, x16, N, accumulate});
+}
+
+void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, float* dlnf_w, float* dlnf_b, float* dwte,
+                   HeadActs& a, HeadKeep& k, const void* xL, float* dxL, int B, int T, bool accumulate) {
+    head_backward_input(u, lnf_w, wte, a, k, xL, dxL, B, T);
+    lane_barrier(u);
+    head_backward_weight(u, dlnf_w, dlnf_b, dwte, a, k, xL, B, T, accumulate);
 }
 
 }  // namespace shardlm::model

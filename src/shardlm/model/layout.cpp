@@ -23,6 +23,12 @@ const ParamSpec* Layout::find(const std::string& name) const {
     return nullptr;
 }
 
+int Layout::unit_of(UnitKind kind) const {
+    for (size_t u = 0; u < units.size(); u++)
+        if (units[u].kind == kind) return int(u);
+    return -1;
+}
+
 int Layout::unit_index(const std::string& name) const {
     for (size_t u = 0; u < units.size(); u++)
         if (units[u].name == name) return int(u);
@@ -39,12 +45,12 @@ struct Builder {
     int tp_size = 1, tp_rank = 0;
     size_t unit_align = kAlignElems;
 
-    void begin_unit(std::string name, int compute) {
-        L.units.push_back({std::move(name), compute, L.total, 0, int(L.params.size()), 0});
+    void begin_unit(std::string name, UnitKind kind, int compute, int block = -1) {
+        L.units.push_back({std::move(name), kind, block, compute, L.total, 0, int(L.params.size()), 0});
     }
     // full: internal shape of the whole tensor; tp_axis/tp_parts: how tensor parallelism cuts it.
     void add(std::string name, std::vector<int64_t> full, int tp_axis = -1, int tp_parts = 1, bool transposed = false,
-             int64_t hf_rows = -1) {
+             int64_t hf_rows = -1, bool gemm_written = false) {
         ParamSpec p;
         p.name = std::move(name);
         p.full_shape = full;
@@ -63,6 +69,7 @@ struct Builder {
         p.decay = p.shape.size() >= 2;
         p.hf_transposed = transposed;
         p.hf_rows = hf_rows;
+        p.gemm_written = gemm_written;
         p.offset = L.total;
         L.total = align_up(L.total + p.numel);
         L.params.push_back(std::move(p));
@@ -88,11 +95,8 @@ Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
     const int64_t C = c.n_embd, Vp = c.padded_vocab(spec.tp_size);
     std::vector<std::pair<int, int>> chunks = spec.chunks;
     if (chunks.empty()) chunks.push_back({0, head});
-    bool has_embedding = false;
-    for (auto [a, b] : chunks) {
+    for (auto [a, b] : chunks)
         SHARDLM_CHECK(0 <= a && a <= b && b <= head, "layout: compute units [", a, ", ", b, "] outside [0, ", head, "]");
-        has_embedding |= a == 0;
-    }
     SHARDLM_CHECK(spec.tp_size >= 1 && spec.tp_rank >= 0 && spec.tp_rank < spec.tp_size, "layout: tensor-parallel rank ",
                   spec.tp_rank, " of ", spec.tp_size);
     SHARDLM_CHECK(c.n_head % spec.tp_size == 0, "n_head = ", c.n_head, " does not split into ", spec.tp_size,
@@ -102,40 +106,42 @@ Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
     b.tp_size = spec.tp_size;
     b.tp_rank = spec.tp_rank;
     b.unit_align = kAlignElems * size_t(spec.unit_multiple > 0 ? spec.unit_multiple : 1);
-    auto add_wte = [&](bool tied_copy) {
-        b.begin_unit("wte", tied_copy ? head : 0);
-        b.add("transformer.wte.weight", {Vp, C}, 0, 1, false, c.vocab_size);
+    // the head's GEMM writes the gradient of the wte it reads first (the tied copy, or the
+    // embedding's when they share a chunk)
+    auto add_wte = [&](bool tied_copy, bool head_writes) {
+        b.begin_unit("wte", UnitKind::TokenEmbedding, tied_copy ? head : 0);
+        b.add("transformer.wte.weight", {Vp, C}, 0, 1, false, c.vocab_size, head_writes);
         b.L.params.back().tied_copy = tied_copy;
         b.end_unit();
     };
     for (auto [first, last] : chunks)
         for (int u = first; u <= last; u++) {
             if (u == 0) {
-                add_wte(false);
-                b.begin_unit("wpe", 0);
+                add_wte(false, last == head);
+                b.begin_unit("wpe", UnitKind::PositionEmbedding, 0);
                 b.add("transformer.wpe.weight", {c.n_ctx, C});
                 b.end_unit();
             } else if (u == head) {
-                b.begin_unit("head", head);
+                b.begin_unit("head", UnitKind::Head, head);
                 b.add("transformer.ln_f.weight", {C});
                 b.add("transformer.ln_f.bias", {C});
                 b.end_unit();
-                if (!has_embedding) add_wte(true);
+                if (first != 0) add_wte(true, true);  // the head's chunk does not hold the embedding
             } else {
                 const int l = u - 1;
                 std::string h = "transformer.h." + std::to_string(l) + ".";
-                b.begin_unit("h." + std::to_string(l), u);
+                b.begin_unit("h." + std::to_string(l), UnitKind::Block, u, l);
                 b.add(h + "ln_1.weight", {C});
                 b.add(h + "ln_1.bias", {C});
-                b.add(h + "attn.c_attn.weight", {3 * C, C}, 0, 3, true);  // column-parallel, heads split
+                b.add(h + "attn.c_attn.weight", {3 * C, C}, 0, 3, true, -1, true);  // column-parallel, heads split
                 b.add(h + "attn.c_attn.bias", {3 * C}, 0, 3);
-                b.add(h + "attn.c_proj.weight", {C, C}, 1, 1, true);      // row-parallel
+                b.add(h + "attn.c_proj.weight", {C, C}, 1, 1, true, -1, true);      // row-parallel
                 b.add(h + "attn.c_proj.bias", {C});                        // added once, after the reduction
                 b.add(h + "ln_2.weight", {C});
                 b.add(h + "ln_2.bias", {C});
-                b.add(h + "mlp.c_fc.weight", {4 * C, C}, 0, 1, true);     // column-parallel
+                b.add(h + "mlp.c_fc.weight", {4 * C, C}, 0, 1, true, -1, true);     // column-parallel
                 b.add(h + "mlp.c_fc.bias", {4 * C}, 0);
-                b.add(h + "mlp.c_proj.weight", {C, 4 * C}, 1, 1, true);   // row-parallel
+                b.add(h + "mlp.c_proj.weight", {C, 4 * C}, 1, 1, true, -1, true);   // row-parallel
                 b.add(h + "mlp.c_proj.bias", {C});
                 b.end_unit();
             }

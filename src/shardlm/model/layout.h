@@ -10,8 +10,10 @@
 //
 // Parameter units, in buffer order:
 //   "wte"    the token embedding [Vp/tp, C] (vocabulary-parallel): read by the embedding and by the
-//            tied head. With pipeline stages the last stage holds a copy ("wte", tied_copy) whose
-//            gradient is summed with the first stage's, so both stay equal.
+//            tied head. A chunk that holds the head but not the embedding holds a copy ("wte",
+//            tied_copy) whose gradient is summed with the embedding's, so both stay equal: the last
+//            stage's with the first stage's, or (ZBV, whose first rank holds both ends of the model
+//            in two chunks) on the same rank.
 //   "wpe"    the position embedding [n_ctx, C] (replicated across tensor-parallel ranks)
 //   "h.<l>"  block l: ln_1, c_attn (column-parallel, heads split), c_proj (row-parallel), ln_2, c_fc
 //            (column-parallel), mlp.c_proj (row-parallel); LayerNorms and row-parallel biases are
@@ -44,6 +46,8 @@ struct ParamSpec {
     int tp_parts = 1;
     int tp_rank = 0, tp_size = 1;
     bool tied_copy = false;  // the last pipeline stage's copy of wte: never saved, gradient summed
+    // A GEMM writes this gradient (= on a step's first micro-batch, += after): it is never zeroed.
+    bool gemm_written = false;
 
     std::vector<int64_t> hf_shape() const;  // HF shape of the whole tensor (true vocabulary)
     size_t hf_numel() const;                // elements of hf_shape()
@@ -53,8 +57,12 @@ struct ParamSpec {
     bool counted() const { return !tied_copy && (tp_axis >= 0 || tp_rank == 0); }
 };
 
+enum class UnitKind { TokenEmbedding, PositionEmbedding, Block, Head };
+
 struct Unit {
-    std::string name;  // "wte", "wpe", "h.0", ..., "head"
+    std::string name;  // "wte", "wpe", "h.0", ..., "head" (for people: code tells units by kind)
+    UnitKind kind = UnitKind::Block;
+    int block = -1;    // Block: its index l
     int compute = 0;   // the compute unit that owns it: 0 embedding, 1 + l block l, L + 1 head
     size_t offset = 0, numel = 0;
     int first_param = 0, num_params = 0;  // index range into Layout::params
@@ -67,6 +75,7 @@ struct Layout {
     int n_layer = 0;   // of the whole model (a pipeline stage holds only some of its blocks)
     const ParamSpec* find(const std::string& name) const;
     int unit_index(const std::string& name) const;  // -1 if absent
+    int unit_of(UnitKind kind) const;  // the first unit of a kind (the token embedding: one), -1 if absent
 };
 
 // Block parameter order inside each block unit.
@@ -75,7 +84,7 @@ enum BlockParam : int {
 };
 
 // Which part of the model a rank's layout holds.
-// A rank that holds the head but not the embedding keeps a tied copy of wte.
+// A chunk that holds the head but not the embedding brings a tied copy of wte.
 struct LayoutSpec {
     // Compute units [first, last] of each model chunk this rank holds (one per virtual pipeline
     // stage, in order); empty: the whole model.

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -10,23 +11,14 @@
 
 namespace shardlm::model {
 
-namespace {
-
-bool ends_with(const std::string& s, const char* suffix) {
-    const size_t n = std::strlen(suffix);
-    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+size_t ModelPart::Slot::keep_bytes() const {
+    size_t n = head_keep.bytes() + dx0.bytes();
+    for (const auto& k : keeps) n += k.bytes();
+    return n;
 }
-
-// Block weights whose gradient a GEMM writes (= on the first micro-batch): never zeroed.
-bool gemm_weight(const ParamSpec& p) {
-    return ends_with(p.name, ".c_attn.weight") || ends_with(p.name, ".c_proj.weight") ||
-           ends_with(p.name, ".c_fc.weight");
-}
-
-}  // namespace
 
 size_t ModelPart::Slot::bytes() const {
-    size_t n = tokens.bytes() + head.bytes();
+    size_t n = tokens.bytes() + head.bytes() + keep_bytes();
     for (const auto& b : x) n += b.bytes();
     for (const auto& b : blocks) n += b.bytes();
     return n;
@@ -59,17 +51,23 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     SHARDLM_CHECK(opt.lanes >= 1 && (opt.lanes == 1 || t == 1), "model part: ", opt.lanes,
                   " lanes need one tensor-parallel rank (got --tp ", t, ")");
     lanes_ = std::min(opt.lanes, B);
-    scratch_.allocate(config_, B, T, t, std::max(opt.threads, lanes_), ctx_.act, opt.recompute, ctx_.sp);
+    // per-thread attention scratch: for the lanes, or for every thread OpenMP may run a kernel on
+    const int threads = std::max({opt.threads, lanes_, omp_get_max_threads()});
+    scratch_.allocate(config_, B, T, t, threads, ctx_.act, opt.recompute, ctx_.sp);
 
     block_unit_.assign(size_t(L), -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const Unit& un = layout_.units[u];
-        if (un.name == "wte") wte_unit_ = int(u);
-        else if (un.name == "wpe") wpe_unit_ = int(u);
-        else if (un.name == "head") head_unit_ = int(u);
-        else block_unit_[size_t(un.compute - 1)] = int(u);
+        switch (un.kind) {
+        case UnitKind::TokenEmbedding:
+            (layout_.params[size_t(un.first_param)].tied_copy ? head_wte_unit_ : wte_unit_) = int(u);
+            break;
+        case UnitKind::PositionEmbedding: wpe_unit_ = int(u); break;
+        case UnitKind::Head: head_unit_ = int(u); break;
+        case UnitKind::Block: block_unit_[size_t(un.block)] = int(u); break;
+        }
     }
-    head_writes_wte_ = head_unit_ >= 0;
+    if (head_wte_unit_ < 0) head_wte_unit_ = wte_unit_;  // the head's chunk starts with the embedding
     // mixed precision: each unit's vectors (LayerNorms, biases) are widened to fp32 when it runs
     vec_at_.resize(layout_.units.size());
     size_t max_vec = 0;
@@ -88,8 +86,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
         const Unit& un = layout_.units[u];
         for (int i = 0; i < un.num_params; i++) {
             const ParamSpec& p = layout_.params[size_t(un.first_param + i)];
-            const bool written = gemm_weight(p) || (int(u) == wte_unit_ && head_writes_wte_);
-            if (!written) zero_ranges_[u].push_back({p.offset - un.offset, p.offset - un.offset + p.numel});
+            if (!p.gemm_written) zero_ranges_[u].push_back({p.offset - un.offset, p.offset - un.offset + p.numel});
         }
     }
 
@@ -99,6 +96,12 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     if (!keep_blocks) {
         recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.act, true);
     }
+    defer_ = opt.defer_weight_grads;
+    SHARDLM_CHECK(!defer_ || keep_blocks,
+                  "a schedule that defers the weight gradients (W) needs each block's activations until its W;"
+                  " --recompute full keeps only the block's input\n---> HINT: use --recompute selective or none,"
+                  " or --schedule 1f1b");
+    bool any_block = false, any_head = false;
     for (size_t c = 0; c < opt.chunks.size(); c++) {
         Chunk ch;
         ch.first = opt.chunks[c].first;
@@ -118,15 +121,29 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                 if (used) s.x[size_t(k)].resize(Nl * C, eb);
             }
             for (int cu = ch.first; cu <= ch.last; cu++)
-                if (cu >= 1 && cu <= L && keep_blocks) {
-                    s.blocks.emplace_back();
-                    s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.act, keep_att);
+                if (cu >= 1 && cu <= L) {
+                    any_block = true;
+                    if (keep_blocks) {
+                        s.blocks.emplace_back();
+                        s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.act, keep_att);
+                    }
+                    if (defer_) {
+                        s.keeps.emplace_back();
+                        s.keeps.back().allocate(config_, B, T, t, ctx_.sp);
+                    }
                 }
-            if (ch.last == head) s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.act, false, false);
+            if (ch.last == head) {
+                any_head = true;
+                s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.act, false, false);
+                if (defer_) s.head_keep.allocate(config_, B, T, t, ctx_.sp);
+            }
+            if (ch.first == 0 && defer_) s.dx0.resize(Nl * C);
         }
         ch.dres.resize(Nl * C);
         chunks_.push_back(std::move(ch));
     }
+    if (!defer_ && any_block) keep_.allocate(config_, B, T, t, ctx_.sp);
+    if (!defer_ && any_head) head_keep_.allocate(config_, B, T, t, ctx_.sp);
     maxB_ = B;
     maxT_ = T;
     configure_head();
@@ -245,6 +262,7 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
     SHARDLM_CHECK(!unit_params_.empty(), "ModelPart::forward before bind()");
     Chunk& ch = chunks_[size_t(chunk)];
     Slot& s = ch.slots[size_t(slot)];
+    SHARDLM_CHECK(!s.has_w, "ModelPart::forward: chunk ", chunk, " slot ", slot, " still waits for its W");
     const int N = B * T, V = config_.vocab_size, head = config_.n_layer + 1;
     SHARDLM_CHECK(size_t(N) <= scratch_.dln.size() / size_t(config_.n_embd) && T <= config_.n_ctx, "micro-batch ", B,
                   "x", T, " exceeds what the model part was built for");
@@ -280,16 +298,16 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
             embedding_forward(ctx_, param(wte_unit_, 0), param(wpe_unit_, 0), s.tokens.data(), s.x[1].data(), B, T);
         } else if (cu == head) {
             announce(head_unit_);
-            if (ch.first != 0) announce(wte_unit_);  // the tied copy (or the embedding, gathered already)
+            if (ch.first != 0) announce(head_wte_unit_);  // the tied copy
             const float *w = vec(head_unit_, 0), *b = vec(head_unit_, 1);
-            const void *wte = param(wte_unit_, 0), *x = s.x[size_t(k)].data();
+            const void *wte = param(head_wte_unit_, 0), *x = s.x[size_t(k)].data();
             run_lanes(B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
             if (targets) loss = head_loss_sum(s.head, N);
         } else {
             const int l = cu - 1;
             announce(block_unit_[size_t(l)]);
             const BlockWeights w = block_weights(l);
-            BlockActs& a = acts(s, k - (ch.first == 0 ? 1 : 0));
+            BlockActs& a = acts(s, slot_block(ch, cu));
             const void* x = s.x[size_t(k)].data();
             void* y = s.x[size_t(k) + 1].data();
             run_lanes(B, [&](const UnitContext& c) { block_forward(c, w, a, x, y, B, T); });
@@ -300,14 +318,31 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
 }
 
 void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate) {
+    run_backward(chunk, slot, hooks, accumulate, Phases::Both);
+}
+
+void ModelPart::backward_input(int chunk, int slot) {
+    SHARDLM_CHECK(defer_, "ModelPart::backward_input: the part was not built to defer W (Options::defer_weight_grads)");
+    run_backward(chunk, slot, nullptr, false, Phases::Input);
+}
+
+void ModelPart::backward_weight(int chunk, int slot, UnitHooks* hooks, bool accumulate) {
+    run_backward(chunk, slot, hooks, accumulate, Phases::Weight);
+}
+
+void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases) {
     Chunk& ch = chunks_[size_t(chunk)];
     Slot& s = ch.slots[size_t(slot)];
-    SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);
+    const bool input = phases != Phases::Weight, weight = phases != Phases::Input;
+    if (input)
+        SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);
+    else
+        SHARDLM_CHECK(s.has_w, "ModelPart::backward_weight before backward_input of chunk ", chunk, " slot ", slot);
     const int B = s.B, T = s.T, head = config_.n_layer + 1;
     // the order in which units are first used by this backward (for prefetching)
     std::vector<int> seq;
     for (int cu = ch.last; cu >= ch.first; cu--) {
-        if (cu == head) seq.insert(seq.end(), {head_unit_, wte_unit_});
+        if (cu == head) seq.insert(seq.end(), {head_unit_, head_wte_unit_});
         else if (cu == 0) {
             seq.push_back(wpe_unit_);
             if (ch.last != head) seq.push_back(wte_unit_);
@@ -315,8 +350,10 @@ void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate)
             seq.push_back(block_unit_[size_t(cu - 1)]);
         }
     }
+    // the hooks go around W (where parameter gradients are written)
     size_t at = 0;
     auto before = [&](int unit) {
+        if (!weight) return;
         for (size_t i = 0; i < at; i++)
             if (seq[i] == unit) return;
         while (at < seq.size()) {
@@ -327,43 +364,58 @@ void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate)
         }
     };
     auto after = [&](int unit) {
-        if (hooks) hooks->after_backward(unit);
+        if (weight && hooks) hooks->after_backward(unit);
     };
     float* dres = ch.dres.data();
     const bool first_has_embedding = ch.first == 0;
     for (int cu = ch.last, k = ch.last - ch.first; cu >= ch.first; cu--, k--) {
+        const void* x = cu == 0 ? nullptr : s.x[size_t(k)].data();  // the unit's input
         if (cu == head) {
             before(head_unit_);
-            before(wte_unit_);
-            const float* w = vec(head_unit_, 0);
-            const void *wte = param(wte_unit_, 0), *x = s.x[size_t(k)].data();
-            float *dw = grad(head_unit_, 0), *db = grad(head_unit_, 1), *dwte = grad(wte_unit_, 0);
+            before(head_wte_unit_);
+            HeadKeep& hk = head_keep(s);
+            const float* w = input ? vec(head_unit_, 0) : nullptr;
+            const void* wte = param(head_wte_unit_, 0);
+            float *dw = grad(head_unit_, 0), *db = grad(head_unit_, 1), *dwte = grad(head_wte_unit_, 0);
             run_lanes(B, [&](const UnitContext& c) {
-                head_backward(c, w, wte, dw, db, dwte, s.head, x, dres, B, T, accumulate);
+                if (phases == Phases::Both) head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate);
+                else if (input) head_backward_input(c, w, wte, s.head, hk, x, dres, B, T);
+                else head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, accumulate);
             });
-            if (!first_has_embedding) after(wte_unit_);  // the tied copy: final after the head
+            if (head_wte_unit_ != wte_unit_) after(head_wte_unit_);  // the tied copy: final after the head
             after(head_unit_);
         } else if (cu == 0) {
+            // all W: with W deferred its d(x0) is kept, as dres takes the next micro-batch's
+            if (input && defer_) std::memcpy(s.dx0.data(), dres, sizeof(float) * boundary_floats(B, T));
+            if (!weight) continue;
             before(wpe_unit_);
             before(wte_unit_);
-            embedding_backward(ctx_, grad(wte_unit_, 0), grad(wpe_unit_, 0), dres, s.tokens.data(), B, T);
+            embedding_backward(ctx_, grad(wte_unit_, 0), grad(wpe_unit_, 0), defer_ ? s.dx0.data() : dres,
+                               s.tokens.data(), B, T);
             after(wpe_unit_);
             after(wte_unit_);
         } else {
-            const int l = cu - 1, u = block_unit_[size_t(l)];
+            const int l = cu - 1, u = block_unit_[size_t(l)], b = slot_block(ch, cu);
             before(u);
-            const BlockWeights w = block_weights(l);
-            BlockActs& a = acts(s, k - (first_has_embedding ? 1 : 0));
-            // full recomputation: the block's forward again, from its kept input (same kernels, same
-            // order: the same activations to the bit)
-            const BlockGrads g = block_grads(l);
-            const void* x = s.x[size_t(k)].data();
-            // (under full recomputation block_backward re-runs the block's forward first)
-            run_lanes(B, [&](const UnitContext& c) { block_backward(c, w, g, a, x, dres, B, T, accumulate); });
+            BlockActs& a = acts(s, b);
+            BlockKeep& kp = keep(s, b);
+            if (input) {
+                const BlockWeights w = block_weights(l);
+                if (phases == Phases::Both) {
+                    const BlockGrads g = block_grads(l);
+                    run_lanes(B, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, accumulate); });
+                } else {
+                    run_lanes(B, [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); });
+                }
+            } else {
+                const BlockGrads g = block_grads(l);
+                run_lanes(B, [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, accumulate); });
+            }
             after(u);
         }
     }
-    s.has_grad = false;
+    if (input) s.has_grad = false;
+    s.has_w = phases == Phases::Input;
 }
 
 BlockActs& ModelPart::acts(Slot& s, int block) {
@@ -382,7 +434,7 @@ ModelPart::BlockBytes ModelPart::block_bytes() const {
             if (cu < 1 || cu > config_.n_layer) continue;
             b.values = (long long)s.x[size_t(k)].bytes();  // the block's input
             if (!s.blocks.empty()) {
-                const BlockActs& a = s.blocks[size_t(k - (ch.first == 0 ? 1 : 0))];
+                const BlockActs& a = s.blocks[size_t(slot_block(ch, cu))];
                 b.stats = (long long)a.stats_bytes();
                 b.values += (long long)(a.bytes() - a.stats_bytes());
             }
@@ -392,8 +444,15 @@ ModelPart::BlockBytes ModelPart::block_bytes() const {
     return b;
 }
 
+size_t ModelPart::keep_bytes() const {
+    size_t n = keep_.bytes() + head_keep_.bytes();
+    for (const Chunk& ch : chunks_)
+        for (const Slot& s : ch.slots) n += s.keep_bytes();
+    return n;
+}
+
 size_t ModelPart::activation_bytes() const {
-    size_t n = scratch_.bytes() + vec_.bytes() + recompute_acts_.bytes();
+    size_t n = scratch_.bytes() + vec_.bytes() + recompute_acts_.bytes() + keep_.bytes() + head_keep_.bytes();
     for (const Chunk& ch : chunks_) {
         n += ch.dres.bytes();
         for (const Slot& s : ch.slots) n += s.bytes();

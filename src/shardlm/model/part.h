@@ -9,6 +9,7 @@
 // pipeline schedule calls forward(chunk, slot) and backward(chunk, slot) in any order its
 // dependencies allow; activations that cross chunk boundaries live in input()/output()/dres().
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -56,6 +57,9 @@ public:
         // kernel over all threads. More than one needs one tensor-parallel rank. A micro-batch of
         // fewer sequences runs that many lanes.
         int lanes = 1;
+        // The schedule runs a chunk's W (weight gradients) apart from its B (input gradients): each
+        // activation slot keeps what its W needs until backward_weight (zero-bubble pipelines).
+        bool defer_weight_grads = false;
     };
     // B, T: the largest micro-batch that will be run.
     ModelPart(GptConfig config, Options opt, int B, int T);
@@ -100,8 +104,16 @@ public:
     // loss_sum * dloss.
     double forward(int chunk, int slot, const int* inputs, const int* targets, int B, int T, float dloss,
                    UnitHooks* hooks = nullptr);
-    // Backward of the slot's last forward: gradients += (GEMM weights = unless accumulate).
+    // Backward of the slot's last forward: gradients += (GEMM weights = unless accumulate). Each unit
+    // runs its B then its W (units.h), with the hooks around it.
     void backward(int chunk, int slot, UnitHooks* hooks, bool accumulate);
+    // The same in two passes, for schedules that defer W (Options::defer_weight_grads): B of every
+    // unit (d(input) into dres; no parameter gradient is touched, so no hooks), then later W of every
+    // unit in the same order, with the hooks' before_backward/after_backward around each unit's W.
+    // The gradients equal backward()'s to the bit. The slot takes no forward between the two.
+    void backward_input(int chunk, int slot);
+    void backward_weight(int chunk, int slot, UnitHooks* hooks, bool accumulate);
+    bool defers_weight_grads() const { return defer_; }
 
     // The head chunk's logits over this rank's vocabulary rows after a forward without targets
     // ((B*T, Vp/tp)), and the per-row losses after one with targets.
@@ -121,6 +133,9 @@ public:
     // Buffers that recomputation needs once (not per micro-batch): a block's activations (full) or
     // its probabilities (selective).
     size_t recompute_bytes() const;
+    // What B keeps for W (units.h: BlockKeep, HeadKeep) in all: one set, or with deferred W one per
+    // slot (these are inside activation_bytes()).
+    size_t keep_bytes() const;
 
 private:
     struct Slot {
@@ -129,9 +144,15 @@ private:
                                                  // compute unit; x.back() leaves the chunk
         std::vector<BlockActs> blocks;           // none under full recomputation
         HeadActs head;
+        // deferred W only: what each unit's B keeps for its W, and the embedding's d(x0)
+        std::vector<BlockKeep> keeps;
+        HeadKeep head_keep;
+        AlignedBuffer<float> dx0;
         int B = 0, T = 0;
-        bool has_grad = false;
+        bool has_grad = false;  // a training forward waits for its backward (B)
+        bool has_w = false;     // B ran, W waits
         size_t bytes() const;
+        size_t keep_bytes() const;
     };
     struct Chunk {
         int first = 0, last = 0;
@@ -140,7 +161,13 @@ private:
         AlignedBuffer<float> dres;  // (Nl, C)
     };
     BlockWeights block_weights(int l);
+    // The index of compute unit cu (a block) among a slot's blocks (and keeps) of its chunk.
+    static int slot_block(const Chunk& ch, int cu) { return cu - std::max(ch.first, 1); }
     BlockActs& acts(Slot& s, int block);  // the slot's, or under full recomputation the shared one
+    BlockKeep& keep(Slot& s, int block) { return defer_ ? s.keeps[size_t(block)] : keep_; }
+    HeadKeep& head_keep(Slot& s) { return defer_ ? s.head_keep : head_keep_; }
+    enum class Phases { Both, Input, Weight };
+    void run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases);
     BlockGrads block_grads(int l) const;
     // Parameter i of unit as bound (matrices: the precision's type), and a vector parameter as fp32
     // (mixed precision: widened into vec_).
@@ -173,9 +200,13 @@ private:
     AlignedBuffer<float> vec_;            // mixed precision: the unit in use's vectors, fp32
     std::vector<std::vector<size_t>> vec_at_;  // per unit, per parameter: its place in vec_
     BlockActs recompute_acts_;            // full recomputation: one block's, reused
+    bool defer_ = false;                  // Options::defer_weight_grads
+    BlockKeep keep_;                      // W right after B: one block's and the head's keeps, reused
+    HeadKeep head_keep_;
     std::vector<int> block_unit_;   // block l -> its parameter unit, -1 if not here
     int wte_unit_ = -1, wpe_unit_ = -1, head_unit_ = -1;
-    bool head_writes_wte_ = false;  // the head is on this rank: its GEMM writes wte's gradient first
+    // the wte the head reads: the embedding's where they share a chunk, else the tied copy
+    int head_wte_unit_ = -1;
     std::vector<std::vector<std::pair<size_t, size_t>>> zero_ranges_;  // per unit, local [begin, end)
 };
 

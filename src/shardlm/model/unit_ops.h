@@ -30,9 +30,10 @@ const float* reduce_input_grad(const UnitContext& u, int N);
 // rank keeps the one-process order: out = (resid + b) + in @ W^T in one GEMM.
 void row_parallel_residual(const UnitContext& u, void* out, float* partial, const void* in, const void* W,
                            const float* b, const void* resid, int N, int K);
-// d(output) of a row-parallel linear as its GEMMs need it: the full (N, C) gradient (g's backward is
-// the identity; under sequence parallelism the conjugate all-gather of this rank's rows).
-const float* row_parallel_dout(const UnitContext& u, const float* dres, int N);
+// d(output) of a row-parallel linear as its GEMMs need it, into dst: the full (N, C) gradient (g's
+// backward is the identity: a copy; under sequence parallelism the conjugate all-gather of this
+// rank's rows).
+void row_parallel_dout(const UnitContext& u, float* dst, const float* dres, int N);
 
 // ---- lanes ----------------------------------------------------------------------------------------
 
@@ -77,7 +78,7 @@ struct OutputItem {
 class OutputItems {
 public:
     static constexpr int kMaxTasks = 8;
-    OutputItems(const UnitContext& u, std::initializer_list<int> sizes);
+    OutputItems(const UnitContext& u, const int* sizes, int n_tasks);
     int count() const { return count_; }
     OutputItem operator[](int i) const;
 
@@ -85,6 +86,28 @@ private:
     int tasks_ = 0, count_ = 0;
     int size_[kMaxTasks] = {}, block_[kMaxTasks] = {}, first_[kMaxTasks] = {};  // first_: index of its item 0
 };
+
+// The W phase of a unit kind as a table: each task computes one parameter's gradient (or a
+// LayerNorm's pair) over `outputs` output rows, a block [begin, end) of them at a time, from Args
+// (what the unit's B kept). run_weight_tasks hands the blocks of every task to the lanes.
+template <class Args>
+struct WeightTask {
+    const char* name;
+    int (*outputs)(const UnitContext& u);
+    void (*run)(const UnitContext& u, const Args& a, int begin, int end);
+};
+
+template <class Args, int K>
+void run_weight_tasks(const UnitContext& u, const WeightTask<Args> (&tasks)[K], const Args& args) {
+    int sizes[K];
+    for (int k = 0; k < K; k++) sizes[k] = tasks[k].outputs(u);
+    const OutputItems out(u, sizes, K);
+    Items items(u, kOutputPhase, out.count());
+    for (int i; items.next(&i);) {
+        const OutputItem it = out[i];
+        tasks[it.task].run(u, args, it.begin, it.end);
+    }
+}
 
 // Every lane has finished the row phase (a no-op with one lane).
 inline void lane_barrier(const UnitContext& u) {

@@ -38,9 +38,7 @@ void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DT
     gathered.resize(tp > 1 ? N * C : 0);
     dln.resize(N * C);
     reduced.resize(tp > 1 ? N * C / size_t(tp) : 0);
-    dqkv.resize(N * 3 * Ct);
     datty.resize(N * Ct);
-    dfch.resize(N * 4 * Ct);
     attn.resize(attention_scratch_floats(T, threads > 0 ? threads : 1));
     ce.resize(tp > 1 ? 3 * N : 0);
     const size_t eb = dtype_bytes(act);
@@ -48,14 +46,27 @@ void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DT
     atty.resize(r == Recompute::Selective ? N * Ct : 0, eb);
     recomputed.resize(r == Recompute::Full ? (sp && tp > 1 ? N / size_t(tp) : N) * C : 0, eb);  // (Nl, C)
     logits.resize(0);
-    const size_t one_rank = tp == 1 ? N * C : 0;
-    dy_fcproj.resize(one_rank), dy_proj.resize(one_rank), dln2.resize(one_rank);
 }
 
 size_t Scratch::bytes() const {
-    return gathered.bytes() + dln.bytes() + reduced.bytes() + dqkv.bytes() + datty.bytes() + dfch.bytes() +
-           attn.bytes() + ce.bytes() + att.bytes() + atty.bytes() + logits.bytes() + dy_fcproj.bytes() +
-           dy_proj.bytes() + dln2.bytes() + recomputed.bytes();
+    return gathered.bytes() + dln.bytes() + reduced.bytes() + datty.bytes() + attn.bytes() + ce.bytes() + att.bytes() +
+           atty.bytes() + logits.bytes() + recomputed.bytes();
+}
+
+void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
+    const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd), Ct = C / size_t(tp);
+    dy_fcproj.resize(N * C), dy_proj.resize(N * C);
+    dfch.resize(N * 4 * Ct), dqkv.resize(N * 3 * Ct);
+    dln2.resize(Nl * C), dln1.resize(Nl * C);
+}
+
+size_t BlockKeep::bytes() const {
+    return dy_fcproj.bytes() + dy_proj.bytes() + dfch.bytes() + dqkv.bytes() + dln2.bytes() + dln1.bytes();
+}
+
+void HeadKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
+    const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N;
+    dlnf.resize(Nl * size_t(c.n_embd));
 }
 
 void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att) {
@@ -156,8 +167,12 @@ void row_parallel_residual(const UnitContext& u, void* out, float* partial, cons
     residual_add(out, resid, u.act, b, partial, Nl, C);
 }
 
-const float* row_parallel_dout(const UnitContext& u, const float* dres, int N) {
-    return static_cast<const float*>(gather_input(u, dres, N, DType::F32));
+void row_parallel_dout(const UnitContext& u, float* dst, const float* dres, int N) {
+    const size_t C = size_t(u.cfg->n_embd);
+    if (u.sp)
+        u.tp->all_gather_bytes(dres, dst, size_t(u.rows(N)) * C * sizeof(float));
+    else
+        std::memcpy(dst, dres, sizeof(float) * size_t(N) * C);
 }
 
 // ---- lanes (unit_ops.h) ----------------------------------------------------------------------------
@@ -180,10 +195,11 @@ Groups sequence_groups(int B, int T, int lanes) {
     return {g, (B + g - 1) / g};
 }
 
-OutputItems::OutputItems(const UnitContext& u, std::initializer_list<int> sizes) {
+OutputItems::OutputItems(const UnitContext& u, const int* sizes, int n_tasks) {
     static const int min_rows = env_int("SHARDLM_LANE_OUT_ROWS", 256, 16, 1 << 20);
-    SHARDLM_CHECK(int(sizes.size()) <= kMaxTasks, "OutputItems: more than ", kMaxTasks, " tasks");
-    for (const int n : sizes) {
+    SHARDLM_CHECK(n_tasks <= kMaxTasks, "OutputItems: more than ", kMaxTasks, " tasks");
+    for (int k = 0; k < n_tasks; k++) {
+        const int n = sizes[k];
         const int blk = u.lanes > 1 ? std::max(min_rows, (n / (8 * u.lanes) + 15) / 16 * 16) : std::max(n, 1);
         size_[tasks_] = n, block_[tasks_] = blk, first_[tasks_] = count_;
         count_ += (n + blk - 1) / blk;

@@ -50,14 +50,11 @@ struct Scratch {
     AlignedBuffer<float> dln;       // (N, C): a linear layer's input gradient, partial under TP;
                                     // also a row-parallel output before its reduction
     AlignedBuffer<float> reduced;   // (Nl, C): a reduce-scattered one (SP)
-    AlignedBuffer<float> dqkv, datty, dfch, attn;  // (N, 3Ct), (N, Ct), (N, F), attention backward
+    AlignedBuffer<float> datty, attn;  // (N, Ct), attention backward
     AlignedBuffer<float> ce;        // (3N): vocabulary-parallel cross-entropy statistics
     TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
     TypedBuffer recomputed;         // full recomputation: the block output its forward computes again
     AlignedBuffer<float> logits;    // (kHeadRows, Vt) per lane: the head's logits a block of rows at a time
-    // one tensor-parallel rank: what a block's backward keeps for its weight gradients after its
-    // row-local half: the two row-parallel linears' output gradients, and LayerNorm 2's input gradient
-    AlignedBuffer<float> dy_fcproj, dy_proj, dln2;  // (N, C) each
     // threads: at least the lanes (each takes its own attention scratch)
     void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp = false);
     size_t bytes() const;
@@ -113,6 +110,18 @@ struct BlockActs {
     size_t stats_bytes() const;  // the LayerNorm statistics alone
 };
 
+// What a block's B phase (input gradients) leaves for its W phase (weight gradients), fp32: the
+// output gradients of its four linears (the row-parallel ones' as their GEMMs read them: all N rows)
+// and the (reduced) gradients of its two LayerNorms' outputs. One set serves a backward whose W
+// follows its B; a schedule that defers W (zero-bubble pipelines) keeps one per micro-batch in flight.
+struct BlockKeep {
+    AlignedBuffer<float> dy_fcproj, dy_proj;  // (N, C)
+    AlignedBuffer<float> dfch, dqkv;          // (N, F), (N, 3Ct)
+    AlignedBuffer<float> dln2, dln1;          // (Nl, C)
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp);
+    size_t bytes() const;
+};
+
 // Key/value cache of one block for incremental decoding (one sequence, fp32, no tensor parallelism).
 struct KvLayer {
     float* k = nullptr;  // (n_ctx, C)
@@ -133,16 +142,32 @@ struct BlockGrads {
 // pos .. pos+T-1 of one sequence (B = 1) attending to the cache.
 void block_forward(const UnitContext& u, const BlockWeights& w, BlockActs& a, const void* x, void* y, int B, int T,
                    KvLayer* kv = nullptr, int pos = 0);
+// The backward of every unit kind is two phases (Qi et al.'s B and W), written once and run by one
+// lane (all threads per kernel, tensor parallelism's collectives between the products) or by several:
+//   B (`*_backward_input`): the input gradients, row-local (a group of sequences at a time), keeping
+//     in a Keep what W needs; it writes no parameter gradient.
+//   W (`*_backward_weight`): the parameter gradients over all rows of the micro-batch, from a named
+//     table of tasks, each split into blocks of output rows that the lanes take as they come.
+// `*_backward` is B, a barrier of the lanes, then W (the pipeline schedules that do not defer W).
+// W reads only the kept activations and the Keep: it may run any time later, before the slot's next
+// forward. Its sums run in the same order whenever it runs: deferring W changes no bit.
+//
 // dres (Nl, C) fp32: d(y) on entry, d(x) on return. With Recompute::Full the block's forward runs
 // again first (into a, from x: the same activations to the bit), with Recompute::Selective the
 // probabilities (a.att empty); lanes recompute a group of sequences just before its backward.
-void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrads& g, const BlockActs& a,
+void block_backward_input(const UnitContext& u, const BlockWeights& w, const BlockActs& a, BlockKeep& k, const void* x,
+                          float* dres, int B, int T);
+// Gradients += (GEMM weights = unless accumulate). Under sequence parallelism the column-parallel
+// linears' inputs are all-gathered again (a collective of the tensor-parallel group).
+void block_backward_weight(const UnitContext& u, const BlockGrads& g, const BlockActs& a, const BlockKeep& k,
+                           const void* x, int B, int T, bool accumulate);
+void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrads& g, const BlockActs& a, BlockKeep& k,
                     const void* x, float* dres, int B, int T, bool accumulate);
 
 // x0 (Nl, C) = wte[tokens] + wpe[positions] (wte: this rank's vocabulary rows; wt in, act out).
 void embedding_forward(const UnitContext& u, const void* wte, const void* wpe, const int* tokens, void* x0, int B,
                        int T);
-// dx0 (Nl, C) -> dwte (+=), dwpe (+=).
+// dx0 (Nl, C) -> dwte (+=), dwpe (+=): the embedding's backward is all W (it has no input gradient).
 void embedding_backward(const UnitContext& u, float* dwte, float* dwpe, const float* dx0, const int* tokens, int B,
                         int T);
 
@@ -168,8 +193,19 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
 // The sum of the N losses of the last head_forward, in row order (the same on every tensor-parallel
 // rank, and for any number of lanes).
 double head_loss_sum(const HeadActs& a, int N);
-// dxL (Nl, C) = d(loss)/d(xL) (=, fp32); dwte (+=, or = if !accumulate), dlnf_w, dlnf_b (+=).
+// What the head's B leaves for its W: d(lnf) summed over the tensor-parallel group (Nl, C); the
+// logits' gradient stays in HeadActs.
+struct HeadKeep {
+    AlignedBuffer<float> dlnf;
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp);
+    size_t bytes() const { return dlnf.bytes(); }
+};
+// B: dxL (Nl, C) = d(loss)/d(xL) (=, fp32). W: dwte (+=, or = if !accumulate), dlnf_w, dlnf_b (+=).
+void head_backward_input(const UnitContext& u, const float* lnf_w, const void* wte, HeadActs& a, HeadKeep& k,
+                         const void* xL, float* dxL, int B, int T);
+void head_backward_weight(const UnitContext& u, float* dlnf_w, float* dlnf_b, float* dwte, const HeadActs& a,
+                          const HeadKeep& k, const void* xL, int B, int T, bool accumulate);
 void head_backward(const UnitContext& u, const float* lnf_w, const void* wte, float* dlnf_w, float* dlnf_b, float* dwte,
-                   HeadActs& a, const void* xL, float* dxL, int B, int T, bool accumulate);
+                   HeadActs& a, HeadKeep& k, const void* xL, float* dxL, int B, int T, bool accumulate);
 
 }  // namespace shardlm::model

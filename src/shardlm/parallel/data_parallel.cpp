@@ -31,7 +31,7 @@ DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, do
     bucket_elems_ = size_t(bucket_mb * 1024 * 1024 / sizeof(float));
     const model::Layout& layout = part.layout();
     const size_t total = layout.total, n = size_t(dp.size());
-    wte_unit_ = layout.unit_index("wte");
+    wte_unit_ = layout.unit_of(model::UnitKind::TokenEmbedding);
     size_t max_unit = 0, max_shard = 0, off = 0;
     for (size_t u = 0; u < units_.size(); u++) {
         SHARDLM_CHECK(units_[u].numel % (16 * n) == 0, "unit ", units_[u].name, " (", units_[u].numel,
@@ -340,16 +340,26 @@ void DataParallel::finish_step() {
 }
 
 void DataParallel::sum_tied_grads(comm::Group& g) {
-    if (g.size() == 1 || wte_unit_ < 0) return;
-    const optim::Range r = shard(wte_unit_);
-    if (zero_ == 0) {
-        const model::Unit& u = units_[size_t(wte_unit_)];
-        g.all_reduce_sum(grads_.data() + u.offset, u.numel);
-    } else if (zero_ == 1) {
-        g.all_reduce_sum(grads_.data() + r.begin, r.size());
-    } else {
-        g.all_reduce_sum(grad_shards_.data() + shard_offset(wte_unit_), r.size());
+    if (wte_unit_ < 0) return;
+    // this rank's part of a wte unit's gradient: the whole unit (stage 0) or its slice
+    auto part = [&](int unit) -> std::pair<float*, size_t> {
+        const model::Unit& u = units_[size_t(unit)];
+        if (zero_ == 0) return {grads_.data() + u.offset, u.numel};
+        const optim::Range r = shard(unit);
+        return {zero_ == 1 ? grads_.data() + r.begin : grad_shards_.data() + shard_offset(unit), r.size()};
+    };
+    // the embedding's wte and the head's tied copy on this one rank (ZBV's first rank): sum here
+    for (size_t u = 0; u < units_.size(); u++) {
+        if (units_[u].kind != model::UnitKind::TokenEmbedding || int(u) == wte_unit_) continue;
+        auto [a, n] = part(wte_unit_);
+        float* b = part(int(u)).first;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) b[i] = a[i] = a[i] + b[i];
+        return;
     }
+    if (g.size() == 1) return;
+    auto [a, n] = part(wte_unit_);
+    g.all_reduce_sum(a, n);
 }
 
 double DataParallel::grad_norm_sq_local() const {

@@ -95,8 +95,8 @@ public:
     void end_pass(int chunk, bool forward);  // after each pass (stages 2-3: the micro-batch's slices)
     void finish_step();                       // every reduction of the step is complete
     // The gradient of the tied embedding (wte on the first pipeline stage, its copy on the last)
-    // summed over `embedding_group` (those two ranks), on this rank's slice. Both then take the same
-    // optimiser step and stay equal.
+    // summed over `embedding_group` (those two ranks), on this rank's slice; where one rank holds both
+    // (ZBV), summed on the rank. Both then take the same optimiser step and stay equal.
     void sum_tied_grads(comm::Group& embedding_group);
     // This rank's share of the squared gradient norm: its slice of every unit, parameters counted
     // once over the tensor-parallel group (model::ParamSpec::counted). Sum it over every rank.

@@ -1,5 +1,6 @@
 #include "shardlm/parallel/pipeline.h"
 
+#include <cstring>
 #include <string>
 
 #include "shardlm/core/check.h"
@@ -34,6 +35,28 @@ int PipelineExecutor::tag(const Schedule& s, int micro, int model_chunk, bool gr
     return 1 + (int(grad) + 2 * (model_chunk + s.num_model_chunks() * micro)) % 30000;
 }
 
+void PipelineExecutor::send_self(int tag, const void* data, size_t bytes) {
+    for (Loopback& l : loopback_)  // a free one (its vector keeps its capacity: no allocation per step)
+        if (l.tag < 0) {
+            l.tag = tag;
+            l.bytes.assign(static_cast<const unsigned char*>(data), static_cast<const unsigned char*>(data) + bytes);
+            return;
+        }
+    loopback_.push_back({tag, {static_cast<const unsigned char*>(data), static_cast<const unsigned char*>(data) + bytes}});
+}
+
+void PipelineExecutor::recv_self(int tag, void* data, size_t bytes) {
+    for (Loopback& l : loopback_)
+        if (l.tag == tag) {
+            SHARDLM_CHECK(l.bytes.size() == bytes, "pipeline: a message to itself of ", l.bytes.size(),
+                          " bytes received as ", bytes);
+            std::memcpy(data, l.bytes.data(), bytes);
+            l.tag = -1;
+            return;
+        }
+    fail("pipeline: rank ", pp_.rank(), " receives from itself (tag ", tag, ") what it never sent");
+}
+
 PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& batch, int max_rows, int T, float dloss,
                                                const std::function<void(const Result&)>& on_reduce,
                                                const std::function<void()>& on_step) {
@@ -46,6 +69,39 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
     Result res;
     res.loss_sum.assign(size_t(s.micro), 0.0);
     std::vector<int> fwd_count(size_t(part_.num_chunks()), 0), bwd_count(size_t(part_.num_chunks()), 0);
+    std::vector<int> w_count(size_t(part_.num_chunks()), 0);
+    SHARDLM_CHECK(!s.splits_backward() || part_.defers_weight_grads(), "the ", schedule_name(s.kind),
+                  " schedule runs W apart from B: the model part must be built to defer W");
+    // receive into / send from buf: over the pipeline group, or copied when the peer is this rank
+    auto recv = [&](void* buf, size_t bytes, int peer, int tg) {
+        if (peer == rank) recv_self(tg, buf, bytes);
+        else pp_.recv(buf, bytes, peer, tg);
+    };
+    auto isend = [&](const void* buf, size_t bytes, int peer, int tg) {
+        if (peer != rank) return pp_.isend(buf, bytes, peer, tg);
+        send_self(tg, buf, bytes);
+        return comm::Request{};
+    };
+    auto backward_pass = [&](const Action& a, int c, int slot, Op op) {
+        const double t0 = now_s();
+        {
+            const char* kind = op == Op::BackwardWeight ? "W" : "B";
+            trace::Scope ts(kind + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
+                            "compute");
+            if (op == Op::BackwardInput) {
+                part_.backward_input(c, slot);
+            } else {
+                const int i = (op == Op::Backward ? bwd_count : w_count)[size_t(c)]++;
+                dp_.begin_pass(c, false, i, s.micro);
+                if (op == Op::Backward) part_.backward(c, slot, &dp_, dp_.backward_accumulates(i));
+                else part_.backward_weight(c, slot, &dp_, dp_.backward_accumulates(i));
+                dp_.end_pass(c, false);
+            }
+        }
+        const double t1 = now_s();
+        res.compute_s += t1 - t0;
+        return t1;
+    };
     const double t_begin = now_s();
     double t_last_pass = t_begin;
     for (const Action& a : s.ranks[size_t(rank)]) {
@@ -53,14 +109,15 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
         const int slot = a.micro >= 0 ? a.micro % part_.slots(c) : 0;
         switch (a.op) {
         case Op::RecvAct: {
-            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            const int rows = batch.rows(a.micro);
             trace::Scope ts("recv act " + std::to_string(a.micro), "pipeline");
-            pp_.recv(part_.input(c, slot), part_.boundary_bytes(rows, T), a.peer,
-                     tag(s, a.micro, mc, false));
+            recv(part_.input(c, slot), part_.boundary_bytes(rows, T), a.peer, tag(s, a.micro, mc, false));
             break;
         }
         case Op::Forward: {
-            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            const int rows = batch.rows(a.micro);
+            // only the chunks that look the tokens up or compute the loss read them
+            if (part_.has_embedding(c) || part_.has_head(c)) batch.fill(a.micro, inputs_.data(), targets_.data());
             act_sends_[size_t(c)][size_t(slot)].wait();  // the slot's output is written again
             const double t0 = now_s();
             {
@@ -78,39 +135,28 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
             break;
         }
         case Op::SendAct: {
-            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            const int rows = batch.rows(a.micro);
             comm::Request& r = act_sends_[size_t(c)][size_t(slot)];
             r.wait();
-            r = pp_.isend(part_.output(c, slot), part_.boundary_bytes(rows, T), a.peer,
-                          tag(s, a.micro, mc + 1, false));
+            r = isend(part_.output(c, slot), part_.boundary_bytes(rows, T), a.peer, tag(s, a.micro, mc + 1, false));
             break;
         }
         case Op::RecvGrad: {
-            const int rows = batch(a.micro, inputs_.data(), targets_.data());
+            const int rows = batch.rows(a.micro);
             grad_sends_[size_t(c)].wait();  // dres is free again
             trace::Scope ts("recv grad " + std::to_string(a.micro), "pipeline");
-            pp_.recv(part_.dres(c), part_.grad_bytes(rows, T), a.peer, tag(s, a.micro, mc, true));
+            recv(part_.dres(c), part_.grad_bytes(rows, T), a.peer, tag(s, a.micro, mc, true));
             break;
         }
-        case Op::Backward: {
-            grad_sends_[size_t(c)].wait();  // backward writes d(input) into dres (the last stage receives none first)
-            const double t0 = now_s();
-            {
-                trace::Scope ts("B" + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
-                                "compute");
-                const int i = bwd_count[size_t(c)]++;
-                dp_.begin_pass(c, false, i, s.micro);
-                part_.backward(c, slot, &dp_, dp_.backward_accumulates(i));
-                dp_.end_pass(c, false);
-            }
-            t_last_pass = now_s();
-            res.compute_s += t_last_pass - t0;
+        case Op::Backward:
+        case Op::BackwardInput:
+            grad_sends_[size_t(c)].wait();  // B writes d(input) into dres (the last stage receives none first)
+            t_last_pass = backward_pass(a, c, slot, a.op);
             break;
-        }
+        case Op::BackwardWeight: t_last_pass = backward_pass(a, c, slot, a.op); break;
         case Op::SendGrad: {
-            const int rows = batch(a.micro, inputs_.data(), targets_.data());
-            grad_sends_[size_t(c)] = pp_.isend(part_.dres(c), part_.grad_bytes(rows, T), a.peer,
-                                               tag(s, a.micro, mc - 1, true));
+            const int rows = batch.rows(a.micro);
+            grad_sends_[size_t(c)] = isend(part_.dres(c), part_.grad_bytes(rows, T), a.peer, tag(s, a.micro, mc - 1, true));
             break;
         }
         case Op::ReduceGrads:

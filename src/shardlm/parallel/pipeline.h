@@ -7,7 +7,11 @@
 // schedule is just "forward, backward" per micro-batch and nothing is sent.
 //
 // Sends are non-blocking (their buffer is not reused before they complete) and receives block, so
-// any schedule that simulate() runs without deadlock runs here without deadlock.
+// any schedule that simulate() runs without deadlock runs here without deadlock. A message a rank
+// sends to itself (the turn of ZBV's V, between its two chunks) is copied, not sent.
+// A split backward (schedule.h) runs as the part's backward_input (B: no hooks, nothing of the
+// gradients touched) and backward_weight (W: the data-parallel hooks around each unit, as a whole
+// backward has them), so data parallelism sees a W exactly as it sees a backward.
 #pragma once
 #include <functional>
 #include <vector>
@@ -25,9 +29,13 @@ public:
     PipelineExecutor(model::ModelPart& part, comm::Group& pp, DataParallel& dp);
     ~PipelineExecutor();
 
-    // Fills micro-batch `micro`'s token ids (inputs and targets, rows x T each, row-major) and
-    // returns its number of rows (the same on every rank of the pipeline).
-    using Batch = std::function<int(int micro, int* inputs, int* targets)>;
+    // The step's micro-batches: how many rows each has (the same on every rank of the pipeline:
+    // every rank asks, to size its messages), and their token ids (inputs and targets, rows x T each,
+    // row-major), which only the chunks that run the embedding or the head ask for.
+    struct Batch {
+        std::function<int(int micro)> rows;
+        std::function<void(int micro, int* inputs, int* targets)> fill;
+    };
 
     struct Result {
         std::vector<double> loss_sum;  // per micro-batch: its loss sum (ranks holding the head), else 0
@@ -44,6 +52,14 @@ public:
 private:
     int tag(const Schedule& s, int micro, int model_chunk, bool grad) const;
     void wait_sends();
+    // messages to this rank itself, by tag, until received
+    struct Loopback {
+        int tag = -1;
+        std::vector<unsigned char> bytes;
+    };
+    void send_self(int tag, const void* data, size_t bytes);
+    void recv_self(int tag, void* data, size_t bytes);
+    std::vector<Loopback> loopback_;
 
     model::ModelPart& part_;
     comm::Group& pp_;

@@ -55,23 +55,30 @@ std::string Trainer::memory_report() const {
                "plus %zu replicated\n",
                "tensor-parallel shard", sharded, sharded_full / size_t(g.tp_size()), sharded_full, g.tp_size(),
                replicated);
-    // activations: one slot per micro-batch in flight (GPipe m, 1F1B at most p - stage)
+    // activations: one slot per micro-batch in flight (GPipe m, 1F1B at most p - stage, ZB-H1 p: a
+    // micro-batch's activations live until its W)
     const int p = g.pp_size(), s = g.pp_rank();
     for (int c = 0; c < part_->num_chunks(); c++) {
         int theory = 1;
+        const char* why = "from the schedule";
         switch (schedule_.kind) {
-        case parallel::ScheduleKind::GPipe: theory = micro_; break;
-        case parallel::ScheduleKind::OneFOneB: theory = std::min(p - s, micro_); break;
-        case parallel::ScheduleKind::Interleaved: theory = parallel::simulate(schedule_).max_in_flight[size_t(s)]; break;
+        case parallel::ScheduleKind::GPipe: theory = micro_, why = "GPipe holds all m micro-batches"; break;
+        case parallel::ScheduleKind::OneFOneB: theory = std::min(p - s, micro_), why = "1F1B holds at most p - stage"; break;
+        case parallel::ScheduleKind::ZeroBubbleH1:
+            theory = std::min(p, micro_), why = "ZB-H1 holds each micro-batch until its deferred W: at most p";
+            break;
+        case parallel::ScheduleKind::Interleaved:
+        case parallel::ScheduleKind::ZeroBubbleV: theory = part_->slots(c); break;
         }
         out += fmt("  %-22s %12d %12d   activation slots of chunk %d (compute units %d..%d), %.2f MiB each; "
                    "theory: %s\n",
                    "micro-batches held", part_->slots(c), theory, c, part_->first_unit(c), part_->last_unit(c),
-                   mib(double(part_->slot_bytes(c))),
-                   schedule_.kind == parallel::ScheduleKind::GPipe      ? "GPipe holds all m micro-batches"
-                   : schedule_.kind == parallel::ScheduleKind::OneFOneB ? "1F1B holds at most p - stage"
-                                                                        : "interleaved, from the schedule");
+                   mib(double(part_->slot_bytes(c))), why);
     }
+    out += fmt("  %-22s %12.2f %12s   MiB of output gradients B keeps for W (%s)\n", "B -> W buffers",
+               mib(double(part_->keep_bytes())), "-",
+               part_->defers_weight_grads() ? "W deferred: one set per slot, inside the slots above"
+                                            : "W follows B: one set, reused");
     // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
     const model::ModelPart::BlockBytes bb = part_->block_bytes();
     if (bb.values >= 0) {
@@ -130,7 +137,7 @@ std::string Trainer::comm_report() const {
     row("pp", g.pp(), comm::OpKind::SendRecv,
         parallel::pp_step_bytes(*part_, schedule_, g.pp_rank(), cfg_.micro_batch, cfg_.seq));
     if (embedding_group_) {
-        const int wte = part_->layout().unit_index("wte");
+        const int wte = part_->layout().unit_of(model::UnitKind::TokenEmbedding);
         size_t n = 0;
         if (wte >= 0 && embedding_group_->size() > 1) {
             const size_t unit = part_->layout().units[size_t(wte)].numel;
@@ -181,7 +188,7 @@ void Trainer::write_trace(double bubble_mean) {
     out += fmt("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
                "\"micro_batches\": %d, \"bubble_measured\": %.4f, \"bubble_theory\": %.4f}}\n",
                g.dp_size(), g.tp_size(), g.pp_size(), cfg_.schedule.c_str(), micro_, bubble_mean,
-               parallel::bubble_fraction_theory(g.pp_size(), micro_, cfg_.virtual_stages));
+               parallel::bubble_fraction_theory(schedule_.kind, g.pp_size(), micro_, schedule_.virtual_stages));
     if (auto dir = std::filesystem::path(cfg_.trace).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
     io::write_file_atomic(cfg_.trace, out);
     std::printf("wrote the timeline of the last step to %s (chrome://tracing or ui.perfetto.dev)\n", cfg_.trace.c_str());

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "shardlm/core/check.h"
+#include "shardlm/cost/memory.h"
 #include "shardlm/io/json_file.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/model/weights.h"
@@ -95,10 +96,10 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(tp >= 1, "--tp must be >= 1 (got ", tp, ")");
     SHARDLM_CHECK(pp >= 1, "--pp must be >= 1 (got ", pp, ")");
     SHARDLM_CHECK(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
-    SHARDLM_CHECK(schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved", "--schedule '", schedule,
-                  "' is not known\n---> HINT: use gpipe, 1f1b or interleaved");
-    SHARDLM_CHECK(virtual_stages == 1 || schedule == "interleaved", "--virtual-stages ", virtual_stages,
-                  " needs --schedule interleaved");
+    const cost::Schedule kind = cost::parse_schedule(schedule);  // names the known ones if not
+    SHARDLM_CHECK(virtual_stages == 1 || kind == cost::Schedule::Interleaved ||
+                      (kind == cost::Schedule::ZeroBubbleV && virtual_stages == 2),
+                  "--virtual-stages ", virtual_stages, " needs --schedule interleaved (zbv implies 2)");
     SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
     SHARDLM_CHECK(!(resume && overwrite), "give one of --resume (continue the run in --out) and --overwrite (replace it)");
     SHARDLM_CHECK(on_nan == "stop" || on_nan == "skip", "--on-nan '", on_nan, "' is not known\n---> HINT: use stop or skip");

@@ -51,7 +51,7 @@ struct TrainConfig {
     int dp = 0;              // data-parallel size; 0 = world size / (tp * pp)
     int tp = 1;              // tensor-parallel size (Megatron)
     int pp = 1;              // pipeline stages
-    std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+    std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zbv (cost::Schedule)
     int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
     std::string pp_split;    // blocks per model chunk, e.g. "3,3,3,3" (empty: balanced by cost)
     bool sequence_parallel = false;
@@ -127,7 +127,7 @@ void for_each_field(Cfg& c, F&& f) {
     f("dp", c.dp, "Data-parallel ranks (0 = world size / (tp x pp))");
     f("tp", c.tp, "Tensor-parallel ranks (Megatron: attention heads, MLP and vocabulary split)");
     f("pp", c.pp, "Pipeline stages");
-    f("schedule", c.schedule, "Pipeline schedule: gpipe | 1f1b | interleaved");
+    f("schedule", c.schedule, "Pipeline schedule: gpipe | 1f1b | interleaved | zb-h1 | zbv (zero-bubble: W deferred)");
     f("virtual_stages", c.virtual_stages, "Model chunks per pipeline rank (interleaved schedule)");
     f("pp_split", c.pp_split, "Blocks per pipeline chunk, e.g. 3,3,3,3 (default: balanced by cost)");
     f("sequence_parallel", c.sequence_parallel,

@@ -80,12 +80,17 @@ void Trainer::init(comm::Group& world) {
     if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, "sequential");
 
     // the pipeline: which model chunks this rank holds, and the step's schedule
-    const int v = cfg_.virtual_stages;
-    schedule_ = parallel::make_schedule(parallel::parse_schedule(cfg_.schedule), pp, micro_, v);
+    schedule_ = parallel::make_schedule(parallel::parse_schedule(cfg_.schedule), pp, micro_, cfg_.virtual_stages);
+    const int v = schedule_.virtual_stages;  // zbv implies 2
     all_chunks_ = parallel::split_stages(model_cfg_, cfg_.seq, pp * v, cfg_.pp_split);
     model::ModelPart::Options po;
-    for (int c = 0; c < v; c++) po.chunks.push_back(all_chunks_[size_t(c * pp + grid_->pp_rank())]);
+    for (int c = 0; c < v; c++) po.chunks.push_back(all_chunks_[size_t(schedule_.model_chunk(grid_->pp_rank(), c))]);
     po.slots = schedule_.slots(grid_->pp_rank());
+    po.defer_weight_grads = schedule_.splits_backward();
+    SHARDLM_CHECK(!po.defer_weight_grads || cfg_.zero < 3, "--schedule ", cfg_.schedule, " runs each backward's"
+                  " weight gradients (W) apart from its input gradients (B); ZeRO-3 would have to gather every"
+                  " unit's parameters for B and hold its gradient buffer until the deferred W, which it does not"
+                  " (yet)\n---> HINT: use --zero 0, 1 or 2 with it, or --schedule 1f1b with --zero 3");
     tp_ = std::make_unique<parallel::GroupTensorParallel>(grid_->tp());
     po.tp = tp_.get();
     po.sequence_parallel = cfg_.sequence_parallel;
@@ -118,11 +123,9 @@ void Trainer::init(comm::Group& world) {
         const model::Layout* layout = &part_->layout();
         dp_->set_pre_reduce([tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); });
     }
-    if (pp > 1) {  // the tied embedding: its first and last stage (same dp and tp coordinates)
-        const int s = grid_->pp_rank();
-        const bool ends = s == 0 || s == pp - 1;
-        const int color = ends ? grid_->tp_rank() + tp * grid_->dp_rank() : tp * dp + grid_->world_rank();
-        embedding_group_ = std::make_unique<comm::Group>(world.split(color, s));
+    if (pp > 1) {  // the tied embedding: the stages of the first and last model chunks (ZBV: one stage)
+        const int embedding_stage = schedule_.rank_of(0), head_stage = schedule_.rank_of(schedule_.num_model_chunks() - 1);
+        embedding_group_ = std::make_unique<comm::Group>(grid_->tied_embedding_group(world, embedding_stage, head_stage));
         embedding_group_->set_name("embedding");
     }
     exec_ = std::make_unique<parallel::PipelineExecutor>(*part_, grid_->pp(), *dp_);
@@ -213,10 +216,11 @@ StepStats Trainer::train_step(int step) {
     for (comm::Group* g : {&grid_->dp(), &grid_->tp(), &grid_->pp(), world_}) g->reset_stats();
     if (embedding_group_) embedding_group_->reset_stats();
     dp_->reset_exposed();
-    auto batch = [&](int i, int* inputs, int* targets) {
+    parallel::PipelineExecutor::Batch batch;
+    batch.rows = [M](int) { return M; };
+    batch.fill = [&](int i, int* inputs, int* targets) {
         for (int j = 0; j < M; j++)
             loader_->fill(step, G, row0 + i * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
-        return M;
     };
     StepStats s;
     s.step = step;
@@ -275,14 +279,17 @@ double Trainer::evaluate() {
     // collective); a rank left without a batch in the last round recomputes batch 0 and does not count it.
     const int rounds = int((batches + dp - 1) / dp);
     auto mine = [&](int round) { return int64_t(round) * dp + grid_->dp_rank(); };
-    auto batch = [&](int round, int* inputs, int* targets) {
-        const int64_t b = mine(round) < batches ? mine(round) : 0;
-        const int n = int(std::min<int64_t>(M, rows - b * M));
+    auto batch_of = [&](int round) { return mine(round) < batches ? mine(round) : 0; };
+    parallel::PipelineExecutor::Batch batch;
+    batch.rows = [&](int round) { return int(std::min<int64_t>(M, rows - batch_of(round) * M)); };
+    batch.fill = [&](int round, int* inputs, int* targets) {
+        const int64_t b = batch_of(round);
+        const int n = batch.rows(round);
         for (int j = 0; j < n; j++)
             val_loader_->fill_row(b * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
-        return n;
     };
-    const parallel::Schedule fwd = parallel::make_forward_schedule(grid_->pp_size(), rounds, cfg_.virtual_stages);
+    const parallel::Schedule fwd = parallel::make_forward_schedule(grid_->pp_size(), rounds,
+                                                                   schedule_.virtual_stages, schedule_.placement);
     const parallel::PipelineExecutor::Result r = exec_->run(fwd, batch, M, T, 0.0f);
     double sum = 0;  // loss summed over every token of the counted rows
     if (holds_head() && grid_->tp_rank() == 0)
@@ -364,8 +371,8 @@ int Trainer::run() {
     }
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
     if (is_root() && grid_->pp_size() > 1 && cfg_.steps > start_step_)
-        std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory (p-1)/(v m + p-1) = %.3f\n",
-                    bubble_mean, parallel::bubble_fraction_theory(grid_->pp_size(), micro_, cfg_.virtual_stages));
+        std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory %s = %.3f\n", bubble_mean,
+                    parallel::bubble_theory_formula(schedule_.kind), parallel::bubble_fraction_theory(schedule_.kind, grid_->pp_size(), micro_, schedule_.virtual_stages));
     if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
     std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
