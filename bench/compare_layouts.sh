@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/compare_layouts.sh: GPT-2 124M, global batch 16 x 256 tokens, side by side in one run:
-# one process x 2 threads against 2 ranks x 1 thread as dp2, tp2, pp2 GPipe and pp2 1F1B (8
-# micro-batches of 2 rows); each layout at its best micro-batch for that global batch.
+# one process x 2 threads against 2 ranks x 1 thread as dp2, tp2, pp2 GPipe, 1F1B and the zero-bubble
+# ZB-H1 and ZBV (8 micro-batches of 2 rows); each layout at its best micro-batch for that global batch.
 # Prints tokens/s (median of the steps after the first), the ratio to one process, the pipeline
 # bubble measured beside the theory, the bytes each rank sent in the last step (--comm-report), and
 # the peak RSS and parameter bytes of each rank (--memory-report).
@@ -23,15 +23,20 @@ configs=(
   "tp2|$MPI||--threads 1 --micro-batch 4 --tp 2"
   "pp2 gpipe, m = 8|$MPI||--threads 1 --micro-batch 2 --pp 2 --schedule gpipe"
   "pp2 1f1b, m = 8|$MPI||--threads 1 --micro-batch 2 --pp 2 --schedule 1f1b"
+  "pp2 zb-h1, m = 8|$MPI||--threads 1 --micro-batch 2 --pp 2 --schedule zb-h1"
+  "pp2 zbv, m = 8|$MPI||--threads 1 --micro-batch 2 --pp 2 --schedule zbv"
 )
+# only some layouts: LAYOUTS="pp2" runs those whose name contains it
+LAYOUTS=${LAYOUTS:-}
 printf "%-24s %9s %6s %16s %14s %22s %20s\n" layout tok/s ratio "bubble (theory)" "sent MB/rank" "peak RSS MiB/rank" "params MiB/rank"
 single=""
 for i in "${!configs[@]}"; do
   IFS='|' read -r name launcher _ flags <<<"${configs[$i]}"
+  [ -z "$LAYOUTS" ] || [ "$i" = 0 ] || [[ "$name" == *"$LAYOUTS"* ]] || continue
   $launcher "$BUILD/shardlm" $COMMON $flags --metrics "$OUT/$i.jsonl" > "$OUT/$i.log" 2>&1
   t=$(med "$OUT/$i.jsonl")
   [ -n "$single" ] || single=$t
-  bubble=$( (grep -o "measured [0-9.]*, theory (p-1)/(v m + p-1) = [0-9.]*" "$OUT/$i.log" || true) | awk '{print $2 " (" $NF ")"}' | tr -d ,)
+  bubble=$( (grep -o "measured [0-9.]*, theory .* = [0-9.]*" "$OUT/$i.log" || true) | awk '{print $2 " (" $NF ")"}' | tr -d ,)
   sent=$(/usr/bin/python3 - "$OUT/$i.log" <<'PY'
 import re, sys
 per = {}

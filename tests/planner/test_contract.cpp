@@ -51,6 +51,18 @@ TEST(Contract, AnswerHasEveryKey) {
     EXPECT_NEAR(j["mfu"].get<double>(), j["tflops_per_gpu"].get<double>() / 312, 1e-12);
 }
 
+TEST(Contract, PolicyScheduleKey) {
+    EXPECT_EQ(run({{"pp", 8}, {"schedule", "zb-h1"}}).policy.schedule, cost::Schedule::ZeroBubbleH1);
+    const planner::Estimate v = run({{"pp", 8}, {"schedule", "zbv"}});
+    EXPECT_EQ(v.policy.schedule, cost::Schedule::ZeroBubbleV);
+    EXPECT_EQ(v.policy.virtual_stages, 2);  // implied
+    const planner::Estimate i = run({{"pp", 8}, {"schedule", "interleaved"}, {"virtual_stages", 2}});
+    EXPECT_EQ(i.policy.schedule, cost::Schedule::OneFOneB);
+    EXPECT_EQ(planner::policy_to_json(i.policy)["schedule"], "interleaved");
+    EXPECT_EQ(planner::policy_to_json(v.policy)["schedule"], "zbv");
+    EXPECT_NE(error_of([] { run({{"schedule", "zigzag"}}); }).find("schedule"), std::string::npos);
+}
+
 TEST(Contract, MissingPolicyKeysTakeTheDefaults) {
     const planner::Estimate e = run(json::object(), 1024);
     EXPECT_EQ(e.policy.dp, 1024);  // num_gpus / (tp pp cp)

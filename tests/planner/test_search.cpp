@@ -82,6 +82,43 @@ TEST(Simulator, BubbleIsPMinus1OverMVOfThePipelinedWorkWhenStagesAreBalanced) {
     EXPECT_LT(e.time.pp_bubble / e.time.compute, 0.5 / double(e.micro_batches));  // vs 1/m balanced
 }
 
+// Zero-bubble schedules (Qi et al. 2023): W (half the backward) fills the bubble. ZB-H1 leaves
+// F / (F + backward) of 1F1B's bubble (a third with F = B = W), ZBV half of that; ZB-H1 holds
+// min(p, m) micro-batches on every stage, so its fullest stage needs what 1F1B's first does (the last
+// stage's logits aside); ZBV 2p chunks of half a stage. The search takes them when asked, and a policy file names them.
+TEST(Simulator, ZeroBubbleSchedulesShrinkTheBubble) {
+    planner::Policy p;
+    p.tp = 8, p.pp = 8, p.recompute = cost::Recompute::Selective;
+    const planner::Estimate one = eval(p);
+    p.schedule = cost::Schedule::ZeroBubbleH1;
+    const planner::Estimate h1 = eval(p);
+    p.schedule = cost::Schedule::ZeroBubbleV, p.virtual_stages = 2;
+    const planner::Estimate v = eval(p);
+    ASSERT_TRUE(one.consistent && h1.consistent && v.consistent) << one.reason << h1.reason << v.reason;
+    // F / (F + backward): a third when the backward is twice the forward (here a little less: the
+    // backward's share of the stage time is a little more than 2/3 with selective recomputation)
+    EXPECT_GT(h1.time.pp_bubble / one.time.pp_bubble, 0.3);
+    EXPECT_LE(h1.time.pp_bubble / one.time.pp_bubble, 1.0 / 3.0 + 1e-12);
+    EXPECT_NEAR(v.time.pp_bubble / h1.time.pp_bubble, 0.5, 1e-12);
+    EXPECT_NEAR(h1.time.compute, one.time.compute, 1e-12);
+    EXPECT_GT(h1.tokens_per_s, one.tokens_per_s);
+    // p micro-batches held on every stage: the fullest is 1F1B's first, or the last with its logits
+    EXPECT_GE(h1.memory.activations, one.memory.activations * (1 - 1e-12));
+    EXPECT_LE(h1.memory.activations, one.memory.activations * 1.05);
+    EXPECT_EQ(planner::describe(h1.policy).find("zb-h1") != std::string::npos, true);
+    p.virtual_stages = 3;
+    EXPECT_NE(eval(p).reason.find("virtual_stages must be 2"), std::string::npos);
+
+    planner::SearchSpace space;
+    space.tp = {8}, space.pp = {8}, space.schedule = {cost::Schedule::ZeroBubbleH1};
+    const planner::SearchResult r = planner::search(kGpt3, a100s(128), {1536, 2048}, space, 3);
+    ASSERT_FALSE(r.top.empty());
+    for (const planner::Estimate& e : r.top) {
+        EXPECT_EQ(e.policy.schedule, cost::Schedule::ZeroBubbleH1);
+        EXPECT_EQ(e.policy.virtual_stages, 1);
+    }
+}
+
 TEST(Simulator, TensorParallelAcrossNodesIsSlower) {
     planner::Policy in, across;
     in.tp = 8, in.pp = 16, in.recompute = across.recompute = cost::Recompute::Full;

@@ -20,7 +20,7 @@ namespace shardlm::cli {
 namespace {
 
 struct PlanArgs {
-    std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16";
+    std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
     int gpus_per_node = 8, nodes = 1, seq = 0, top = 5;
     int64_t global_batch = 0;
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
@@ -95,6 +95,12 @@ planner::SearchSpace resolve_space(const PlanArgs& a) {
     if (a.zero >= 0) s.zero_stage = {a.zero};
     if (a.micro_batch) s.micro_batch = {a.micro_batch};
     if (a.virtual_stages) s.virtual_stages = {a.virtual_stages};
+    if (!a.schedule.empty()) {
+        const cost::Schedule k = cost::parse_schedule(a.schedule);  // names the known ones
+        SHARDLM_CHECK(k != cost::Schedule::GPipe, "--schedule gpipe is not modelled by the planner"
+                      "\n---> HINT: use 1f1b, interleaved, zb-h1 or zbv");
+        s.schedule = {k == cost::Schedule::Interleaved ? cost::Schedule::OneFOneB : k};
+    }
     if (!a.recompute.empty()) {
         cost::Recompute r;
         SHARDLM_CHECK(cost::recompute_from_name(a.recompute, &r), "--recompute '", a.recompute,
@@ -205,6 +211,9 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--zero", a->zero, "Search only this ZeRO stage");
     c->add_option("--micro-batch", a->micro_batch, "Search only this micro-batch");
     c->add_option("--virtual-stages", a->virtual_stages, "Search only this number of virtual stages");
+    c->add_option("--schedule", a->schedule,
+                  "Search only this pipeline schedule: 1f1b (interleaved with --virtual-stages > 1), zb-h1 or zbv"
+                  " (zero-bubble; default: 1f1b and interleaved)");
     c->add_option("--recompute", a->recompute, "Search only none, selective or full");
     c->add_option("--sp", a->sp, "Search only sequence parallelism on or off");
     c->callback([a] {

@@ -191,7 +191,7 @@ public:
                                   int root = 0);
 
     // The raw communicator for collectives (MPI_COMM_NULL for the self group). Calling MPI on it
-    // directly bypasses the serialisation token: only for benchmarks, with no i* call pending.
+    // directly bypasses the engine's MPI mutex: only for benchmarks, with no i* call pending.
     MPI_Comm raw_comm() const;
 
 private:

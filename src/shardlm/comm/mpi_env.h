@@ -8,14 +8,13 @@
 //
 // Thread level: MPI_THREAD_SERIALIZED. Non-blocking collectives run on one background
 // communication thread per process (comm/engine.h) while blocking ones run on the caller's thread;
-// an internal token guarantees that two threads never call MPI at the same time, which is exactly
-// what SERIALIZED allows (FUNNELED would forbid the communication thread from calling MPI at all).
+// every MPI call holds the engine's MPI mutex (Engine::mpi()), so two threads never call MPI at the
+// same time, which is exactly what SERIALIZED allows (FUNNELED would forbid the communication thread
+// from calling MPI at all).
 //
-// Idle waiting: the communication thread never blocks inside MPI; it polls MPI_Testall and sleeps
-// with back-off (comm::set_background_wait). Blocking calls on the caller's thread wait in MPI_Waitall,
-// which spins: with one rank per core that is the fastest, and Open MPI switches to yielding by
-// itself when oversubscribed (mpi_yield_when_idle=1 measured no different with 2 ranks), so shardlm
-// leaves that MCA parameter alone.
+// Waiting: no thread blocks inside MPI. Both poll MPI_Testall with the mutex released between polls:
+// the communication thread sleeping with back-off between polls (comm::set_background_wait), the
+// caller's thread without sleeping (it has nothing else to do).
 //
 // Errors: MPI_ERRORS_RETURN is set on MPI_COMM_WORLD and on every communicator shardlm creates, and
 // every MPI call goes through SHARDLM_MPI_CHECK, so an MPI failure becomes a shardlm::Error naming

@@ -1,5 +1,6 @@
 // comm/ring.h (internal): the ring algorithms behind Group's collectives, on MPI point-to-point
-// messages, run by the engine (comm/engine.h) on whichever thread holds the MPI token.
+// messages, run by the engine (comm/engine.h) on the caller's or the communication thread, each MPI
+// call under the engine's MPI mutex.
 //
 // Each algorithm adds the bytes it hands to MPI_Isend to op.bytes_sent; Group::ring_bytes and
 // Group::ring_bytes_rank give the same counts in closed form (group.h explains the accounting).

@@ -48,8 +48,8 @@ const float* Generator::step(int token) {
     const int C = cfg_.n_embd, T = cfg_.n_ctx, V = cfg_.vocab_size;
     SHARDLM_CHECK(pos_ < T, "generation reached the model's context length n_ctx = ", T);
     SHARDLM_CHECK(token >= 0 && token < V, "token id ", token, " is outside the vocabulary [0, ", V, ")");
-    const float* wte = param(wte_, 0);
-    const float* wpe = param(wpe_, 0);
+    const float* wte = param(wte_, kTable);
+    const float* wpe = param(wpe_, kTable);
     for (int i = 0; i < C; i++) x_[size_t(i)] = wte[size_t(token) * C + i] + wpe[size_t(pos_) * C + i];
     for (int l = 0; l < cfg_.n_layer; l++) {
         BlockWeights w;
@@ -58,7 +58,7 @@ const float* Generator::step(int token) {
         block_forward(ctx_, w, acts_, x_.data(), y_.data(), 1, 1, &kv, pos_);
         std::swap(x_, y_);
     }
-    kernels::layernorm_forward(lnf_.data(), &stats_[0], &stats_[1], x_.data(), param(head_, 0), param(head_, 1), 1, C,
+    kernels::layernorm_forward(lnf_.data(), &stats_[0], &stats_[1], x_.data(), param(head_, kLnfW), param(head_, kLnfB), 1, C,
                                cfg_.ln_eps);
     kernels::matmul_forward(logits_.data(), lnf_.data(), wte, nullptr, 1, C, V, false);
     pos_++;

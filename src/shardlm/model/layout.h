@@ -78,10 +78,12 @@ struct Layout {
     int unit_of(UnitKind kind) const;  // the first unit of a kind (the token embedding: one), -1 if absent
 };
 
-// Block parameter order inside each block unit.
+// Parameter order inside each unit: a block's, the head's (ln_f), and the embeddings' (one tensor).
 enum BlockParam : int {
     kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kNumBlockParams
 };
+enum HeadParam : int { kLnfW, kLnfB };
+enum EmbeddingParam : int { kTable };  // wte [Vp/tp, C], wpe [n_ctx, C], the tied copy
 
 // Which part of the model a rank's layout holds.
 // A chunk that holds the head but not the embedding brings a tied copy of wte.

@@ -295,12 +295,12 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
         if (cu == 0) {
             announce(wte_unit_);
             announce(wpe_unit_);
-            embedding_forward(ctx_, param(wte_unit_, 0), param(wpe_unit_, 0), s.tokens.data(), s.x[1].data(), B, T);
+            embedding_forward(ctx_, param(wte_unit_, kTable), param(wpe_unit_, kTable), s.tokens.data(), s.x[1].data(), B, T);
         } else if (cu == head) {
             announce(head_unit_);
             if (ch.first != 0) announce(head_wte_unit_);  // the tied copy
-            const float *w = vec(head_unit_, 0), *b = vec(head_unit_, 1);
-            const void *wte = param(head_wte_unit_, 0), *x = s.x[size_t(k)].data();
+            const float *w = vec(head_unit_, kLnfW), *b = vec(head_unit_, kLnfB);
+            const void *wte = param(head_wte_unit_, kTable), *x = s.x[size_t(k)].data();
             run_lanes(B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
             if (targets) loss = head_loss_sum(s.head, N);
         } else {
@@ -367,16 +367,15 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
         if (weight && hooks) hooks->after_backward(unit);
     };
     float* dres = ch.dres.data();
-    const bool first_has_embedding = ch.first == 0;
     for (int cu = ch.last, k = ch.last - ch.first; cu >= ch.first; cu--, k--) {
         const void* x = cu == 0 ? nullptr : s.x[size_t(k)].data();  // the unit's input
         if (cu == head) {
             before(head_unit_);
             before(head_wte_unit_);
             HeadKeep& hk = head_keep(s);
-            const float* w = input ? vec(head_unit_, 0) : nullptr;
-            const void* wte = param(head_wte_unit_, 0);
-            float *dw = grad(head_unit_, 0), *db = grad(head_unit_, 1), *dwte = grad(head_wte_unit_, 0);
+            const float* w = input ? vec(head_unit_, kLnfW) : nullptr;
+            const void* wte = param(head_wte_unit_, kTable);
+            float *dw = grad(head_unit_, kLnfW), *db = grad(head_unit_, kLnfB), *dwte = grad(head_wte_unit_, kTable);
             run_lanes(B, [&](const UnitContext& c) {
                 if (phases == Phases::Both) head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate);
                 else if (input) head_backward_input(c, w, wte, s.head, hk, x, dres, B, T);
@@ -390,7 +389,7 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             if (!weight) continue;
             before(wpe_unit_);
             before(wte_unit_);
-            embedding_backward(ctx_, grad(wte_unit_, 0), grad(wpe_unit_, 0), defer_ ? s.dx0.data() : dres,
+            embedding_backward(ctx_, grad(wte_unit_, kTable), grad(wpe_unit_, kTable), defer_ ? s.dx0.data() : dres,
                                s.tokens.data(), B, T);
             after(wpe_unit_);
             after(wte_unit_);

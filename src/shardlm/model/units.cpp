@@ -16,19 +16,9 @@ namespace shardlm::model {
 using namespace shardlm::kernels;
 
 Recompute parse_recompute(const std::string& name) {
-    if (name == "none") return Recompute::None;
-    if (name == "full") return Recompute::Full;
-    if (name == "selective") return Recompute::Selective;
-    fail("unknown --recompute '", name, "'\n---> HINT: use none, full or selective");
-}
-
-const char* recompute_name(Recompute r) {
-    switch (r) {
-    case Recompute::None: return "none";
-    case Recompute::Full: return "full";
-    case Recompute::Selective: return "selective";
-    }
-    return "?";
+    Recompute r;
+    if (!cost::recompute_from_name(name, &r)) fail("unknown --recompute '", name, "'\n---> HINT: use none, full or selective");
+    return r;
 }
 
 // ---- buffers ----------------------------------------------------------------------------------

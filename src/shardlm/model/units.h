@@ -33,6 +33,7 @@
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/dtype.h"
+#include "shardlm/cost/flops.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
@@ -40,9 +41,10 @@
 
 namespace shardlm::model {
 
-enum class Recompute { None, Full, Selective };
-Recompute parse_recompute(const std::string& name);  // none | full | selective
-const char* recompute_name(Recompute r);
+// One enum of the concept, shared with the cost model (cost/flops.h).
+using Recompute = cost::Recompute;
+using cost::recompute_name;
+Recompute parse_recompute(const std::string& name);  // none | selective | full; throws a clear error otherwise
 
 // Buffers shared by all units of a rank (used within one unit's forward or backward only).
 struct Scratch {
@@ -103,8 +105,8 @@ struct BlockActs {
     TypedBuffer ln1, qkv, att, atty, resid2, ln2, fch, fch_gelu;  // (Nl,C) (N,3Ct) (B,NH/tp,T,T) (N,Ct)
                                                                   // (Nl,C) (Nl,C) (N,F) (N,F)
     AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (Nl)
-    // keep_att: the probabilities are kept (no selective recomputation); for_decoding: one sequence,
-    // none kept (generation).
+    // keep_att: the probabilities are kept (false under selective recomputation, and for decoding:
+    // one sequence at a time, attending to the KV cache).
     void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att);
     size_t bytes() const;        // everything
     size_t stats_bytes() const;  // the LayerNorm statistics alone

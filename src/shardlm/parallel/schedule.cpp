@@ -92,11 +92,15 @@ std::vector<Compute> compute_order(ScheduleKind kind, int p, int m, int v, int s
         // Qi et al.'s ZB-H1: 1F1B's warm-up and order of F and B, but stage s defers the W of its
         // first s micro-batches (W then runs oldest first, one after each B) to its cool-down, where
         // 1F1B leaves it idle: the last stage, idle longest at the end, defers the most; the first
-        // none. A micro-batch's activations live until its W: at most p of them on any stage.
+        // none (it runs whole backwards, and keeps no B -> W buffers per slot). A micro-batch's
+        // activations live until its W: at most p of them on any stage.
         int f = 0, b = 0, w = 0;
         auto Fw = [&] { out.push_back({Pass::F, f++, 0}); };
-        auto Bi = [&] { out.push_back({Pass::B, b++, 0}); };
-        auto Wt = [&] { out.push_back({Pass::W, w++, 0}); };
+        auto Bi = [&] { out.push_back({s == 0 ? Pass::BW : Pass::B, b++, 0}); };
+        auto Wt = [&] {
+            if (s > 0) out.push_back({Pass::W, w, 0});
+            w++;
+        };
         for (int k = 0; k < std::min(p - s - 1, m); k++) Fw();
         for (int k = 0; k < s && f < m; k++) Fw(), Bi();
         while (f < m) Fw(), Bi(), Wt();
@@ -296,9 +300,14 @@ Schedule make_forward_schedule(int p, int m, int v, Placement placement) {
 }
 
 bool Schedule::splits_backward() const {
-    for (const auto& list : ranks)
-        for (const Action& a : list)
-            if (a.op == Op::BackwardInput) return true;
+    for (int r = 0; r < stages; r++)
+        if (splits_backward(r)) return true;
+    return false;
+}
+
+bool Schedule::splits_backward(int rank) const {
+    for (const Action& a : ranks[size_t(rank)])
+        if (a.op == Op::BackwardInput) return true;
     return false;
 }
 

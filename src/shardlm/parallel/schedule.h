@@ -57,8 +57,10 @@ struct Schedule {
                                                                   : model_chunk % stages;
     }
     int num_model_chunks() const { return stages * virtual_stages; }
-    // Whether some backward runs as B and W apart (the model part then keeps each slot's W buffers).
+    // Whether some backward runs as B and W apart, anywhere or on this rank (whose model part then
+    // keeps each slot's B -> W buffers).
     bool splits_backward() const;
+    bool splits_backward(int rank) const;
     // Micro-batches whose activations a chunk of a rank holds at once (at most): its activation slots
     // (a slot is busy from its forward to its backward's W). Micro-batch i uses slot i % slots
     // (passes of a chunk run in micro-batch order).

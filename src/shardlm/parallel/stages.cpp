@@ -5,14 +5,17 @@
 #include <sstream>
 
 #include "shardlm/core/check.h"
+#include "shardlm/cost/flops.h"
+#include "shardlm/cost/shape.h"
 
 namespace shardlm::parallel {
 
 double unit_flops_per_token(const model::GptConfig& c, int seq, int unit) {
-    const double C = c.n_embd, T = seq;
-    if (unit == 0) return 3.0 * C;                                     // lookups and adds
-    if (unit == c.n_layer + 1) return 3.0 * 2.0 * C * c.padded_vocab();  // logits
-    return 3.0 * (24.0 * C * C + 4.0 * T * C);
+    // forward + backward = 3 forwards, of the cost model's counts (the head over the padded rows it computes)
+    const cost::ModelShape m = cost::gpt_shape(c.name, c.n_layer, c.n_embd, c.n_head, c.padded_vocab(), seq);
+    if (unit == 0) return 3.0 * c.n_embd;  // lookups and adds (the cost model counts them 0): not free
+    if (unit == c.n_layer + 1) return 3.0 * cost::head_forward_flops_per_token(m);
+    return 3.0 * cost::block_forward_flops_per_token(m, seq).total();
 }
 
 std::vector<std::pair<int, int>> split_stages(const model::GptConfig& c, int seq, int chunks, const std::string& split) {

@@ -50,6 +50,13 @@ void fill_time(const detail::StageModel& sm, const Policy& p, Estimate& e) {
     t.tp_comm = m * slow.tp;
     t.cp_comm = m * slow.cp;
     t.pp_bubble = (all_stages - slow.total()) / p.virtual_stages;
+    // Zero-bubble schedules (Qi et al. 2023): the backward's weight half W fills 1F1B's bubble. With
+    // B = W = half the backward (their FLOPs are equal), ZB-H1 leaves (p - 1)(F + B - W) = (p - 1) F of
+    // 1F1B's (p - 1)(F + B + W); ZBV, on chunks of half a stage, (p - 1) F / 2 (its warm-up: reached
+    // for m >= 2p - 1; fewer micro-batches leave more, which the schedule simulator shows).
+    const double f_share = slow.forward / std::max(1e-30, slow.forward + slow.backward);
+    if (p.schedule == cost::Schedule::ZeroBubbleH1) t.pp_bubble *= f_share;
+    if (p.schedule == cost::Schedule::ZeroBubbleV) t.pp_bubble = t.pp_bubble * p.virtual_stages * f_share / 2;
     t.pp_comm = sm.pp_comm_s();
     for (int stage : extreme_stages(p)) {
         t.dp_comm = std::max(t.dp_comm, sm.dp_exposed_s(stage, sm.micro_batch_time(stage)));

@@ -126,12 +126,17 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
 Policy policy_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "policy",
                    {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
-                    "sequence_parallel", "precision"});
+                    "sequence_parallel", "precision", "schedule"});
     Policy p;
     p.tp = f.get<int>("tp", 1), p.pp = f.get<int>("pp", 1), p.dp = f.get<int>("dp", 0), p.cp = f.get<int>("cp", 1);
     p.zero_stage = f.get<int>("zero_stage", 0);
     p.micro_batch = f.get<int64_t>("micro_batch", 1);
-    p.virtual_stages = f.get<int>("virtual_stages", 1);
+    const std::string sched = f.get<std::string>("schedule", "1f1b");
+    if (sched != "1f1b" && sched != "interleaved" && sched != "zb-h1" && sched != "zbv")
+        f.bad_value("schedule", sched, "\"1f1b\", \"interleaved\", \"zb-h1\", \"zbv\"");
+    // interleaved is 1F1B over virtual stages; zbv implies two
+    p.schedule = sched == "interleaved" ? cost::Schedule::OneFOneB : cost::parse_schedule(sched);
+    p.virtual_stages = f.get<int>("virtual_stages", p.schedule == cost::Schedule::ZeroBubbleV ? 2 : 1);
     p.sequence_parallel = f.get<bool>("sequence_parallel", false);
     const std::string r = f.get<std::string>("recompute", "none");
     if (!cost::recompute_from_name(r, &p.recompute)) f.bad_value("recompute", r, "\"none\", \"selective\", \"full\"");
@@ -182,7 +187,9 @@ json policy_to_json(const Policy& p) {
             {"virtual_stages", p.virtual_stages},
             {"recompute", cost::recompute_name(p.recompute)},
             {"sequence_parallel", p.sequence_parallel},
-            {"precision", precision_name(p.precision)}};
+            {"precision", precision_name(p.precision)},
+            {"schedule", p.schedule == cost::Schedule::OneFOneB && p.virtual_stages > 1 ? "interleaved"
+                                                                                       : cost::schedule_name(p.schedule)}};
 }
 
 json estimate_to_json(const Estimate& e) {

@@ -9,7 +9,10 @@ namespace shardlm::planner {
 std::string describe(const Policy& p) {
     return cat("tp=", p.tp, " pp=", p.pp, " dp=", p.dp, " cp=", p.cp, " v=", p.virtual_stages, " mb=", p.micro_batch,
                " zero=", p.zero_stage, " recompute=", cost::recompute_name(p.recompute),
-               " sp=", p.sequence_parallel ? "on" : "off", " ", precision_name(p.precision));
+               " sp=", p.sequence_parallel ? "on" : "off", " ", precision_name(p.precision),
+               p.schedule == cost::Schedule::ZeroBubbleH1 || p.schedule == cost::Schedule::ZeroBubbleV
+                   ? cat(" ", cost::schedule_name(p.schedule))
+                   : std::string());
 }
 
 int64_t micro_batches(const Job& job, const Policy& p) { return job.global_batch / (int64_t(p.dp) * p.micro_batch); }
@@ -22,6 +25,12 @@ std::string check_ranges(const Policy& p) {
     if (p.zero_stage < 0 || p.zero_stage > 3) return cat("zero_stage must be 0, 1, 2 or 3 (got ", p.zero_stage, ")");
     if (p.micro_batch < 1) return cat("micro_batch must be >= 1 (got ", p.micro_batch, ")");
     if (p.virtual_stages < 1) return cat("virtual_stages must be >= 1 (got ", p.virtual_stages, ")");
+    if (p.schedule == cost::Schedule::GPipe) return "the planner models 1f1b, interleaved, zb-h1 and zbv (not gpipe)";
+    if (p.schedule == cost::Schedule::ZeroBubbleH1 && p.virtual_stages != 1)
+        return cat("zb-h1 runs one chunk per stage: virtual_stages must be 1 (got ", p.virtual_stages, ")");
+    if (p.schedule == cost::Schedule::ZeroBubbleV && p.virtual_stages != 2)
+        return cat("zbv runs two chunks per stage in a V: virtual_stages must be 2 (got ", p.virtual_stages, ")");
+    if (p.schedule == cost::Schedule::ZeroBubbleV && p.pp < 2) return "zbv needs pp >= 2";
     return "";
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "shardlm/cost/flops.h"
+#include "shardlm/cost/memory.h"
 #include "shardlm/cost/shape.h"
 #include "shardlm/planner/hardware.h"
 
@@ -22,6 +23,9 @@ struct Policy {
     int zero_stage = 0;
     int64_t micro_batch = 1;  // sequences
     int virtual_stages = 1;   // > 1: interleaved 1F1B, each stage holds this many model chunks
+    // OneFOneB (Interleaved with virtual_stages > 1), or the zero-bubble ZeroBubbleH1 (v = 1) and
+    // ZeroBubbleV (v = 2, two chunks per stage in a V): parallel/schedule.h
+    cost::Schedule schedule = cost::Schedule::OneFOneB;
     cost::Recompute recompute = cost::Recompute::None;
     bool sequence_parallel = false;
     Precision precision = Precision::Bf16;

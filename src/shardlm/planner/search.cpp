@@ -88,14 +88,21 @@ struct Searcher {
         const std::vector<bool> sps = p.tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
         // with one data-parallel rank there is nothing to shard: stages 1-3 equal stage 0
         const std::vector<int> zero_stages = p.dp * p.cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
-        for (int v : or_default(space.virtual_stages, vs))
-            for (int zero : or_default(space.zero_stage, zero_stages))
-                for (cost::Recompute r : or_default(space.recompute, {cost::Recompute::None, cost::Recompute::Selective,
-                                                                        cost::Recompute::Full}))
-                    for (bool sp : or_default(space.sequence_parallel, sps)) {
-                        p.virtual_stages = v, p.zero_stage = zero, p.recompute = r, p.sequence_parallel = sp;
-                        micro_batch_series(p);
-                    }
+        for (cost::Schedule sched : or_default(space.schedule, {cost::Schedule::OneFOneB}))
+            for (int v : or_default(space.virtual_stages, vs)) {
+                // the zero-bubble schedules fix the chunks per stage: ZB-H1 one, ZBV two
+                if (sched == cost::Schedule::ZeroBubbleH1 && v != 1) continue;
+                if (sched == cost::Schedule::ZeroBubbleV && v != 2) continue;
+                for (int zero : or_default(space.zero_stage, zero_stages))
+                    for (cost::Recompute r : or_default(space.recompute, {cost::Recompute::None,
+                                                                          cost::Recompute::Selective,
+                                                                          cost::Recompute::Full}))
+                        for (bool sp : or_default(space.sequence_parallel, sps)) {
+                            p.schedule = sched, p.virtual_stages = v, p.zero_stage = zero, p.recompute = r;
+                            p.sequence_parallel = sp;
+                            micro_batch_series(p);
+                        }
+            }
     }
 
     void run() {

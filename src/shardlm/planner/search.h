@@ -21,6 +21,8 @@ struct SearchSpace {
     std::vector<int64_t> micro_batch;
     std::vector<cost::Recompute> recompute;
     std::vector<bool> sequence_parallel;
+    // empty: 1F1B and its interleaving (Megatron's); the zero-bubble ones when named
+    std::vector<cost::Schedule> schedule;
     Precision precision = Precision::Bf16;
     int64_t max_micro_batch = 16;  // when micro_batch is empty
     int max_virtual_stages = 8;    // when virtual_stages is empty

@@ -53,7 +53,7 @@ MemoryBreakdown StageModel::memory(int stage) const {
     mem.params = ms.params, mem.grads = ms.grads, mem.optimizer = ms.optimizer;
 
     const double per_layer = cost::block_activation_bytes(m, activation_spec(p.recompute));
-    const int64_t chunks = cost::in_flight_chunks(cost::Schedule::OneFOneB, stage, p.pp, p.virtual_stages, micro_batches);
+    const int64_t chunks = cost::in_flight_chunks(p.schedule, stage, p.pp, p.virtual_stages, micro_batches);
     const double layers_per_chunk = double(m.layers) / (p.pp * p.virtual_stages);
     mem.activations = double(chunks) * layers_per_chunk * per_layer;
     // full recomputation rebuilds one block's activations at a time during backward

@@ -85,7 +85,8 @@ std::vector<int64_t> piece_shape(const model::Piece& pc) {
 
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
                             const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
-                            int keep, comm::Group& world, const nlohmann::json& writer, const nlohmann::json& extra) {
+                            int keep, comm::Group& world, const nlohmann::json& writer, const nlohmann::json& extra,
+                            FaultInjector* faults) {
     const bool root = world.rank() == 0;
     const int n = world.size();
     const fs::path final_dir = fs::path(run_dir) / ckpt_name(step);
@@ -125,8 +126,7 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
         sums += f + " " + io::hex64(io::xxh64_file((tmp / f).string())) + "\n";
     }
     const std::vector<std::string> all_sums = gather_text(world, sums);
-    // Fault injection for the tests: die by SIGKILL with this checkpoint half-written.
-    if (const char* k = std::getenv("SHARDLM_TEST_KILL_IN_CKPT"); k && std::atoi(k) == step) std::raise(SIGKILL);
+    if (faults) faults->while_checkpointing(step);  // the tests: die with this checkpoint half-written
     world.barrier();  // every rank's files are on disk
     if (root) {
         io::write_file_atomic((tmp / "config.json").string(), model::hf_config_json(mc));

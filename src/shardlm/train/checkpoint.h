@@ -28,6 +28,7 @@
 #include "shardlm/model/layout.h"
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/data_parallel.h"
+#include "shardlm/train/fault_injection.h"
 #include "shardlm/train/train_config.h"
 
 namespace shardlm::train {
@@ -36,11 +37,11 @@ inline constexpr int kCheckpointVersion = 4;  // 4: meta.json "checksums"; 3 (no
 
 // Writes RUN_DIR/ckpt_<step>/ and keeps the newest `keep` complete checkpoints. Returns its path.
 // Collective over `world` (every rank writes its own pieces). writer: the layout, for meta.json;
-// extra: more top-level keys of meta.json (the loss scaler's state).
+// extra: more top-level keys of meta.json (the loss scaler's state); faults: the tests' (or null).
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
                             const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
                             int keep, comm::Group& world, const nlohmann::json& writer,
-                            const nlohmann::json& extra = nlohmann::json::object());
+                            const nlohmann::json& extra = nlohmann::json::object(), FaultInjector* faults = nullptr);
 
 // Removes hidden temporary checkpoint directories left by a killed run.
 void remove_stale_checkpoint_temps(const std::string& run_dir);

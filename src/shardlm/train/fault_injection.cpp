@@ -11,6 +11,8 @@
 
 namespace shardlm::train {
 
+namespace {
+
 void apply_test_poison(const char* kind, int step, int world_rank, const OwnedTensors& mine) {
     const char* env = std::getenv("SHARDLM_TEST_POISON");
     if (!env) return;
@@ -56,6 +58,43 @@ void apply_test_signal(int step, int world_rank) {
     int rank = -1, at_step = -1, sig = 0;
     if (!env || std::sscanf(env, "%d:%d:%d", &rank, &at_step, &sig) != 3 || rank != world_rank || at_step != step) return;
     std::raise(sig);
+}
+
+int env_step(const char* name) {
+    const char* e = std::getenv(name);
+    return e ? std::atoi(e) : -1;
+}
+
+class EnvFaults : public FaultInjector {
+public:
+    explicit EnvFaults(int rank) : rank_(rank) {}
+    void before_step(int step) override {
+        apply_test_stall(step, rank_);
+        apply_test_signal(step, rank_);
+    }
+    void on_reduced_grads(int step, const OwnedTensors& mine) override {
+        apply_test_poison("grad", step, rank_, mine);
+        apply_test_inf_grad(step, rank_, mine);
+    }
+    void after_update(int step, const OwnedTensors& mine) override { apply_test_poison("param", step, rank_, mine); }
+    void while_checkpointing(int step) override {
+        if (env_step("SHARDLM_TEST_KILL_IN_CKPT") == step) std::raise(SIGKILL);
+    }
+    void after_checkpoint(int step) override {
+        if (env_step("SHARDLM_TEST_KILL_AFTER_CKPT") == step) std::raise(SIGKILL);
+    }
+
+private:
+    int rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<FaultInjector> faults_from_env(int world_rank) {
+    for (const char* v : {"SHARDLM_TEST_POISON", "SHARDLM_TEST_INF_GRAD", "SHARDLM_TEST_STALL", "SHARDLM_TEST_SIGNAL",
+                          "SHARDLM_TEST_KILL_AFTER_CKPT", "SHARDLM_TEST_KILL_IN_CKPT"})
+        if (std::getenv(v)) return std::make_unique<EnvFaults>(world_rank);
+    return nullptr;
 }
 
 }  // namespace shardlm::train

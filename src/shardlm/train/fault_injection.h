@@ -1,5 +1,6 @@
-// train/fault_injection.h: faults the tests inject into a training run through the environment
-// (no-ops without the variables; read at the points named):
+// train/fault_injection.h: faults the tests inject into a training run. The Trainer calls an
+// installed FaultInjector at the points below and has none by default; `shardlm train` installs the
+// one the environment describes, and only when a test sets one of these variables:
 //   SHARDLM_TEST_POISON="<param|grad>:<step>:<unit>:<world rank|-1>:<value>"   sets ("nan", "inf") or
 //       adds (a number) value to every element the rank owns of the unit's parameters (after the
 //       step's update) or gradients (once reduced, before the norm)
@@ -8,15 +9,25 @@
 //   SHARDLM_TEST_STALL="<world rank>:<step>"   that rank sleeps for an hour before the step (a hung rank)
 //   SHARDLM_TEST_SIGNAL="<world rank>:<step>:<signal>"   that rank raises the signal before the step
 //   SHARDLM_TEST_KILL_AFTER_CKPT=<step>, SHARDLM_TEST_KILL_IN_CKPT=<step>   SIGKILL right after / while
-//       writing that checkpoint (train/trainer.cpp, train/checkpoint.cpp)
+//       writing that checkpoint
 #pragma once
+#include <memory>
+
 #include "shardlm/train/numerics.h"
 
 namespace shardlm::train {
 
-void apply_test_poison(const char* kind, int step, int world_rank, const OwnedTensors& mine);
-void apply_test_inf_grad(int step, int world_rank, const OwnedTensors& mine);
-void apply_test_stall(int step, int world_rank);
-void apply_test_signal(int step, int world_rank);
+class FaultInjector {
+public:
+    virtual ~FaultInjector() = default;
+    virtual void before_step(int step) {}
+    virtual void on_reduced_grads(int step, const OwnedTensors& mine) {}  // before the norm
+    virtual void after_update(int step, const OwnedTensors& mine) {}
+    virtual void while_checkpointing(int step) {}  // this rank's files written, meta.json not yet
+    virtual void after_checkpoint(int step) {}
+};
+
+// The injector the SHARDLM_TEST_* variables describe for this rank, or null when none is set.
+std::unique_ptr<FaultInjector> faults_from_env(int world_rank);
 
 }  // namespace shardlm::train

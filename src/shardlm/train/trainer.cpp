@@ -86,8 +86,8 @@ void Trainer::init(comm::Group& world) {
     model::ModelPart::Options po;
     for (int c = 0; c < v; c++) po.chunks.push_back(all_chunks_[size_t(schedule_.model_chunk(grid_->pp_rank(), c))]);
     po.slots = schedule_.slots(grid_->pp_rank());
-    po.defer_weight_grads = schedule_.splits_backward();
-    SHARDLM_CHECK(!po.defer_weight_grads || cfg_.zero < 3, "--schedule ", cfg_.schedule, " runs each backward's"
+    po.defer_weight_grads = schedule_.splits_backward(grid_->pp_rank());
+    SHARDLM_CHECK(!schedule_.splits_backward() || cfg_.zero < 3, "--schedule ", cfg_.schedule, " runs each backward's"
                   " weight gradients (W) apart from its input gradients (B); ZeRO-3 would have to gather every"
                   " unit's parameters for B and hold its gradient buffer until the deferred W, which it does not"
                   " (yet)\n---> HINT: use --zero 0, 1 or 2 with it, or --schedule 1f1b with --zero 3");
@@ -206,8 +206,7 @@ Trainer::~Trainer() {
 bool Trainer::holds_head() const { return part_->has_head(part_->num_chunks() - 1); }
 
 StepStats Trainer::train_step(int step) {
-    apply_test_stall(step, grid_->world_rank());
-    apply_test_signal(step, grid_->world_rank());
+    if (faults_) faults_->before_step(step);
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
     const int dp = grid_->dp_size(), row0 = grid_->dp_rank() * (G / dp);
@@ -228,8 +227,7 @@ StepStats Trainer::train_step(int step) {
     auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
         dp_->finish_step();
         if (embedding_group_) dp_->sum_tied_grads(*embedding_group_);
-        apply_test_poison("grad", step, grid_->world_rank(), owned(true));
-        apply_test_inf_grad(step, grid_->world_rank(), owned(true));
+        if (faults_) faults_->on_reduced_grads(step, owned(true));
         // the loss (ranks holding the head, once per tensor-parallel group), the squared gradient
         // norm (every rank's share) and the stop signals, summed over the world in one message: every
         // rank sees a NaN, an overflow, or a signal any rank got, at the same step
@@ -262,7 +260,7 @@ StepStats Trainer::train_step(int step) {
         dp_->after_step();
     };
     const parallel::PipelineExecutor::Result r = exec_->run(schedule_, batch, M, T, dloss, reduce, update);
-    apply_test_poison("param", step, grid_->world_rank(), owned(false));
+    if (faults_) faults_->after_update(step, owned(false));
     s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
@@ -409,9 +407,8 @@ bool Trainer::save_finite_checkpoint(int steps_done) {
     nlohmann::json extra = nlohmann::json::object();
     if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
     save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, part_->layout(), *dp_, *optimizer_, cfg_.keep_ckpts, *world_,
-                    writer_json(), extra);
-    // Fault injection for the resume tests: die by SIGKILL right after this checkpoint.
-    if (const char* k = std::getenv("SHARDLM_TEST_KILL_AFTER_CKPT"); k && std::atoi(k) == steps_done) std::raise(SIGKILL);
+                    writer_json(), extra, faults_.get());
+    if (faults_) faults_->after_checkpoint(steps_done);
     return true;
 }
 

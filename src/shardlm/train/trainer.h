@@ -16,6 +16,7 @@
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/parallel/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
+#include "shardlm/train/fault_injection.h"
 #include "shardlm/train/numerics.h"
 #include "shardlm/train/train_config.h"
 
@@ -60,6 +61,8 @@ public:
     const TrainConfig& config() const { return cfg_; }
     const comm::Grid& grid() const { return *grid_; }
     int start_step() const { return start_step_; }
+    // Faults to inject (tests only: train/fault_injection.h); none by default.
+    void set_faults(std::unique_ptr<FaultInjector> f) { faults_ = std::move(f); }
     bool is_root() const { return grid_->world_rank() == 0; }
 
 private:
@@ -81,6 +84,7 @@ private:
     std::string sample_text();
     nlohmann::json writer_json() const;
 
+    std::unique_ptr<FaultInjector> faults_;
     std::unique_ptr<comm::Group> own_world_;  // the self group of the one-process constructor
     comm::Group* world_ = nullptr;
     TrainConfig cfg_;
