@@ -38,13 +38,13 @@ std::string json_escape(const std::string& s) {
 }  // namespace
 
 std::string Trainer::memory_report() const {
-    const comm::Grid& g = *grid_;
+    const comm::Grid& g = *e_.grid;
     std::string out = fmt("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d)\n", g.world_rank(),
                           g.world_size(), g.dp_rank(), g.dp_size(), g.tp_rank(), g.tp_size(), g.pp_rank(), g.pp_size());
-    out += dp_->memory_report(*optimizer_);
+    out += e_.dp->memory_report(*e_.optimizer);
     // tensor parallelism: the matrices are cut in tp, the LayerNorms and row-parallel biases replicated
     size_t sharded = 0, replicated = 0, sharded_full = 0;
-    for (const model::ParamSpec& p : part_->layout().params) {
+    for (const model::ParamSpec& p : e_.part->layout().params) {
         if (p.tied_copy) continue;
         size_t full = 1;
         for (int64_t d : p.full_shape) full *= size_t(d);
@@ -58,29 +58,29 @@ std::string Trainer::memory_report() const {
     // activations: one slot per micro-batch in flight (GPipe m, 1F1B at most p - stage, ZB-H1 p: a
     // micro-batch's activations live until its W)
     const int p = g.pp_size(), s = g.pp_rank();
-    for (int c = 0; c < part_->num_chunks(); c++) {
+    for (int c = 0; c < e_.part->num_chunks(); c++) {
         int theory = 1;
         const char* why = "from the schedule";
-        switch (schedule_.kind) {
-        case parallel::ScheduleKind::GPipe: theory = micro_, why = "GPipe holds all m micro-batches"; break;
-        case parallel::ScheduleKind::OneFOneB: theory = std::min(p - s, micro_), why = "1F1B holds at most p - stage"; break;
+        switch (e_.schedule.kind) {
+        case parallel::ScheduleKind::GPipe: theory = e_.micro, why = "GPipe holds all m micro-batches"; break;
+        case parallel::ScheduleKind::OneFOneB: theory = std::min(p - s, e_.micro), why = "1F1B holds at most p - stage"; break;
         case parallel::ScheduleKind::ZeroBubbleH1:
-            theory = std::min(p, micro_), why = "ZB-H1 holds each micro-batch until its deferred W: at most p";
+            theory = std::min(p, e_.micro), why = "ZB-H1 holds each micro-batch until its deferred W: at most p";
             break;
         case parallel::ScheduleKind::Interleaved:
-        case parallel::ScheduleKind::ZeroBubbleV: theory = part_->slots(c); break;
+        case parallel::ScheduleKind::ZeroBubbleV: theory = e_.part->slots(c); break;
         }
         out += fmt("  %-22s %12d %12d   activation slots of chunk %d (compute units %d..%d), %.2f MiB each; "
                    "theory: %s\n",
-                   "micro-batches held", part_->slots(c), theory, c, part_->first_unit(c), part_->last_unit(c),
-                   mib(double(part_->slot_bytes(c))), why);
+                   "micro-batches held", e_.part->slots(c), theory, c, e_.part->first_unit(c), e_.part->last_unit(c),
+                   mib(double(e_.part->slot_bytes(c))), why);
     }
     out += fmt("  %-22s %12.2f %12s   MiB of output gradients B keeps for W (%s)\n", "B -> W buffers",
-               mib(double(part_->keep_bytes())), "-",
-               part_->defers_weight_grads() ? "W deferred: one set per slot, inside the slots above"
+               mib(double(e_.part->keep_bytes())), "-",
+               e_.part->defers_weight_grads() ? "W deferred: one set per slot, inside the slots above"
                                             : "W follows B: one set, reused");
     // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
-    const model::ModelPart::BlockBytes bb = part_->block_bytes();
+    const model::ModelPart::BlockBytes bb = e_.part->block_bytes();
     if (bb.values >= 0) {
         cost::ModelShape shape = cost::gpt_shape(model_cfg_.name, model_cfg_.n_layer, model_cfg_.n_embd,
                                                  model_cfg_.n_head, model_cfg_.vocab_size, cfg_.seq);
@@ -91,7 +91,7 @@ std::string Trainer::memory_report() const {
         spec.tp = g.tp_size();
         spec.sequence_parallel = cfg_.sequence_parallel && g.tp_size() > 1;
         cost::recompute_from_name(cfg_.recompute, &spec.recompute);
-        spec.value_bytes = double(dtype_bytes(part_->precision()));
+        spec.value_bytes = double(dtype_bytes(e_.part->precision()));
         const double f = cost::block_activation_bytes(shape, spec);
         out += fmt("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
                    "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
@@ -102,11 +102,11 @@ std::string Trainer::memory_report() const {
             out += fmt("  %-22s %12lld   bytes per block: the LayerNorms' means and 1/std (fp32, outside the formulas)\n",
                        "LayerNorm statistics", bb.stats);
     }
-    if (part_->recompute_bytes() > 0)
+    if (e_.part->recompute_bytes() > 0)
         out += fmt("  %-22s %12.2f   (held once: the recomputed block or attention probabilities)\n", "recompute MiB",
-                   mib(double(part_->recompute_bytes())));
+                   mib(double(e_.part->recompute_bytes())));
     out += fmt("  %-22s %12.2f   (all slots, boundary buffers and scratch)\n", "activations MiB",
-               mib(double(part_->activation_bytes())));
+               mib(double(e_.part->activation_bytes())));
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     out += fmt("  %-22s %12.2f   (this process so far)\n", "peak RSS MiB", double(ru.ru_maxrss) / 1024.0);
@@ -114,7 +114,7 @@ std::string Trainer::memory_report() const {
 }
 
 std::string Trainer::comm_report() const {
-    const comm::Grid& g = *grid_;
+    const comm::Grid& g = *e_.grid;
     std::string out = fmt("communication, rank %d of %d (bytes sent by this rank in the last step beside the formulas: "
                           "ring all-reduce 2(N-1)/N B, reduce-scatter and all-gather (N-1)/N B; Megatron's 2 + 2 "
                           "all-reduces of B T C per block; B T C per micro-batch per pipeline boundary)\n",
@@ -126,25 +126,25 @@ std::string Trainer::comm_report() const {
                    std::string(comm::op_name(k)).c_str(), (unsigned long long)o.calls,
                    (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
     };
-    const auto dpb = dp_->expected_step_bytes(micro_);
+    const auto dpb = e_.dp->expected_step_bytes(e_.micro);
     row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0]);
     row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1]);
     row("dp", g.dp(), comm::OpKind::AllGather, dpb[2]);
-    const auto tpb = parallel::tp_step_bytes(*part_, micro_, cfg_.micro_batch, cfg_.seq, cfg_.zero);
+    const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.micro_batch, cfg_.seq, cfg_.zero);
     row("tp", g.tp(), comm::OpKind::AllReduce, tpb[0]);
     row("tp", g.tp(), comm::OpKind::ReduceScatter, tpb[1]);
     row("tp", g.tp(), comm::OpKind::AllGather, tpb[2]);
     row("pp", g.pp(), comm::OpKind::SendRecv,
-        parallel::pp_step_bytes(*part_, schedule_, g.pp_rank(), cfg_.micro_batch, cfg_.seq));
-    if (embedding_group_) {
-        const int wte = part_->layout().unit_of(model::UnitKind::TokenEmbedding);
+        parallel::pp_step_bytes(*e_.part, e_.schedule, g.pp_rank(), cfg_.micro_batch, cfg_.seq));
+    if (e_.embedding_group) {
+        const int wte = e_.part->layout().unit_of(model::UnitKind::TokenEmbedding);
         size_t n = 0;
-        if (wte >= 0 && embedding_group_->size() > 1) {
-            const size_t unit = part_->layout().units[size_t(wte)].numel;
+        if (wte >= 0 && e_.embedding_group->size() > 1) {
+            const size_t unit = e_.part->layout().units[size_t(wte)].numel;
             n = cfg_.zero == 0 ? unit : unit / size_t(g.dp_size());
         }
-        row("embedding", *embedding_group_, comm::OpKind::AllReduce,
-            comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, embedding_group_->size(), embedding_group_->rank()));
+        row("embedding", *e_.embedding_group, comm::OpKind::AllReduce,
+            comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, e_.embedding_group->size(), e_.embedding_group->rank()));
     }
     // the loss and the squared gradient norm: one all-reduce of two doubles over every rank
     row("world", *world_, comm::OpKind::AllReduce,
@@ -154,12 +154,12 @@ std::string Trainer::comm_report() const {
     for (auto k : {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather})
         busy += st[k].busy_seconds;
     out += fmt("  data-parallel communication busy %.3f s, training thread waited %.3f s: %.0f %% hidden behind compute\n",
-               busy, dp_->exposed_comm_s(), busy > 0 ? 100.0 * std::max(0.0, 1.0 - dp_->exposed_comm_s() / busy) : 0.0);
+               busy, e_.dp->exposed_comm_s(), busy > 0 ? 100.0 * std::max(0.0, 1.0 - e_.dp->exposed_comm_s() / busy) : 0.0);
     return out;
 }
 
 void Trainer::write_trace(double bubble_mean) {
-    const comm::Grid& g = *grid_;
+    const comm::Grid& g = *e_.grid;
     // Chrome trace events: one process per rank, one thread per track
     std::map<std::string, int> tracks;
     std::string ev;
@@ -187,8 +187,8 @@ void Trainer::write_trace(double bubble_mean) {
     for (size_t r = 0; r < all.size(); r++) out += (r ? ",\n" : "") + all[r];
     out += fmt("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
                "\"micro_batches\": %d, \"bubble_measured\": %.4f, \"bubble_theory\": %.4f}}\n",
-               g.dp_size(), g.tp_size(), g.pp_size(), cfg_.schedule.c_str(), micro_, bubble_mean,
-               parallel::bubble_fraction_theory(schedule_.kind, g.pp_size(), micro_, schedule_.virtual_stages));
+               g.dp_size(), g.tp_size(), g.pp_size(), cfg_.schedule.c_str(), e_.micro, bubble_mean,
+               parallel::bubble_fraction_theory(e_.schedule.kind, g.pp_size(), e_.micro, e_.schedule.virtual_stages));
     if (auto dir = std::filesystem::path(cfg_.trace).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
     io::write_file_atomic(cfg_.trace, out);
     std::printf("wrote the timeline of the last step to %s (chrome://tracing or ui.perfetto.dev)\n", cfg_.trace.c_str());

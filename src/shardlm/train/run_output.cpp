@@ -109,28 +109,28 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
 }
 
 nlohmann::json Trainer::writer_json() const {
-    return {{"dp", grid_->dp_size()}, {"tp", grid_->tp_size()}, {"pp", grid_->pp_size()}, {"zero", cfg_.zero},
+    return {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", cfg_.zero},
             {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
-            {"world", grid_->world_size()}};
+            {"world", e_.grid->world_size()}};
 }
 
 std::string Trainer::sample_text() {
     // The whole model on rank 0: gathered over data parallelism with one tensor/pipeline rank;
     // otherwise read back from the final checkpoint's pieces.
-    const bool whole = grid_->tp_size() == 1 && grid_->pp_size() == 1;
+    const bool whole = e_.grid->tp_size() == 1 && e_.grid->pp_size() == 1;
     AlignedBuffer<float> full;
     std::unique_ptr<model::Layout> layout;
     if (whole) {
-        if (!dp_->full_params()) {
-            full.resize(part_->layout().total);
-            dp_->gather_params(full.data());  // collective
+        if (!e_.dp->full_params()) {
+            full.resize(e_.part->layout().total);
+            e_.dp->gather_params(full.data());  // collective
         }
     } else if (cfg_.out.empty()) {
         if (is_root()) std::printf("note: no sample: with --tp/--pp it is read from the final checkpoint (give --out)\n");
         return "";
     }
     if (!is_root()) return "";
-    const float* params = whole ? (dp_->full_params() ? dp_->full_params() : full.data()) : nullptr;
+    const float* params = whole ? (e_.dp->full_params() ? e_.dp->full_params() : full.data()) : nullptr;
     if (!whole) {
         layout = std::make_unique<model::Layout>(model::make_gpt2_layout(model_cfg_));
         full.resize(layout->total);
@@ -138,7 +138,7 @@ std::string Trainer::sample_text() {
         params = full.data();
     }
     data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
-    model::Generator gen(model_cfg_, layout ? *layout : part_->layout(), params);
+    model::Generator gen(model_cfg_, layout ? *layout : e_.part->layout(), params);
     model::SampleOptions so;
     so.max_tokens = cfg_.sample_tokens;
     so.temperature = 1.0f;
@@ -160,16 +160,16 @@ void Trainer::print_header() {
                     model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
                     unigram_);
         if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
-        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", grid_->dp_size(), grid_->tp_size(), grid_->pp_size(), cfg_.zero);
-        if (grid_->pp_size() > 1)
-            std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), micro_,
+        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", e_.grid->dp_size(), e_.grid->tp_size(), e_.grid->pp_size(), cfg_.zero);
+        if (e_.grid->pp_size() > 1)
+            std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), e_.micro,
                         cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
-        if (cfg_.sequence_parallel && grid_->tp_size() > 1) std::printf(", sequence parallel");
+        if (cfg_.sequence_parallel && e_.grid->tp_size() > 1) std::printf(", sequence parallel");
         if (cfg_.precision != "fp32") std::printf(" | precision %s", cfg_.precision.c_str());
         else std::printf(" | matmuls %s", cfg_.matmul_precision.c_str());
         if (cfg_.recompute != "none") std::printf(" | recompute %s", cfg_.recompute.c_str());
         std::printf("\n");
-        if (part_->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
+        if (e_.part->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
             std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
                         "---> HINT: --matmul-precision fp32\n");
     }

@@ -83,6 +83,8 @@ struct TrainConfig {
     model::GptConfig model_config() const;
     // Throws a clear error for values out of range.
     void validate() const;
+    // The loss scaler's mode: loss_scale, or by default dynamic for fp16 and none otherwise.
+    std::string loss_scale_mode() const { return !loss_scale.empty() ? loss_scale : precision == "fp16" ? "dynamic" : ""; }
 };
 
 // The field table: name, a reference to the member, and its help text. Used by the CLI (flags),

@@ -19,6 +19,7 @@
 #include "shardlm/model/weights.h"
 #include "shardlm/parallel/stages.h"
 #include "shardlm/train/checkpoint.h"
+#include "shardlm/train/engine.h"
 #include "shardlm/train/fault_injection.h"
 #include "shardlm/train/memory_check.h"
 #include "shardlm/train/numerics.h"
@@ -42,9 +43,6 @@ std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const Tr
     return l;
 }
 
-// "fp32" | "bf16" | "fp16" (validated by TrainConfig)
-DType dtype_of(const std::string& name) { return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32; }
-
 }  // namespace
 
 Trainer::Trainer(TrainConfig cfg) : own_world_(std::make_unique<comm::Group>(comm::Group::self())), cfg_(std::move(cfg)) {
@@ -61,75 +59,12 @@ void Trainer::init(comm::Group& world) {
     comm::set_timeout(cfg_.comm_timeout);
     set_threads(cfg_.threads);
     bind_threads();
-    grid_ = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg_.dp, cfg_.tp, cfg_.pp}));
-    world.set_name("world");
-    grid_->dp().set_name("dp");
-    grid_->tp().set_name("tp");
-    grid_->pp().set_name("pp");
-    const int dp = grid_->dp_size(), tp = grid_->tp_size(), pp = grid_->pp_size();
-    SHARDLM_CHECK(cfg_.global_batch % (dp * cfg_.micro_batch) == 0, "--global-batch (", cfg_.global_batch,
-                  ") must be a multiple of dp (", dp, ") x --micro-batch (", cfg_.micro_batch,
-                  "): each data-parallel rank runs whole micro-batches of its G/dp rows");
-    micro_ = cfg_.global_batch / (dp * cfg_.micro_batch);
     model_cfg_ = cfg_.model_config();
-    SHARDLM_CHECK(cfg_.seq <= model_cfg_.n_ctx, "--seq ", cfg_.seq, " exceeds the model's context length n_ctx = ",
-                  model_cfg_.n_ctx, "\n---> HINT: use --seq <= ", model_cfg_.n_ctx);
-    SHARDLM_CHECK(model_cfg_.n_head % tp == 0, "--tp ", tp, " must divide the number of attention heads (",
-                  model_cfg_.n_head, "): each tensor-parallel rank computes whole heads");
     loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
     if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, "sequential");
-
-    // the pipeline: which model chunks this rank holds, and the step's schedule
-    schedule_ = parallel::make_schedule(parallel::parse_schedule(cfg_.schedule), pp, micro_, cfg_.virtual_stages);
-    const int v = schedule_.virtual_stages;  // zbv implies 2
-    all_chunks_ = parallel::split_stages(model_cfg_, cfg_.seq, pp * v, cfg_.pp_split);
-    model::ModelPart::Options po;
-    for (int c = 0; c < v; c++) po.chunks.push_back(all_chunks_[size_t(schedule_.model_chunk(grid_->pp_rank(), c))]);
-    po.slots = schedule_.slots(grid_->pp_rank());
-    po.defer_weight_grads = schedule_.splits_backward(grid_->pp_rank());
-    SHARDLM_CHECK(!schedule_.splits_backward() || cfg_.zero < 3, "--schedule ", cfg_.schedule, " runs each backward's"
-                  " weight gradients (W) apart from its input gradients (B); ZeRO-3 would have to gather every"
-                  " unit's parameters for B and hold its gradient buffer until the deferred W, which it does not"
-                  " (yet)\n---> HINT: use --zero 0, 1 or 2 with it, or --schedule 1f1b with --zero 3");
-    tp_ = std::make_unique<parallel::GroupTensorParallel>(grid_->tp());
-    po.tp = tp_.get();
-    po.sequence_parallel = cfg_.sequence_parallel;
-    po.precision = dtype_of(cfg_.precision);
-    po.recompute = model::parse_recompute(cfg_.recompute);
-    po.unit_multiple = dp;
-    po.threads = get_threads();
-    // lanes (--thread-split): auto takes them where they can balance their work (docs/DESIGN.md)
-    const bool batch = cfg_.thread_split == "batch" ||
-                       (cfg_.thread_split == "auto" && model::lane_groups(cfg_.micro_batch, cfg_.seq, po.threads) >= 2 * po.threads);
-    po.lanes = tp == 1 && batch ? po.threads : 1;
-    {  // will it fit? (before anything large is allocated)
-        model::LayoutSpec spec{po.chunks, tp, grid_->tp_rank(), dp};
-        const MemoryNeed need = estimate_rank_memory(cfg_, model_cfg_, model::make_gpt2_layout(model_cfg_, spec), dp, tp,
-                                                     po.chunks, po.slots);
-        const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        check_memory_fits(need, local ? std::max(1, std::atoi(local)) : 1, model_cfg_.name);
-    }
-    part_ = std::make_unique<model::ModelPart>(model_cfg_, po, cfg_.micro_batch, cfg_.seq);
-    kernels::MatmulPrecision precision;
-    kernels::matmul_precision_from_name(cfg_.matmul_precision, &precision);  // validated above
-    part_->set_matmul_precision(precision);
-
-    dp_ = std::make_unique<parallel::DataParallel>(grid_->dp(), *part_, cfg_.zero, cfg_.bucket_mb, pp == 1,
-                                                   cfg_.reduce_dtype.empty() ? DType::F32 : dtype_of(cfg_.reduce_dtype));
-    scaler_ = optim::LossScaler(cfg_.loss_scale.empty() ? (cfg_.precision == "fp16" ? "dynamic" : "") : cfg_.loss_scale,
-                                cfg_.scale_window);
-    if (cfg_.sequence_parallel && tp > 1) {
-        comm::Group* tpg = &grid_->tp();
-        const model::Layout* layout = &part_->layout();
-        dp_->set_pre_reduce([tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); });
-    }
-    if (pp > 1) {  // the tied embedding: the stages of the first and last model chunks (ZBV: one stage)
-        const int embedding_stage = schedule_.rank_of(0), head_stage = schedule_.rank_of(schedule_.num_model_chunks() - 1);
-        embedding_group_ = std::make_unique<comm::Group>(grid_->tied_embedding_group(world, embedding_stage, head_stage));
-        embedding_group_->set_name("embedding");
-    }
-    exec_ = std::make_unique<parallel::PipelineExecutor>(*part_, grid_->pp(), *dp_);
-    optimizer_ = std::make_unique<optim::Optimizer>(cfg_.optim_config(), part_->layout(), dp_->owned_ranges());
+    e_ = build_engine(cfg_, model_cfg_, world);
+    world.set_name("world");
+    scaler_ = optim::LossScaler(cfg_.loss_scale_mode(), cfg_.scale_window);
     claim_run_dir(cfg_, world);
     load_or_init();
     lr_schedule_ = {optim::parse_lr_kind(cfg_.lr_schedule), cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
@@ -139,21 +74,21 @@ void Trainer::init(comm::Group& world) {
 }
 
 void Trainer::load_or_init() {
-    const model::Layout& layout = part_->layout();
+    const model::Layout& layout = e_.part->layout();
     if (cfg_.resume && resume_from_checkpoint()) {
-        dp_->params_loaded();  // mixed precision: the 16-bit copy from the fp32 master weights
+        e_.dp->params_loaded();  // mixed precision: the 16-bit copy from the fp32 master weights
         return;
     }
     if (cfg_.init.empty()) {
-        for (auto& [range, storage] : dp_->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
+        for (auto& [range, storage] : e_.dp->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
     } else {
         check_checkpoint_files(cfg_.init, world_);  // a checkpoint given as weights: its checksums
         model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
         for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
         model::check_model_tensors(store, model_cfg_, cfg_.init);
-        for (auto& [range, storage] : dp_->param_storage()) store.load(storage, layout, range);
+        for (auto& [range, storage] : e_.dp->param_storage()) store.load(storage, layout, range);
     }
-    dp_->params_loaded();
+    e_.dp->params_loaded();
 }
 
 bool Trainer::resume_from_checkpoint() {
@@ -170,7 +105,7 @@ bool Trainer::resume_from_checkpoint() {
             }
             continue;
         }
-        nlohmann::json meta = load_checkpoint(all[i], model_cfg_, part_->layout(), *dp_, *optimizer_);
+        nlohmann::json meta = load_checkpoint(all[i], model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer);
         start_step_ = meta["step"];
         if (meta.contains("loss_scaler"))
             scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
@@ -192,10 +127,10 @@ bool Trainer::resume_from_checkpoint() {
 
 OwnedTensors Trainer::owned(bool with_grads) {
     OwnedTensors o;
-    o.layout = &part_->layout();
-    o.ranges = dp_->owned_ranges();
-    o.params = dp_->owned_params();
-    if (with_grads) o.grads = dp_->owned_grads();
+    o.layout = &e_.part->layout();
+    o.ranges = e_.dp->owned_ranges();
+    o.params = e_.dp->owned_params();
+    if (with_grads) o.grads = e_.dp->owned_grads();
     return o;
 }
 
@@ -203,18 +138,18 @@ Trainer::~Trainer() {
     if (metrics_) std::fclose(metrics_);
 }
 
-bool Trainer::holds_head() const { return part_->has_head(part_->num_chunks() - 1); }
+bool Trainer::holds_head() const { return e_.part->has_head(e_.part->num_chunks() - 1); }
 
 StepStats Trainer::train_step(int step) {
     if (faults_) faults_->before_step(step);
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
-    const int dp = grid_->dp_size(), row0 = grid_->dp_rank() * (G / dp);
+    const int dp = e_.grid->dp_size(), row0 = e_.grid->dp_rank() * (G / dp);
     // the global mean (summing over ranks gives the full gradient), times the loss scale
     const float dloss = scaler_.scale() / float(G * T);
-    for (comm::Group* g : {&grid_->dp(), &grid_->tp(), &grid_->pp(), world_}) g->reset_stats();
-    if (embedding_group_) embedding_group_->reset_stats();
-    dp_->reset_exposed();
+    for (comm::Group* g : {&e_.grid->dp(), &e_.grid->tp(), &e_.grid->pp(), world_}) g->reset_stats();
+    if (e_.embedding_group) e_.embedding_group->reset_stats();
+    e_.dp->reset_exposed();
     parallel::PipelineExecutor::Batch batch;
     batch.rows = [M](int) { return M; };
     batch.fill = [&](int i, int* inputs, int* targets) {
@@ -225,15 +160,15 @@ StepStats Trainer::train_step(int step) {
     s.step = step;
     s.lr = lr_schedule_.at(step);
     auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
-        dp_->finish_step();
-        if (embedding_group_) dp_->sum_tied_grads(*embedding_group_);
+        e_.dp->finish_step();
+        if (e_.embedding_group) e_.dp->sum_tied_grads(*e_.embedding_group);
         if (faults_) faults_->on_reduced_grads(step, owned(true));
         // the loss (ranks holding the head, once per tensor-parallel group), the squared gradient
         // norm (every rank's share) and the stop signals, summed over the world in one message: every
         // rank sees a NaN, an overflow, or a signal any rank got, at the same step
         const int sig = stop_signal();
-        double sums[kStepSums] = {0.0, dp_->grad_norm_sq_local(), double(sig), sig ? 1.0 : 0.0};
-        if (holds_head() && grid_->tp_rank() == 0)
+        double sums[kStepSums] = {0.0, e_.dp->grad_norm_sq_local(), double(sig), sig ? 1.0 : 0.0};
+        if (holds_head() && e_.grid->tp_rank() == 0)
             for (double x : r.loss_sum) sums[0] += x;
         world_->all_reduce_sum(sums, kStepSums);
         s.loss = sums[0] / (double(G) * T);  // the losses of G rows of T tokens
@@ -256,10 +191,10 @@ StepStats Trainer::train_step(int step) {
         // applies the scale (and undoes the loss scale) as it reads each gradient.
         float grad_scale = 1.0f;
         if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (s.grad_norm + 1e-6)));
-        optimizer_->step(dp_->owned_params(), dp_->owned_grads(), s.lr, grad_scale / used);
-        dp_->after_step();
+        e_.optimizer->step(e_.dp->owned_params(), e_.dp->owned_grads(), s.lr, grad_scale / used);
+        e_.dp->after_step();
     };
-    const parallel::PipelineExecutor::Result r = exec_->run(schedule_, batch, M, T, dloss, reduce, update);
+    const parallel::PipelineExecutor::Result r = e_.exec->run(e_.schedule, batch, M, T, dloss, reduce, update);
     if (faults_) faults_->after_update(step, owned(false));
     s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
@@ -269,14 +204,14 @@ StepStats Trainer::train_step(int step) {
 
 double Trainer::evaluate() {
     SHARDLM_CHECK(val_loader_, "evaluate() without --val-data");
-    const int M = cfg_.micro_batch, T = cfg_.seq, dp = grid_->dp_size();
+    const int M = cfg_.micro_batch, T = cfg_.seq, dp = e_.grid->dp_size();
     // val_batches = 0: every row of the validation shard once (the last batch may be short)
     const int64_t rows = cfg_.val_batches > 0 ? int64_t(cfg_.val_batches) * M : val_loader_->num_rows();
     const int64_t batches = (rows + M - 1) / M;
     // Every data-parallel rank runs the same number of forwards (ZeRO-3 gathers inside them are
     // collective); a rank left without a batch in the last round recomputes batch 0 and does not count it.
     const int rounds = int((batches + dp - 1) / dp);
-    auto mine = [&](int round) { return int64_t(round) * dp + grid_->dp_rank(); };
+    auto mine = [&](int round) { return int64_t(round) * dp + e_.grid->dp_rank(); };
     auto batch_of = [&](int round) { return mine(round) < batches ? mine(round) : 0; };
     parallel::PipelineExecutor::Batch batch;
     batch.rows = [&](int round) { return int(std::min<int64_t>(M, rows - batch_of(round) * M)); };
@@ -286,11 +221,11 @@ double Trainer::evaluate() {
         for (int j = 0; j < n; j++)
             val_loader_->fill_row(b * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
     };
-    const parallel::Schedule fwd = parallel::make_forward_schedule(grid_->pp_size(), rounds,
-                                                                   schedule_.virtual_stages, schedule_.placement);
-    const parallel::PipelineExecutor::Result r = exec_->run(fwd, batch, M, T, 0.0f);
+    const parallel::Schedule fwd = parallel::make_forward_schedule(e_.grid->pp_size(), rounds,
+                                                                   e_.schedule.virtual_stages, e_.schedule.placement);
+    const parallel::PipelineExecutor::Result r = e_.exec->run(fwd, batch, M, T, 0.0f);
     double sum = 0;  // loss summed over every token of the counted rows
-    if (holds_head() && grid_->tp_rank() == 0)
+    if (holds_head() && e_.grid->tp_rank() == 0)
         for (int i = 0; i < rounds; i++)
             if (mine(i) < batches) sum += r.loss_sum[size_t(i)];
     world_->all_reduce_sum(&sum, 1);
@@ -326,7 +261,7 @@ int Trainer::run() {
                 std::fflush(stdout);
             }
         }
-        if (final && grid_->pp_size() > 1) {
+        if (final && e_.grid->pp_size() > 1) {
             double b = s.bubble;
             world_->all_reduce_sum(&b, 1);
             bubble_mean = b / world_->size();
@@ -344,7 +279,7 @@ int Trainer::run() {
         if (!s.nonfinite) write_metrics(s);
         log_step(s, now_s() - t_start);
         if (cfg_.check_replicas > 0 && (step + 1) % cfg_.check_replicas == 0)
-            check_replicas(*world_, *grid_, part_->layout(), dp_->full_params(), step + 1);
+            check_replicas(*world_, *e_.grid, e_.part->layout(), e_.dp->full_params(), step + 1);
         done = step + 1;
         last = s;
         const bool due = (cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final || s.stop_signal;
@@ -368,9 +303,9 @@ int Trainer::run() {
         return status;
     }
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
-    if (is_root() && grid_->pp_size() > 1 && cfg_.steps > start_step_)
+    if (is_root() && e_.grid->pp_size() > 1 && cfg_.steps > start_step_)
         std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory %s = %.3f\n", bubble_mean,
-                    parallel::bubble_theory_formula(schedule_.kind), parallel::bubble_fraction_theory(schedule_.kind, grid_->pp_size(), micro_, schedule_.virtual_stages));
+                    parallel::bubble_theory_formula(e_.schedule.kind), parallel::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
     if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
     std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
@@ -406,7 +341,7 @@ bool Trainer::save_finite_checkpoint(int steps_done) {
     }
     nlohmann::json extra = nlohmann::json::object();
     if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
-    save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, part_->layout(), *dp_, *optimizer_, cfg_.keep_ckpts, *world_,
+    save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer, cfg_.keep_ckpts, *world_,
                     writer_json(), extra, faults_.get());
     if (faults_) faults_->after_checkpoint(steps_done);
     return true;

@@ -16,6 +16,7 @@
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/parallel/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
+#include "shardlm/train/engine.h"
 #include "shardlm/train/fault_injection.h"
 #include "shardlm/train/numerics.h"
 #include "shardlm/train/train_config.h"
@@ -55,15 +56,15 @@ public:
     int run();
 
     const model::GptConfig& model_config() const { return model_cfg_; }
-    model::ModelPart& part() { return *part_; }
-    parallel::DataParallel& data_parallel() { return *dp_; }
-    optim::Optimizer& optimizer() { return *optimizer_; }
+    model::ModelPart& part() { return *e_.part; }
+    parallel::DataParallel& data_parallel() { return *e_.dp; }
+    optim::Optimizer& optimizer() { return *e_.optimizer; }
     const TrainConfig& config() const { return cfg_; }
-    const comm::Grid& grid() const { return *grid_; }
+    const comm::Grid& grid() const { return *e_.grid; }
     int start_step() const { return start_step_; }
     // Faults to inject (tests only: train/fault_injection.h); none by default.
     void set_faults(std::unique_ptr<FaultInjector> f) { faults_ = std::move(f); }
-    bool is_root() const { return grid_->world_rank() == 0; }
+    bool is_root() const { return e_.grid->world_rank() == 0; }
 
 private:
     void init(comm::Group& world);
@@ -88,20 +89,11 @@ private:
     std::unique_ptr<comm::Group> own_world_;  // the self group of the one-process constructor
     comm::Group* world_ = nullptr;
     TrainConfig cfg_;
-    std::unique_ptr<comm::Grid> grid_;
-    std::unique_ptr<comm::Group> embedding_group_;  // first and last pipeline stage: the tied wte
     model::GptConfig model_cfg_;
-    std::unique_ptr<parallel::GroupTensorParallel> tp_;
-    std::unique_ptr<model::ModelPart> part_;
-    std::unique_ptr<parallel::DataParallel> dp_;
-    std::unique_ptr<parallel::PipelineExecutor> exec_;
-    std::unique_ptr<optim::Optimizer> optimizer_;
+    Engine e_;  // the grid, the schedule, this rank's part, DP/TP, executor, optimiser (train/engine.h)
     std::unique_ptr<data::BatchLoader> loader_, val_loader_;
-    parallel::Schedule schedule_;
-    std::vector<std::pair<int, int>> all_chunks_;  // compute units of every model chunk
     optim::LrSchedule lr_schedule_;
     optim::LossScaler scaler_{"", 1000};
-    int micro_ = 1;  // micro-batches per step per data-parallel rank
     std::FILE* metrics_ = nullptr;
     int start_step_ = 0;
     bool nothing_to_do_ = false;  // resumed at exactly --steps

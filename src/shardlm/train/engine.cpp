@@ -1,0 +1,96 @@
+#include "shardlm/train/engine.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "shardlm/core/check.h"
+#include "shardlm/core/runtime.h"
+#include "shardlm/kernels/matmul.h"
+#include "shardlm/parallel/stages.h"
+#include "shardlm/train/memory_check.h"
+
+namespace shardlm::train {
+
+namespace {
+
+// fp32 | bf16 | fp16 (--precision, --reduce-dtype; validated with the config)
+DType dtype_of(const std::string& name) { return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32; }
+
+// Lanes (--thread-split): auto takes them where they can balance their work (docs/DESIGN.md).
+int lanes_of(const TrainConfig& cfg, int threads, int tp) {
+    const bool batch = cfg.thread_split == "batch" ||
+                       (cfg.thread_split == "auto" && model::lane_groups(cfg.micro_batch, cfg.seq, threads) >= 2 * threads);
+    return tp == 1 && batch ? threads : 1;
+}
+
+}  // namespace
+
+Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world) {
+    Engine e;
+    e.grid = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg.dp, cfg.tp, cfg.pp}));
+    comm::Grid& g = *e.grid;
+    g.dp().set_name("dp");
+    g.tp().set_name("tp");
+    g.pp().set_name("pp");
+    const int dp = g.dp_size(), tp = g.tp_size(), pp = g.pp_size();
+    SHARDLM_CHECK(cfg.global_batch % (dp * cfg.micro_batch) == 0, "--global-batch (", cfg.global_batch,
+                  ") must be a multiple of dp (", dp, ") x --micro-batch (", cfg.micro_batch,
+                  "): each data-parallel rank runs whole micro-batches of its G/dp rows");
+    e.micro = cfg.global_batch / (dp * cfg.micro_batch);
+    SHARDLM_CHECK(cfg.seq <= model.n_ctx, "--seq ", cfg.seq, " exceeds the model's context length n_ctx = ", model.n_ctx,
+                  "\n---> HINT: use --seq <= ", model.n_ctx);
+    SHARDLM_CHECK(model.n_head % tp == 0, "--tp ", tp, " must divide the number of attention heads (", model.n_head,
+                  "): each tensor-parallel rank computes whole heads");
+
+    // the pipeline: the step's schedule, and which model chunks this rank holds
+    e.schedule = parallel::make_schedule(parallel::parse_schedule(cfg.schedule), pp, e.micro, cfg.virtual_stages);
+    const parallel::Schedule& s = e.schedule;
+    const int v = s.virtual_stages;  // zbv implies 2
+    e.all_chunks = parallel::split_stages(model, cfg.seq, pp * v, cfg.pp_split);
+    model::ModelPart::Options po;
+    for (int c = 0; c < v; c++) po.chunks.push_back(e.all_chunks[size_t(s.model_chunk(g.pp_rank(), c))]);
+    po.slots = s.slots(g.pp_rank());
+    po.defer_weight_grads = s.splits_backward(g.pp_rank());
+    SHARDLM_CHECK(!s.splits_backward() || cfg.zero < 3, "--schedule ", cfg.schedule, " runs each backward's"
+                  " weight gradients (W) apart from its input gradients (B); ZeRO-3 would have to gather every"
+                  " unit's parameters for B and hold its gradient buffer until the deferred W, which it does not"
+                  " (yet)\n---> HINT: use --zero 0, 1 or 2 with it, or --schedule 1f1b with --zero 3");
+    e.tp = std::make_unique<parallel::GroupTensorParallel>(g.tp());
+    po.tp = e.tp.get();
+    po.sequence_parallel = cfg.sequence_parallel;
+    po.precision = dtype_of(cfg.precision);
+    po.recompute = model::parse_recompute(cfg.recompute);
+    po.unit_multiple = dp;
+    po.threads = get_threads();
+    po.lanes = lanes_of(cfg, po.threads, tp);
+    {  // will it fit? (before anything large is allocated)
+        model::LayoutSpec spec{po.chunks, tp, g.tp_rank(), dp};
+        const MemoryNeed need =
+            estimate_rank_memory(cfg, model, model::make_gpt2_layout(model, spec), dp, tp, po.chunks, po.slots);
+        const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        check_memory_fits(need, local ? std::max(1, std::atoi(local)) : 1, model.name);
+    }
+    e.part = std::make_unique<model::ModelPart>(model, po, cfg.micro_batch, cfg.seq);
+    kernels::MatmulPrecision precision;
+    kernels::matmul_precision_from_name(cfg.matmul_precision, &precision);  // validated with cfg
+    e.part->set_matmul_precision(precision);
+
+    e.dp = std::make_unique<parallel::DataParallel>(g.dp(), *e.part, cfg.zero, cfg.bucket_mb, pp == 1,
+                                                    cfg.reduce_dtype.empty() ? DType::F32 : dtype_of(cfg.reduce_dtype));
+    if (cfg.sequence_parallel && tp > 1) {
+        comm::Group* tpg = &g.tp();
+        const model::Layout* layout = &e.part->layout();
+        e.dp->set_pre_reduce(
+            [tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); });
+    }
+    if (pp > 1) {  // the tied embedding: the stages of the first and last model chunks (ZBV: one stage)
+        const int embedding_stage = s.rank_of(0), head_stage = s.rank_of(s.num_model_chunks() - 1);
+        e.embedding_group = std::make_unique<comm::Group>(g.tied_embedding_group(world, embedding_stage, head_stage));
+        e.embedding_group->set_name("embedding");
+    }
+    e.exec = std::make_unique<parallel::PipelineExecutor>(*e.part, g.pp(), *e.dp);
+    e.optimizer = std::make_unique<optim::Optimizer>(cfg.optim_config(), e.part->layout(), e.dp->owned_ranges());
+    return e;
+}
+
+}  // namespace shardlm::train

@@ -1,0 +1,39 @@
+// train/engine.h: build_engine(config, world): the parallel machine of a run, wired in one place
+// (torchtitan's parallelize step): the dp x tp x pp grid and its groups (the tied embedding's too),
+// the pipeline schedule and the model chunks this rank holds, its ModelPart (tensor parallelism,
+// lanes, recomputation, precision, deferred W), data parallelism and ZeRO, the pipeline executor,
+// and the optimiser over this rank's ranges. The Trainer keeps the loop, metrics and checkpoints.
+#pragma once
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "shardlm/comm/grid.h"
+#include "shardlm/model/part.h"
+#include "shardlm/optim/optimizer.h"
+#include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/pipeline.h"
+#include "shardlm/parallel/schedule.h"
+#include "shardlm/parallel/tensor_parallel.h"
+#include "shardlm/train/train_config.h"
+
+namespace shardlm::train {
+
+struct Engine {
+    std::unique_ptr<comm::Grid> grid;
+    std::unique_ptr<comm::Group> embedding_group;  // the stages of the tied wte (pp > 1)
+    parallel::Schedule schedule;
+    std::vector<std::pair<int, int>> all_chunks;  // compute units of every model chunk
+    int micro = 1;                                // micro-batches per step per data-parallel rank
+    std::unique_ptr<parallel::GroupTensorParallel> tp;
+    std::unique_ptr<model::ModelPart> part;
+    std::unique_ptr<parallel::DataParallel> dp;
+    std::unique_ptr<parallel::PipelineExecutor> exec;
+    std::unique_ptr<optim::Optimizer> optimizer;
+};
+
+// Collective over world. cfg validated; model: cfg.model_config(). Throws a clear error for a layout
+// that does not fit the world, the batch, the model or this machine's memory.
+Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world);
+
+}  // namespace shardlm::train
