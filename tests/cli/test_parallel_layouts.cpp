@@ -296,6 +296,7 @@ TEST_F(ParallelLayouts, ZeroBubbleSchedules) {
         {"pp2_zbv", 2, "--pp 2 --schedule zbv"},
         {"tp2_pp2_zbv", 4, "--tp 2 --pp 2 --schedule zbv"},
         {"dp2_pp2_zero2_zbv", 4, "--dp 2 --pp 2 --zero 2 --schedule zbv"},
+        {"dp2_pp2_zero1_zbv", 4, "--dp 2 --pp 2 --zero 1 --schedule zbv"},
     };
     for (const Layout& l : others) {
         const fs::path dir = tmp / l.name;

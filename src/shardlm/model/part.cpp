@@ -375,7 +375,10 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             HeadKeep& hk = head_keep(s);
             const float* w = input ? vec(head_unit_, kLnfW) : nullptr;
             const void* wte = param(head_wte_unit_, kTable);
-            float *dw = grad(head_unit_, kLnfW), *db = grad(head_unit_, kLnfB), *dwte = grad(head_wte_unit_, kTable);
+            // (gradient storage is bound for W only: ZeRO-2 hands it out in the hooks)
+            float* dw = weight ? grad(head_unit_, kLnfW) : nullptr;
+            float* db = weight ? grad(head_unit_, kLnfB) : nullptr;
+            float* dwte = weight ? grad(head_wte_unit_, kTable) : nullptr;
             run_lanes(B, [&](const UnitContext& c) {
                 if (phases == Phases::Both) head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate);
                 else if (input) head_backward_input(c, w, wte, s.head, hk, x, dres, B, T);

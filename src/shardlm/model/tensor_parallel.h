@@ -1,15 +1,21 @@
 // model/tensor_parallel.h: what a tensor-parallel unit needs from its group, without MPI.
 //
-// model/ knows no MPI: parallel/tensor_parallel.h implements this interface over a comm::Group, and
-// no_tensor_parallel() is the group of one (every operation the identity). The Megatron conjugate
-// operators are written with it, named after the region they cross:
-//
-//   f  copy_to_tp_region           forward identity            backward all-reduce
-//   g  reduce_from_tp_region       forward all-reduce          backward identity
-// and with sequence parallelism (Korthikanti et al. 2022), rows of (B*T, C) split into tp blocks:
-//   gather_from_sequence_region    forward all-gather          backward reduce-scatter
-//   scatter_to_sequence_region     forward reduce-scatter      backward all-gather
-// A unit calls the forward half in its forward and the backward half in its backward.
+// model/ knows no MPI: parallel/tensor_parallel.h implements this interface over a comm::Group,
+// no_tensor_parallel() is the group of one (every operation the identity), and the tests run ranks as
+// threads that meet in memory (tests/model/test_tensor_parallel.cpp). Where tensor parallelism lives:
+//   - which axis of each tensor is cut: the layout (model/layout.cpp): c_attn (whole heads) and c_fc
+//     by output columns, the two projections by input rows, wte by vocabulary rows; LayerNorms,
+//     row-parallel biases and wpe replicated;
+//   - Megatron's conjugate operators (model/unit_ops.h, units.cpp):
+//       f (forward identity, backward all-reduce): gather_input, and in backward reduce_input_grad
+//       g (forward all-reduce, backward identity): row_parallel_residual, and in backward
+//         row_parallel_dout
+//     with sequence parallelism (Korthikanti et al. 2022, rows of (B*T, C) split into tp blocks) f
+//     becomes an all-gather forward and a reduce-scatter backward, g a reduce-scatter forward and an
+//     all-gather backward;
+//   - the units that call them: block.cpp (B and W), head.cpp (the vocabulary-parallel
+//     cross-entropy: all-reduces of the row maxima and of the sums), units.cpp (the
+//     vocabulary-parallel embedding).
 #pragma once
 #include <cstddef>
 

@@ -351,15 +351,16 @@ void DataParallel::sum_tied_grads(comm::Group& g) {
     // the embedding's wte and the head's tied copy on this one rank (ZBV's first rank): sum here
     for (size_t u = 0; u < units_.size(); u++) {
         if (units_[u].kind != model::UnitKind::TokenEmbedding || int(u) == wte_unit_) continue;
-        auto [a, n] = part(wte_unit_);
-        float* b = part(int(u)).first;
+        const std::pair<float*, size_t> mine = part(wte_unit_);  // (no structured bindings: OpenMP captures them)
+        float *a = mine.first, *b = part(int(u)).first;
+        const size_t n = mine.second;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) b[i] = a[i] = a[i] + b[i];
         return;
     }
     if (g.size() == 1) return;
-    auto [a, n] = part(wte_unit_);
-    g.all_reduce_sum(a, n);
+    const std::pair<float*, size_t> mine = part(wte_unit_);
+    g.all_reduce_sum(mine.first, mine.second);
 }
 
 double DataParallel::grad_norm_sq_local() const {
