@@ -61,6 +61,23 @@ protected:
     }
 };
 
+// One flag family: --precision names the policy (core/precision.h); --matmul-precision bf16 is the
+// policy fp32-bf16-products and trains the same bits; with a 16-bit policy it is refused, naming why.
+TEST_F(MixedPrecision, MatmulPrecisionIsANamedPolicy) {
+    const std::string steps = "--steps 3 --ckpt-every 3 ";
+    const std::string a = run(train(adamw(), steps + "--matmul-precision bf16 --out " + (tmp / "m").string()), "m");
+    const std::string b = run(train(adamw(), steps + "--precision fp32-bf16-products --out " + (tmp / "p").string()), "p");
+    expect_identical(tmp / "m", tmp / "p", "fp32-bf16-products");
+    const std::string f = "ckpt_00000003/model.rank00000-of-00001.safetensors";
+    EXPECT_EQ(shardlm::io::read_file((tmp / "m" / f).string()), shardlm::io::read_file((tmp / "p" / f).string()));
+    EXPECT_NE(b.find("matmuls bf16"), std::string::npos) << b;
+    const std::string log = (tmp / "err.log").string();
+    EXPECT_NE(std::system((train(adamw(), "--steps 1 --precision bf16 --matmul-precision bf16") + " > " + log + " 2>&1").c_str()), 0);
+    EXPECT_NE(shardlm::io::read_file(log).find("drop --matmul-precision"), std::string::npos);
+    EXPECT_NE(std::system((train(adamw(), "--steps 1 --precision fp8") + " > " + log + " 2>&1").c_str()), 0);
+    EXPECT_NE(shardlm::io::read_file(log).find("fp32-bf16-products"), std::string::npos);
+}
+
 TEST_F(MixedPrecision, RecomputationIsBitIdenticalInFp32) {
     const std::string steps = "--steps 10 --ckpt-every 10 ";
     run(train(adamw(), steps + "--out " + (tmp / "none").string()), "none");

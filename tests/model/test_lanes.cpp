@@ -59,7 +59,8 @@ Result run(const Case& k, int lanes, bool split = false) {
     model::ModelPart::Options o;
     o.threads = 2;
     o.lanes = lanes;
-    o.precision = k.precision;
+    precision_policy_from_name(k.precision == DType::F32 ? "fp32" : k.precision == DType::BF16 ? "bf16" : "fp16",
+                               &o.precision);
     o.recompute = k.recompute;
     o.defer_weight_grads = split;
     if (split) o.slots = {2};

@@ -28,7 +28,7 @@ struct BlockRows {
 BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
     const size_t r = size_t(b0) * size_t(T), C = size_t(u.cfg->n_embd), Ct = C / size_t(u.tp_size());
     const size_t heads = size_t(u.cfg->n_head / u.tp_size());
-    const DType t = u.act;
+    const DType t = u.prec.activation;
     auto rows = [&](TypedBuffer& b, size_t width) -> void* { return b.size() ? at(b.data(), t, r * width) : nullptr; };
     return {rows(a.ln1, C),
             rows(a.qkv, 3 * Ct),
@@ -48,7 +48,7 @@ BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
 void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& acts, const void* x, void* y, Span sq,
                         int T, KvLayer* kv, int pos) {
     const int C = u.cfg->n_embd, tp = u.tp_size(), Ct = C / tp, NHt = u.cfg->n_head / tp, F = 4 * Ct;
-    const DType t = u.act;
+    const DType t = u.prec.activation;
     const BlockRows a = block_rows(u, acts, sq.begin, T);
     const size_t off = size_t(sq.begin) * size_t(T) * size_t(C);  // more than one group: tp 1, Nl = N
     x = at(x, t, off);
@@ -88,7 +88,7 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
                           const void* x, float* dres, int B, int T) {
     Scratch& s = *u.scratch;
     const int C = u.cfg->n_embd, tp = u.tp_size(), Ct = C / tp, NHt = u.cfg->n_head / tp, F = 4 * Ct;
-    const DType t = u.act;
+    const DType t = u.prec.activation;
     BlockActs& mut = const_cast<BlockActs&>(acts);  // rows are read only (but for recomputation)
     // a group of sequences at a time (more than one group: one tensor-parallel rank, Nl = N)
     const Groups groups = sequence_groups(u, B, T);
@@ -153,8 +153,8 @@ int n_embd(const UnitContext& u) { return u.cfg->n_embd; }
 // sequence parallelism (one lane: every task is one item).
 void column_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const TypedBuffer& ln, int N,
                        int OC, int b, int e, bool acc) {
-    const void* in = gather_input(u, ln.data(), N, u.act);
-    matmul_backward_weight(dw, db, dout, in, u.act, N, u.cfg->n_embd, OC, b, e, acc, u.precision);
+    const void* in = gather_input(u, ln.data(), N, u.prec.activation);
+    matmul_backward_weight(dw, db, dout, in, u.prec.activation, N, u.cfg->n_embd, OC, b, e, acc, u.matmul());
 }
 
 // A row-parallel linear's: all N rows of d(output) were kept; its bias is replicated, and under
@@ -163,7 +163,7 @@ void column_parallel_w(const UnitContext& u, float* dw, float* db, const float* 
 void row_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const TypedBuffer& in, int N, int K,
                     int b, int e, bool acc) {
     const int C = u.cfg->n_embd;
-    matmul_backward_weight(dw, u.sp ? nullptr : db, dout, in.data(), u.act, N, K, C, b, e, acc, u.precision);
+    matmul_backward_weight(dw, u.sp ? nullptr : db, dout, in.data(), u.prec.activation, N, K, C, b, e, acc, u.matmul());
     if (u.sp) {
         const int Nl = u.rows(N);
         bias_backward(db + b, dout + size_t(u.tp->rank()) * Nl * C + b, Nl, e - b, C);
@@ -194,12 +194,12 @@ const WeightTask<BlockW> kBlockWeightTasks[] = {
      }},
     {"ln_2", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         layernorm_backward_params(w.g.g[kLn2W], w.g.g[kLn2B], w.k.dln2.data(), w.a.resid2.data(), u.act,
+         layernorm_backward_params(w.g.g[kLn2W], w.g.g[kLn2B], w.k.dln2.data(), w.a.resid2.data(), u.prec.activation,
                                    w.a.ln2_mean.data(), w.a.ln2_rstd.data(), u.rows(w.N), n_embd(u), b, e);
      }},
     {"ln_1", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         layernorm_backward_params(w.g.g[kLn1W], w.g.g[kLn1B], w.k.dln1.data(), w.x, u.act, w.a.ln1_mean.data(),
+         layernorm_backward_params(w.g.g[kLn1W], w.g.g[kLn1B], w.k.dln1.data(), w.x, u.prec.activation, w.a.ln1_mean.data(),
                                    w.a.ln1_rstd.data(), u.rows(w.N), n_embd(u), b, e);
      }},
 };

@@ -29,8 +29,8 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
         const Span sq = groups(i, B);
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int n = sq.count * T;
-        void* lnf = at(a.lnf.data(), u.act, r0 * C);
-        layernorm_forward(lnf, u.act, a.lnf_mean.data() + r0, a.lnf_rstd.data() + r0, at(xL, u.act, r0 * C), u.act,
+        void* lnf = at(a.lnf.data(), u.prec.activation, r0 * C);
+        layernorm_forward(lnf, u.prec.activation, a.lnf_mean.data() + r0, a.lnf_rstd.data() + r0, at(xL, u.prec.activation, r0 * C), u.prec.activation,
                           lnf_w, lnf_b, u.rows(n), C, u.cfg->ln_eps);
         if (targets) std::memcpy(a.targets.data() + r0, targets + r0, sizeof(int) * size_t(n));
         if (a.logits.size() == 0) {
@@ -39,7 +39,7 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
             float* lg = u.scratch->logits.data() + size_t(u.lane) * kHeadRows * size_t(Vt);
             for (size_t r = r0; r < r0 + size_t(n); r += kHeadRows) {
                 const int rows = int(std::min(size_t(kHeadRows), r0 + size_t(n) - r));
-                linear(u, lg, DType::F32, at(a.lnf.data(), u.act, r * C), wte, nullptr, rows, C, Vt);
+                linear(u, lg, DType::F32, at(a.lnf.data(), u.prec.activation, r * C), wte, nullptr, rows, C, Vt);
                 if (dloss != 0.0f)
                     crossentropy_forward_backward(lg, a.losses.data() + r, targets + r, rows, V, Vt, dloss, d16 + r * Vt);
                 else
@@ -49,7 +49,7 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
         }
         // logits (fp32) = lnf @ wte^T over this rank's (padded) vocabulary rows; padded rows of wte are zero
         float* logits = a.logits.data() + r0 * Vt;
-        linear(u, logits, DType::F32, gather_input(u, lnf, n, u.act), wte, nullptr, n, C, Vt);
+        linear(u, logits, DType::F32, gather_input(u, lnf, n, u.prec.activation), wte, nullptr, n, C, Vt);
         if (!targets || tp > 1) continue;
         if (dloss != 0.0f)
             crossentropy_forward_backward(logits, a.losses.data() + r0, targets + r0, n, V, Vt, dloss,
@@ -91,14 +91,14 @@ void head_backward_input(const UnitContext& u, const float* lnf_w, const void* w
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int nl = u.rows(sq.count * T);
         std::memset(dxL + r0 * C, 0, sizeof(float) * size_t(nl) * C);
-        layernorm_backward_input(dxL + r0 * C, dl + r0 * C, at(xL, u.act, r0 * C), u.act, lnf_w, a.lnf_mean.data() + r0,
+        layernorm_backward_input(dxL + r0 * C, dl + r0 * C, at(xL, u.prec.activation, r0 * C), u.prec.activation, lnf_w, a.lnf_mean.data() + r0,
                                  a.lnf_rstd.data() + r0, nl, C);
     };
     for (int i; row_items.next(&i);) {
         const Span sq = groups(i, B);
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int n = sq.count * T;
-        if (u.act == DType::BF16)  // lnf and wte are bf16 already
+        if (u.prec.activation == DType::BF16)  // lnf and wte are bf16 already
             gemm_bf16(dln + r0 * C, {d16 + r0 * Vt, Vt, 1}, {static_cast<const unsigned short*>(wte), C, 1}, n, C, Vt,
                       false);
         else if (u.bf16_products())
@@ -136,12 +136,12 @@ const WeightTask<HeadW> kHeadWeightTasks[] = {
              gemm_bf16(h.dwte + size_t(b) * C, {h.a.dlogits_bf16.data() + b, 1, Vt}, {h.x16, C, 1}, e - b, C, h.N,
                        h.acc);
          else
-             matmul_backward_weight(h.dwte, nullptr, h.a.logits.data(), h.lnf, u.act, h.N, C, Vt, b, e, h.acc,
-                                    u.precision);
+             matmul_backward_weight(h.dwte, nullptr, h.a.logits.data(), h.lnf, u.prec.activation, h.N, C, Vt, b, e, h.acc,
+                                    u.matmul());
      }},
     {"ln_f", [](const UnitContext& u) { return u.cfg->n_embd; },
      [](const UnitContext& u, const HeadW& h, int b, int e) {
-         layernorm_backward_params(h.dlnf_w, h.dlnf_b, h.k.dlnf.data(), h.xL, u.act, h.a.lnf_mean.data(),
+         layernorm_backward_params(h.dlnf_w, h.dlnf_b, h.k.dlnf.data(), h.xL, u.prec.activation, h.a.lnf_mean.data(),
                                    h.a.lnf_rstd.data(), u.rows(h.N), u.cfg->n_embd, b, e);
      }},
 };
@@ -153,9 +153,9 @@ void head_backward_weight(const UnitContext& u, float* dlnf_w, float* dlnf_b, fl
     const int N = B * T;
     // all-gathered under sequence parallelism (one lane); rounded to bf16 once per lane for bf16
     // products on fp32 activations
-    const void* lnf = gather_input(u, a.lnf.data(), N, u.act);
+    const void* lnf = gather_input(u, a.lnf.data(), N, u.prec.activation);
     const unsigned short* x16 = nullptr;
-    if (u.act == DType::BF16) x16 = static_cast<const unsigned short*>(lnf);
+    if (u.prec.activation == DType::BF16) x16 = static_cast<const unsigned short*>(lnf);
     else if (u.bf16_products()) x16 = to_bf16_scratch(2, static_cast<const float*>(lnf), size_t(N) * u.cfg->n_embd);
     run_weight_tasks(u, kHeadWeightTasks, HeadW{dlnf_w, dlnf_b, dwte, a, k, xL, lnf, x16, N, accumulate});
 }

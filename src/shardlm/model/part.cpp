@@ -45,7 +45,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     ctx_.cfg = &config_;
     ctx_.tp = tp;
     ctx_.sp = opt.sequence_parallel && t > 1;
-    ctx_.act = ctx_.wt = opt.precision;
+    ctx_.prec = opt.precision;
     ctx_.recompute = opt.recompute;
     ctx_.scratch = &scratch_;
     SHARDLM_CHECK(opt.lanes >= 1 && (opt.lanes == 1 || t == 1), "model part: ", opt.lanes,
@@ -53,7 +53,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     lanes_ = std::min(opt.lanes, B);
     // per-thread attention scratch: for the lanes, or for every thread OpenMP may run a kernel on
     const int threads = std::max({opt.threads, lanes_, omp_get_max_threads()});
-    scratch_.allocate(config_, B, T, t, threads, ctx_.act, opt.recompute, ctx_.sp);
+    scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp);
 
     block_unit_.assign(size_t(L), -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
@@ -91,10 +91,10 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     }
 
     const size_t N = size_t(B) * T, Nl = size_t(ctx_.rows(B * T)), C = size_t(config_.n_embd);
-    const size_t eb = dtype_bytes(ctx_.act);
+    const size_t eb = dtype_bytes(ctx_.prec.activation);
     const bool keep_blocks = opt.recompute != Recompute::Full, keep_att = opt.recompute != Recompute::Selective;
     if (!keep_blocks) {
-        recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.act, true);
+        recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true);
     }
     defer_ = opt.defer_weight_grads;
     SHARDLM_CHECK(!defer_ || keep_blocks,
@@ -125,7 +125,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                     any_block = true;
                     if (keep_blocks) {
                         s.blocks.emplace_back();
-                        s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.act, keep_att);
+                        s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, keep_att);
                     }
                     if (defer_) {
                         s.keeps.emplace_back();
@@ -134,7 +134,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                 }
             if (ch.last == head) {
                 any_head = true;
-                s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.act, false, false);
+                s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, false, false);
                 if (defer_) s.head_keep.allocate(config_, B, T, t, ctx_.sp);
             }
             if (ch.first == 0 && defer_) s.dx0.resize(Nl * C);
@@ -156,7 +156,7 @@ void ModelPart::configure_head() {
     for (Chunk& ch : chunks_)
         if (ch.last == config_.n_layer + 1)
             for (Slot& s : ch.slots) {
-                s.head.allocate(config_, maxB_, maxT_, t, ctx_.sp, ctx_.act, ctx_.bf16_products(), ctx_.chunked_head());
+                s.head.allocate(config_, maxB_, maxT_, t, ctx_.sp, ctx_.prec.activation, ctx_.bf16_products(), ctx_.chunked_head());
                 any = true;
             }
     scratch_.logits.resize(any && ctx_.chunked_head() ? size_t(lanes_) * kHeadRows * Vt : 0);
@@ -165,7 +165,7 @@ void ModelPart::configure_head() {
 void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {
     SHARDLM_CHECK(!ctx_.mixed() || p == kernels::MatmulPrecision::fp32,
                   "--matmul-precision applies to fp32 training; with --precision bf16/fp16 the products are 16-bit already");
-    ctx_.precision = p;
+    ctx_.prec.products = p == kernels::MatmulPrecision::bf16 ? DType::BF16 : DType::F32;
     configure_head();
 }
 
@@ -173,7 +173,7 @@ void ModelPart::bind(void* params, float* grads) {
     unit_params_.resize(layout_.units.size());
     unit_grads_.resize(layout_.units.size());
     for (size_t u = 0; u < layout_.units.size(); u++) {
-        unit_params_[u] = params ? at(params, ctx_.act, layout_.units[u].offset) : nullptr;
+        unit_params_[u] = params ? at(params, ctx_.prec.activation, layout_.units[u].offset) : nullptr;
         unit_grads_[u] = grads ? grads + layout_.units[u].offset : nullptr;
     }
 }
@@ -187,7 +187,7 @@ const float* ModelPart::vec(int unit, int i) {
     if (!ctx_.mixed()) return static_cast<const float*>(param(unit, i));
     const ParamSpec& p = layout_.params[size_t(layout_.units[size_t(unit)].first_param + i)];
     float* v = vec_.data() + vec_at_[size_t(unit)][size_t(i)];
-    convert_to_f32(v, param(unit, i), ctx_.act, p.numel);
+    convert_to_f32(v, param(unit, i), ctx_.prec.activation, p.numel);
     return v;
 }
 

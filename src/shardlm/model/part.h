@@ -49,7 +49,7 @@ public:
         std::vector<int> slots;                   // activation slots per chunk; empty: 1 each
         TensorParallel* tp = nullptr;             // null: no tensor parallelism
         bool sequence_parallel = false;
-        DType precision = DType::F32;             // activations and the parameters bind() is given
+        PrecisionPolicy precision;                // what is stored and multiplied in what (core/precision.h)
         Recompute recompute = Recompute::None;
         int unit_multiple = 1;                    // make_gpt2_layout's (the data-parallel size)
         int threads = 1;                          // OpenMP threads (attention scratch)
@@ -83,14 +83,16 @@ public:
     // Points one unit at its own storage (same layout as its range of the flat buffer): ZeRO-3 binds
     // gathered parameters just before a unit runs, ZeRO-2 a temporary gradient buffer. Null keeps.
     void bind_unit(int unit, void* params, float* grads);
-    DType precision() const { return ctx_.act; }
+    // the parameters bind() is given are of precision().param, the activations of .activation
+    const PrecisionPolicy& precision() const { return ctx_.prec; }
+    // fp32 storage only: bf16 products (the policy fp32-bf16-products) or fp32 ones
     void set_matmul_precision(kernels::MatmulPrecision p);
-    kernels::MatmulPrecision matmul_precision() const { return ctx_.precision; }
+    kernels::MatmulPrecision matmul_precision() const { return ctx_.matmul(); }
 
     // Elements of the activation that crosses a chunk boundary for a B x T micro-batch: (Nl, C); its
     // bytes (the precision's type) and its gradient's (fp32).
     size_t boundary_floats(int B, int T) const { return size_t(ctx_.rows(B * T)) * size_t(config_.n_embd); }
-    size_t boundary_bytes(int B, int T) const { return boundary_floats(B, T) * dtype_bytes(ctx_.act); }
+    size_t boundary_bytes(int B, int T) const { return boundary_floats(B, T) * dtype_bytes(ctx_.prec.activation); }
     size_t grad_bytes(int B, int T) const { return boundary_floats(B, T) * sizeof(float); }
     // input: where the previous chunk's output is received (chunks without the embedding).
     void* input(int chunk, int slot);
@@ -172,7 +174,7 @@ private:
     // Parameter i of unit as bound (matrices: the precision's type), and a vector parameter as fp32
     // (mixed precision: widened into vec_).
     const void* param(int unit, int i) const {
-        return static_cast<const char*>(unit_params_[size_t(unit)]) + local_offset(unit, i) * dtype_bytes(ctx_.act);
+        return static_cast<const char*>(unit_params_[size_t(unit)]) + local_offset(unit, i) * dtype_bytes(ctx_.prec.activation);
     }
     const float* vec(int unit, int i);
     float* grad(int unit, int i) const { return unit_grads_[size_t(unit)] + local_offset(unit, i); }

@@ -103,20 +103,20 @@ void linear(const UnitContext& u, void* out, DType out_t, const void* in, const 
             int OC, bool accumulate) {
     if (!u.mixed()) {
         matmul_forward(static_cast<float*>(out), static_cast<const float*>(in), static_cast<const float*>(W), b, N, K, OC,
-                       accumulate, u.precision);
+                       accumulate, u.matmul());
         return;
     }
     SHARDLM_CHECK(!accumulate, "linear: mixed precision never accumulates onto its output");
-    matmul_forward(out, out_t, in, W, u.act, b, N, K, OC);
+    matmul_forward(out, out_t, in, W, u.prec.activation, b, N, K, OC);
 }
 
 void linear_backward(const UnitContext& u, float* dinp, float* dW, float* db, const float* dout, const void* in,
                      const void* W, int N, int K, int OC, bool acc) {
     if (!u.mixed())
         matmul_backward(dinp, dW, db, dout, static_cast<const float*>(in), static_cast<const float*>(W), N, K, OC, acc,
-                        u.precision);
+                        u.matmul());
     else
-        matmul_backward(dinp, dW, db, dout, in, W, u.act, N, K, OC, acc);
+        matmul_backward(dinp, dW, db, dout, in, W, u.prec.activation, N, K, OC, acc);
 }
 
 const void* gather_input(const UnitContext& u, const void* x_local, int N, DType t) {
@@ -154,7 +154,7 @@ void row_parallel_residual(const UnitContext& u, void* out, float* partial, cons
     } else if (u.tp_size() > 1) {
         u.tp->all_reduce_sum(partial, size_t(N) * C);
     }
-    residual_add(out, resid, u.act, b, partial, Nl, C);
+    residual_add(out, resid, u.prec.activation, b, partial, Nl, C);
 }
 
 void row_parallel_dout(const UnitContext& u, float* dst, const float* dres, int N) {
@@ -216,7 +216,7 @@ void embedding_forward(const UnitContext& u, const void* wte, const void* wpe, c
                        int T) {
     const int C = u.cfg->n_embd, tp = u.tp_size(), N = B * T, Nl = u.rows(N);
     if (tp == 1) {
-        encoder_forward(x0, u.act, tokens, wte, wpe, u.wt, B, T, C);
+        encoder_forward(x0, u.prec.activation, tokens, wte, wpe, u.prec.param, B, T, C);
         return;
     }
     // vocabulary-parallel: each rank looks up the tokens in its rows (zeros elsewhere), then g sums
@@ -224,17 +224,17 @@ void embedding_forward(const UnitContext& u, const void* wte, const void* wpe, c
     const int Vt = u.cfg->padded_vocab(tp) / tp, v0 = u.tp->rank() * Vt;
     float* sum = u.mixed() ? u.scratch->dln.data() : static_cast<float*>(x0);  // fp32 until the end
     if (!u.sp) {
-        kernels::embedding_forward(sum, tokens, wte, u.wt, v0, v0 + Vt, N, C);
+        kernels::embedding_forward(sum, tokens, wte, u.prec.param, v0, v0 + Vt, N, C);
         u.tp->all_reduce_sum(sum, size_t(N) * C);
-        position_forward(sum, wpe, u.wt, 0, N, T, C);
+        position_forward(sum, wpe, u.prec.param, 0, N, T, C);
     } else {
         float* full = u.scratch->dln.data();
         if (u.mixed()) sum = u.scratch->reduced.data();
-        kernels::embedding_forward(full, tokens, wte, u.wt, v0, v0 + Vt, N, C);
+        kernels::embedding_forward(full, tokens, wte, u.prec.param, v0, v0 + Vt, N, C);
         u.tp->reduce_scatter_sum(full, sum, size_t(Nl) * C);
-        position_forward(sum, wpe, u.wt, u.tp->rank() * Nl, Nl, T, C);
+        position_forward(sum, wpe, u.prec.param, u.tp->rank() * Nl, Nl, T, C);
     }
-    if (u.mixed()) convert_from_f32(x0, u.act, sum, size_t(Nl) * C);
+    if (u.mixed()) convert_from_f32(x0, u.prec.activation, sum, size_t(Nl) * C);
 }
 
 void embedding_backward(const UnitContext& u, float* dwte, float* dwpe, const float* dx0, const int* tokens, int B,

@@ -33,6 +33,7 @@
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/dtype.h"
+#include "shardlm/core/precision.h"
 #include "shardlm/cost/flops.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/model/config.h"
@@ -85,18 +86,22 @@ struct UnitContext {
     const GptConfig* cfg = nullptr;
     TensorParallel* tp = nullptr;  // never null: no_tensor_parallel() for one rank
     bool sp = false;               // sequence parallelism
-    kernels::MatmulPrecision precision = kernels::MatmulPrecision::fp32;  // fp32 activations only
-    DType act = DType::F32;        // stored activations
-    DType wt = DType::F32;         // matrices as the units read them
+    // what is stored and multiplied in what (core/precision.h): prec.activation the activations a
+    // step keeps, prec.param the matrices as the units read them, prec.products the GEMM operands
+    PrecisionPolicy prec;
     Recompute recompute = Recompute::None;
     Scratch* scratch = nullptr;
     int lane = 0, lanes = 1;  // this call's lane and how many run the unit (lanes > 1: tp 1)
     LaneWork* work = nullptr;  // lanes > 1: the items they share
     int tp_size() const { return tp->size(); }
     int rows(int N) const { return sp ? N / tp->size() : N; }  // Nl
-    bool mixed() const { return act != DType::F32; }
+    bool mixed() const { return prec.mixed(); }
     // bf16 products: the classifier writes its gradient in bf16 for them
-    bool bf16_products() const { return act == DType::BF16 || precision == kernels::MatmulPrecision::bf16; }
+    bool bf16_products() const { return prec.bf16_products(); }
+    // the fp32 kernels' precision: bf16 products on fp32 storage round their operands as they multiply
+    kernels::MatmulPrecision matmul() const {
+        return prec.rounds_fp32_products() ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp32;
+    }
     bool chunked_head() const { return bf16_products() && tp->size() == 1; }
 };
 

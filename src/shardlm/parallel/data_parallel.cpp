@@ -26,7 +26,7 @@ DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, do
     : dp_(dp), part_(part), units_(part.layout().units), zero_(zero), single_stage_(single_stage) {
     SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
     SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
-    pt_ = part.precision();
+    pt_ = part.precision().param;
     rt_ = reduce_dtype;
     bucket_elems_ = size_t(bucket_mb * 1024 * 1024 / sizeof(float));
     const model::Layout& layout = part.layout();

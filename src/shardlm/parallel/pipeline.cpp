@@ -9,6 +9,18 @@
 
 namespace shardlm::parallel {
 
+namespace {
+
+// The trace's name of a pass: "F3", "B3", "W3", or with virtual stages "F3.1".
+std::string pass_name(char kind, int micro, int chunk, bool chunks) {
+    std::string n(1, kind);
+    n += std::to_string(micro);
+    if (chunks) n += '.' + std::to_string(chunk);
+    return n;
+}
+
+}  // namespace
+
 PipelineExecutor::PipelineExecutor(model::ModelPart& part, comm::Group& pp, DataParallel& dp)
     : part_(part), pp_(pp), dp_(dp) {
     act_sends_.resize(size_t(part.num_chunks()));
@@ -85,8 +97,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
     auto backward_pass = [&](const Action& a, int c, int slot, Op op) {
         const double t0 = now_s();
         {
-            const char* kind = op == Op::BackwardWeight ? "W" : "B";
-            trace::Scope ts(kind + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
+            trace::Scope ts(pass_name(op == Op::BackwardWeight ? 'W' : 'B', a.micro, c, s.virtual_stages > 1),
                             "compute");
             if (op == Op::BackwardInput) {
                 part_.backward_input(c, slot);
@@ -121,8 +132,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
             act_sends_[size_t(c)][size_t(slot)].wait();  // the slot's output is written again
             const double t0 = now_s();
             {
-                trace::Scope ts("F" + std::to_string(a.micro) + (s.virtual_stages > 1 ? "." + std::to_string(c) : ""),
-                                "compute");
+                trace::Scope ts(pass_name('F', a.micro, c, s.virtual_stages > 1), "compute");
                 dp_.begin_pass(c, true, fwd_count[size_t(c)], s.micro);
                 fwd_count[size_t(c)]++;
                 res.loss_sum[size_t(a.micro)] += part_.forward(c, slot, part_.has_embedding(c) ? inputs_.data() : nullptr,

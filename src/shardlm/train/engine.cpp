@@ -13,9 +13,6 @@ namespace shardlm::train {
 
 namespace {
 
-// fp32 | bf16 | fp16 (--precision, --reduce-dtype; validated with the config)
-DType dtype_of(const std::string& name) { return name == "bf16" ? DType::BF16 : name == "fp16" ? DType::F16 : DType::F32; }
-
 // Lanes (--thread-split): auto takes them where they can balance their work (docs/DESIGN.md).
 int lanes_of(const TrainConfig& cfg, int threads, int tp) {
     const bool batch = cfg.thread_split == "batch" ||
@@ -58,7 +55,8 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     e.tp = std::make_unique<parallel::GroupTensorParallel>(g.tp());
     po.tp = e.tp.get();
     po.sequence_parallel = cfg.sequence_parallel;
-    po.precision = dtype_of(cfg.precision);
+    const PrecisionPolicy precision = cfg.precision_policy();
+    po.precision = precision;
     po.recompute = model::parse_recompute(cfg.recompute);
     po.unit_multiple = dp;
     po.threads = get_threads();
@@ -71,12 +69,8 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
         check_memory_fits(need, local ? std::max(1, std::atoi(local)) : 1, model.name);
     }
     e.part = std::make_unique<model::ModelPart>(model, po, cfg.micro_batch, cfg.seq);
-    kernels::MatmulPrecision precision;
-    kernels::matmul_precision_from_name(cfg.matmul_precision, &precision);  // validated with cfg
-    e.part->set_matmul_precision(precision);
 
-    e.dp = std::make_unique<parallel::DataParallel>(g.dp(), *e.part, cfg.zero, cfg.bucket_mb, pp == 1,
-                                                    cfg.reduce_dtype.empty() ? DType::F32 : dtype_of(cfg.reduce_dtype));
+    e.dp = std::make_unique<parallel::DataParallel>(g.dp(), *e.part, cfg.zero, cfg.bucket_mb, pp == 1, precision.reduce);
     if (cfg.sequence_parallel && tp > 1) {
         comm::Group* tpg = &g.tp();
         const model::Layout* layout = &e.part->layout();

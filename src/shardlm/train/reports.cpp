@@ -91,7 +91,7 @@ std::string Trainer::memory_report() const {
         spec.tp = g.tp_size();
         spec.sequence_parallel = cfg_.sequence_parallel && g.tp_size() > 1;
         cost::recompute_from_name(cfg_.recompute, &spec.recompute);
-        spec.value_bytes = double(dtype_bytes(e_.part->precision()));
+        spec.value_bytes = double(dtype_bytes(e_.part->precision().activation));
         const double f = cost::block_activation_bytes(shape, spec);
         out += fmt("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
                    "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "

@@ -165,8 +165,9 @@ void Trainer::print_header() {
             std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), e_.micro,
                         cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
         if (cfg_.sequence_parallel && e_.grid->tp_size() > 1) std::printf(", sequence parallel");
-        if (cfg_.precision != "fp32") std::printf(" | precision %s", cfg_.precision.c_str());
-        else std::printf(" | matmuls %s", cfg_.matmul_precision.c_str());
+        const PrecisionPolicy prec = cfg_.precision_policy();
+        if (prec.mixed()) std::printf(" | precision %s", prec.name().c_str());
+        else std::printf(" | matmuls %s", prec.bf16_products() ? "bf16" : "fp32");
         if (cfg_.recompute != "none") std::printf(" | recompute %s", cfg_.recompute.c_str());
         std::printf("\n");
         if (e_.part->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))

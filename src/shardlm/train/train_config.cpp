@@ -41,6 +41,15 @@ model::GptConfig TrainConfig::model_config() const {
     return c;
 }
 
+PrecisionPolicy TrainConfig::precision_policy() const {
+    PrecisionPolicy p;
+    precision_policy_from_name(precision, &p);  // validated
+    if (matmul_precision == "bf16") p.products = DType::BF16;  // the same as --precision fp32-bf16-products
+    if (reduce_dtype == "bf16") p.reduce = DType::BF16;
+    if (reduce_dtype == "fp16") p.reduce = DType::F16;
+    return p;
+}
+
 void TrainConfig::validate() const {
     SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
     SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0 && vocab_size >= 0,
@@ -72,11 +81,12 @@ void TrainConfig::validate() const {
     kernels::MatmulPrecision mp;
     SHARDLM_CHECK(kernels::matmul_precision_from_name(matmul_precision, &mp), "--matmul-precision '", matmul_precision,
                   "' is not known\n---> HINT: use fp32 or bf16");
-    SHARDLM_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", "--precision '", precision,
-                  "' is not known\n---> HINT: use fp32, bf16 or fp16");
+    PrecisionPolicy named;
+    SHARDLM_CHECK(precision_policy_from_name(precision, &named), "--precision '", precision,
+                  "' is not known\n---> HINT: use fp32, bf16, fp16 or fp32-bf16-products");
     SHARDLM_CHECK(reduce_dtype.empty() || reduce_dtype == "fp32" || reduce_dtype == "bf16" || reduce_dtype == "fp16",
                   "--reduce-dtype '", reduce_dtype, "' is not known\n---> HINT: use fp32, bf16 or fp16");
-    SHARDLM_CHECK(precision == "fp32" || matmul_precision == "fp32", "--matmul-precision ", matmul_precision,
+    SHARDLM_CHECK(!named.mixed() || matmul_precision == "fp32", "--matmul-precision ", matmul_precision,
                   " applies to fp32 training; with --precision ", precision,
                   " every product is 16-bit already\n---> HINT: drop --matmul-precision");
     SHARDLM_CHECK(recompute == "none" || recompute == "full" || recompute == "selective", "--recompute '", recompute,

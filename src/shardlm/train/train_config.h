@@ -7,6 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shardlm/core/precision.h"
 #include "shardlm/model/config.h"
 #include "shardlm/optim/optimizer.h"
 
@@ -83,6 +84,9 @@ struct TrainConfig {
     model::GptConfig model_config() const;
     // Throws a clear error for values out of range.
     void validate() const;
+    // What is stored and multiplied in what: --precision's policy, with --matmul-precision bf16 (the
+    // policy fp32-bf16-products) and --reduce-dtype (core/precision.h). Validated first.
+    PrecisionPolicy precision_policy() const;
     // The loss scaler's mode: loss_scale, or by default dynamic for fp16 and none otherwise.
     std::string loss_scale_mode() const { return !loss_scale.empty() ? loss_scale : precision == "fp16" ? "dynamic" : ""; }
 };
@@ -144,9 +148,9 @@ void for_each_field(Cfg& c, F&& f) {
     f("thread_split", c.thread_split,
       "How a rank's threads share a micro-batch: batch (each thread runs whole sequences through every layer, meeting twice per block: robust when cores are shared) | kernel (every kernel split over all threads) | auto (batch with --tp 1 when the micro-batch makes at least two groups of ~256 rows per thread, else kernel)");
     f("matmul_precision", c.matmul_precision,
-      "fp32 | bf16: operands of the linear layers' products rounded to bf16, fp32 accumulation (weights, grads, optimiser stay fp32)");
+      "fp32 | bf16: operands of the linear layers' products rounded to bf16, fp32 accumulation (weights, grads, optimiser stay fp32); bf16 is --precision fp32-bf16-products");
     f("precision", c.precision,
-      "fp32 | bf16 | fp16: mixed precision: 16-bit activations and parameter copy, 16-bit products with fp32 accumulation, fp32 master weights, optimiser state and gradients");
+      "fp32 | bf16 | fp16 | fp32-bf16-products: the precision policy. bf16/fp16: mixed precision: 16-bit activations and parameter copy, 16-bit products with fp32 accumulation, fp32 master weights, optimiser state and gradients; fp32-bf16-products: fp32 storage, bf16 products");
     f("reduce_dtype", c.reduce_dtype, "Type of the gradient reduction: fp32 | bf16 | fp16 (default: the gradients', fp32)");
     f("loss_scale", c.loss_scale, "dynamic | N: loss scaling (default: dynamic with --precision fp16, off otherwise)");
     f("scale_window", c.scale_window, "Clean steps before a dynamic loss scale doubles");
