@@ -32,6 +32,8 @@ DataParallel::DataParallel(comm::Group& dp, model::ModelPart& part, int zero, do
     const model::Layout& layout = part.layout();
     const size_t total = layout.total, n = size_t(dp.size());
     wte_unit_ = layout.unit_of(model::UnitKind::TokenEmbedding);
+    for (size_t u = 0; u < layout.units.size(); u++)  // the head's tied copy beside the embedding (ZBV)
+        if (layout.units[u].kind == model::UnitKind::TokenEmbedding && int(u) != wte_unit_) local_copy_unit_ = int(u);
     size_t max_unit = 0, max_shard = 0, off = 0;
     for (size_t u = 0; u < units_.size(); u++) {
         SHARDLM_CHECK(units_[u].numel % (16 * n) == 0, "unit ", units_[u].name, " (", units_[u].numel,
@@ -349,10 +351,9 @@ void DataParallel::sum_tied_grads(comm::Group& g) {
         return {zero_ == 1 ? grads_.data() + r.begin : grad_shards_.data() + shard_offset(unit), r.size()};
     };
     // the embedding's wte and the head's tied copy on this one rank (ZBV's first rank): sum here
-    for (size_t u = 0; u < units_.size(); u++) {
-        if (units_[u].kind != model::UnitKind::TokenEmbedding || int(u) == wte_unit_) continue;
+    if (local_copy_unit_ >= 0) {
         const std::pair<float*, size_t> mine = part(wte_unit_);  // (no structured bindings: OpenMP captures them)
-        float *a = mine.first, *b = part(int(u)).first;
+        float *a = mine.first, *b = part(local_copy_unit_).first;
         const size_t n = mine.second;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) b[i] = a[i] = a[i] + b[i];

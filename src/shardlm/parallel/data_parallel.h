@@ -149,6 +149,7 @@ private:
     bool single_stage_;
     size_t bucket_elems_;
     int wte_unit_ = -1;
+    int local_copy_unit_ = -1;  // a tied copy of wte on this rank beside wte itself (ZBV), or -1
     int micro_index_ = 0, micro_count_ = 1;
     int last_unit_ = -1;  // the latest non-wte unit handed to a hook: its slots are in use
     uint64_t clock_ = 0;  // slot use stamps

@@ -82,8 +82,6 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
     res.loss_sum.assign(size_t(s.micro), 0.0);
     std::vector<int> fwd_count(size_t(part_.num_chunks()), 0), bwd_count(size_t(part_.num_chunks()), 0);
     std::vector<int> w_count(size_t(part_.num_chunks()), 0);
-    SHARDLM_CHECK(!s.splits_backward(rank) || part_.defers_weight_grads(), "the ", schedule_name(s.kind),
-                  " schedule runs W apart from B on this rank: the model part must be built to defer W");
     // receive into / send from buf: over the pipeline group, or copied when the peer is this rank
     auto recv = [&](void* buf, size_t bytes, int peer, int tg) {
         if (peer == rank) recv_self(tg, buf, bytes);

@@ -265,12 +265,10 @@ std::string render_chart(const Schedule& s) {
         }
         out += "|\n";
     }
-    double idle = 0;
-    for (double x : sim.idle) idle += x;
-    idle /= double(s.stages);
+    const double bubble = bubble_fraction(sim);
     const char* formula = bubble_theory_formula(s.kind);
     std::snprintf(buf, sizeof(buf), "idle per stage %.1f units of %.0f: bubble %.3f of the step (theory %s = %.3f)\n",
-                  idle, sim.makespan, idle / sim.makespan, formula,
+                  bubble * sim.makespan, sim.makespan, bubble, formula,
                   bubble_fraction_theory(s.kind, s.stages, s.micro, s.virtual_stages));
     out += buf;
     return out;
