@@ -49,9 +49,11 @@ int main(int argc, char** argv) {
     shardlm::train::TrainConfig cfg;
     cfg.model = model;
     cfg.n_layer = n_layer, cfg.n_head = n_head, cfg.n_embd = n_embd;
-    cfg.matmul_precision = precision;
-    cfg.precision = mixed;
-    cfg.recompute = recompute;
+    using shardlm::train::parse_setting;
+    parse_setting("--matmul-precision", precision, &cfg.matmul_precision);
+    parse_setting("--precision", mixed, &cfg.precision);
+    parse_setting("--recompute", recompute, &cfg.recompute);
+    parse_setting("--thread-split", split, &cfg.thread_split);
     shardlm::model::GptConfig mc = cfg.model_config();
     // random tokens, enough for every step
     std::mt19937 rng(1);
@@ -64,12 +66,11 @@ int main(int argc, char** argv) {
     cfg.seq = T;
     cfg.global_batch = cfg.micro_batch = B;
     cfg.steps = steps + warmup;
-    cfg.optimizer = "adamw";
+    cfg.optimizer = shardlm::optim::Kind::AdamW;
     cfg.lr = 6e-4f;
     cfg.weight_decay = 0.1f;
     cfg.grad_clip = 1.0f;
     cfg.threads = threads;
-    cfg.thread_split = split;
     shardlm::train::Trainer trainer(cfg);
     std::vector<double> ms;
     for (int s = 0; s < steps + warmup; s++) {

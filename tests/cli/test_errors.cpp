@@ -81,7 +81,7 @@ TEST_F(CliErrors, FlagsOutOfRange) {
                  "--seq 100", "n_ctx = 64");
     EXPECT_ERROR(run("train --init " + kFix + " --data " + kFix + "/data.bin --global-batch 5 --micro-batch 2"),
                  "--global-batch (5)", "multiple of --micro-batch (2)");
-    EXPECT_ERROR(run(train_args() + " --optimizer adamx"), "unknown optimizer 'adamx'", "adamw");
+    EXPECT_ERROR(run(train_args() + " --optimizer adamx"), "--optimizer 'adamx' is not known", "adamw");
     EXPECT_ERROR(run(train_args() + " --lr-schedule linear"), "--lr-schedule 'linear'");
     EXPECT_ERROR(run("train --model gpt5 --data " + kFix + "/data.bin"), "unknown model preset 'gpt5'", "gpt2");
     EXPECT_ERROR(run("train --data " + kFix + "/data.bin"), "--init DIR or --model PRESET");

@@ -20,7 +20,7 @@ std::vector<uint16_t> ramp(size_t n) {
 
 TEST(BatchLoader, SequentialRowsWrapAround) {
     const int T = 8, G = 3;
-    BatchLoader l(ramp(8 * 5 + 1), T, "sequential", 1, "ramp");
+    BatchLoader l(ramp(8 * 5 + 1), T, shardlm::data::Order::Sequential, 1, "ramp");
     ASSERT_EQ(l.num_rows(), 5);
     std::vector<int> in(T), tg(T);
     for (int k = 0; k < 4; k++)
@@ -39,7 +39,7 @@ TEST(BatchLoader, SequentialRowsWrapAround) {
 TEST(BatchLoader, RandomEpochsArePermutationsAtAPhase) {
     const int T = 16, G = 4;
     const size_t n = 16 * 50 + 7;
-    BatchLoader l(ramp(n), T, "random", 42, "ramp"), again(ramp(n), T, "random", 42, "ramp");
+    BatchLoader l(ramp(n), T, shardlm::data::Order::Random, 42, "ramp"), again(ramp(n), T, shardlm::data::Order::Random, 42, "ramp");
     const int64_t rows = (int64_t(n) - T) / T;
     std::vector<int> in(T), tg(T), in2(T), tg2(T);
     std::set<int> phases;
@@ -63,8 +63,8 @@ TEST(BatchLoader, RandomEpochsArePermutationsAtAPhase) {
 }
 
 TEST(BatchLoader, RandomOrderNeedsTwoRows) {
-    EXPECT_THROW(BatchLoader(ramp(20), 16, "random", 1, "tiny.bin"), std::exception);
-    EXPECT_NO_THROW(BatchLoader(ramp(20), 16, "sequential", 1, "tiny.bin"));
+    EXPECT_THROW(BatchLoader(ramp(20), 16, shardlm::data::Order::Random, 1, "tiny.bin"), std::exception);
+    EXPECT_NO_THROW(BatchLoader(ramp(20), 16, shardlm::data::Order::Sequential, 1, "tiny.bin"));
 }
 
 }  // namespace

@@ -24,9 +24,19 @@ void add_train_command(CLI::App& app) {
     train::for_each_field(*cfg, [&](const char* key, auto& ref, const char* help) {
         std::string flag = std::string("--") + key;
         for (auto& ch : flag) ch = ch == '_' ? '-' : ch;
+        using T = std::decay_t<decltype(ref)>;
         CLI::Option* o;
-        if constexpr (std::is_same_v<std::decay_t<decltype(ref)>, bool>) o = c->add_flag(flag, ref, help);
-        else o = c->add_option(flag, ref, help)->capture_default_str();
+        if constexpr (std::is_same_v<T, bool>) {
+            o = c->add_flag(flag, ref, help);
+        } else if constexpr (TextSetting<T>) {  // parsed here, once: a bad name fails naming the flag
+            auto* dst = &ref;
+            o = c->add_option_function<std::string>(
+                     flag, [dst, flag](const std::string& s) { train::parse_setting(flag, s, dst); },
+                     std::string(help) + ": " + setting_choices(dst))
+                    ->default_str(setting_text(ref));
+        } else {
+            o = c->add_option(flag, ref, help)->capture_default_str();
+        }
         (*options)[key] = o;
     });
     c->callback([cfg, config_file, options] {

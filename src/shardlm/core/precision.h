@@ -36,5 +36,9 @@ struct PrecisionPolicy {
 
 // The policy of a name of the table above (reduce: the gradients', fp32); false for another name.
 bool precision_policy_from_name(std::string_view name, PrecisionPolicy* out);
+// As a setting (core/enum_names.h): its name, parsed by the table above.
+inline std::string setting_text(const PrecisionPolicy& p) { return p.name(); }
+inline bool setting_parse(std::string_view s, PrecisionPolicy* out) { return precision_policy_from_name(s, out); }
+inline std::string setting_choices(const PrecisionPolicy*) { return "fp32, bf16, fp16 or fp32-bf16-products"; }
 
 }  // namespace shardlm

@@ -4,11 +4,6 @@
 
 namespace shardlm::cost {
 
-namespace {
-constexpr EnumName<Recompute> kRecomputeNames[] = {
-    {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
-}  // namespace
-
 std::string recompute_name(Recompute r) { return enum_name(kRecomputeNames, r); }
 bool recompute_from_name(const std::string& s, Recompute* out) { return enum_from_name(kRecomputeNames, s, out); }
 

@@ -16,11 +16,15 @@
 #include <cstdint>
 #include <string>
 
+#include "shardlm/core/enum_names.h"
 #include "shardlm/cost/shape.h"
 
 namespace shardlm::cost {
 
 enum class Recompute { None, Selective, Full };
+inline constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
+constexpr const auto& enum_names(Recompute) { return kRecomputeNames; }
 std::string recompute_name(Recompute r);  // "none" | "selective" | "full"
 bool recompute_from_name(const std::string& s, Recompute* out);
 

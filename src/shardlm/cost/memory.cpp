@@ -65,20 +65,15 @@ double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, dou
 }
 
 Schedule parse_schedule(const std::string& name) {
-    for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved, Schedule::ZeroBubbleH1,
-                       Schedule::ZeroBubbleV})
-        if (name == schedule_name(s)) return s;
-    fail("unknown pipeline schedule '", name, "'\n---> HINT: use gpipe, 1f1b, interleaved, zb-h1 or zbv");
+    Schedule s;
+    if (!enum_from_name(kScheduleNames, name, &s))
+        fail("unknown pipeline schedule '", name, "'\n---> HINT: use ", names_list(kScheduleNames));
+    return s;
 }
 
 const char* schedule_name(Schedule s) {
-    switch (s) {
-    case Schedule::GPipe: return "gpipe";
-    case Schedule::OneFOneB: return "1f1b";
-    case Schedule::Interleaved: return "interleaved";
-    case Schedule::ZeroBubbleH1: return "zb-h1";
-    case Schedule::ZeroBubbleV: return "zbv";
-    }
+    for (const auto& e : kScheduleNames)
+        if (e.value == s) return e.name;
     return "?";
 }
 

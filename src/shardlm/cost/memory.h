@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardlm/core/enum_names.h"
 #include "shardlm/cost/flops.h"
 #include "shardlm/cost/shape.h"
 
@@ -88,7 +89,13 @@ double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, dou
 // interleaved 1F1B of Narayanan et al. 2021 is OneFOneB's order over virtual stages; the zero-bubble
 // ones (Qi et al. 2023) run the weight gradients (W) apart from the input gradients (B).
 enum class Schedule { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };
-// "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zbv"; throws a clear error otherwise.
+inline constexpr EnumName<Schedule> kScheduleNames[] = {{Schedule::GPipe, "gpipe"},
+                                                        {Schedule::OneFOneB, "1f1b"},
+                                                        {Schedule::Interleaved, "interleaved"},
+                                                        {Schedule::ZeroBubbleH1, "zb-h1"},
+                                                        {Schedule::ZeroBubbleV, "zbv"}};
+constexpr const auto& enum_names(Schedule) { return kScheduleNames; }
+// One of the names above; throws a clear error otherwise.
 Schedule parse_schedule(const std::string& name);
 const char* schedule_name(Schedule s);
 // Micro-batch chunks whose activations pipeline stage `stage` (0 = first) holds at its peak; a chunk

@@ -8,10 +8,8 @@
 
 namespace shardlm::data {
 
-BatchLoader::BatchLoader(std::vector<uint16_t> tokens, int T, std::string order, uint64_t seed, std::string source)
-    : tokens_(std::move(tokens)), T_(T), random_(order == "random"), seed_(seed) {
-    SHARDLM_CHECK(order == "sequential" || order == "random", "--data-order '", order,
-                  "' is not known\n---> HINT: use sequential or random");
+BatchLoader::BatchLoader(std::vector<uint16_t> tokens, int T, Order order, uint64_t seed, std::string source)
+    : tokens_(std::move(tokens)), T_(T), random_(order == Order::Random), seed_(seed) {
     rows_ = tokens_.size() > 0 ? int64_t(tokens_.size() - 1) / T_ : 0;
     random_rows_ = (int64_t(tokens_.size()) - T_) / T_;  // rows that fit at any phase in [0, T)
     SHARDLM_CHECK(rows_ > 0, "token shard '", source, "' holds ", tokens_.size(), " tokens, fewer than one row of T+1 = ",

@@ -10,11 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "shardlm/core/enum_names.h"
+
 namespace shardlm::data {
+
+// --data-order: the shard's rows in order, or a fresh permutation every epoch.
+enum class Order { Sequential, Random };
+inline constexpr EnumName<Order> kOrderNames[] = {{Order::Sequential, "sequential"}, {Order::Random, "random"}};
+constexpr const auto& enum_names(Order) { return kOrderNames; }
 
 class BatchLoader {
 public:
-    BatchLoader(std::vector<uint16_t> tokens, int T, std::string order, uint64_t seed, std::string source);
+    BatchLoader(std::vector<uint16_t> tokens, int T, Order order, uint64_t seed, std::string source);
 
     // Rows of the fixed sweep of fill_row (and of an epoch in sequential order).
     int64_t num_rows() const { return rows_; }
@@ -35,7 +42,7 @@ private:
     void copy_row(int64_t start, int* inputs, int* targets) const;
     std::vector<uint16_t> tokens_;
     int T_;
-    bool random_ = false;  // --data-order random (else sequential), parsed once
+    bool random_ = false;  // Order::Random
     uint64_t seed_;
     int64_t rows_, random_rows_;
     int64_t perm_epoch_ = -1, phase_ = 0;

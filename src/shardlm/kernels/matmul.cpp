@@ -16,12 +16,7 @@ namespace shardlm::kernels {
 std::string_view matmul_precision_name(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
 
 bool matmul_precision_from_name(std::string_view s, MatmulPrecision* out) {
-    for (MatmulPrecision p : {MatmulPrecision::fp32, MatmulPrecision::bf16})
-        if (s == matmul_precision_name(p)) {
-            *out = p;
-            return true;
-        }
-    return false;
+    return enum_from_name(kMatmulPrecisionNames, s, out);
 }
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,

@@ -11,10 +11,14 @@
 #include <string_view>
 
 #include "shardlm/core/dtype.h"
+#include "shardlm/core/enum_names.h"
 
 namespace shardlm::kernels {
 
 enum class MatmulPrecision { fp32, bf16 };
+inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPrecision::fp32, "fp32"},
+                                                                      {MatmulPrecision::bf16, "bf16"}};
+constexpr const auto& enum_names(MatmulPrecision) { return kMatmulPrecisionNames; }
 // "fp32" / "bf16"; from_name returns false for anything else.
 std::string_view matmul_precision_name(MatmulPrecision p);
 bool matmul_precision_from_name(std::string_view s, MatmulPrecision* out);

@@ -15,12 +15,6 @@ namespace shardlm::model {
 
 using namespace shardlm::kernels;
 
-Recompute parse_recompute(const std::string& name) {
-    Recompute r;
-    if (!cost::recompute_from_name(name, &r)) fail("unknown --recompute '", name, "'\n---> HINT: use none, full or selective");
-    return r;
-}
-
 // ---- buffers ----------------------------------------------------------------------------------
 
 void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp) {

@@ -45,7 +45,6 @@ namespace shardlm::model {
 // One enum of the concept, shared with the cost model (cost/flops.h).
 using Recompute = cost::Recompute;
 using cost::recompute_name;
-Recompute parse_recompute(const std::string& name);  // none | selective | full; throws a clear error otherwise
 
 // Buffers shared by all units of a rank (used within one unit's forward or backward only).
 struct Scratch {

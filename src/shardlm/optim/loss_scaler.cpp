@@ -1,6 +1,7 @@
 #include "shardlm/optim/loss_scaler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 
@@ -8,20 +9,36 @@
 
 namespace shardlm::optim {
 
-LossScaler::LossScaler(const std::string& spec, int window) : window_(window) {
-    SHARDLM_CHECK(window > 0, "--scale-window must be > 0 (got ", window, ")");
-    if (spec.empty()) return;
-    enabled_ = true;
-    if (spec == "dynamic") {
-        dynamic_ = true;
-        scale_ = kInitialScale;
-        return;
+std::string setting_text(const LossScale& s) {
+    if (s.mode == LossScale::Mode::Default) return "";
+    if (s.mode == LossScale::Mode::Dynamic) return "dynamic";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", double(s.scale));
+    return buf;
+}
+
+bool setting_parse(std::string_view s, LossScale* out) {
+    if (s.empty() || s == "dynamic") {
+        *out = {s.empty() ? LossScale::Mode::Default : LossScale::Mode::Dynamic, 0};
+        return true;
     }
+    const std::string text(s);
     char* end = nullptr;
-    const double v = std::strtod(spec.c_str(), &end);
-    SHARDLM_CHECK(end && *end == '\0' && std::isfinite(v) && v > 0, "--loss-scale '", spec,
-                  "' is neither 'dynamic' nor a positive number\n---> HINT: --loss-scale dynamic, or e.g. --loss-scale 1024");
-    scale_ = float(v);
+    const double v = std::strtod(text.c_str(), &end);
+    if (!(end && *end == '\0' && std::isfinite(v) && v > 0 && v <= 3.4e38)) return false;
+    *out = LossScale::fixed(float(v));
+    return true;
+}
+
+std::string setting_choices(const LossScale*) { return "dynamic or a positive number (a static scale, e.g. 1024)"; }
+
+LossScaler::LossScaler(LossScale spec, int window) : window_(window) {
+    SHARDLM_CHECK(window > 0, "--scale-window must be > 0 (got ", window, ")");
+    if (spec.mode == LossScale::Mode::Default) return;
+    enabled_ = true;
+    dynamic_ = spec.mode == LossScale::Mode::Dynamic;
+    scale_ = dynamic_ ? kInitialScale : spec.scale;
+    SHARDLM_CHECK(scale_ > 0 && std::isfinite(scale_), "loss scale ", scale_, " must be a positive number");
 }
 
 bool LossScaler::update(bool finite) {

@@ -8,14 +8,28 @@
 // is still skipped).
 #pragma once
 #include <string>
+#include <string_view>
 
 namespace shardlm::optim {
 
+// --loss-scale: "" (the precision's default: dynamic for fp16, off otherwise), "dynamic", or a
+// positive number (a static scale).
+struct LossScale {
+    enum class Mode { Default, Dynamic, Static };
+    Mode mode = Mode::Default;
+    float scale = 0;  // Static
+    static LossScale dynamic() { return {Mode::Dynamic, 0}; }
+    static LossScale fixed(float s) { return {Mode::Static, s}; }
+};
+std::string setting_text(const LossScale& s);  // "", "dynamic", "1024"
+bool setting_parse(std::string_view s, LossScale* out);
+std::string setting_choices(const LossScale*);
+
 class LossScaler {
 public:
-    // spec: "" (off: scale 1), "dynamic", or a positive number (static). window: clean steps
-    // before the dynamic scale doubles.
-    LossScaler(const std::string& spec, int window);
+    // spec: Default (off: scale 1), Dynamic, or Static. window: clean steps before the dynamic
+    // scale doubles.
+    LossScaler(LossScale spec, int window);
 
     bool enabled() const { return enabled_; }
     bool dynamic() const { return dynamic_; }

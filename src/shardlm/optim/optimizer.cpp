@@ -9,24 +9,13 @@
 namespace shardlm::optim {
 
 Kind parse_kind(const std::string& name) {
-    if (name == "sgd") return Kind::SGD;
-    if (name == "momentum") return Kind::Momentum;
-    if (name == "adagrad") return Kind::AdaGrad;
-    if (name == "adam") return Kind::Adam;
-    if (name == "adamw") return Kind::AdamW;
-    fail("unknown optimizer '", name, "'\n---> HINT: choose one of sgd, momentum, adagrad, adam, adamw");
+    Kind k;
+    if (!enum_from_name(kKindNames, name, &k))
+        fail("unknown optimizer '", name, "'\n---> HINT: choose one of ", names_list(kKindNames));
+    return k;
 }
 
-std::string kind_name(Kind k) {
-    switch (k) {
-        case Kind::SGD: return "sgd";
-        case Kind::Momentum: return "momentum";
-        case Kind::AdaGrad: return "adagrad";
-        case Kind::Adam: return "adam";
-        case Kind::AdamW: return "adamw";
-    }
-    return "?";
-}
+std::string kind_name(Kind k) { return enum_name(kKindNames, k); }
 
 Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<Range> owned)
     : cfg_(cfg), layout_(layout), owned_(std::move(owned)) {
@@ -98,12 +87,6 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
         }
         state_base += r.size();
     }
-}
-
-LrKind parse_lr_kind(const std::string& name) {
-    if (name == "constant") return LrKind::Constant;
-    if (name == "cosine") return LrKind::Cosine;
-    fail("unknown lr schedule '", name, "'\n---> HINT: use constant or cosine");
 }
 
 float LrSchedule::at(int step) const {

@@ -11,12 +11,16 @@
 #include <vector>
 
 #include "shardlm/core/aligned_buffer.h"
+#include "shardlm/core/enum_names.h"
 #include "shardlm/model/layout.h"
 
 namespace shardlm::optim {
 
 enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW };
-Kind parse_kind(const std::string& name);  // sgd | momentum | adagrad | adam | adamw
+inline constexpr EnumName<Kind> kKindNames[] = {
+    {Kind::SGD, "sgd"}, {Kind::Momentum, "momentum"}, {Kind::AdaGrad, "adagrad"}, {Kind::Adam, "adam"}, {Kind::AdamW, "adamw"}};
+constexpr const auto& enum_names(Kind) { return kKindNames; }
+Kind parse_kind(const std::string& name);  // one of the names above, or a clear error
 std::string kind_name(Kind k);
 
 struct OptimConfig {
@@ -67,7 +71,8 @@ private:
 
 // LR schedules: constant, or linear warm-up over `warmup` steps then cosine decay to `lr_min` at `total`.
 enum class LrKind { Constant, Cosine };
-LrKind parse_lr_kind(const std::string& name);  // constant | cosine
+inline constexpr EnumName<LrKind> kLrKindNames[] = {{LrKind::Constant, "constant"}, {LrKind::Cosine, "cosine"}};
+constexpr const auto& enum_names(LrKind) { return kLrKindNames; }
 struct LrSchedule {
     LrKind kind = LrKind::Constant;
     float lr = 1e-3f, lr_min = 0.0f;

@@ -153,7 +153,7 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
             {"optimizer",
              {{"kind", optim::kind_name(oc.kind)}, {"steps_done", opt.steps_done()}, {"beta1", oc.beta1},
               {"beta2", oc.beta2}, {"eps", oc.eps}, {"momentum", oc.momentum}, {"weight_decay", oc.weight_decay}}},
-            {"data", {{"order", cfg.data_order}, {"next_global_batch", step}, {"seed", cfg.seed}}},
+            {"data", {{"order", setting_text(cfg.data_order)}, {"next_global_batch", step}, {"seed", cfg.seed}}},
             {"rng", {{"seed", cfg.seed}, {"note", "init and data order are pure functions of the seed and step"}}},
             {"writer", writer},
             {"files", files},

@@ -15,8 +15,8 @@ namespace {
 
 // Lanes (--thread-split): auto takes them where they can balance their work (docs/DESIGN.md).
 int lanes_of(const TrainConfig& cfg, int threads, int tp) {
-    const bool batch = cfg.thread_split == "batch" ||
-                       (cfg.thread_split == "auto" && model::lane_groups(cfg.micro_batch, cfg.seq, threads) >= 2 * threads);
+    const bool batch = cfg.thread_split == ThreadSplit::Batch ||
+                       (cfg.thread_split == ThreadSplit::Auto && model::lane_groups(cfg.micro_batch, cfg.seq, threads) >= 2 * threads);
     return tp == 1 && batch ? threads : 1;
 }
 
@@ -40,7 +40,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
                   "): each tensor-parallel rank computes whole heads");
 
     // the pipeline: the step's schedule, and which model chunks this rank holds
-    e.schedule = parallel::make_schedule(parallel::parse_schedule(cfg.schedule), pp, e.micro, cfg.virtual_stages);
+    e.schedule = parallel::make_schedule(cfg.schedule, pp, e.micro, cfg.virtual_stages);
     const parallel::Schedule& s = e.schedule;
     const int v = s.virtual_stages;  // zbv implies 2
     e.all_chunks = parallel::split_stages(model, cfg.seq, pp * v, cfg.pp_split);
@@ -48,7 +48,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     for (int c = 0; c < v; c++) po.chunks.push_back(e.all_chunks[size_t(s.model_chunk(g.pp_rank(), c))]);
     po.slots = s.slots(g.pp_rank());
     po.defer_weight_grads = s.splits_backward(g.pp_rank());
-    SHARDLM_CHECK(!s.splits_backward() || cfg.zero < 3, "--schedule ", cfg.schedule, " runs each backward's"
+    SHARDLM_CHECK(!s.splits_backward() || cfg.zero < 3, "--schedule ", setting_text(cfg.schedule), " runs each backward's"
                   " weight gradients (W) apart from its input gradients (B); ZeRO-3 would have to gather every"
                   " unit's parameters for B and hold its gradient buffer until the deferred W, which it does not"
                   " (yet)\n---> HINT: use --zero 0, 1 or 2 with it, or --schedule 1f1b with --zero 3");
@@ -57,7 +57,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     po.sequence_parallel = cfg.sequence_parallel;
     const PrecisionPolicy precision = cfg.precision_policy();
     po.precision = precision;
-    po.recompute = model::parse_recompute(cfg.recompute);
+    po.recompute = cfg.recompute;
     po.unit_multiple = dp;
     po.threads = get_threads();
     po.lanes = lanes_of(cfg, po.threads, tp);

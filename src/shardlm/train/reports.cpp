@@ -90,13 +90,13 @@ std::string Trainer::memory_report() const {
         spec.seq = cfg_.seq;
         spec.tp = g.tp_size();
         spec.sequence_parallel = cfg_.sequence_parallel && g.tp_size() > 1;
-        cost::recompute_from_name(cfg_.recompute, &spec.recompute);
+        spec.recompute = cfg_.recompute;
         spec.value_bytes = double(dtype_bytes(e_.part->precision().activation));
         const double f = cost::block_activation_bytes(shape, spec);
         out += fmt("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
                    "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
                    "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
-                   "block activations", bb.values, f, cfg_.recompute.c_str(), int(spec.value_bytes),
+                   "block activations", bb.values, f, setting_text(cfg_.recompute).c_str(), int(spec.value_bytes),
                    4.0 * cfg_.micro_batch * (2.0 * model_cfg_.n_head * cfg_.seq * cfg_.seq + 14.0 * cfg_.seq * model_cfg_.n_embd));
         if (bb.stats > 0)
             out += fmt("  %-22s %12lld   bytes per block: the LayerNorms' means and 1/std (fp32, outside the formulas)\n",
@@ -187,7 +187,7 @@ void Trainer::write_trace(double bubble_mean) {
     for (size_t r = 0; r < all.size(); r++) out += (r ? ",\n" : "") + all[r];
     out += fmt("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
                "\"micro_batches\": %d, \"bubble_measured\": %.4f, \"bubble_theory\": %.4f}}\n",
-               g.dp_size(), g.tp_size(), g.pp_size(), cfg_.schedule.c_str(), e_.micro, bubble_mean,
+               g.dp_size(), g.tp_size(), g.pp_size(), setting_text(cfg_.schedule).c_str(), e_.micro, bubble_mean,
                parallel::bubble_fraction_theory(e_.schedule.kind, g.pp_size(), e_.micro, e_.schedule.virtual_stages));
     if (auto dir = std::filesystem::path(cfg_.trace).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
     io::write_file_atomic(cfg_.trace, out);

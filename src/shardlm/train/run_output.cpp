@@ -162,13 +162,13 @@ void Trainer::print_header() {
         if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
         std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", e_.grid->dp_size(), e_.grid->tp_size(), e_.grid->pp_size(), cfg_.zero);
         if (e_.grid->pp_size() > 1)
-            std::printf(", %s x %d micro-batches%s", cfg_.schedule.c_str(), e_.micro,
+            std::printf(", %s x %d micro-batches%s", setting_text(cfg_.schedule).c_str(), e_.micro,
                         cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
         if (cfg_.sequence_parallel && e_.grid->tp_size() > 1) std::printf(", sequence parallel");
         const PrecisionPolicy prec = cfg_.precision_policy();
         if (prec.mixed()) std::printf(" | precision %s", prec.name().c_str());
         else std::printf(" | matmuls %s", prec.bf16_products() ? "bf16" : "fp32");
-        if (cfg_.recompute != "none") std::printf(" | recompute %s", cfg_.recompute.c_str());
+        if (cfg_.recompute != cost::Recompute::None) std::printf(" | recompute %s", setting_text(cfg_.recompute).c_str());
         std::printf("\n");
         if (e_.part->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
             std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"

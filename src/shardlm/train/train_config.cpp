@@ -15,7 +15,7 @@ namespace shardlm::train {
 
 optim::OptimConfig TrainConfig::optim_config() const {
     optim::OptimConfig o;
-    o.kind = optim::parse_kind(optimizer);
+    o.kind = optimizer;
     o.beta1 = beta1;
     o.beta2 = beta2;
     o.eps = eps;
@@ -42,12 +42,15 @@ model::GptConfig TrainConfig::model_config() const {
 }
 
 PrecisionPolicy TrainConfig::precision_policy() const {
-    PrecisionPolicy p;
-    precision_policy_from_name(precision, &p);  // validated
-    if (matmul_precision == "bf16") p.products = DType::BF16;  // the same as --precision fp32-bf16-products
-    if (reduce_dtype == "bf16") p.reduce = DType::BF16;
-    if (reduce_dtype == "fp16") p.reduce = DType::F16;
+    PrecisionPolicy p = precision;
+    if (matmul_precision == kernels::MatmulPrecision::bf16) p.products = DType::BF16;  // = fp32-bf16-products
+    if (reduce_dtype == ReduceType::BF16) p.reduce = DType::BF16;
+    if (reduce_dtype == ReduceType::F16) p.reduce = DType::F16;
     return p;
+}
+
+void fail_setting(const std::string& where, std::string_view text, const std::string& choices) {
+    fail(where, " '", text, "' is not known\n---> HINT: use ", choices);
 }
 
 void TrainConfig::validate() const {
@@ -74,50 +77,31 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(beta2 >= 0 && beta2 < 1, "--beta2 must be in [0, 1) (got ", beta2, ")");
     SHARDLM_CHECK(eps > 0, "--eps must be > 0 (got ", eps, ")");
     SHARDLM_CHECK(warmup >= 0, "--warmup must be >= 0 (got ", warmup, ")");
-    SHARDLM_CHECK(lr_schedule == "constant" || lr_schedule == "cosine", "--lr-schedule '", lr_schedule,
-                  "' is not known\n---> HINT: use constant or cosine");
-    SHARDLM_CHECK(data_order == "sequential" || data_order == "random", "--data-order '", data_order,
-                  "' is not known\n---> HINT: use sequential or random");
-    kernels::MatmulPrecision mp;
-    SHARDLM_CHECK(kernels::matmul_precision_from_name(matmul_precision, &mp), "--matmul-precision '", matmul_precision,
-                  "' is not known\n---> HINT: use fp32 or bf16");
-    PrecisionPolicy named;
-    SHARDLM_CHECK(precision_policy_from_name(precision, &named), "--precision '", precision,
-                  "' is not known\n---> HINT: use fp32, bf16, fp16 or fp32-bf16-products");
-    SHARDLM_CHECK(reduce_dtype.empty() || reduce_dtype == "fp32" || reduce_dtype == "bf16" || reduce_dtype == "fp16",
-                  "--reduce-dtype '", reduce_dtype, "' is not known\n---> HINT: use fp32, bf16 or fp16");
-    SHARDLM_CHECK(!named.mixed() || matmul_precision == "fp32", "--matmul-precision ", matmul_precision,
-                  " applies to fp32 training; with --precision ", precision,
+    SHARDLM_CHECK(!precision.mixed() || matmul_precision == kernels::MatmulPrecision::fp32, "--matmul-precision ",
+                  setting_text(matmul_precision), " applies to fp32 training; with --precision ", precision.name(),
                   " every product is 16-bit already\n---> HINT: drop --matmul-precision");
-    SHARDLM_CHECK(recompute == "none" || recompute == "full" || recompute == "selective", "--recompute '", recompute,
-                  "' is not known\n---> HINT: use none, full or selective");
     SHARDLM_CHECK(scale_window > 0, "--scale-window must be > 0 (got ", scale_window, ")");
     SHARDLM_CHECK(val_every >= 0 && val_batches >= 0, "--val-every and --val-batches must be >= 0");
     SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");
     SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");
     SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
-    SHARDLM_CHECK(thread_split == "auto" || thread_split == "batch" || thread_split == "kernel", "--thread-split '",
-                  thread_split, "' is not known\n---> HINT: use auto, batch or kernel");
-    SHARDLM_CHECK(thread_split != "batch" || tp <= 1, "--thread-split batch runs whole sequences on each thread and "
+    SHARDLM_CHECK(thread_split != ThreadSplit::Batch || tp <= 1, "--thread-split batch runs whole sequences on each thread and "
                   "needs --tp 1 (got --tp ", tp, ")\n---> HINT: use --thread-split kernel (or auto) with tensor parallelism");
     SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
     SHARDLM_CHECK(dp >= 0, "--dp must be >= 0 (got ", dp, ")");
     SHARDLM_CHECK(tp >= 1, "--tp must be >= 1 (got ", tp, ")");
     SHARDLM_CHECK(pp >= 1, "--pp must be >= 1 (got ", pp, ")");
     SHARDLM_CHECK(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
-    const cost::Schedule kind = cost::parse_schedule(schedule);  // names the known ones if not
-    SHARDLM_CHECK(virtual_stages == 1 || kind == cost::Schedule::Interleaved ||
-                      (kind == cost::Schedule::ZeroBubbleV && virtual_stages == 2),
+    SHARDLM_CHECK(virtual_stages == 1 || schedule == cost::Schedule::Interleaved ||
+                      (schedule == cost::Schedule::ZeroBubbleV && virtual_stages == 2),
                   "--virtual-stages ", virtual_stages, " needs --schedule interleaved (zbv implies 2)");
     SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
     SHARDLM_CHECK(!(resume && overwrite), "give one of --resume (continue the run in --out) and --overwrite (replace it)");
-    SHARDLM_CHECK(on_nan == "stop" || on_nan == "skip", "--on-nan '", on_nan, "' is not known\n---> HINT: use stop or skip");
     SHARDLM_CHECK(spike_sigma >= 0 && spike_window >= 2, "--spike-sigma must be >= 0 (0 = off) and --spike-window >= 2");
     SHARDLM_CHECK(check_replicas >= 0, "--check-replicas must be >= 0 (0 = off; got ", check_replicas, ")");
     SHARDLM_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0 seconds (0 = off; got ", comm_timeout, ")");
     SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
-    optim::parse_kind(optimizer);
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -134,7 +118,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 nlohmann::json config_to_json(const TrainConfig& c) {
     nlohmann::json j = nlohmann::json::object();
-    for_each_field(c, [&](const char* key, const auto& v, const char*) { j[key] = v; });
+    for_each_field(c, [&](const char* key, const auto& v, const char*) {
+        if constexpr (TextSetting<std::decay_t<decltype(v)>>) j[key] = setting_text(v);
+        else j[key] = v;
+    });
     return j;
 }
 
@@ -142,6 +129,7 @@ namespace {
 
 template <typename T>
 const char* type_name() {
+    if constexpr (TextSetting<T>) return "a string";
     if constexpr (std::is_same_v<T, bool>) return "true or false";
     else if constexpr (std::is_integral_v<T>) return "an integer";
     else if constexpr (std::is_floating_point_v<T>) return "a number";
@@ -150,6 +138,12 @@ const char* type_name() {
 
 template <typename T>
 void assign(T& dst, const nlohmann::json& v, const std::string& source, const std::string& key) {
+    if constexpr (TextSetting<T>) {
+        SHARDLM_CHECK(v.is_string(), source, ": key '", key, "' must be a string: ", setting_choices(&dst), " (got ",
+                      v.dump(), ")");
+        parse_setting(source + ": key '" + key + "':", v.get<std::string>(), &dst);
+        return;
+    }
     bool ok;
     if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
     else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer() && (std::is_signed_v<T> || v.get<int64_t>() >= 0);
@@ -163,7 +157,7 @@ void assign(T& dst, const nlohmann::json& v, const std::string& source, const st
                           key, "' is out of range (", x, ")");
         }
     }
-    dst = v.get<T>();
+    if constexpr (!TextSetting<T>) dst = v.get<T>();
 }
 
 }  // namespace

@@ -1,17 +1,51 @@
 // train/train_config.h: everything `shardlm train` can be told. Each field is a key of the JSON
 // config file (configs/*.json) and, with '_' -> '-', a command-line flag; flags override the file.
+// A setting with a fixed set of names is held as its typed value (an enum, the precision policy,
+// the loss scale) and parsed once, where it is read (flag or JSON key); its names live in one table
+// beside its type (core/enum_names.h), so nothing below compares strings.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shardlm/core/enum_names.h"
 #include "shardlm/core/precision.h"
+#include "shardlm/cost/memory.h"
+#include "shardlm/data/loader.h"
+#include "shardlm/kernels/matmul.h"
 #include "shardlm/model/config.h"
+#include "shardlm/optim/loss_scaler.h"
 #include "shardlm/optim/optimizer.h"
 
 namespace shardlm::train {
+
+// How a rank's threads share a micro-batch (model/units.h: lanes).
+enum class ThreadSplit { Auto, Batch, Kernel };
+inline constexpr EnumName<ThreadSplit> kThreadSplitNames[] = {
+    {ThreadSplit::Auto, "auto"}, {ThreadSplit::Batch, "batch"}, {ThreadSplit::Kernel, "kernel"}};
+constexpr const auto& enum_names(ThreadSplit) { return kThreadSplitNames; }
+
+// What a non-finite loss or gradient does (train/numerics.h).
+enum class OnNan { Stop, Skip };
+inline constexpr EnumName<OnNan> kOnNanNames[] = {{OnNan::Stop, "stop"}, {OnNan::Skip, "skip"}};
+constexpr const auto& enum_names(OnNan) { return kOnNanNames; }
+
+// The gradients' type on the wire: Default is the gradients' own (fp32).
+enum class ReduceType { Default, F32, BF16, F16 };
+inline constexpr EnumName<ReduceType> kReduceTypeNames[] = {
+    {ReduceType::Default, ""}, {ReduceType::F32, "fp32"}, {ReduceType::BF16, "bf16"}, {ReduceType::F16, "fp16"}};
+constexpr const auto& enum_names(ReduceType) { return kReduceTypeNames; }
+
+// Parses `text` into a named setting, or fails naming `where` (a flag, or a file and its key), the
+// text and the names that are known.
+[[noreturn]] void fail_setting(const std::string& where, std::string_view text, const std::string& choices);
+template <TextSetting T>
+void parse_setting(const std::string& where, std::string_view text, T* out) {
+    if (!setting_parse(text, out)) fail_setting(where, text, setting_choices(out));
+}
 
 struct TrainConfig {
     // model: exactly one of init (HF directory) or model (preset name)
@@ -22,15 +56,15 @@ struct TrainConfig {
     // data
     std::string data;
     std::string val_data;
-    std::string data_order = "sequential";  // sequential | random
+    data::Order data_order = data::Order::Sequential;
     int seq = 64;
     int global_batch = 8;
     int micro_batch = 8;
     int steps = 10;
     // optimiser
-    std::string optimizer = "adamw";
+    optim::Kind optimizer = optim::Kind::AdamW;
     float lr = 3e-4f;
-    std::string lr_schedule = "constant";  // constant | cosine
+    optim::LrKind lr_schedule = optim::LrKind::Constant;
     int warmup = 0;
     float lr_min = 0.0f;
     float weight_decay = 0.0f;
@@ -52,7 +86,7 @@ struct TrainConfig {
     int dp = 0;              // data-parallel size; 0 = world size / (tp * pp)
     int tp = 1;              // tensor-parallel size (Megatron)
     int pp = 1;              // pipeline stages
-    std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zbv (cost::Schedule)
+    cost::Schedule schedule = cost::Schedule::OneFOneB;
     int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
     std::string pp_split;    // blocks per model chunk, e.g. "3,3,3,3" (empty: balanced by cost)
     bool sequence_parallel = false;
@@ -64,16 +98,16 @@ struct TrainConfig {
     // runtime
     uint64_t seed = 1337;
     int threads = 0;      // 0 = OpenMP default
-    std::string thread_split = "auto";  // auto | batch | kernel (model/units.h: lanes)
-    std::string matmul_precision = "fp32";  // fp32 | bf16 (kernels/matmul.h)
-    std::string precision = "fp32";         // fp32 | bf16 | fp16: mixed precision (model/units.h)
-    std::string reduce_dtype;               // "" (the gradients' type, fp32) | fp32 | bf16 | fp16
-    std::string loss_scale;                 // "" (fp16: dynamic; else off) | dynamic | N
-    int scale_window = 1000;                // clean steps before a dynamic loss scale doubles
-    std::string recompute = "none";         // none | full | selective
+    ThreadSplit thread_split = ThreadSplit::Auto;
+    kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::fp32;
+    PrecisionPolicy precision;               // by name: fp32 | bf16 | fp16 | fp32-bf16-products
+    ReduceType reduce_dtype = ReduceType::Default;
+    optim::LossScale loss_scale;             // Default: dynamic for fp16, off otherwise
+    int scale_window = 1000;                 // clean steps before a dynamic loss scale doubles
+    cost::Recompute recompute = cost::Recompute::None;
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
     // reliability (train/numerics.h, train/rank_check.h)
-    std::string on_nan = "stop";  // stop | skip: what a non-finite loss or gradient does
+    OnNan on_nan = OnNan::Stop;
     float spike_sigma = 6.0f;     // warn when the loss exceeds mean + spike_sigma x sigma of the window (0 = off)
     int spike_window = 50;        // steps of that window
     int check_replicas = 0;       // every N steps compare replicated parameters across ranks (0 = off)
@@ -88,7 +122,11 @@ struct TrainConfig {
     // policy fp32-bf16-products) and --reduce-dtype (core/precision.h). Validated first.
     PrecisionPolicy precision_policy() const;
     // The loss scaler's mode: loss_scale, or by default dynamic for fp16 and none otherwise.
-    std::string loss_scale_mode() const { return !loss_scale.empty() ? loss_scale : precision == "fp16" ? "dynamic" : ""; }
+    optim::LossScale loss_scale_mode() const {
+        return loss_scale.mode != optim::LossScale::Mode::Default ? loss_scale
+               : precision.activation == DType::F16                ? optim::LossScale::dynamic()
+                                                                   : optim::LossScale{};
+    }
 };
 
 // The field table: name, a reference to the member, and its help text. Used by the CLI (flags),
@@ -104,14 +142,14 @@ void for_each_field(Cfg& c, F&& f) {
     f("vocab_size", c.vocab_size, "Override the preset's vocabulary (0 = the preset's; token ids must stay below it)");
     f("data", c.data, "Token shard (llm.c format) to train on");
     f("val_data", c.val_data, "Token shard for validation");
-    f("data_order", c.data_order, "sequential | random");
+    f("data_order", c.data_order, "Order of the training rows");
     f("seq", c.seq, "Sequence length T");
     f("global_batch", c.global_batch, "Rows per optimiser step (G)");
     f("micro_batch", c.micro_batch, "Rows per forward/backward (M; G % M == 0)");
     f("steps", c.steps, "Total optimiser steps");
-    f("optimizer", c.optimizer, "sgd | momentum | adagrad | adam | adamw");
+    f("optimizer", c.optimizer, "Optimiser");
     f("lr", c.lr, "Peak learning rate");
-    f("lr_schedule", c.lr_schedule, "constant | cosine (linear warm-up, cosine decay to lr_min)");
+    f("lr_schedule", c.lr_schedule, "Learning-rate schedule (cosine: linear warm-up, cosine decay to lr_min)");
     f("warmup", c.warmup, "Warm-up steps (cosine schedule)");
     f("lr_min", c.lr_min, "Final learning rate (cosine schedule)");
     f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
@@ -133,7 +171,7 @@ void for_each_field(Cfg& c, F&& f) {
     f("dp", c.dp, "Data-parallel ranks (0 = world size / (tp x pp))");
     f("tp", c.tp, "Tensor-parallel ranks (Megatron: attention heads, MLP and vocabulary split)");
     f("pp", c.pp, "Pipeline stages");
-    f("schedule", c.schedule, "Pipeline schedule: gpipe | 1f1b | interleaved | zb-h1 | zbv (zero-bubble: W deferred)");
+    f("schedule", c.schedule, "Pipeline schedule (zb-h1, zbv: zero-bubble, weight gradients deferred)");
     f("virtual_stages", c.virtual_stages, "Model chunks per pipeline rank (interleaved schedule)");
     f("pp_split", c.pp_split, "Blocks per pipeline chunk, e.g. 3,3,3,3 (default: balanced by cost)");
     f("sequence_parallel", c.sequence_parallel,
@@ -151,8 +189,8 @@ void for_each_field(Cfg& c, F&& f) {
       "fp32 | bf16: operands of the linear layers' products rounded to bf16, fp32 accumulation (weights, grads, optimiser stay fp32); bf16 is --precision fp32-bf16-products");
     f("precision", c.precision,
       "fp32 | bf16 | fp16 | fp32-bf16-products: the precision policy. bf16/fp16: mixed precision: 16-bit activations and parameter copy, 16-bit products with fp32 accumulation, fp32 master weights, optimiser state and gradients; fp32-bf16-products: fp32 storage, bf16 products");
-    f("reduce_dtype", c.reduce_dtype, "Type of the gradient reduction: fp32 | bf16 | fp16 (default: the gradients', fp32)");
-    f("loss_scale", c.loss_scale, "dynamic | N: loss scaling (default: dynamic with --precision fp16, off otherwise)");
+    f("reduce_dtype", c.reduce_dtype, "Type of the gradient reduction (default: the gradients', fp32)");
+    f("loss_scale", c.loss_scale, "Loss scaling (default: dynamic with --precision fp16, off otherwise)");
     f("scale_window", c.scale_window, "Clean steps before a dynamic loss scale doubles");
     f("recompute", c.recompute,
       "Activation recomputation: none | full (keep each block's input, re-run it in backward) | selective (recompute the attention probabilities)");

@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const TrainConfig& cfg,
-                                               const model::GptConfig& mc, const std::string& order) {
+                                               const model::GptConfig& mc, data::Order order) {
     auto l = std::make_unique<data::BatchLoader>(data::read_token_shard(path), cfg.seq, order, cfg.seed, path);
     int mx = l->max_token();
     SHARDLM_CHECK(mx < mc.vocab_size, "token shard '", path, "' holds token id ", mx, " but the model's vocab_size is ",
@@ -61,13 +61,13 @@ void Trainer::init(comm::Group& world) {
     bind_threads();
     model_cfg_ = cfg_.model_config();
     loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
-    if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, "sequential");
+    if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, data::Order::Sequential);
     e_ = build_engine(cfg_, model_cfg_, world);
     world.set_name("world");
     scaler_ = optim::LossScaler(cfg_.loss_scale_mode(), cfg_.scale_window);
     claim_run_dir(cfg_, world);
     load_or_init();
-    lr_schedule_ = {optim::parse_lr_kind(cfg_.lr_schedule), cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
+    lr_schedule_ = {cfg_.lr_schedule, cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
     // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
     // of mpirun's even when mpirun's own output goes to a file, so multi-process runs log lines.
     tty_ = is_root() && ::isatty(STDOUT_FILENO) && world.size() == 1;
@@ -314,7 +314,7 @@ int Trainer::run() {
 
 bool Trainer::on_nonfinite(StepStats& s) {
     const NonFiniteReport rep = find_nonfinite(*world_, owned(true), std::isfinite(s.loss));
-    const bool go_on = cfg_.on_nan == "skip" && !rep.params;
+    const bool go_on = cfg_.on_nan == OnNan::Skip && !rep.params;
     write_metrics(s);
     if (is_root()) {
         std::fprintf(go_on ? stdout : stderr, "%s: step %d: non-finite loss (%g) or gradient norm (%g); %s\n",

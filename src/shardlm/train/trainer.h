@@ -93,7 +93,7 @@ private:
     Engine e_;  // the grid, the schedule, this rank's part, DP/TP, executor, optimiser (train/engine.h)
     std::unique_ptr<data::BatchLoader> loader_, val_loader_;
     optim::LrSchedule lr_schedule_;
-    optim::LossScaler scaler_{"", 1000};
+    optim::LossScaler scaler_{optim::LossScale{}, 1000};
     std::FILE* metrics_ = nullptr;
     int start_step_ = 0;
     bool nothing_to_do_ = false;  // resumed at exactly --steps

@@ -1,0 +1,86 @@
+// The typed settings of TrainConfig: every named field prints its name and reads it back (JSON,
+// as config.json and the checkpoint's meta.json store it), and a name not in its table is refused
+// naming the file, the key and the names that are known.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "shardlm/core/check.h"
+#include "shardlm/train/train_config.h"
+
+namespace {
+
+using namespace shardlm;
+using train::TrainConfig;
+
+TEST(TrainConfig, NamedSettingsRoundTripThroughJson) {
+    TrainConfig c;
+    c.model = "tiny";
+    c.data = "x.bin";
+    c.data_order = data::Order::Random;
+    c.optimizer = optim::Kind::Momentum;
+    c.lr_schedule = optim::LrKind::Cosine;
+    c.schedule = cost::Schedule::ZeroBubbleV;
+    c.thread_split = train::ThreadSplit::Kernel;
+    c.matmul_precision = kernels::MatmulPrecision::bf16;
+    ASSERT_TRUE(precision_policy_from_name("fp32", &c.precision));
+    c.reduce_dtype = train::ReduceType::BF16;
+    c.loss_scale = optim::LossScale::fixed(512);
+    c.recompute = cost::Recompute::Selective;
+    c.on_nan = train::OnNan::Skip;
+    const nlohmann::json j = train::config_to_json(c);
+    EXPECT_EQ(j["data_order"], "random");
+    EXPECT_EQ(j["optimizer"], "momentum");
+    EXPECT_EQ(j["lr_schedule"], "cosine");
+    EXPECT_EQ(j["schedule"], "zbv");
+    EXPECT_EQ(j["thread_split"], "kernel");
+    EXPECT_EQ(j["matmul_precision"], "bf16");
+    EXPECT_EQ(j["precision"], "fp32");
+    EXPECT_EQ(j["reduce_dtype"], "bf16");
+    EXPECT_EQ(j["loss_scale"], "512");
+    EXPECT_EQ(j["recompute"], "selective");
+    EXPECT_EQ(j["on_nan"], "skip");
+    TrainConfig back;
+    train::apply_config_json(back, j, "config.json");
+    EXPECT_EQ(train::config_to_json(back), j);
+    EXPECT_EQ(back.precision_policy().products, DType::BF16);  // --matmul-precision bf16
+    EXPECT_EQ(back.precision_policy().reduce, DType::BF16);
+    // the defaults print as before the settings were typed: "" for "the precision's default"
+    const nlohmann::json d = train::config_to_json(TrainConfig{});
+    EXPECT_EQ(d["reduce_dtype"], "");
+    EXPECT_EQ(d["loss_scale"], "");
+    EXPECT_EQ(d["schedule"], "1f1b");
+    EXPECT_EQ(d["precision"], "fp32");
+}
+
+TEST(TrainConfig, AnUnknownNameIsRefusedNamingFileKeyAndChoices) {
+    for (const auto& [key, bad, choice] : {std::tuple{"schedule", "zb-h2", "zbv"}, std::tuple{"optimizer", "adamx", "adamw"},
+                                           std::tuple{"precision", "fp8", "fp32-bf16-products"},
+                                           std::tuple{"loss_scale", "-1", "dynamic"}, std::tuple{"on_nan", "ignore", "skip"}}) {
+        TrainConfig c;
+        try {
+            train::apply_config_json(c, nlohmann::json{{key, bad}}, "run.json");
+            ADD_FAILURE() << key << " " << bad;
+        } catch (const Error& e) {
+            const std::string m = e.what();
+            EXPECT_NE(m.find("run.json"), std::string::npos) << m;
+            EXPECT_NE(m.find(std::string("'") + key + "'"), std::string::npos) << m;
+            EXPECT_NE(m.find(std::string("'") + bad + "' is not known"), std::string::npos) << m;
+            EXPECT_NE(m.find(choice), std::string::npos) << m;
+        }
+    }
+    TrainConfig c;
+    EXPECT_THROW(train::apply_config_json(c, nlohmann::json{{"schedule", 3}}, "run.json"), Error);
+}
+
+TEST(TrainConfig, TheLossScaleDefaultsToDynamicForFp16Only) {
+    TrainConfig c;
+    EXPECT_EQ(c.loss_scale_mode().mode, optim::LossScale::Mode::Default);
+    ASSERT_TRUE(precision_policy_from_name("fp16", &c.precision));
+    EXPECT_EQ(c.loss_scale_mode().mode, optim::LossScale::Mode::Dynamic);
+    c.loss_scale = optim::LossScale::fixed(8);
+    EXPECT_EQ(c.loss_scale_mode().scale, 8.0f);
+}
+
+}  // namespace
