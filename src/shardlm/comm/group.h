@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardlm/comm/collectives.h"
 #include "shardlm/core/dtype.h"
 
 namespace shardlm::comm {
@@ -118,7 +119,7 @@ private:
     std::shared_ptr<detail::GroupState> group_;
 };
 
-class Group {
+class Group : public Collectives {
 public:
     // A group of size 1 without MPI (members(): this process's world rank).
     static Group self();
@@ -129,10 +130,10 @@ public:
     Group& operator=(Group&&) noexcept;
     Group(const Group&) = delete;
     Group& operator=(const Group&) = delete;
-    ~Group();  // frees the communicators (after every operation queued on them)
+    ~Group() override;  // frees the communicators (after every operation queued on them)
 
-    int rank() const;
-    int size() const;
+    int rank() const override;
+    int size() const override;
     bool is_self() const;                  // true for the MPI-less self group
     const std::vector<int>& members() const;  // world rank of each group rank
     // A name for reports and the timeline ("dp", "tp", "pp", ...); each operation is recorded on the
@@ -165,10 +166,10 @@ public:
     // Sums of n elements of type t (F32, or bf16/fp16 bit patterns: every hop adds in fp32 and
     // rounds, moving half the bytes of fp32). Same orders and accounting as the fp32 forms.
     void all_reduce_sum(void* data, size_t n, DType t);
-    Request iall_reduce_sum(void* data, size_t n, DType t);
-    Request ireduce_scatter_sum(const void* in, void* out, size_t n_per_rank, DType t);
+    Request iall_reduce_sum(void* data, size_t n, DType t) override;
+    Request ireduce_scatter_sum(const void* in, void* out, size_t n_per_rank, DType t) override;
     Request iall_gather(const float* in, float* out, size_t n_per_rank);
-    Request iall_gather_bytes(const void* in, void* out, size_t bytes_per_rank);
+    Request iall_gather_bytes(const void* in, void* out, size_t bytes_per_rank) override;
     Request ibroadcast(float* data, size_t n, int root);
     // Posted in order on the communication thread and completed asynchronously (an isend and an
     // irecv between the same two ranks do not deadlock each other).

@@ -3,7 +3,8 @@
 // It runs this rank's list of actions: forward and backward passes of its model chunks on the
 // micro-batches' activation slots, the send and receive of activations and their gradients over the
 // pipeline group, and the step's gradient reduction and optimiser step (callbacks). Data parallelism
-// and ZeRO take part through the passes' UnitHooks (parallel/data_parallel.h). With one stage the
+// and ZeRO take part through StepHooks (parallel/zero.h): the passes' UnitHooks and the pass
+// protocol. With one stage the
 // schedule is just "forward, backward" per micro-batch and nothing is sent.
 //
 // Sends are non-blocking (their buffer is not reused before they complete) and receives block, so
@@ -18,7 +19,7 @@
 
 #include "shardlm/comm/group.h"
 #include "shardlm/model/part.h"
-#include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/zero.h"
 #include "shardlm/parallel/schedule.h"
 
 namespace shardlm::parallel {
@@ -26,7 +27,8 @@ namespace shardlm::parallel {
 class PipelineExecutor {
 public:
     // pp: the pipeline group (rank = stage). The part's chunks are this rank's local chunks.
-    PipelineExecutor(model::ModelPart& part, comm::Group& pp, DataParallel& dp);
+    // dp: data parallelism's hooks around every pass (parallel/zero.h: the ZeRO stage).
+    PipelineExecutor(model::ModelPart& part, comm::Group& pp, StepHooks& dp);
     ~PipelineExecutor();
 
     // The step's micro-batches: how many rows each has (the same on every rank of the pipeline:
@@ -63,7 +65,7 @@ private:
 
     model::ModelPart& part_;
     comm::Group& pp_;
-    DataParallel& dp_;
+    StepHooks& dp_;
     std::vector<std::vector<comm::Request>> act_sends_;  // [chunk][slot]
     std::vector<comm::Request> grad_sends_;              // [chunk]
     std::vector<int> inputs_, targets_;

@@ -82,7 +82,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
         e.embedding_group = std::make_unique<comm::Group>(g.tied_embedding_group(world, embedding_stage, head_stage));
         e.embedding_group->set_name("embedding");
     }
-    e.exec = std::make_unique<parallel::PipelineExecutor>(*e.part, g.pp(), *e.dp);
+    e.exec = std::make_unique<parallel::PipelineExecutor>(*e.part, g.pp(), e.dp->hooks());
     e.optimizer = std::make_unique<optim::Optimizer>(cfg.optim_config(), e.part->layout(), e.dp->owned_ranges());
     return e;
 }

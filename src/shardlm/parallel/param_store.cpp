@@ -1,0 +1,139 @@
+#include "shardlm/parallel/param_store.h"
+
+#include <algorithm>
+
+#include "shardlm/core/check.h"
+#include "shardlm/kernels/optimizer_kernels.h"
+
+namespace shardlm::parallel {
+
+ParamStore::ParamStore(const model::Layout& layout, int dp_rank, int dp_size, Residency where, DType param,
+                       DType reduce)
+    : layout_(layout), rank_(dp_rank), n_(dp_size), where_(where), pt_(param), rt_(reduce) {
+    const auto& units = layout.units;
+    const size_t total = layout.total, n = size_t(n_);
+    size_t off = 0;
+    for (size_t u = 0; u < units.size(); u++) {
+        SHARDLM_CHECK(units[u].numel % (16 * n) == 0, "unit ", units[u].name, " (", units[u].numel,
+                      " floats) is not padded to a multiple of 16 x dp = ", 16 * n,
+                      ": build the model part with unit_multiple = dp");
+        shard_off_.push_back(off);
+        off += units[u].numel / n;
+    }
+    master_.resize(where_.master_whole ? total : total / n);
+    if (mixed()) model16_.resize(where_.model16_whole ? total : total / n);
+    if (where_.grads_whole) grads_.resize(total);
+    else grad_shards_.resize(total / n);
+    if (where_.grads_whole && rt_ != DType::F32) grads16_.resize(total);
+    // alignment padding inside each unit (local coordinates)
+    const auto& params = layout.params;
+    gaps_.resize(units.size());
+    for (size_t u = 0; u < units.size(); u++) {
+        size_t at = units[u].offset;
+        for (int i = 0; i < units[u].num_params; i++) {
+            const model::ParamSpec& p = params[size_t(units[u].first_param + i)];
+            if (p.offset > at) gaps_[u].push_back({at - units[u].offset, p.offset - units[u].offset});
+            at = p.offset + p.numel;
+        }
+        if (units[u].offset + units[u].numel > at) gaps_[u].push_back({at - units[u].offset, units[u].numel});
+    }
+}
+
+optim::Range ParamStore::shard(int unit) const {
+    const model::Unit& u = layout_.units[size_t(unit)];
+    const size_t s = u.numel / size_t(n_);
+    return {u.offset + s * size_t(rank_), u.offset + s * size_t(rank_ + 1)};
+}
+
+float* ParamStore::master_slice(int unit) {
+    return where_.master_whole ? master_.data() + shard(unit).begin : master_.data() + shard_offset(unit);
+}
+
+const float* ParamStore::master_slice(int unit) const {
+    return where_.master_whole ? master_.data() + shard(unit).begin : master_.data() + shard_offset(unit);
+}
+
+void* ParamStore::model_params() {
+    if (mixed()) return where_.model16_whole ? static_cast<void*>(model16_.data()) : nullptr;
+    return where_.master_whole ? static_cast<void*>(master_.data()) : nullptr;
+}
+
+std::vector<std::pair<model::FlatRange, float*>> ParamStore::param_storage() {
+    if (where_.master_whole) return {{model::FlatRange{0, layout_.total}, master_.data()}};
+    std::vector<std::pair<model::FlatRange, float*>> out;
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const optim::Range r = shard(int(u));
+        out.push_back({model::FlatRange{r.begin, r.end}, master_slice(int(u))});
+    }
+    return out;
+}
+
+void ParamStore::round_to_model(int unit) {
+    // this rank's slice of the unit, rounded into the 16-bit copy (whole, or packed slices)
+    const size_t at = where_.model16_whole ? shard(unit).begin : shard_offset(unit);
+    convert_from_f32(model16_.data() + at, pt_, master_slice(unit), shard_elems(unit));
+}
+
+void ParamStore::round_all_to_model() {
+    SHARDLM_CHECK(where_.master_whole && where_.model16_whole, "round_all_to_model needs the whole master and copy");
+    convert_from_f32(model16_.data(), pt_, master_.data(), master_.size());
+}
+
+std::vector<ParamStore::Slice> ParamStore::slices() const {
+    std::vector<Slice> out;
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const optim::Range r = shard(int(u));
+        out.push_back({model::FlatRange{r.begin, r.end}, master_slice(int(u)),
+                       where_.optimizer_whole ? r.begin : shard_offset(int(u))});
+    }
+    return out;
+}
+
+const float* ParamStore::grad_slice(int unit) const {
+    return where_.grads_whole ? grads_.data() + shard(unit).begin : grad_shards_.data() + shard_offset(unit);
+}
+
+std::pair<float*, size_t> ParamStore::owned_grad(int unit) {
+    const model::Unit& u = layout_.units[size_t(unit)];
+    if (where_.optimizer_whole) return {grads_.data() + u.offset, u.numel};
+    return {const_cast<float*>(grad_slice(unit)), shard_elems(unit)};
+}
+
+double ParamStore::grad_norm_sq_local() const {
+    const auto& params = layout_.params;
+    double s = 0;
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const model::Unit& unit = layout_.units[u];
+        const optim::Range r = shard(int(u));
+        const float* g = grad_slice(int(u));
+        for (int i = 0; i < unit.num_params; i++) {
+            const model::ParamSpec& p = params[size_t(unit.first_param + i)];
+            const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
+            if (b < e && p.counted()) s += kernels::sum_squares(g + (b - r.begin), e - b);
+        }
+    }
+    return s;
+}
+
+std::vector<optim::Range> ParamStore::owned_ranges() const {
+    if (where_.optimizer_whole) return {{0, layout_.total}};
+    std::vector<optim::Range> r;
+    for (size_t u = 0; u < layout_.units.size(); u++) r.push_back(shard(int(u)));
+    return r;
+}
+
+std::vector<float*> ParamStore::owned_params() {
+    if (where_.optimizer_whole) return {master_.data()};
+    std::vector<float*> p;
+    for (size_t u = 0; u < layout_.units.size(); u++) p.push_back(master_slice(int(u)));
+    return p;
+}
+
+std::vector<const float*> ParamStore::owned_grads() {
+    if (where_.optimizer_whole) return {grads_.data()};
+    std::vector<const float*> g;
+    for (size_t u = 0; u < layout_.units.size(); u++) g.push_back(grad_slice(int(u)));
+    return g;
+}
+
+}  // namespace shardlm::parallel

@@ -1,0 +1,122 @@
+// parallel/param_store.h: where this rank's parameters and gradients live (the fp32 master, the
+// 16-bit copy the model reads in mixed precision, the gradient buffers), and how each parameter unit
+// is sharded over the data-parallel ranks.
+//
+// Sharding is per parameter unit (FSDP's flat parameter per wrapped module): unit u's range is padded
+// to a multiple of 16 * dp floats (the layout's unit_multiple), and rank r owns the r-th of its dp
+// equal slices. The shard boundaries ignore parameter boundaries; the optimiser intersects.
+//
+// What is whole and what is a slice is a Residency, chosen by the ZeRO strategy (parallel/zero.h):
+//
+//   stage  master (fp32)          16-bit copy (mixed)   gradients (fp32)      optimiser owns
+//   0      whole                  whole                 whole                 the whole layout
+//   1      whole (fp32) | slices  whole                 whole                 its slices
+//   2      whole (fp32) | slices  whole                 slices                its slices
+//   3      slices                 slices                slices                its slices
+//
+// In fp32 the model reads the master itself (stages 0-2: whole); in mixed precision it reads the
+// 16-bit copy. Slices are packed unit after unit (shard_offset). Gradients accumulate in fp32;
+// a 16-bit reduction (reduce type bf16/fp16) stages whole gradients in grads16 (stages 0-1).
+#pragma once
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "shardlm/core/aligned_buffer.h"
+#include "shardlm/core/dtype.h"
+#include "shardlm/model/layout.h"
+#include "shardlm/model/pieces.h"
+#include "shardlm/optim/optimizer.h"
+
+namespace shardlm::parallel {
+
+struct Residency {
+    bool master_whole = true;    // else this rank's slices
+    bool model16_whole = true;   // mixed precision: the 16-bit copy whole, else slices
+    bool grads_whole = true;     // else this rank's slices of the reduced gradients
+    bool optimizer_whole = true; // the optimiser steps the whole layout (else its slices)
+};
+
+class ParamStore {
+public:
+    // param: the type the model reads (F32, or BF16/F16: a 16-bit copy of the fp32 master);
+    // reduce: the gradients' type on the wire (a 16-bit one stages whole gradients).
+    ParamStore(const model::Layout& layout, int dp_rank, int dp_size, Residency where, DType param, DType reduce);
+
+    const model::Layout& layout() const { return layout_; }
+    const std::vector<model::Unit>& units() const { return layout_.units; }
+    const Residency& residency() const { return where_; }
+    DType param_type() const { return pt_; }
+    DType reduce_type() const { return rt_; }
+    bool mixed() const { return pt_ != DType::F32; }
+    int dp_size() const { return n_; }
+
+    // ---- sharding ----------------------------------------------------------------------------
+    optim::Range shard(int unit) const;  // this rank's slice of unit, flat coordinates
+    size_t shard_elems(int unit) const { return layout_.units[size_t(unit)].numel / size_t(n_); }
+    size_t shard_offset(int unit) const { return shard_off_[size_t(unit)]; }  // in the slice buffers
+    // alignment padding inside unit, [begin, end) in the unit's own coordinates
+    const std::vector<std::pair<size_t, size_t>>& gaps(int unit) const { return gaps_[size_t(unit)]; }
+
+    // ---- parameters --------------------------------------------------------------------------
+    float* master() { return master_.data(); }  // whole or packed slices (residency)
+    const float* master() const { return master_.data(); }
+    float* master_slice(int unit);              // the fp32 master of unit's slice
+    const float* master_slice(int unit) const;
+    unsigned short* model16() { return model16_.data(); }
+    // What the model reads when the parameters are resident (null when units are gathered as they
+    // run: the 16-bit copy or the master is sliced).
+    void* model_params();
+    // This rank's fp32 parameters: (flat range of the layout, storage): the whole layout in one
+    // buffer, or each unit's slice. Initialise or load into these.
+    std::vector<std::pair<model::FlatRange, float*>> param_storage();
+    // Mixed: unit's master slice rounded into the 16-bit copy (whole or packed).
+    void round_to_model(int unit);
+    void round_all_to_model();  // mixed, whole master: the whole 16-bit copy
+    // This rank's slice of every unit (each DP rank writes its slices to a checkpoint, whatever the
+    // stage): the flat range, its parameters, and where its optimiser state starts in the
+    // optimiser's state buffers.
+    struct Slice {
+        model::FlatRange range;
+        const float* params;
+        size_t state;
+    };
+    std::vector<Slice> slices() const;
+
+    // ---- gradients ---------------------------------------------------------------------------
+    float* grads() { return grads_.data(); }              // whole (or empty)
+    float* grad_shards() { return grad_shards_.data(); }  // packed slices (or empty)
+    unsigned short* grads16() { return grads16_.data(); } // 16-bit staging of whole gradients (or empty)
+    // This rank's part of unit's reduced gradient: the whole unit when the optimiser owns the whole
+    // layout, else its slice.
+    std::pair<float*, size_t> owned_grad(int unit);
+    // The squared norm of this rank's owned gradients, parameters counted once over the
+    // tensor-parallel group (model::ParamSpec::counted).
+    double grad_norm_sq_local() const;
+
+    // ---- the optimiser's view ----------------------------------------------------------------
+    std::vector<optim::Range> owned_ranges() const;
+    std::vector<float*> owned_params();
+    std::vector<const float*> owned_grads();
+
+    size_t param_bytes() const { return mixed() ? model16_.bytes() : master_.bytes(); }
+    size_t master_bytes() const { return mixed() ? master_.bytes() : 0; }
+    size_t grad_bytes() const { return grads_.bytes() + grad_shards_.bytes(); }
+    size_t staging_bytes() const { return grads16_.bytes(); }
+
+private:
+    const float* grad_slice(int unit) const;  // unit's slice of the reduced gradient
+
+    const model::Layout& layout_;
+    int rank_, n_;
+    Residency where_;
+    DType pt_, rt_;
+    AlignedBuffer<float> master_;
+    AlignedBuffer<unsigned short> model16_;
+    AlignedBuffer<float> grads_, grad_shards_;
+    AlignedBuffer<unsigned short> grads16_;
+    std::vector<size_t> shard_off_;
+    std::vector<std::vector<std::pair<size_t, size_t>>> gaps_;
+};
+
+}  // namespace shardlm::parallel

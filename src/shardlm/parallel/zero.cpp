@@ -1,0 +1,379 @@
+#include "shardlm/parallel/zero.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "shardlm/core/check.h"
+#include "shardlm/core/timer.h"
+
+namespace shardlm::parallel {
+
+// ---- the common part ----------------------------------------------------------------------------
+
+Residency ZeroStrategy::residency(int stage, DType param) {
+    SHARDLM_CHECK(stage >= 0 && stage <= 3, "--zero must be 0, 1, 2 or 3 (got ", stage, ")");
+    const bool mixed = param != DType::F32;
+    Residency r;
+    r.master_whole = mixed ? stage == 0 : stage < 3;  // mixed: the master is the optimiser's, sliced from 1
+    r.model16_whole = stage < 3;
+    r.grads_whole = stage < 2;
+    r.optimizer_whole = stage == 0;
+    return r;
+}
+
+ZeroStrategy::ZeroStrategy(const Setup& s)
+    : dp_(s.dp), part_(s.part), store_(s.store), units_(s.store.units()), pt_(s.store.param_type()),
+      rt_(s.store.reduce_type()) {
+    wte_unit_ = store_.layout().unit_of(model::UnitKind::TokenEmbedding);
+}
+
+ZeroStrategy::~ZeroStrategy() {
+    for (auto& r : reduces_) r.req.wait();
+}
+
+void ZeroStrategy::wait(comm::Request& r) {
+    const double t0 = now_s();
+    r.wait();
+    exposed_s_ += now_s() - t0;
+}
+
+void ZeroStrategy::begin_pass(int, bool forward, int micro, int count) {
+    if (forward) return;
+    micro_index_ = micro;
+    micro_count_ = count;
+}
+
+void ZeroStrategy::finish_step() {
+    const double t0 = now_s();
+    for (auto& r : reduces_) r.req.wait();
+    exposed_s_ += now_s() - t0;
+    for (auto& r : reduces_)
+        if (r.back.size())
+            convert_to_f32(store_.grads() + r.back.begin, store_.grads16() + r.back.begin, rt_, r.back.size());
+    reduces_.clear();
+}
+
+size_t ZeroStrategy::comm_buffer_bytes() const { return store_.staging_bytes(); }
+
+void ZeroStrategy::gather_updated_slices() {
+    std::vector<comm::Request> pending;
+    for (size_t u = 0; u < units_.size(); u++) {
+        const optim::Range r = store_.shard(int(u));
+        if (pt_ != DType::F32) {  // every rank's rounded slices to every rank, 16 bits each
+            store_.round_to_model(int(u));
+            continue;
+        }
+        pending.push_back(dp_.iall_gather_bytes(store_.master() + r.begin, store_.master() + units_[u].offset,
+                                                store_.shard_elems(int(u)) * sizeof(float)));
+    }
+    if (pt_ != DType::F32)
+        for (size_t u = 0; u < units_.size(); u++) {
+            const optim::Range r = store_.shard(int(u));
+            pending.push_back(dp_.iall_gather_bytes(store_.model16() + r.begin, store_.model16() + units_[u].offset,
+                                                    store_.shard_elems(int(u)) * dtype_bytes(pt_)));
+        }
+    const double t0 = now_s();
+    for (auto& r : pending) r.wait();  // nothing to overlap with: the next step needs the parameters
+    exposed_s_ += now_s() - t0;
+}
+
+size_t ZeroStrategy::ring_bytes(comm::OpKind k, size_t elems, DType t) const {
+    return comm::Group::ring_bytes_rank(k, elems, dtype_bytes(t), dp_.size(), dp_.rank());
+}
+
+// ---- stage 0 ------------------------------------------------------------------------------------
+
+Replicated::Replicated(const Setup& s) : ZeroStrategy(s) {
+    const size_t bucket_elems = size_t(s.bucket_mb * 1024 * 1024 / sizeof(float));
+    SHARDLM_CHECK(s.bucket_mb > 0, "--bucket-mb must be > 0 (got ", s.bucket_mb, ")");
+    closes_bucket_.assign(units_.size(), -1);
+    for (int c = 0; c < part_.num_chunks(); c++) {
+        const std::vector<int>& us = part_.chunk_units(c);
+        size_t lo = 0, hi = 0;
+        for (size_t i = us.size(); i-- > 0;) {
+            const model::Unit& u = units_[size_t(us[i])];
+            if (hi == lo) hi = u.offset + u.numel;
+            lo = u.offset;
+            if (hi - lo >= bucket_elems || i == 0) {
+                closes_bucket_[size_t(us[i])] = int(buckets_.size());
+                buckets_.push_back({lo, hi});
+                lo = hi = 0;
+            }
+        }
+    }
+}
+
+void Replicated::after_backward(int unit) {
+    if (!last_micro()) return;  // reduced once, after the last micro-batch
+    const model::Unit& u = units_[size_t(unit)];
+    if (pre_reduce_) pre_reduce_(unit, store_.grads() + u.offset);
+    const int b = closes_bucket_[size_t(unit)];
+    if (b < 0) return;
+    const optim::Range range = buckets_[size_t(b)];
+    if (rt_ == DType::F32) {
+        reduces_.push_back({dp_.iall_reduce_sum(store_.grads() + range.begin, range.size(), DType::F32), {}});
+        return;
+    }
+    convert_from_f32(store_.grads16() + range.begin, rt_, store_.grads() + range.begin, range.size());
+    reduces_.push_back({dp_.iall_reduce_sum(store_.grads16() + range.begin, range.size(), rt_), range});
+}
+
+void Replicated::after_step() {
+    if (pt_ != DType::F32) store_.round_all_to_model();
+}
+
+std::array<size_t, 3> Replicated::expected_step_bytes(int) const {
+    std::array<size_t, 3> b{0, 0, 0};
+    for (const optim::Range& r : buckets_) b[0] += ring_bytes(comm::OpKind::AllReduce, r.size(), rt_);
+    return b;
+}
+
+// ---- stage 1 ------------------------------------------------------------------------------------
+
+void ShardedOptimizer::after_backward(int unit) {
+    if (!last_micro()) return;  // reduced once, after the last micro-batch
+    const model::Unit& u = units_[size_t(unit)];
+    if (pre_reduce_) pre_reduce_(unit, store_.grads() + u.offset);
+    const optim::Range mine = store_.shard(unit);  // what this rank keeps
+    const size_t n = store_.shard_elems(unit);
+    if (rt_ == DType::F32) {
+        reduces_.push_back(
+            {dp_.ireduce_scatter_sum(store_.grads() + u.offset, store_.grads() + mine.begin, n, DType::F32), {}});
+        return;
+    }
+    convert_from_f32(store_.grads16() + u.offset, rt_, store_.grads() + u.offset, u.numel);
+    reduces_.push_back({dp_.ireduce_scatter_sum(store_.grads16() + u.offset, store_.grads16() + mine.begin, n, rt_), mine});
+}
+
+std::array<size_t, 3> ShardedOptimizer::expected_step_bytes(int) const {
+    std::array<size_t, 3> b{0, 0, 0};
+    for (const model::Unit& u : units_) {
+        b[1] += ring_bytes(comm::OpKind::ReduceScatter, u.numel, rt_);
+        b[2] += ring_bytes(comm::OpKind::AllGather, u.numel, pt_);
+    }
+    return b;
+}
+
+// ---- stage 2 ------------------------------------------------------------------------------------
+
+struct ShardedGradients::Slot {
+    AlignedBuffer<unsigned char> buf;  // a unit's parameters (stage 3, the model's type) or gradient (fp32)
+    AlignedBuffer<float> scratch;      // grad slots: this rank's reduce-scattered slice
+    AlignedBuffer<unsigned short> buf16, scratch16;  // grad slots reduced in 16 bits
+    int unit = -1;
+    bool first = true;                 // grad slots: first micro-batch of the step (copy, not add)
+    uint64_t used = 0;                 // when it was last handed out (least recently used is replaced)
+    comm::Request req;
+    float* f32() { return reinterpret_cast<float*>(buf.data()); }
+};
+
+ShardedGradients::ShardedGradients(const Setup& s) : ZeroStrategy(s) { grad_slots_ = make_slots(sizeof(float), true); }
+
+ShardedGradients::~ShardedGradients() {
+    for (auto& s : grad_slots_) s->req.wait();
+}
+
+std::vector<std::unique_ptr<ShardedGradients::Slot>> ShardedGradients::make_slots(size_t elem_bytes, bool grad) const {
+    // slot 0 holds the embedding (used at both ends of the step), slots 1-2 any other unit
+    const size_t n = size_t(dp_.size());
+    size_t max_unit = 0;
+    for (size_t u = 0; u < units_.size(); u++)
+        if (int(u) != wte_unit_) max_unit = std::max(max_unit, units_[u].numel);
+    const size_t wte_numel = wte_unit_ >= 0 ? units_[size_t(wte_unit_)].numel : 0;
+    std::vector<std::unique_ptr<Slot>> slots(3);
+    for (size_t i = 0; i < 3; i++) {
+        slots[i] = std::make_unique<Slot>();
+        const size_t numel = i == 0 ? wte_numel : max_unit;
+        slots[i]->buf.resize(numel * elem_bytes);
+        if (!grad) continue;
+        slots[i]->scratch.resize(numel / n);
+        if (rt_ != DType::F32) slots[i]->buf16.resize(numel), slots[i]->scratch16.resize(numel / n);
+    }
+    return slots;
+}
+
+size_t ShardedGradients::comm_buffer_bytes() const {
+    size_t n = ZeroStrategy::comm_buffer_bytes();
+    for (const auto& s : grad_slots_) n += s->buf.bytes() + s->scratch.bytes() + s->buf16.bytes() + s->scratch16.bytes();
+    return n;
+}
+
+int ShardedGradients::pick_slot(const std::vector<std::unique_ptr<Slot>>& slots, int unit, int keep) const {
+    if (unit == wte_unit_) return 0;
+    if (slots[1]->unit == keep && keep >= 0) return 2;
+    if (slots[2]->unit == keep && keep >= 0) return 1;
+    return slots[1]->used <= slots[2]->used ? 1 : 2;
+}
+
+float* ShardedGradients::take_grad_slot(int unit) {
+    int keep = -1;  // the unit whose gradient was handed out last is still being written
+    uint64_t newest = 0;
+    for (size_t i = 1; i < grad_slots_.size(); i++)
+        if (grad_slots_[i]->used > newest) newest = grad_slots_[i]->used, keep = grad_slots_[i]->unit;
+    Slot& s = *grad_slots_[size_t(pick_slot(grad_slots_, unit, keep))];
+    if (s.req.pending() || s.unit >= 0) finish_grad_slot(s);
+    s.unit = unit;
+    s.first = micro_index_ == 0;
+    s.used = ++clock_;
+    float* g = s.f32();
+    // backward writes every parameter's gradient (=); the gaps between them must be zero too
+    for (const auto& [b, e] : store_.gaps(unit)) std::memset(g + b, 0, (e - b) * sizeof(float));
+    return g;
+}
+
+void ShardedGradients::finish_grad_slot(Slot& s) {
+    wait(s.req);
+    if (s.unit < 0) return;
+    float* dst = store_.grad_shards() + store_.shard_offset(s.unit);
+    const size_t n = store_.shard_elems(s.unit);
+    const float* src = s.scratch.data();
+    if (rt_ != DType::F32) convert_to_f32(s.scratch.data(), s.scratch16.data(), rt_, n);
+    if (s.first) {
+        std::memcpy(dst, src, n * sizeof(float));
+    } else {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    }
+    s.unit = -1;
+}
+
+void ShardedGradients::before_backward(int unit, int) { part_.bind_unit(unit, nullptr, take_grad_slot(unit)); }
+
+void ShardedGradients::after_backward(int unit) {
+    for (auto& sp : grad_slots_) {
+        Slot& s = *sp;
+        if (s.unit != unit) continue;
+        if (pre_reduce_) pre_reduce_(unit, s.f32());
+        const size_t n = store_.shard_elems(unit);
+        if (rt_ == DType::F32) {
+            s.req = dp_.ireduce_scatter_sum(s.f32(), s.scratch.data(), n, DType::F32);
+        } else {
+            convert_from_f32(s.buf16.data(), rt_, s.f32(), units_[size_t(unit)].numel);
+            s.req = dp_.ireduce_scatter_sum(s.buf16.data(), s.scratch16.data(), n, rt_);
+        }
+        return;
+    }
+    fail("ZeRO-", stage(), ": no gradient buffer for unit ", units_[size_t(unit)].name);
+}
+
+void ShardedGradients::end_pass(int, bool forward) {
+    if (forward) return;
+    for (auto& s : grad_slots_) finish_grad_slot(*s);
+}
+
+std::array<size_t, 3> ShardedGradients::expected_step_bytes(int micro) const {
+    std::array<size_t, 3> b{0, 0, 0};
+    for (const model::Unit& u : units_) {
+        b[1] += ring_bytes(comm::OpKind::ReduceScatter, u.numel, rt_) * size_t(micro);
+        b[2] += ring_bytes(comm::OpKind::AllGather, u.numel, pt_);
+    }
+    return b;
+}
+
+// ---- stage 3 ------------------------------------------------------------------------------------
+
+ShardedParameters::ShardedParameters(const Setup& s) : ShardedGradients(s), single_stage_(s.single_stage) {
+    param_slots_ = make_slots(dtype_bytes(pt_), false);
+}
+
+ShardedParameters::~ShardedParameters() {
+    for (auto& s : param_slots_) s->req.wait();
+}
+
+size_t ShardedParameters::comm_buffer_bytes() const {
+    size_t n = ShardedGradients::comm_buffer_bytes();
+    for (const auto& s : param_slots_) n += s->buf.bytes();
+    return n;
+}
+
+void ShardedParameters::prefetch(int unit) {
+    for (auto& s : param_slots_)
+        if (s->unit == unit) return;
+    Slot& s = *param_slots_[size_t(pick_slot(param_slots_, unit, last_unit_))];
+    s.req.wait();
+    s.unit = unit;
+    const size_t eb = dtype_bytes(pt_), at = store_.shard_offset(unit);
+    const void* mine = pt_ == DType::F32 ? static_cast<const void*>(store_.master() + at)
+                                         : static_cast<const void*>(store_.model16() + at);
+    s.req = dp_.iall_gather_bytes(mine, s.buf.data(), store_.shard_elems(unit) * eb);
+}
+
+void* ShardedParameters::gathered(int unit) {
+    prefetch(unit);  // no-op if it is there or on its way
+    for (auto& sp : param_slots_) {
+        Slot& s = *sp;
+        if (s.unit != unit) continue;
+        wait(s.req);
+        s.used = ++clock_;
+        return s.buf.data();
+    }
+    fail("ZeRO-3: unit ", unit, " is not gathered");
+}
+
+void ShardedParameters::reset_residency() {
+    for (auto& s : param_slots_) {
+        s->req.wait();
+        s->unit = -1;
+    }
+}
+
+void ShardedParameters::begin_pass(int chunk, bool forward, int micro, int count) {
+    ZeroStrategy::begin_pass(chunk, forward, micro, count);
+    last_unit_ = -1;
+    // Every micro-batch gathers afresh (the parameters do not change within a step, but keeping this
+    // simple makes the communication volume a plain formula). With one stage a micro-batch's backward
+    // follows its forward, so what the forward left gathered is used.
+    if (forward || !single_stage_) reset_residency();
+}
+
+void ShardedParameters::before_forward(int unit, int next) {
+    void* p = gathered(unit);
+    if (unit != wte_unit_) last_unit_ = unit;
+    part_.bind_unit(unit, p, nullptr);
+    if (next >= 0) prefetch(next);
+}
+
+void ShardedParameters::before_backward(int unit, int next) {
+    void* p = gathered(unit);
+    if (unit != wte_unit_) last_unit_ = unit;
+    part_.bind_unit(unit, p, take_grad_slot(unit));
+    if (next >= 0) prefetch(next);
+}
+
+void ShardedParameters::after_step() {
+    if (pt_ == DType::F32) return;  // the optimiser stepped the master slices the gathers read
+    for (size_t u = 0; u < units_.size(); u++) store_.round_to_model(int(u));
+}
+
+std::array<size_t, 3> ShardedParameters::expected_step_bytes(int micro) const {
+    // With one stage the backward starts with what the forward left gathered: wte (its own slot) and
+    // the last two other units (the last block and the head).
+    std::vector<bool> resident(units_.size(), false);
+    if (single_stage_) {
+        int seen = 0;
+        for (size_t u = units_.size(); u-- > 0;) {
+            if (int(u) == wte_unit_) resident[u] = true;
+            else if (seen < 2) resident[u] = true, seen++;
+        }
+    }
+    std::array<size_t, 3> b{0, 0, 0};
+    for (size_t u = 0; u < units_.size(); u++) {
+        const size_t e = units_[u].numel;
+        b[1] += ring_bytes(comm::OpKind::ReduceScatter, e, rt_) * size_t(micro);
+        b[2] += ring_bytes(comm::OpKind::AllGather, e, pt_) * size_t(micro);            // forward
+        if (!resident[u]) b[2] += ring_bytes(comm::OpKind::AllGather, e, pt_) * size_t(micro);  // backward
+    }
+    return b;
+}
+
+std::unique_ptr<ZeroStrategy> make_zero_strategy(int stage, const ZeroStrategy::Setup& s) {
+    switch (stage) {
+    case 0: return std::make_unique<Replicated>(s);
+    case 1: return std::make_unique<ShardedOptimizer>(s);
+    case 2: return std::make_unique<ShardedGradients>(s);
+    case 3: return std::make_unique<ShardedParameters>(s);
+    }
+    fail("--zero must be 0, 1, 2 or 3 (got ", stage, ")");
+}
+
+}  // namespace shardlm::parallel
