@@ -1,5 +1,5 @@
 // Tensor (and sequence) parallelism in one process: two ranks are two threads whose collectives
-// meet in memory (a fake model::TensorParallel), each running its ModelPart on its shard of the same
+// meet in memory (a fake model::TensorParallel over tests/thread_meeting.h), each running its ModelPart on its shard of the same
 // initial weights. Their losses and every gradient element equal the one-rank part's (to fp32
 // rounding: the products are cut differently); the split backward (B of both micro-batches, then
 // their W) equals the whole backward to the bit, collectives inside W included. No MPI.
@@ -19,63 +19,42 @@
 #include "shardlm/model/part.h"
 #include "shardlm/model/pieces.h"
 #include "shardlm/model/weights.h"
+#include "../thread_meeting.h"
 
 namespace {
 
 using namespace shardlm;
 
-// The group's shared state: where each rank's operand is, and a barrier.
-struct Meeting {
-    explicit Meeting(int n) : size(n), bar(n), in(size_t(n)) {}
-    int size;
-    std::barrier<> bar;
-    std::vector<const void*> in;
-};
-
 // A tensor-parallel group of threads: every collective publishes this rank's operand, meets, combines
 // in rank order (the same bits on every rank), and meets again before anyone reuses a buffer.
 class ThreadTp final : public model::TensorParallel {
 public:
-    ThreadTp(Meeting& m, int rank) : m_(m), rank_(rank) {}
+    ThreadTp(test::Meeting& m, int rank) : m_(m), rank_(rank) {}
     int size() const override { return m_.size; }
     int rank() const override { return rank_; }
-    void all_reduce_sum(float* x, size_t n) override { combine(x, n, [](float a, float b) { return a + b; }); }
-    void all_reduce_max(float* x, size_t n) override { combine(x, n, [](float a, float b) { return std::max(a, b); }); }
-    void all_gather(const float* in, float* out, size_t n) override { all_gather_bytes(in, out, n * sizeof(float)); }
-    void all_gather_bytes(const void* in, void* out, size_t bytes) override {
-        publish(in);
-        for (int q = 0; q < m_.size; q++)
-            std::memcpy(static_cast<char*>(out) + size_t(q) * bytes, m_.in[size_t(q)], bytes);
-        m_.bar.arrive_and_wait();
+    void all_reduce_sum(float* x, size_t n) override {
+        const std::vector<float> s = m_.sum(x, 0, n, DType::F32, rank_);
+        std::copy(s.begin(), s.end(), x);
     }
-    void reduce_scatter_sum(const float* in, float* out, size_t n) override {
-        publish(in);
-        std::vector<float> sum(n, 0.0f);
-        for (int q = 0; q < m_.size; q++) {
-            const float* p = static_cast<const float*>(m_.in[size_t(q)]) + size_t(rank_) * n;
-            for (size_t i = 0; i < n; i++) sum[i] += p[i];
-        }
-        m_.bar.arrive_and_wait();
-        std::copy(sum.begin(), sum.end(), out);
-    }
-
-private:
-    void publish(const void* p) {
-        m_.in[size_t(rank_)] = p;
-        m_.bar.arrive_and_wait();
-    }
-    template <class Op>
-    void combine(float* x, size_t n, Op op) {
-        publish(x);
+    void all_reduce_max(float* x, size_t n) override {
+        m_.publish(rank_, x);
         std::vector<float> r(static_cast<const float*>(m_.in[0]), static_cast<const float*>(m_.in[0]) + n);
         for (int q = 1; q < m_.size; q++) {
             const float* p = static_cast<const float*>(m_.in[size_t(q)]);
-            for (size_t i = 0; i < n; i++) r[i] = op(r[i], p[i]);
+            for (size_t i = 0; i < n; i++) r[i] = std::max(r[i], p[i]);
         }
         m_.bar.arrive_and_wait();  // every rank has read every operand
         std::copy(r.begin(), r.end(), x);
     }
-    Meeting& m_;
+    void all_gather(const float* in, float* out, size_t n) override { all_gather_bytes(in, out, n * sizeof(float)); }
+    void all_gather_bytes(const void* in, void* out, size_t bytes) override { m_.all_gather_bytes(rank_, in, out, bytes); }
+    void reduce_scatter_sum(const float* in, float* out, size_t n) override {
+        const std::vector<float> s = m_.sum(in, size_t(rank_) * n, n, DType::F32, rank_);
+        std::copy(s.begin(), s.end(), out);
+    }
+
+private:
+    test::Meeting& m_;
     int rank_;
 };
 
@@ -131,23 +110,11 @@ void run_rank(RankRun& r, model::TensorParallel* tp, bool sp, bool split) {
 
 // tp ranks as threads; rethrows the first failure.
 std::vector<RankRun> run_tp(int tp, bool sp, bool split) {
-    Meeting meeting(tp);
+    test::Meeting meeting(tp);
     std::vector<ThreadTp> groups;
     for (int r = 0; r < tp; r++) groups.emplace_back(meeting, r);
     std::vector<RankRun> runs(static_cast<size_t>(tp));
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(tp));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < tp; r++)
-        threads.emplace_back([&, r] {
-            try {
-                run_rank(runs[size_t(r)], &groups[size_t(r)], sp, split);
-            } catch (...) {
-                errors[size_t(r)] = std::current_exception();
-            }
-        });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
+    test::run_ranks(tp, [&](int r) { run_rank(runs[size_t(r)], &groups[size_t(r)], sp, split); });
     return runs;
 }
 

@@ -119,7 +119,7 @@ private:
     std::shared_ptr<detail::GroupState> group_;
 };
 
-class Group : public Collectives {
+class Group : public Collectives, public Messages {
 public:
     // A group of size 1 without MPI (members(): this process's world rank).
     static Group self();
@@ -157,7 +157,7 @@ public:
     void broadcast(float* data, size_t n, int root);
     void broadcast_bytes(void* data, size_t bytes, int root);
     void send(const void* data, size_t bytes, int dst, int tag);
-    void recv(void* data, size_t bytes, int src, int tag);
+    void recv(void* data, size_t bytes, int src, int tag) override;
     void barrier();
 
     // ---- non-blocking (executed in order on the communication thread) ------------------------
@@ -173,7 +173,7 @@ public:
     Request ibroadcast(float* data, size_t n, int root);
     // Posted in order on the communication thread and completed asynchronously (an isend and an
     // irecv between the same two ranks do not deadlock each other).
-    Request isend(const void* data, size_t bytes, int dst, int tag);
+    Request isend(const void* data, size_t bytes, int dst, int tag) override;
     Request irecv(void* data, size_t bytes, int src, int tag);
 
     // ---- accounting ---------------------------------------------------------------------------

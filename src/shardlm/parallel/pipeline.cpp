@@ -21,7 +21,7 @@ std::string pass_name(char kind, int micro, int chunk, bool chunks) {
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(model::ModelPart& part, comm::Group& pp, StepHooks& dp)
+PipelineExecutor::PipelineExecutor(model::ModelPart& part, comm::Messages& pp, StepHooks& dp)
     : part_(part), pp_(pp), dp_(dp) {
     act_sends_.resize(size_t(part.num_chunks()));
     for (int c = 0; c < part.num_chunks(); c++) act_sends_[size_t(c)].resize(size_t(part.slots(c)));

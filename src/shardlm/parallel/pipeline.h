@@ -4,8 +4,8 @@
 // micro-batches' activation slots, the send and receive of activations and their gradients over the
 // pipeline group, and the step's gradient reduction and optimiser step (callbacks). Data parallelism
 // and ZeRO take part through StepHooks (parallel/zero.h): the passes' UnitHooks and the pass
-// protocol. With one stage the
-// schedule is just "forward, backward" per micro-batch and nothing is sent.
+// protocol. With one stage the schedule is just "forward, backward" per micro-batch and nothing is
+// sent. Messages go through comm::Messages (comm::Group; threads in tests/parallel).
 //
 // Sends are non-blocking (their buffer is not reused before they complete) and receives block, so
 // any schedule that simulate() runs without deadlock runs here without deadlock. A message a rank
@@ -28,7 +28,7 @@ class PipelineExecutor {
 public:
     // pp: the pipeline group (rank = stage). The part's chunks are this rank's local chunks.
     // dp: data parallelism's hooks around every pass (parallel/zero.h: the ZeRO stage).
-    PipelineExecutor(model::ModelPart& part, comm::Group& pp, StepHooks& dp);
+    PipelineExecutor(model::ModelPart& part, comm::Messages& pp, StepHooks& dp);
     ~PipelineExecutor();
 
     // The step's micro-batches: how many rows each has (the same on every rank of the pipeline:
@@ -64,7 +64,7 @@ private:
     std::vector<Loopback> loopback_;
 
     model::ModelPart& part_;
-    comm::Group& pp_;
+    comm::Messages& pp_;
     StepHooks& dp_;
     std::vector<std::vector<comm::Request>> act_sends_;  // [chunk][slot]
     std::vector<comm::Request> grad_sends_;              // [chunk]
