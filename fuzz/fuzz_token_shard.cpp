@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = shardlm::fuzz::as_file(data, size);
     try {
         std::vector<uint16_t> tokens = shardlm::data::read_token_shard(path);
-        shardlm::data::BatchLoader loader(std::move(tokens), 4, "random", 1, path);
+        shardlm::data::BatchLoader loader(std::move(tokens), 4, shardlm::data::Order::Random, 1, path);
         int inputs[4], targets[4];
         loader.fill(0, 2, 1, inputs, targets);
         (void)loader.max_token();
