@@ -4,7 +4,7 @@
 // parameter's gradient equal to the bit (each unit sees the same inputs and accumulates its
 // micro-batches in the same order), except the tied embedding, whose two halves (the embedding's and
 // the head's copy) are summed after the step and agree to fp32 rounding. 1F1B, ZB-H1 and ZBV over two
-// stages, GPipe and ZB-H1 over four. No MPI.
+// stages, GPipe and ZB-H1 over four, and ZeRO-3's per-chunk gathers. No MPI.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -26,7 +26,7 @@
 #include "shardlm/model/weights.h"
 #include "shardlm/parallel/data_parallel.h"
 #include "shardlm/parallel/pipeline.h"
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/stages.h"
 #include "../thread_meeting.h"
 
@@ -99,19 +99,26 @@ struct StageRun {
     std::vector<float> grads;      // this stage's flat gradient buffer
 };
 
-void run_stage(StageRun& out, comm::Messages& pp, parallel::ScheduleKind kind, int stages, int v) {
+// zero: the ZeRO stage (over a one-rank group); ZeRO-3 under a split backward gathers per chunk at the
+// schedule's Unshard actions, as the engine does.
+void run_stage(StageRun& out, comm::Messages& pp, schedule::ScheduleKind kind, int stages, int v, int zero = 0,
+               const char* precision = "fp32") {
     const model::GptConfig mc = tiny();
-    const parallel::Schedule s = parallel::make_schedule(kind, stages, kMicro, v);
+    schedule::Schedule s = schedule::make_schedule(kind, stages, kMicro, v);
+    const bool per_chunk = zero == 3 && s.splits_backward();
+    if (per_chunk) schedule::add_unshard_actions(s);
     const auto all_chunks = parallel::split_stages(mc, kT, stages * s.virtual_stages, "");
     model::ModelPart::Options o;
     for (int c = 0; c < s.virtual_stages; c++) o.chunks.push_back(all_chunks[size_t(s.model_chunk(pp.rank(), c))]);
     o.slots = s.slots(pp.rank());
     o.defer_weight_grads = s.splits_backward(pp.rank());
+    EXPECT_TRUE(precision_policy_from_name(precision, &o.precision));
     model::ModelPart part(mc, o, kB, kT);
     const model::Layout& L = part.layout();
     NoDataParallel self;
-    parallel::DataParallel dp(self, part, 0, 25, stages == 1);
+    parallel::DataParallel dp(self, part, zero, 25, stages == 1, DType::F32, per_chunk);
     for (auto& [range, storage] : dp.param_storage()) model::init_gpt2_weights(storage, L, range, 3);
+    dp.params_loaded();
     parallel::PipelineExecutor exec(part, pp, dp.hooks());
     parallel::PipelineExecutor::Batch batch;
     batch.rows = [](int) { return kB; };
@@ -130,12 +137,14 @@ void run_stage(StageRun& out, comm::Messages& pp, parallel::ScheduleKind kind, i
     out.grads.assign(dp.owned_grads()[0], dp.owned_grads()[0] + L.total);
 }
 
-std::vector<StageRun> run_pipeline(parallel::ScheduleKind kind, int stages, int v = 1) {
+std::vector<StageRun> run_pipeline(schedule::ScheduleKind kind, int stages, int v = 1, int zero = 0,
+                                   const char* precision = "fp32") {
     Mailboxes boxes;
     std::vector<std::unique_ptr<ThreadMessages>> groups;
     for (int r = 0; r < stages; r++) groups.push_back(std::make_unique<ThreadMessages>(boxes, r, stages));
     std::vector<StageRun> runs(static_cast<size_t>(stages));
-    test::run_ranks(stages, [&](int r) { run_stage(runs[size_t(r)], *groups[size_t(r)], kind, stages, v); });
+    test::run_ranks(stages,
+                    [&](int r) { run_stage(runs[size_t(r)], *groups[size_t(r)], kind, stages, v, zero, precision); });
     return runs;
 }
 
@@ -176,12 +185,12 @@ void expect_equal_to_one_stage(const std::vector<StageRun>& stages, const StageR
 }
 
 TEST(InProcessPipeline, StagesEqualOneStage) {
-    const StageRun one = run_pipeline(parallel::ScheduleKind::OneFOneB, 1).front();
-    using K = parallel::ScheduleKind;
+    const StageRun one = run_pipeline(schedule::ScheduleKind::OneFOneB, 1).front();
+    using K = schedule::ScheduleKind;
     for (const auto& [kind, stages, v] : {std::tuple{K::OneFOneB, 2, 1}, std::tuple{K::ZeroBubbleH1, 2, 1},
                                           std::tuple{K::ZeroBubbleV, 2, 2}, std::tuple{K::GPipe, 4, 1},
                                           std::tuple{K::ZeroBubbleH1, 4, 1}, std::tuple{K::Interleaved, 2, 2}}) {
-        const std::string what = std::string(parallel::schedule_name(kind)) + " over " + std::to_string(stages) + " stages";
+        const std::string what = std::string(schedule::schedule_name(kind)) + " over " + std::to_string(stages) + " stages";
         SCOPED_TRACE(what);
         expect_equal_to_one_stage(run_pipeline(kind, stages, v), one, what);
     }
@@ -189,14 +198,34 @@ TEST(InProcessPipeline, StagesEqualOneStage) {
 
 TEST(InProcessPipeline, ZeroBubbleH1EqualsOneFOneBToTheBit) {
     for (int stages : {2, 4}) {
-        const std::vector<StageRun> a = run_pipeline(parallel::ScheduleKind::OneFOneB, stages),
-                                    b = run_pipeline(parallel::ScheduleKind::ZeroBubbleH1, stages);
+        const std::vector<StageRun> a = run_pipeline(schedule::ScheduleKind::OneFOneB, stages),
+                                    b = run_pipeline(schedule::ScheduleKind::ZeroBubbleH1, stages);
         for (size_t r = 0; r < a.size(); r++) {
             EXPECT_EQ(a[r].loss_sum, b[r].loss_sum) << stages << " stages, rank " << r;
             ASSERT_EQ(a[r].grads.size(), b[r].grads.size());
             EXPECT_EQ(0, std::memcmp(a[r].grads.data(), b[r].grads.data(), a[r].grads.size() * sizeof(float)))
                 << stages << " stages, rank " << r;
         }
+    }
+}
+
+// ZeRO-3 under the zero-bubble schedules gathers each chunk once per step (Unshard / Reshard actions)
+// where 1F1B gathers each unit around each pass: the same parameters and the same gradient sums, so
+// the same bits, in fp32 and with the 16-bit copy.
+TEST(InProcessPipeline, ZeroThreeByChunkEqualsZeroThreeByUnit) {
+    for (const char* precision : {"fp32", "bf16"}) {
+        const std::vector<StageRun> unit = run_pipeline(schedule::ScheduleKind::OneFOneB, 2, 1, 3, precision);
+        const std::vector<StageRun> chunk = run_pipeline(schedule::ScheduleKind::ZeroBubbleH1, 2, 1, 3, precision);
+        for (size_t r = 0; r < unit.size(); r++) {
+            EXPECT_EQ(unit[r].loss_sum, chunk[r].loss_sum) << precision << " rank " << r;
+            ASSERT_EQ(unit[r].grads.size(), chunk[r].grads.size());
+            EXPECT_EQ(0, std::memcmp(unit[r].grads.data(), chunk[r].grads.data(), unit[r].grads.size() * sizeof(float)))
+                << precision << " rank " << r;
+        }
+        // and ZBV's V, against the one-stage run of the same precision
+        const StageRun one = run_pipeline(schedule::ScheduleKind::OneFOneB, 1, 1, 3, precision).front();
+        expect_equal_to_one_stage(run_pipeline(schedule::ScheduleKind::ZeroBubbleV, 2, 2, 3, precision), one,
+                                  std::string("zbv ZeRO-3 ") + precision);
     }
 }
 

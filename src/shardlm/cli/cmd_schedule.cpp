@@ -5,7 +5,7 @@
 #include <string>
 
 #include "shardlm/cli/commands.h"
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 
 namespace shardlm::cli {
 
@@ -23,14 +23,14 @@ void add_schedule_command(CLI::App& app) {
     c->add_option("--virtual-stages", o->virtual_stages, "Model chunks per stage (interleaved)")->capture_default_str();
     c->add_flag("--actions", o->actions, "Also list every stage's actions (sends, receives, passes) in order");
     c->callback([o] {
-        const parallel::Schedule s =
-            parallel::make_schedule(parallel::parse_schedule(o->schedule), o->pp, o->micro, o->virtual_stages);
-        std::printf("%s", parallel::render_chart(s).c_str());
+        const schedule::Schedule s =
+            schedule::make_schedule(schedule::parse_schedule(o->schedule), o->pp, o->micro, o->virtual_stages);
+        std::printf("%s", schedule::render_chart(s).c_str());
         if (!o->actions) return;
         for (int r = 0; r < s.stages; r++) {
             std::printf("stage %d:", r);
-            for (const parallel::Action& a : s.ranks[size_t(r)]) {
-                std::printf(" %s", parallel::op_name(a.op));
+            for (const schedule::Action& a : s.ranks[size_t(r)]) {
+                std::printf(" %s", schedule::op_name(a.op));
                 if (a.micro >= 0) std::printf("(%d%s%s)", a.micro,
                                               s.virtual_stages > 1 ? (",c" + std::to_string(a.chunk)).c_str() : "",
                                               a.peer >= 0 ? (",peer " + std::to_string(a.peer)).c_str() : "");

@@ -90,7 +90,7 @@ double zero_buffer_bytes(const ZeroBufferSpec& z) {
     const double slots = z.embedding_numel + 2 * z.largest_unit, n = z.dp;
     const bool staged = z.reduce_bytes < z.grad_bytes;
     double b = 0;
-    if (z.zero_stage == 3) b += slots * z.param_bytes;
+    if (z.zero_stage == 3) b += (z.gathered_per_chunk ? z.total_numel : slots) * z.param_bytes;
     if (z.zero_stage >= 2) b += (slots + slots / n) * (z.grad_bytes + (staged ? z.reduce_bytes : 0));
     else if (staged) b += z.total_numel * z.reduce_bytes;
     return b;

@@ -48,10 +48,12 @@ struct ModelStateBytes {
 // numel parameters held by this rank before ZeRO (already divided by tensor and pipeline parallelism).
 ModelStateBytes model_state_bytes(double numel, StateBytes per_param, int zero_stage, int dp);
 
-// The ZeRO communication buffers (parallel/data_parallel.cpp allocates exactly these): stages 2-3 keep
+// The ZeRO communication buffers (parallel/zero.cpp allocates exactly these): stages 2-3 keep
 // three unit slots, one for the embedding (used at both ends of the step) and two for any other unit
 // (the one in use and the next, prefetched or still reducing). Stage 3 gathers parameters into them
-// (param_bytes per element); stages 2-3 reduce gradients through them: the unit's gradient and this
+// (param_bytes per element), or, gathering per chunk (the zero-bubble schedules' Unshard actions),
+// into one buffer per chunk: at most all of the rank's parameters at once; stages 2-3 reduce
+// gradients through them: the unit's gradient and this
 // rank's slice (grad_bytes per element; the engine's are fp32), plus copies of both in the reduction's
 // type when it is narrower (reduce_bytes < grad_bytes). Stages 0-1 with a narrower reduction stage
 // the whole gradient in that type.
@@ -64,6 +66,7 @@ struct ZeroBufferSpec {
     double param_bytes = 4;   // of the model's parameters (2 for a 16-bit copy)
     double grad_bytes = 4;    // of the gradients
     double reduce_bytes = 4;  // of the gradient reduction
+    bool gathered_per_chunk = false;  // stage 3: whole chunks gathered (Unshard actions), not slots
 };
 double zero_buffer_bytes(const ZeroBufferSpec& z);
 
@@ -85,7 +88,7 @@ double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec
 // (GPT-3 175B, b = 1, s = 2048, 4-byte values: 444 GB).
 double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, double value_bytes = 4);
 
-// Pipeline schedules (the one enum of the concept: parallel/schedule.h builds them as data). The
+// Pipeline schedules (the one enum of the concept: schedule/schedule.h builds them as data). The
 // interleaved 1F1B of Narayanan et al. 2021 is OneFOneB's order over virtual stages; the zero-bubble
 // ones (Qi et al. 2023) run the weight gradients (W) apart from the input gradients (B).
 enum class Schedule { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };

@@ -5,6 +5,10 @@
 
 namespace shardlm::parallel {
 
+using schedule::Action;
+using schedule::Op;
+using schedule::Schedule;
+
 std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int rows, int T, int zero) {
     const model::UnitContext& u = part.context();
     const int t = u.tp_size(), r = u.tp->rank();

@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "shardlm/model/part.h"
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 
 namespace shardlm::parallel {
 
@@ -22,6 +22,6 @@ std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int
 
 // Bytes this rank sends on its pipeline group in one step: for each micro-batch, the (rows T / (tp
 // under sequence parallelism), C) activation to the next chunk and its gradient to the previous one.
-size_t pp_step_bytes(const model::ModelPart& part, const Schedule& s, int rank, int rows, int T);
+size_t pp_step_bytes(const model::ModelPart& part, const schedule::Schedule& s, int rank, int rows, int T);
 
 }  // namespace shardlm::parallel

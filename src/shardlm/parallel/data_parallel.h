@@ -40,12 +40,14 @@ public:
     // single_stage: the part is the whole pipeline (one stage): a micro-batch's backward follows
     // its forward, so ZeRO-3 keeps the units still gathered at the end of the forward.
     // reduce_dtype: the type gradients are reduced in (F32, or BF16/F16: half the bytes).
+    // gather_per_chunk: ZeRO-3 gathers a chunk at the schedule's Unshard actions (ZeroStrategy::Setup).
     DataParallel(comm::Collectives& dp, model::ModelPart& part, int zero, double bucket_mb, bool single_stage,
-                 DType reduce_dtype = DType::F32);
+                 DType reduce_dtype = DType::F32, bool gather_per_chunk = false);
     ~DataParallel();
 
     int zero() const { return zero_->stage(); }
     StepHooks& hooks() { return *zero_; }  // for the pipeline executor
+    bool gathers_per_chunk() const { return gather_per_chunk_; }  // schedules need Unshard actions
     ParamStore& store() { return store_; }
 
     // Where this rank keeps its fp32 parameters (the master weights in mixed precision): (flat range
@@ -97,6 +99,7 @@ private:
     std::unique_ptr<ZeroStrategy> zero_;
     int wte_unit_ = -1;
     int local_copy_unit_ = -1;  // a tied copy of wte on this rank beside wte itself (ZBV), or -1
+    bool gather_per_chunk_ = false;
 };
 
 }  // namespace shardlm::parallel

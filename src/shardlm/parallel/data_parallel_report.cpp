@@ -38,7 +38,7 @@ std::string DataParallel::memory_report(const optim::Optimizer& opt) const {
         double& slot = int(u) == wte_unit_ ? zb.embedding_numel : zb.largest_unit;
         slot = std::max(slot, double(units[u].numel));
     }
-    zb.total_numel = psi, zb.dp = dp_.size(), zb.zero_stage = stage;
+    zb.total_numel = psi, zb.dp = dp_.size(), zb.zero_stage = stage, zb.gathered_per_chunk = gather_per_chunk_;
     zb.param_bytes = double(dtype_bytes(pt)), zb.grad_bytes = 4, zb.reduce_bytes = double(dtype_bytes(store_.reduce_type()));
     const double buffers_f = cost::zero_buffer_bytes(zb);
     auto mib = [](double b) { return b / (1024.0 * 1024.0); };

@@ -9,6 +9,10 @@
 
 namespace shardlm::parallel {
 
+using schedule::Action;
+using schedule::Op;
+using schedule::Schedule;
+
 namespace {
 
 // The trace's name of a pass: "F3", "B3", "W3", or with virtual stages "F3.1".
@@ -180,6 +184,12 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
                 on_step();
             }
             break;
+        case Op::Unshard: {
+            trace::Scope ts("unshard " + std::to_string(c), "pipeline");
+            dp_.unshard(c);
+            break;
+        }
+        case Op::Reshard: dp_.reshard(c); break;
         }
     }
     if (s.forward_only) res.span_s = t_last_pass - t_begin;

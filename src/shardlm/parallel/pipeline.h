@@ -1,4 +1,4 @@
-// parallel/pipeline.h: the one executor of schedules (parallel/schedule.h).
+// parallel/pipeline.h: the one executor of schedules (schedule/schedule.h).
 //
 // It runs this rank's list of actions: forward and backward passes of its model chunks on the
 // micro-batches' activation slots, the send and receive of activations and their gradients over the
@@ -20,7 +20,7 @@
 #include "shardlm/comm/group.h"
 #include "shardlm/model/part.h"
 #include "shardlm/parallel/zero.h"
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 
 namespace shardlm::parallel {
 
@@ -48,11 +48,11 @@ public:
     // Runs `sched`'s actions for this rank. Micro-batches have at most max_rows rows of T tokens.
     // dloss scales the loss sum for the backward (0 for a forward-only schedule). on_reduce and
     // on_step run at the schedule's ReduceGrads and OptimizerStep.
-    Result run(const Schedule& sched, const Batch& batch, int max_rows, int T, float dloss,
+    Result run(const schedule::Schedule& sched, const Batch& batch, int max_rows, int T, float dloss,
                const std::function<void(const Result&)>& on_reduce = {}, const std::function<void()>& on_step = {});
 
 private:
-    int tag(const Schedule& s, int micro, int model_chunk, bool grad) const;
+    int tag(const schedule::Schedule& s, int micro, int model_chunk, bool grad) const;
     void wait_sends();
     // messages to this rank itself, by tag, until received
     struct Loopback {

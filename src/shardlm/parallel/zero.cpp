@@ -272,8 +272,38 @@ std::array<size_t, 3> ShardedGradients::expected_step_bytes(int micro) const {
 
 // ---- stage 3 ------------------------------------------------------------------------------------
 
-ShardedParameters::ShardedParameters(const Setup& s) : ShardedGradients(s), single_stage_(s.single_stage) {
-    param_slots_ = make_slots(dtype_bytes(pt_), false);
+ShardedParameters::ShardedParameters(const Setup& s)
+    : ShardedGradients(s), single_stage_(s.single_stage), per_chunk_(s.gather_per_chunk) {
+    if (per_chunk_) chunk_params_.resize(size_t(part_.num_chunks()));
+    else param_slots_ = make_slots(dtype_bytes(pt_), false);
+}
+
+void ShardedParameters::unshard(int chunk) {
+    if (!per_chunk_) return;
+    const std::vector<int>& us = part_.chunk_units(chunk);
+    size_t numel = 0;
+    for (int u : us) numel += units_[size_t(u)].numel;
+    const size_t eb = dtype_bytes(pt_);
+    AlignedBuffer<unsigned char>& buf = chunk_params_[size_t(chunk)];
+    buf.resize(numel * eb);
+    size_t held = 0;
+    for (const auto& b : chunk_params_) held += b.bytes();
+    chunk_peak_bytes_ = std::max(chunk_peak_bytes_, held);
+    std::vector<comm::Request> gathers;
+    size_t at = 0;
+    for (int u : us) {
+        const size_t off = store_.shard_offset(u);
+        const void* mine = pt_ == DType::F32 ? static_cast<const void*>(store_.master() + off)
+                                             : static_cast<const void*>(store_.model16() + off);
+        gathers.push_back(dp_.iall_gather_bytes(mine, buf.data() + at * eb, store_.shard_elems(u) * eb));
+        part_.bind_unit(u, buf.data() + at * eb, nullptr);
+        at += units_[size_t(u)].numel;
+    }
+    for (auto& g : gathers) wait(g);
+}
+
+void ShardedParameters::reshard(int chunk) {
+    if (per_chunk_) chunk_params_[size_t(chunk)].resize(0);
 }
 
 ShardedParameters::~ShardedParameters() {
@@ -281,7 +311,7 @@ ShardedParameters::~ShardedParameters() {
 }
 
 size_t ShardedParameters::comm_buffer_bytes() const {
-    size_t n = ShardedGradients::comm_buffer_bytes();
+    size_t n = ShardedGradients::comm_buffer_bytes() + chunk_peak_bytes_;
     for (const auto& s : param_slots_) n += s->buf.bytes();
     return n;
 }
@@ -323,10 +353,11 @@ void ShardedParameters::begin_pass(int chunk, bool forward, int micro, int count
     // Every micro-batch gathers afresh (the parameters do not change within a step, but keeping this
     // simple makes the communication volume a plain formula). With one stage a micro-batch's backward
     // follows its forward, so what the forward left gathered is used.
-    if (forward || !single_stage_) reset_residency();
+    if (!per_chunk_ && (forward || !single_stage_)) reset_residency();
 }
 
 void ShardedParameters::before_forward(int unit, int next) {
+    if (per_chunk_) return;  // the chunk is unsharded for the step
     void* p = gathered(unit);
     if (unit != wte_unit_) last_unit_ = unit;
     part_.bind_unit(unit, p, nullptr);
@@ -334,6 +365,10 @@ void ShardedParameters::before_forward(int unit, int next) {
 }
 
 void ShardedParameters::before_backward(int unit, int next) {
+    if (per_chunk_) {
+        part_.bind_unit(unit, nullptr, take_grad_slot(unit));
+        return;
+    }
     void* p = gathered(unit);
     if (unit != wte_unit_) last_unit_ = unit;
     part_.bind_unit(unit, p, take_grad_slot(unit));
@@ -346,6 +381,7 @@ void ShardedParameters::after_step() {
 }
 
 std::array<size_t, 3> ShardedParameters::expected_step_bytes(int micro) const {
+    if (per_chunk_) return ShardedGradients::expected_step_bytes(micro);  // every unit gathered once a step
     // With one stage the backward starts with what the forward left gathered: wte (its own slot) and
     // the last two other units (the last block and the head).
     std::vector<bool> resident(units_.size(), false);

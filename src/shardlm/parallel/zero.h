@@ -28,9 +28,10 @@
 // the fp32 master into it and (stages 1-2) all-gathers that, in 16 bits. Gradients accumulate in
 // fp32; a 16-bit reduce type rounds them for the reduction only (half the bytes on the wire).
 //
-// Why not schedule actions for ZeRO-3's gathers (PyTorch pipelining's UNSHARD/RESHARD): here a
-// unit's gather is a hook of its pass, so a split backward (B apart from W) would gather twice or
-// hold a unit across other passes; zero-bubble schedules refuse ZeRO-3 (docs/DESIGN.md).
+// ZeRO-3 and a split backward (B apart from W, the zero-bubble schedules): the gathers become the
+// schedule's Unshard / Reshard actions (PyTorch pipelining's UNSHARD/RESHARD,
+// schedule::add_unshard_actions): a chunk is gathered once before its first pass of the step and
+// released after its last, so a deferred W finds its parameters (gather_per_chunk).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -51,6 +52,10 @@ public:
     // Whether micro-batch `micro`'s backward adds into the bound gradients (else it writes them).
     virtual bool backward_accumulates(int micro) const = 0;
     virtual void end_pass(int chunk, bool forward) = 0;  // after each pass of a chunk
+    // The schedule's Unshard / Reshard actions (schedule::add_unshard_actions): the chunk's
+    // parameters gathered for the step's passes, then released. Only sharded parameters act.
+    virtual void unshard(int chunk) {}
+    virtual void reshard(int chunk) {}
 };
 
 class ZeroStrategy : public StepHooks {
@@ -61,6 +66,9 @@ public:
         ParamStore& store;
         double bucket_mb = 25;      // stage 0: gradient all-reduce bucket
         bool single_stage = false;  // the part is the whole pipeline: a backward follows its forward
+        // stage 3: parameters gathered a chunk at a time by the schedule's Unshard/Reshard actions
+        // (a backward's B and W apart need them between), not a unit at a time around each pass
+        bool gather_per_chunk = false;
     };
     // Where the stage keeps what (param: the type the model reads).
     static Residency residency(int stage, DType param);
@@ -167,7 +175,8 @@ protected:
     uint64_t clock_ = 0;  // slot use stamps
 };
 
-// stage 3
+// stage 3: a unit gathered around each of its passes into two rotating slots (the next one
+// prefetched), or, with gather_per_chunk, a whole chunk from the schedule's Unshard to its Reshard
 class ShardedParameters final : public ShardedGradients {
 public:
     ShardedParameters(const Setup& s);
@@ -176,9 +185,12 @@ public:
     void begin_pass(int chunk, bool forward, int micro, int count) override;
     void before_forward(int unit, int next) override;
     void before_backward(int unit, int next) override;
+    void unshard(int chunk) override;
+    void reshard(int chunk) override;
     void after_step() override;  // round this rank's slices; nothing to gather
     size_t comm_buffer_bytes() const override;
     std::array<size_t, 3> expected_step_bytes(int micro) const override;
+    bool gathers_per_chunk() const { return per_chunk_; }
 
 private:
     void* gathered(int unit);  // wait for / start unit's gather
@@ -187,6 +199,9 @@ private:
     bool single_stage_;
     int last_unit_ = -1;  // the latest non-wte unit handed to a hook: its slot is in use
     std::vector<std::unique_ptr<Slot>> param_slots_;
+    bool per_chunk_ = false;
+    std::vector<AlignedBuffer<unsigned char>> chunk_params_;  // per local chunk, while unsharded
+    size_t chunk_peak_bytes_ = 0;                             // the most held at once
 };
 
 std::unique_ptr<ZeroStrategy> make_zero_strategy(int stage, const ZeroStrategy::Setup& s);

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 
+#include "shardlm/core/check.h"
 #include "shardlm/cost/flops.h"
 #include "shardlm/planner/stage_model.h"
+#include "shardlm/schedule/schedule.h"
 
 namespace shardlm::planner {
 
@@ -32,31 +38,62 @@ void fill_memory(const detail::StageModel& sm, const Cluster& c, Estimate& e) {
     }
 }
 
-void fill_time(const detail::StageModel& sm, const Policy& p, Estimate& e) {
-    // The slowest stage sets the pace of the pipeline; filling and draining it passes one micro-batch
-    // through every other stage: (p - 1) x a stage's time when they are balanced, less when the
-    // head makes the last stage the slow one. Middle stages hold blocks only, as the first (the
-    // embedding lookup is not timed).
-    detail::StageModel::MicroBatch slow;
-    double all_stages = 0;
-    for (int stage : extreme_stages(p)) {
-        detail::StageModel::MicroBatch mb = sm.micro_batch_time(stage);
-        if (stage == 0 || mb.total() > slow.total()) slow = mb;
-        all_stages += (p.pp > 1 && stage == 0 ? p.pp - 1 : 1) * mb.total();
+using MicroBatch = detail::StageModel::MicroBatch;
+
+// Schedules are built and ordered once per (kind, p, m, v): a search evaluates many policies on few
+// shapes, and replays the order with each policy's times (schedule::SimPlan).
+const schedule::SimPlan& plan_of(cost::Schedule kind, int p, int m, int v) {
+    static std::mutex mu;
+    static std::map<std::tuple<cost::Schedule, int, int, int>, std::unique_ptr<schedule::SimPlan>> built;
+    std::lock_guard<std::mutex> lock(mu);
+    auto& s = built[{kind, p, m, v}];
+    if (!s) s = std::make_unique<schedule::SimPlan>(schedule::make_schedule(kind, p, m, v));
+    return *s;
+}
+
+// The pipeline bubble: the slowest rank's idle time when the policy's schedule runs in the schedule
+// simulator (schedule/schedule.h, the schedules the engine runs) on every rank's pass times: the
+// first p - 1 ranks take the first stage's (middle stages hold blocks only, as the first), the last
+// rank the head's, a chunk 1/v of it. A pass splits into forward and backward as their compute
+// does, and W (apart, in the zero-bubble schedules) is half the backward: B and W have the same
+// FLOPs. A rank's idle time stops changing once the schedule reaches its steady state
+// (schedule::steady_micro_batches: p micro-batches, 2p for interleaving and ZBV; tested), so no more are simulated.
+double pipeline_bubble_s(const Policy& p, int64_t m, const MicroBatch& first, const MicroBatch& last) {
+    if (p.pp == 1) return 0;
+    const int v = p.virtual_stages;
+    const cost::Schedule kind =
+        p.schedule == cost::Schedule::OneFOneB && v > 1 ? cost::Schedule::Interleaved : p.schedule;
+    const int64_t sim_m = std::min<int64_t>(m, schedule::steady_micro_batches(kind, p.pp));
+    if (kind == cost::Schedule::Interleaved && sim_m % p.pp != 0) {
+        // Megatron's interleaving needs m a multiple of p (the engine refuses others): the closed form
+        const MicroBatch& slow = last.total() > first.total() ? last : first;
+        return ((p.pp - 1) * first.total() + last.total() - slow.total()) / v;
     }
+    auto times = [&](const MicroBatch& mb) {
+        const double chunk = mb.total() / v, fs = mb.forward / std::max(1e-30, mb.forward + mb.backward);
+        return schedule::PassTimes{chunk * fs, chunk * (1 - fs), -1.0};
+    };
+    std::vector<schedule::PassTimes> per_rank(size_t(p.pp), times(first));
+    per_rank.back() = times(last);
+    const schedule::SimResult r = plan_of(kind, p.pp, int(sim_m), v).run(per_rank);
+    size_t slowest = 0;
+    for (size_t i = 1; i < r.busy.size(); i++)
+        if (r.busy[i] > r.busy[slowest]) slowest = i;
+    return r.idle[slowest];
+}
+
+void fill_time(const detail::StageModel& sm, const Policy& p, Estimate& e) {
+    // The slowest stage sets the pace of the pipeline; the bubble is its idle time (balanced stages:
+    // (p - 1) x a stage's time / v for 1F1B, GPipe and interleaving; ZB-H1 (p - 1) F, ZBV half that
+    // once m >= 2p - 1, Qi et al. 2023; less when the head makes the last stage the slow one).
+    const MicroBatch first = sm.micro_batch_time(0), last = sm.micro_batch_time(p.pp - 1);
+    const MicroBatch& slow = last.total() > first.total() ? last : first;
     const double m = double(sm.micro_batches);
     TimeBreakdown& t = e.time;
     t.compute = m * (slow.forward + slow.backward);
     t.tp_comm = m * slow.tp;
     t.cp_comm = m * slow.cp;
-    t.pp_bubble = (all_stages - slow.total()) / p.virtual_stages;
-    // Zero-bubble schedules (Qi et al. 2023): the backward's weight half W fills 1F1B's bubble. With
-    // B = W = half the backward (their FLOPs are equal), ZB-H1 leaves (p - 1)(F + B - W) = (p - 1) F of
-    // 1F1B's (p - 1)(F + B + W); ZBV, on chunks of half a stage, (p - 1) F / 2 (its warm-up: reached
-    // for m >= 2p - 1; fewer micro-batches leave more, which the schedule simulator shows).
-    const double f_share = slow.forward / std::max(1e-30, slow.forward + slow.backward);
-    if (p.schedule == cost::Schedule::ZeroBubbleH1) t.pp_bubble *= f_share;
-    if (p.schedule == cost::Schedule::ZeroBubbleV) t.pp_bubble = t.pp_bubble * p.virtual_stages * f_share / 2;
+    t.pp_bubble = pipeline_bubble_s(p, sm.micro_batches, first, last);
     t.pp_comm = sm.pp_comm_s();
     for (int stage : extreme_stages(p)) {
         t.dp_comm = std::max(t.dp_comm, sm.dp_exposed_s(stage, sm.micro_batch_time(stage)));

@@ -31,6 +31,10 @@ std::string check_ranges(const Policy& p) {
     if (p.schedule == cost::Schedule::ZeroBubbleV && p.virtual_stages != 2)
         return cat("zbv runs two chunks per stage in a V: virtual_stages must be 2 (got ", p.virtual_stages, ")");
     if (p.schedule == cost::Schedule::ZeroBubbleV && p.pp < 2) return "zbv needs pp >= 2";
+    if ((p.schedule == cost::Schedule::ZeroBubbleH1 || p.schedule == cost::Schedule::ZeroBubbleV) &&
+        p.recompute == cost::Recompute::Full)
+        return "zb-h1 and zbv defer the weight gradients W, which need the block's activations; full recomputation "
+               "keeps only its input (the engine refuses it): recompute none or selective";
     return "";
 }
 

@@ -24,7 +24,7 @@ struct Policy {
     int64_t micro_batch = 1;  // sequences
     int virtual_stages = 1;   // > 1: interleaved 1F1B, each stage holds this many model chunks
     // OneFOneB (Interleaved with virtual_stages > 1), or the zero-bubble ZeroBubbleH1 (v = 1) and
-    // ZeroBubbleV (v = 2, two chunks per stage in a V): parallel/schedule.h
+    // ZeroBubbleV (v = 2, two chunks per stage in a V): schedule/schedule.h
     cost::Schedule schedule = cost::Schedule::OneFOneB;
     cost::Recompute recompute = cost::Recompute::None;
     bool sequence_parallel = false;

@@ -98,6 +98,8 @@ struct Searcher {
                                                                           cost::Recompute::Selective,
                                                                           cost::Recompute::Full}))
                         for (bool sp : or_default(space.sequence_parallel, sps)) {
+                            const bool zb = sched == cost::Schedule::ZeroBubbleH1 || sched == cost::Schedule::ZeroBubbleV;
+                            if (zb && r == cost::Recompute::Full) continue;  // refused: W needs the activations
                             p.schedule = sched, p.virtual_stages = v, p.zero_stage = zero, p.recompute = r;
                             p.sequence_parallel = sp;
                             micro_batch_series(p);

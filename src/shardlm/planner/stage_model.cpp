@@ -77,6 +77,8 @@ MemoryBreakdown StageModel::memory(int stage) const {
                                                         (m.tied_embeddings ? 0 : vocab_shard));
     zb.total_numel = stage_params(stage);
     zb.dp = zero_group(), zb.zero_stage = p.zero_stage;
+    // the zero-bubble schedules gather ZeRO-3's parameters a chunk at a time (the engine's Unshard)
+    zb.gathered_per_chunk = p.schedule == cost::Schedule::ZeroBubbleH1 || p.schedule == cost::Schedule::ZeroBubbleV;
     zb.param_bytes = sb.params, zb.grad_bytes = zb.reduce_bytes = sb.grads;
     mem.buffers += cost::zero_buffer_bytes(zb);
     return mem;

@@ -40,18 +40,19 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
                   "): each tensor-parallel rank computes whole heads");
 
     // the pipeline: the step's schedule, and which model chunks this rank holds
-    e.schedule = parallel::make_schedule(cfg.schedule, pp, e.micro, cfg.virtual_stages);
-    const parallel::Schedule& s = e.schedule;
+    e.schedule = schedule::make_schedule(cfg.schedule, pp, e.micro, cfg.virtual_stages);
+    const schedule::Schedule& s = e.schedule;
     const int v = s.virtual_stages;  // zbv implies 2
     e.all_chunks = parallel::split_stages(model, cfg.seq, pp * v, cfg.pp_split);
     model::ModelPart::Options po;
     for (int c = 0; c < v; c++) po.chunks.push_back(e.all_chunks[size_t(s.model_chunk(g.pp_rank(), c))]);
     po.slots = s.slots(g.pp_rank());
     po.defer_weight_grads = s.splits_backward(g.pp_rank());
-    SHARDLM_CHECK(!s.splits_backward() || cfg.zero < 3, "--schedule ", setting_text(cfg.schedule), " runs each backward's"
-                  " weight gradients (W) apart from its input gradients (B); ZeRO-3 would have to gather every"
-                  " unit's parameters for B and hold its gradient buffer until the deferred W, which it does not"
-                  " (yet)\n---> HINT: use --zero 0, 1 or 2 with it, or --schedule 1f1b with --zero 3");
+    // ZeRO-3 under a schedule that runs B and W apart: each chunk's parameters are gathered by the
+    // schedule's Unshard action before its first pass and released after its last (PyTorch
+    // pipelining's UNSHARD/RESHARD), so a deferred W finds them; other schedules gather per unit.
+    const bool gather_per_chunk = cfg.zero == 3 && s.splits_backward();
+    if (gather_per_chunk) schedule::add_unshard_actions(e.schedule);
     e.tp = std::make_unique<parallel::GroupTensorParallel>(g.tp());
     po.tp = e.tp.get();
     po.sequence_parallel = cfg.sequence_parallel;
@@ -70,7 +71,8 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     }
     e.part = std::make_unique<model::ModelPart>(model, po, cfg.micro_batch, cfg.seq);
 
-    e.dp = std::make_unique<parallel::DataParallel>(g.dp(), *e.part, cfg.zero, cfg.bucket_mb, pp == 1, precision.reduce);
+    e.dp = std::make_unique<parallel::DataParallel>(g.dp(), *e.part, cfg.zero, cfg.bucket_mb, pp == 1, precision.reduce,
+                                                    gather_per_chunk);
     if (cfg.sequence_parallel && tp > 1) {
         comm::Group* tpg = &g.tp();
         const model::Layout* layout = &e.part->layout();

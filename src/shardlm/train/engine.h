@@ -13,7 +13,7 @@
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/data_parallel.h"
 #include "shardlm/parallel/pipeline.h"
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
 #include "shardlm/train/train_config.h"
 
@@ -22,7 +22,7 @@ namespace shardlm::train {
 struct Engine {
     std::unique_ptr<comm::Grid> grid;
     std::unique_ptr<comm::Group> embedding_group;  // the stages of the tied wte (pp > 1)
-    parallel::Schedule schedule;
+    schedule::Schedule schedule;
     std::vector<std::pair<int, int>> all_chunks;  // compute units of every model chunk
     int micro = 1;                                // micro-batches per step per data-parallel rank
     std::unique_ptr<parallel::GroupTensorParallel> tp;

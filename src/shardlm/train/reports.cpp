@@ -62,13 +62,13 @@ std::string Trainer::memory_report() const {
         int theory = 1;
         const char* why = "from the schedule";
         switch (e_.schedule.kind) {
-        case parallel::ScheduleKind::GPipe: theory = e_.micro, why = "GPipe holds all m micro-batches"; break;
-        case parallel::ScheduleKind::OneFOneB: theory = std::min(p - s, e_.micro), why = "1F1B holds at most p - stage"; break;
-        case parallel::ScheduleKind::ZeroBubbleH1:
+        case schedule::ScheduleKind::GPipe: theory = e_.micro, why = "GPipe holds all m micro-batches"; break;
+        case schedule::ScheduleKind::OneFOneB: theory = std::min(p - s, e_.micro), why = "1F1B holds at most p - stage"; break;
+        case schedule::ScheduleKind::ZeroBubbleH1:
             theory = std::min(p, e_.micro), why = "ZB-H1 holds each micro-batch until its deferred W: at most p";
             break;
-        case parallel::ScheduleKind::Interleaved:
-        case parallel::ScheduleKind::ZeroBubbleV: theory = e_.part->slots(c); break;
+        case schedule::ScheduleKind::Interleaved:
+        case schedule::ScheduleKind::ZeroBubbleV: theory = e_.part->slots(c); break;
         }
         out += fmt("  %-22s %12d %12d   activation slots of chunk %d (compute units %d..%d), %.2f MiB each; "
                    "theory: %s\n",
@@ -188,7 +188,7 @@ void Trainer::write_trace(double bubble_mean) {
     out += fmt("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
                "\"micro_batches\": %d, \"bubble_measured\": %.4f, \"bubble_theory\": %.4f}}\n",
                g.dp_size(), g.tp_size(), g.pp_size(), setting_text(cfg_.schedule).c_str(), e_.micro, bubble_mean,
-               parallel::bubble_fraction_theory(e_.schedule.kind, g.pp_size(), e_.micro, e_.schedule.virtual_stages));
+               schedule::bubble_fraction_theory(e_.schedule.kind, g.pp_size(), e_.micro, e_.schedule.virtual_stages));
     if (auto dir = std::filesystem::path(cfg_.trace).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
     io::write_file_atomic(cfg_.trace, out);
     std::printf("wrote the timeline of the last step to %s (chrome://tracing or ui.perfetto.dev)\n", cfg_.trace.c_str());

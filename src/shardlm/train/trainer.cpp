@@ -221,8 +221,9 @@ double Trainer::evaluate() {
         for (int j = 0; j < n; j++)
             val_loader_->fill_row(b * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
     };
-    const parallel::Schedule fwd = parallel::make_forward_schedule(e_.grid->pp_size(), rounds,
-                                                                   e_.schedule.virtual_stages, e_.schedule.placement);
+    schedule::Schedule fwd = schedule::make_forward_schedule(e_.grid->pp_size(), rounds, e_.schedule.virtual_stages,
+                                                             e_.schedule.placement);
+    if (e_.dp->gathers_per_chunk()) schedule::add_unshard_actions(fwd);
     const parallel::PipelineExecutor::Result r = e_.exec->run(fwd, batch, M, T, 0.0f);
     double sum = 0;  // loss summed over every token of the counted rows
     if (holds_head() && e_.grid->tp_rank() == 0)
@@ -305,7 +306,7 @@ int Trainer::run() {
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
     if (is_root() && e_.grid->pp_size() > 1 && cfg_.steps > start_step_)
         std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory %s = %.3f\n", bubble_mean,
-                    parallel::bubble_theory_formula(e_.schedule.kind), parallel::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
+                    schedule::bubble_theory_formula(e_.schedule.kind), schedule::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
     if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
     std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);

@@ -14,7 +14,7 @@
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/data_parallel.h"
 #include "shardlm/parallel/pipeline.h"
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
 #include "shardlm/train/engine.h"
 #include "shardlm/train/fault_injection.h"

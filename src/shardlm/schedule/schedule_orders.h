@@ -1,12 +1,12 @@
-// parallel/schedule_orders.h (internal): the compute order of each schedule kind, per rank: which
+// schedule/schedule_orders.h (internal): the compute order of each schedule kind, per rank: which
 // pass of which (micro-batch, local chunk) comes next. schedule.cpp turns an order into actions (the
 // sends and receives around each pass) and proves it with simulate().
 #pragma once
 #include <vector>
 
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 
-namespace shardlm::parallel::detail {
+namespace shardlm::schedule::detail {
 
 // A pass of one chunk on one micro-batch: forward, backward (B and W together), or B or W alone.
 enum class Pass { F, BW, B, W };
@@ -22,4 +22,4 @@ std::vector<Compute> compute_order(ScheduleKind kind, int p, int m, int v, int s
 std::vector<std::vector<Compute>> v_orders(int p, int m);
 std::vector<std::vector<Compute>> v_orders_handcrafted(int p, int m);
 
-}  // namespace shardlm::parallel::detail
+}  // namespace shardlm::schedule::detail

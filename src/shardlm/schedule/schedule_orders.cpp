@@ -1,5 +1,5 @@
-// parallel/schedule_orders.cpp: the compute order of each schedule kind (schedule_orders.h).
-#include "shardlm/parallel/schedule_orders.h"
+// schedule/schedule_orders.cpp: the compute order of each schedule kind (schedule_orders.h).
+#include "shardlm/schedule/schedule_orders.h"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 
 #include "shardlm/core/check.h"
 
-namespace shardlm::parallel::detail {
+namespace shardlm::schedule::detail {
 
 namespace {
 
@@ -184,4 +184,4 @@ std::vector<std::vector<Compute>> v_orders_handcrafted(int p, int m) {
     return out;
 }
 
-}  // namespace shardlm::parallel::detail
+}  // namespace shardlm::schedule::detail

@@ -12,11 +12,11 @@
 #include <string>
 
 #include "shardlm/core/check.h"
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 
 namespace {
 
-using namespace shardlm::parallel;
+using namespace shardlm::schedule;
 
 // Every Forward/Backward is preceded by the receive it needs and followed by its send; each send
 // matches a receive of the peer with the same micro-batch and the neighbouring model chunk.
@@ -256,6 +256,58 @@ TEST(Schedule, ZeroBubbleChartsShowBAndW) {
     const std::string v = render_chart(make_schedule(ScheduleKind::ZeroBubbleV, 2, 4));
     EXPECT_NE(v.find("W0.1"), std::string::npos) << v;
     EXPECT_NE(v.find("bubble 0.040"), std::string::npos) << v;  // 1 / 25
+}
+
+// The planner simulates at most steady_micro_batches() (planner/evaluate.cpp): from there on, the
+// slowest rank's idle time no longer depends on m, with equal stages and with a slower first or last
+// stage (and one fewer micro-batch than that is not yet steady for ZBV).
+TEST(Schedule, IdleTimeIsSteadyFromSteadyMicroBatches) {
+    auto slowest_idle = [](const SimResult& r) {
+        size_t s = 0;
+        for (size_t i = 1; i < r.busy.size(); i++)
+            if (r.busy[i] > r.busy[s]) s = i;
+        return r.idle[s];
+    };
+    const std::vector<std::pair<PassTimes, PassTimes>> shapes = {
+        {{1.0, 2.0}, {1.0, 2.0}}, {{1.0, 2.0}, {1.4, 2.9}}, {{1.3, 2.5}, {1.0, 2.0}}, {{0.7, 1.6}, {2.1, 3.0}}};
+    for (const auto& [kind, v] : {std::pair{ScheduleKind::GPipe, 1}, std::pair{ScheduleKind::OneFOneB, 1},
+                                  std::pair{ScheduleKind::Interleaved, 2}, std::pair{ScheduleKind::ZeroBubbleH1, 1},
+                                  std::pair{ScheduleKind::ZeroBubbleV, 2}})
+        for (int p : {2, 3, 4, 6})
+            for (const auto& [first, last] : shapes) {
+                std::vector<PassTimes> t(size_t(p), first);
+                t.back() = last;
+                const int steady = steady_micro_batches(kind, p);
+                const double at = slowest_idle(simulate(make_schedule(kind, p, steady, v), t));
+                for (int k : {2, 3, 5}) {
+                    const SimResult r = simulate(make_schedule(kind, p, steady + (k - 1) * p, v), t);
+                    ASSERT_TRUE(r.ok) << r.error;
+                    EXPECT_NEAR(slowest_idle(r), at, 1e-9 * r.makespan)
+                        << schedule_name(kind) << " p " << p << " m " << steady + (k - 1) * p << " first " << first.f << "/" << first.b
+                        << " last " << last.f << "/" << last.b;
+                }
+            }
+}
+
+// The planner's replay of a schedule's order gives the simulation's times to the bit, on any times.
+TEST(Schedule, SimPlanReplaysTheSimulation) {
+    for (const auto& [kind, v] : {std::pair{ScheduleKind::GPipe, 1}, std::pair{ScheduleKind::OneFOneB, 1},
+                                  std::pair{ScheduleKind::Interleaved, 2}, std::pair{ScheduleKind::ZeroBubbleH1, 1},
+                                  std::pair{ScheduleKind::ZeroBubbleV, 2}})
+        for (int p : {1, 2, 3, 5})
+            for (int m : {p, 2 * p + (kind == ScheduleKind::Interleaved ? 0 : 1)}) {
+                if (kind == ScheduleKind::Interleaved && p == 1) continue;
+                if (kind == ScheduleKind::ZeroBubbleV && p == 1) continue;
+                const Schedule s = make_schedule(kind, p, m, v);
+                const SimPlan plan(s);
+                std::vector<PassTimes> t;
+                for (int r = 0; r < p; r++) t.push_back({0.5 + 0.37 * r, 1.1 + 0.21 * ((r * 7) % 5), r % 2 ? 0.4 : -1.0});
+                const SimResult a = simulate(s, t), b = plan.run(t);
+                ASSERT_TRUE(a.ok) << a.error;
+                EXPECT_EQ(a.makespan, b.makespan) << schedule_name(kind) << " p " << p << " m " << m;
+                EXPECT_EQ(a.busy, b.busy) << schedule_name(kind) << " p " << p << " m " << m;
+                EXPECT_EQ(a.idle, b.idle) << schedule_name(kind) << " p " << p << " m " << m;
+            }
 }
 
 }  // namespace

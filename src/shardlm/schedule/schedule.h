@@ -1,4 +1,4 @@
-// parallel/schedule.h: pipeline schedules as data.
+// schedule/schedule.h: pipeline schedules as data.
 //
 // A schedule is, for every pipeline rank, the list of actions it runs in one training step:
 // forward or backward of (micro-batch, chunk), the send/receive of the activation or gradient that
@@ -23,7 +23,7 @@
 
 #include "shardlm/cost/memory.h"
 
-namespace shardlm::parallel {
+namespace shardlm::schedule {
 
 // The one enum of the concept lives with the cost model (the planner reads it too).
 using ScheduleKind = cost::Schedule;
@@ -31,7 +31,7 @@ using cost::parse_schedule;
 using cost::schedule_name;
 
 enum class Op { RecvAct, Forward, SendAct, RecvGrad, Backward, BackwardInput, BackwardWeight, SendGrad, ReduceGrads,
-                OptimizerStep };
+                OptimizerStep, Unshard, Reshard };
 const char* op_name(Op op);
 enum class Placement { Looped, V };
 
@@ -70,6 +70,11 @@ struct Schedule {
 // The training step's schedule for p stages, m micro-batches and v virtual stages (interleaved
 // only; it needs m a multiple of p; zbv implies v = 2). Throws on an invalid combination, naming the fix.
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v = 1);
+// Sharded parameters as schedule actions (PyTorch pipelining's UNSHARD/RESHARD): on every rank,
+// Unshard(chunk) before the chunk's first pass of the step and Reshard(chunk) after its last, so the
+// chunk's parameters are gathered once per step and stay so between a backward's B and its deferred
+// W (ZeRO-3 with the zero-bubble schedules). They take no time in simulate().
+void add_unshard_actions(Schedule& s);
 // Forward passes only (evaluation): every micro-batch through every chunk in order, on the chunks
 // of a training schedule's placement (V: ZBV's).
 Schedule make_forward_schedule(int p, int m, int v = 1, Placement placement = Placement::Looped);
@@ -92,8 +97,36 @@ struct SimResult {
     std::vector<std::vector<Span>> spans;  // per rank, compute actions
 };
 SimResult simulate(const Schedule& s, double t_f = 1.0, double t_b = 2.0, double t_w = -1.0);
+// The same with each pipeline rank's own times per chunk (uneven stages: the planner's first and
+// last stages, which hold the embedding and the head).
+struct PassTimes {
+    double f = 1.0, b = 2.0, w = -1.0;  // forward, backward (B and W), W when apart (< 0: half of b)
+};
+SimResult simulate(const Schedule& s, const std::vector<PassTimes>& per_rank);
+// A schedule's dependency order found once (by a simulation) and replayed with other times: the
+// planner's inner loop. Every action waits only for the one before it on its rank and, if it is a
+// receive, for its send, so the order does not depend on the times and run() gives simulate()'s
+// makespan, busy and idle times to the bit, without spans and without looking messages up.
+class SimPlan {
+public:
+    explicit SimPlan(const Schedule& s);  // fails if the schedule does not run
+    SimResult run(const std::vector<PassTimes>& per_rank) const;
+
+private:
+    struct Step {
+        int rank;
+        Op op;
+        int message;  // sends: the message they post; receives: the one they wait for; else -1
+    };
+    int stages_ = 0, messages_ = 0;
+    std::vector<Step> steps_;  // every rank's actions, merged in an order that respects them
+};
 // The idle fraction of the step, averaged over ranks.
 double bubble_fraction(const SimResult& r);
+// Micro-batches from which on every rank's idle time no longer grows with m (the schedule's steady
+// state), with equal stages and with a slower first or last stage: p for GPipe, 1F1B and ZB-H1, 2p
+// for interleaving and ZBV (tests/schedule/test_schedule.cpp). The planner simulates no more.
+int steady_micro_batches(ScheduleKind kind, int p);
 
 // The seeds' figure as text: one row per pipeline rank, one column per unit of time (t_f = 1,
 // t_b = 2), "F3" for the forward of micro-batch 3, "B3 B3" for its backward, or "B3" and "W3" for
@@ -109,11 +142,11 @@ std::string render_chart(const Schedule& s);
 //   ZBV (sec. 6): with F = B = W = 1 per chunk (half a stage) a rank has 6m units of work, and the
 //     last rank cannot start before the first forward has crossed the p - 1 ranks before it: at
 //     least p - 1 idle units per rank, (p - 1) / (6 m + p - 1), half of ZB-H1's; the schedule reaches
-//     it for m >= 2p - 1, and for m >= p up to p = 4 (tests/parallel/test_schedule.cpp).
+//     it for m >= 2p - 1, and for m >= p up to p = 4 (tests/schedule/test_schedule.cpp).
 double bubble_fraction_theory(ScheduleKind kind, int p, int m, int v = 1);
 // The formula bubble_fraction_theory uses for a kind, as text ("(p-1)/(v m + p-1)").
 const char* bubble_theory_formula(ScheduleKind kind);
 // The same for GPipe / 1F1B / interleaved (kept for callers that have no kind).
 double bubble_fraction_theory(int p, int m, int v = 1);
 
-}  // namespace shardlm::parallel
+}  // namespace shardlm::schedule

@@ -1,14 +1,16 @@
-#include "shardlm/parallel/schedule.h"
+#include "shardlm/schedule/schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
+#include <unordered_map>
 #include <tuple>
 
 #include "shardlm/core/check.h"
-#include "shardlm/parallel/schedule_orders.h"
+#include "shardlm/schedule/schedule_orders.h"
 
-namespace shardlm::parallel {
+namespace shardlm::schedule {
 
 const char* op_name(Op op) {
     switch (op) {
@@ -22,6 +24,8 @@ const char* op_name(Op op) {
     case Op::SendGrad: return "send_grad";
     case Op::ReduceGrads: return "reduce_grads";
     case Op::OptimizerStep: return "optimizer_step";
+    case Op::Unshard: return "unshard";
+    case Op::Reshard: return "reshard";
     }
     return "?";
 }
@@ -157,10 +161,38 @@ double bubble_fraction(const SimResult& r) {
     return idle / double(r.idle.size()) / r.makespan;
 }
 
+void add_unshard_actions(Schedule& s) {
+    auto compute = [](Op op) {
+        return op == Op::Forward || op == Op::Backward || op == Op::BackwardInput || op == Op::BackwardWeight;
+    };
+    for (std::vector<Action>& list : s.ranks) {
+        std::vector<size_t> first(size_t(s.virtual_stages), SIZE_MAX), last(size_t(s.virtual_stages), 0);
+        for (size_t i = 0; i < list.size(); i++)
+            if (compute(list[i].op)) {
+                const size_t c = size_t(list[i].chunk);
+                first[c] = std::min(first[c], i);
+                last[c] = i;
+            }
+        std::vector<Action> out;
+        for (size_t i = 0; i < list.size(); i++) {
+            for (int c = 0; c < s.virtual_stages; c++)
+                if (first[size_t(c)] == i) out.push_back({Op::Unshard, -1, c, -1});
+            out.push_back(list[i]);
+            for (int c = 0; c < s.virtual_stages; c++)
+                if (first[size_t(c)] != SIZE_MAX && last[size_t(c)] == i) out.push_back({Op::Reshard, -1, c, -1});
+        }
+        list = std::move(out);
+    }
+}
+
 SimResult simulate(const Schedule& s, double t_f, double t_b, double t_w) {
-    if (t_w < 0) t_w = t_b / 2;
+    return simulate(s, std::vector<PassTimes>(size_t(s.stages), PassTimes{t_f, t_b, t_w}));
+}
+
+SimResult simulate(const Schedule& s, const std::vector<PassTimes>& per_rank) {
     SimResult res;
     const int p = s.stages;
+    SHARDLM_CHECK(per_rank.size() == size_t(p), "simulate: ", per_rank.size(), " ranks' times for ", p, " stages");
     res.busy.assign(size_t(p), 0.0);
     res.idle.assign(size_t(p), 0.0);
     res.max_in_flight.assign(size_t(p), 0);
@@ -169,7 +201,11 @@ SimResult simulate(const Schedule& s, double t_f, double t_b, double t_w) {
     std::vector<double> clock(size_t(p), 0.0);
     std::vector<int> live(size_t(p), 0);
     // messages sent and not yet received: (src, dst, is_grad, micro, model chunk of the receiver) -> time
-    std::map<std::tuple<int, int, bool, int, int>, double> mail;
+    const uint64_t P = uint64_t(p), M = uint64_t(s.micro) + 1, C = uint64_t(s.num_model_chunks()) + 2;
+    auto mail_key = [&](int src, int dst, bool grad, int micro, int chunk) {
+        return (((uint64_t(src) * P + uint64_t(dst)) * 2 + grad) * M + uint64_t(micro)) * C + uint64_t(chunk + 1);
+    };
+    std::unordered_map<uint64_t, double> mail;
     for (;;) {
         bool progressed = false, all_done = true;
         for (int r = 0; r < p; r++) {
@@ -181,7 +217,7 @@ SimResult simulate(const Schedule& s, double t_f, double t_b, double t_w) {
                 if (a.op == Op::SendAct || a.op == Op::SendGrad) {
                     const bool grad = a.op == Op::SendGrad;
                     const int dst_chunk = grad ? mc - 1 : mc + 1;
-                    auto key = std::make_tuple(r, a.peer, grad, a.micro, dst_chunk);
+                    const uint64_t key = mail_key(r, a.peer, grad, a.micro, dst_chunk);
                     if (mail.count(key)) {
                         res.error = "rank " + std::to_string(r) + " sends the same message twice";
                         return res;
@@ -189,16 +225,18 @@ SimResult simulate(const Schedule& s, double t_f, double t_b, double t_w) {
                     mail[key] = t;
                 } else if (a.op == Op::RecvAct || a.op == Op::RecvGrad) {
                     const bool grad = a.op == Op::RecvGrad;
-                    auto it = mail.find(std::make_tuple(a.peer, r, grad, a.micro, mc));
+                    auto it = mail.find(mail_key(a.peer, r, grad, a.micro, mc));
                     if (it == mail.end()) break;  // blocked
                     t = std::max(t, it->second);
                     mail.erase(it);
                 } else if (a.op == Op::Forward || a.op == Op::Backward || a.op == Op::BackwardInput ||
                            a.op == Op::BackwardWeight) {
-                    const double d = a.op == Op::Forward          ? t_f
-                                     : a.op == Op::Backward       ? t_b
+                    const PassTimes& pt = per_rank[size_t(r)];
+                    const double t_w = pt.w < 0 ? pt.b / 2 : pt.w;
+                    const double d = a.op == Op::Forward          ? pt.f
+                                     : a.op == Op::Backward       ? pt.b
                                      : a.op == Op::BackwardWeight ? t_w
-                                                                  : t_b - t_w;
+                                                                  : pt.b - t_w;
                     res.spans[size_t(r)].push_back({a.op, a.micro, a.chunk, t, t + d});
                     t += d;
                     res.busy[size_t(r)] += d;
@@ -233,6 +271,74 @@ SimResult simulate(const Schedule& s, double t_f, double t_b, double t_w) {
     for (int r = 0; r < p; r++) res.idle[size_t(r)] = res.makespan - res.busy[size_t(r)];
     res.ok = true;
     return res;
+}
+
+SimPlan::SimPlan(const Schedule& s) : stages_(s.stages) {
+    const int p = s.stages;
+    std::vector<size_t> pc(size_t(p), 0);
+    std::map<std::tuple<int, int, bool, int, int>, int> posted;  // message -> its index, until received
+    for (;;) {
+        bool progressed = false, all_done = true;
+        for (int r = 0; r < p; r++) {
+            const auto& list = s.ranks[size_t(r)];
+            while (pc[size_t(r)] < list.size()) {
+                const Action& a = list[pc[size_t(r)]];
+                const int mc = s.model_chunk(r, a.chunk);
+                int message = -1;
+                if (a.op == Op::SendAct || a.op == Op::SendGrad) {
+                    const bool grad = a.op == Op::SendGrad;
+                    message = messages_++;
+                    posted[std::make_tuple(r, a.peer, grad, a.micro, grad ? mc - 1 : mc + 1)] = message;
+                } else if (a.op == Op::RecvAct || a.op == Op::RecvGrad) {
+                    auto it = posted.find(std::make_tuple(a.peer, r, a.op == Op::RecvGrad, a.micro, mc));
+                    if (it == posted.end()) break;  // its send comes later in this order
+                    message = it->second;
+                    posted.erase(it);
+                }
+                steps_.push_back({r, a.op, message});
+                pc[size_t(r)]++;
+                progressed = true;
+            }
+            if (pc[size_t(r)] < list.size()) all_done = false;
+        }
+        if (all_done) break;
+        SHARDLM_CHECK(progressed, "SimPlan: the ", schedule_name(s.kind), " schedule deadlocks");
+    }
+    SHARDLM_CHECK(posted.empty(), "SimPlan: ", posted.size(), " message(s) sent but never received");
+}
+
+SimResult SimPlan::run(const std::vector<PassTimes>& per_rank) const {
+    SHARDLM_CHECK(per_rank.size() == size_t(stages_), "SimPlan: ", per_rank.size(), " ranks' times for ", stages_,
+                  " stages");
+    SimResult res;
+    const size_t p = size_t(stages_);
+    res.busy.assign(p, 0.0);
+    res.idle.assign(p, 0.0);
+    std::vector<double> clock(p, 0.0), sent(size_t(messages_), 0.0);
+    for (const Step& st : steps_) {
+        double& t = clock[size_t(st.rank)];
+        const PassTimes& pt = per_rank[size_t(st.rank)];
+        const double t_w = pt.w < 0 ? pt.b / 2 : pt.w;
+        switch (st.op) {
+        case Op::SendAct:
+        case Op::SendGrad: sent[size_t(st.message)] = t; break;
+        case Op::RecvAct:
+        case Op::RecvGrad: t = std::max(t, sent[size_t(st.message)]); break;
+        case Op::Forward: t += pt.f, res.busy[size_t(st.rank)] += pt.f; break;
+        case Op::Backward: t += pt.b, res.busy[size_t(st.rank)] += pt.b; break;
+        case Op::BackwardWeight: t += t_w, res.busy[size_t(st.rank)] += t_w; break;
+        case Op::BackwardInput: t += pt.b - t_w, res.busy[size_t(st.rank)] += pt.b - t_w; break;
+        default: break;
+        }
+    }
+    for (size_t r = 0; r < p; r++) res.makespan = std::max(res.makespan, clock[r]);
+    for (size_t r = 0; r < p; r++) res.idle[r] = res.makespan - res.busy[r];
+    res.ok = true;
+    return res;
+}
+
+int steady_micro_batches(ScheduleKind kind, int p) {
+    return kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::Interleaved ? 2 * p : p;
 }
 
 std::string render_chart(const Schedule& s) {
@@ -274,4 +380,4 @@ std::string render_chart(const Schedule& s) {
     return out;
 }
 
-}  // namespace shardlm::parallel
+}  // namespace shardlm::schedule
