@@ -14,8 +14,10 @@
 //              overlapped; a fully recomputed forward repeats them
 //   cp_comm    the K, V all-gather (forward) and all-gather + reduce-scatter (backward) over the cp
 //              ranks, less the attention compute it overlaps
-//   pp_bubble  filling and draining: one micro-batch through every stage but the slowest, / v; with
-//              balanced stages (p - 1)/v micro-batch stage times = (p - 1)/(m v) of the pipelined work
+//   pp_bubble  the slowest rank's idle time when the policy's schedule runs in the schedule simulator
+//              (schedule/schedule.h) on every rank's pass times; with balanced stages (p - 1)/v
+//              micro-batch stage times = (p - 1)/(m v) of the pipelined work (1F1B, interleaving),
+//              (p - 1) F for ZB-H1, half that for ZBV once m >= 2p - 1
 //   pp_comm    2 (m v + p - 1) point-to-point transfers of b s h / t values on the stage link
 //   dp_comm    ZeRO's collectives (cost/comm.h), overlapped with the backward of the last micro-batch
 //              (gradients), with the next forward (parameter all-gather of stages 1-2), with each
