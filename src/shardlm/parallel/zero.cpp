@@ -56,22 +56,17 @@ void ZeroStrategy::finish_step() {
 size_t ZeroStrategy::comm_buffer_bytes() const { return store_.staging_bytes(); }
 
 void ZeroStrategy::gather_updated_slices() {
+    // what the model reads, whole on every rank: the fp32 master, or the 16-bit copy of it (rounded
+    // from this rank's master slices first), each rank's slice of every unit to every rank
+    const bool mixed = pt_ != DType::F32;
+    if (mixed)
+        for (size_t u = 0; u < units_.size(); u++) store_.round_to_model(int(u));
+    char* model = mixed ? reinterpret_cast<char*>(store_.model16()) : reinterpret_cast<char*>(store_.master());
+    const size_t eb = dtype_bytes(pt_);
     std::vector<comm::Request> pending;
-    for (size_t u = 0; u < units_.size(); u++) {
-        const optim::Range r = store_.shard(int(u));
-        if (pt_ != DType::F32) {  // every rank's rounded slices to every rank, 16 bits each
-            store_.round_to_model(int(u));
-            continue;
-        }
-        pending.push_back(dp_.iall_gather_bytes(store_.master() + r.begin, store_.master() + units_[u].offset,
-                                                store_.shard_elems(int(u)) * sizeof(float)));
-    }
-    if (pt_ != DType::F32)
-        for (size_t u = 0; u < units_.size(); u++) {
-            const optim::Range r = store_.shard(int(u));
-            pending.push_back(dp_.iall_gather_bytes(store_.model16() + r.begin, store_.model16() + units_[u].offset,
-                                                    store_.shard_elems(int(u)) * dtype_bytes(pt_)));
-        }
+    for (size_t u = 0; u < units_.size(); u++)
+        pending.push_back(dp_.iall_gather_bytes(model + store_.shard(int(u)).begin * eb, model + units_[u].offset * eb,
+                                                store_.shard_elems(int(u)) * eb));
     const double t0 = now_s();
     for (auto& r : pending) r.wait();  // nothing to overlap with: the next step needs the parameters
     exposed_s_ += now_s() - t0;
@@ -145,14 +140,16 @@ void ShardedOptimizer::after_backward(int unit) {
     reduces_.push_back({dp_.ireduce_scatter_sum(store_.grads16() + u.offset, store_.grads16() + mine.begin, n, rt_), mine});
 }
 
-std::array<size_t, 3> ShardedOptimizer::expected_step_bytes(int) const {
-    std::array<size_t, 3> b{0, 0, 0};
+std::array<size_t, 3> ZeroStrategy::sharded_step_bytes(int reductions) const {
+    std::array<size_t, 3> b{0, 0, 0};  // every unit reduce-scattered `reductions` times, gathered once
     for (const model::Unit& u : units_) {
-        b[1] += ring_bytes(comm::OpKind::ReduceScatter, u.numel, rt_);
+        b[1] += ring_bytes(comm::OpKind::ReduceScatter, u.numel, rt_) * size_t(reductions);
         b[2] += ring_bytes(comm::OpKind::AllGather, u.numel, pt_);
     }
     return b;
 }
+
+std::array<size_t, 3> ShardedOptimizer::expected_step_bytes(int) const { return sharded_step_bytes(1); }
 
 // ---- stage 2 ------------------------------------------------------------------------------------
 
@@ -261,14 +258,7 @@ void ShardedGradients::end_pass(int, bool forward) {
     for (auto& s : grad_slots_) finish_grad_slot(*s);
 }
 
-std::array<size_t, 3> ShardedGradients::expected_step_bytes(int micro) const {
-    std::array<size_t, 3> b{0, 0, 0};
-    for (const model::Unit& u : units_) {
-        b[1] += ring_bytes(comm::OpKind::ReduceScatter, u.numel, rt_) * size_t(micro);
-        b[2] += ring_bytes(comm::OpKind::AllGather, u.numel, pt_);
-    }
-    return b;
-}
+std::array<size_t, 3> ShardedGradients::expected_step_bytes(int micro) const { return sharded_step_bytes(micro); }
 
 // ---- stage 3 ------------------------------------------------------------------------------------
 
@@ -381,7 +371,7 @@ void ShardedParameters::after_step() {
 }
 
 std::array<size_t, 3> ShardedParameters::expected_step_bytes(int micro) const {
-    if (per_chunk_) return ShardedGradients::expected_step_bytes(micro);  // every unit gathered once a step
+    if (per_chunk_) return sharded_step_bytes(micro);  // every unit gathered once a step
     // With one stage the backward starts with what the forward left gathered: wte (its own slot) and
     // the last two other units (the last block and the head).
     std::vector<bool> resident(units_.size(), false);

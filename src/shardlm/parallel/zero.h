@@ -101,6 +101,8 @@ protected:
     // stages 1-2: every rank's updated slices to every rank (16-bit copy, or the fp32 master)
     void gather_updated_slices();
     size_t ring_bytes(comm::OpKind k, size_t elems, DType t) const;
+    // stages 1-3's bytes: every unit reduce-scattered `reductions` times and all-gathered once
+    std::array<size_t, 3> sharded_step_bytes(int reductions) const;
 
     comm::Collectives& dp_;
     model::ModelPart& part_;
