@@ -23,6 +23,7 @@ namespace {
 
 using namespace shardlm::kernels;
 namespace ref = shardlm::kernels::reference;
+namespace simd = shardlm::simd;
 using Vec = std::vector<float>;
 
 Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -44,13 +45,13 @@ void expect_close(const char* what, const Vec& a, const Vec& b, float tol) {
     EXPECT_LE(worst, tol * scale) << what << " element " << wi << ": " << a[wi] << " vs " << b[wi];
 }
 
-TEST(Kernels, Exp512AndTanh512) {
+TEST(Kernels, VectorExpAndTanh) {
     Vec x(4096);
     for (size_t i = 0; i < x.size(); i++) x[i] = -90.0f + 180.0f * float(i) / float(x.size() - 1);
     for (size_t i = 0; i < x.size(); i += 16) {
         float e[16], t[16];
-        _mm512_storeu_ps(e, exp512(_mm512_loadu_ps(&x[i])));
-        _mm512_storeu_ps(t, tanh512(_mm512_mul_ps(_mm512_loadu_ps(&x[i]), _mm512_set1_ps(0.1f))));
+        simd::storeu(e, exp16(simd::loadu(&x[i])));
+        simd::storeu(t, tanh16(simd::loadu(&x[i]) * simd::set1(0.1f)));
         for (int j = 0; j < 16; j++) {
             double re = std::exp(double(x[i + j]));
             if (x[i + j] > -87.0f && x[i + j] < 88.0f) {

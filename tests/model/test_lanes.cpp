@@ -164,7 +164,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::F32, MatmulPrecision::fp32, Recompute::None, 3, 13, 1e-5f},  // groups 2 + 1
                       Case{DType::F32, MatmulPrecision::fp32, Recompute::Full, 5, 32, 1e-5f},
                       Case{DType::F32, MatmulPrecision::fp32, Recompute::Selective, 4, 24, 1e-5f},
-                      Case{DType::F32, MatmulPrecision::bf16, Recompute::None, 4, 40, 1e-5f},
+                      // bf16 products: an fp32 difference upstream can flip an operand's bf16 rounding
+                      // (measured 2e-4 of the largest gradient with the AVX2 machines' sgemm-widened products, < 1e-5 on oneDNN's)
+                      Case{DType::F32, MatmulPrecision::bf16, Recompute::None, 4, 40, 5e-4f},
                       Case{DType::BF16, MatmulPrecision::fp32, Recompute::None, 6, 40, 1e-3f},
                       Case{DType::BF16, MatmulPrecision::fp32, Recompute::Selective, 3, 40, 1e-3f},
                       Case{DType::F16, MatmulPrecision::fp32, Recompute::Full, 4, 40, 2e-3f},

@@ -53,8 +53,8 @@ struct Sum16 {
     // d[i] = a[i] + x[i] for n values, 16 at a time (the same roundings as the scalar form)
     void bulk(unsigned short* d, const unsigned short* a, const unsigned short* x, size_t n) const {
         for (size_t i = 0; i < n; i += 16) {
-            const __mmask16 m = i + 16 <= n ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
-            store16<D>(d, i, m, _mm512_add_ps(load16<D>(a, i, m), load16<D>(x, i, m)));
+            const simd::M16 m = simd::mask_below(i, n);
+            store16<D>(d, i, m, load16<D>(a, i, m) + load16<D>(x, i, m));
         }
     }
 };

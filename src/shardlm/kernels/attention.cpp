@@ -16,38 +16,41 @@ namespace {
 
 // p[0..n) <- softmax(p[0..n)); p[n..end) <- 0.
 void softmax_row(float* p, int n, int end) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
+    using namespace simd;
+    V16 mx = set1(-INFINITY);
     for (int j = 0; j < n; j += 16) {
-        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
-        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, p + j));
+        const M16 m = mask_below(size_t(j), size_t(n));
+        mx = mask_max(mx, m, mx, load(m, p + j));
     }
-    __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(mx)), s = _mm512_setzero_ps();
+    const V16 vm = set1(reduce_max(mx));
+    V16 s = zero();
     for (int j = 0; j < n; j += 16) {
-        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
-        __m512 e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), vm)));
-        _mm512_mask_storeu_ps(p + j, m, e);
-        s = _mm512_add_ps(s, e);
+        const M16 m = mask_below(size_t(j), size_t(n));
+        const V16 e = maskz(m, exp16(load(m, p + j) - vm));
+        store(m, p + j, e);
+        s = s + e;
     }
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(s));
+    const V16 inv = set1(1.0f / reduce_add(s));
     for (int j = 0; j < n; j += 16) {
-        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
-        _mm512_mask_storeu_ps(p + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + j), inv));
+        const M16 m = mask_below(size_t(j), size_t(n));
+        store(m, p + j, load(m, p + j) * inv);
     }
     for (int j = n; j < end; j++) p[j] = 0.0f;
 }
 
 // ds[0..n) <- scale * p * (dp - sum(dp * p)); ds[n..end) <- 0. ds may alias dp.
 void softmax_backward_row(float* ds, const float* dp, const float* p, int n, int end, float scale) {
-    __m512 acc = _mm512_setzero_ps();
+    using namespace simd;
+    V16 acc = zero();
     for (int j = 0; j < n; j += 16) {
-        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dp + j), _mm512_maskz_loadu_ps(m, p + j), acc);
+        const M16 m = mask_below(size_t(j), size_t(n));
+        acc = fmadd(load(m, dp + j), load(m, p + j), acc);
     }
-    __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(acc)), vs = _mm512_set1_ps(scale);
+    const V16 dot = set1(reduce_add(acc)), vs = set1(scale);
     for (int j = 0; j < n; j += 16) {
-        __mmask16 m = j + 16 <= n ? __mmask16(0xffff) : tail_mask(n - j);
-        __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), dot);
-        _mm512_mask_storeu_ps(ds + j, m, _mm512_mul_ps(vs, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + j), d)));
+        const M16 m = mask_below(size_t(j), size_t(n));
+        const V16 d = load(m, dp + j) - dot;
+        store(m, ds + j, vs * (load(m, p + j) * d));
     }
     for (int j = n; j < end; j++) ds[j] = 0.0f;
 }

@@ -11,47 +11,50 @@ namespace shardlm::kernels {
 namespace {
 
 float row_max(const float* x, int V) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
+    using namespace simd;
+    V16 mx = set1(-INFINITY);
     for (int j = 0; j < V; j += 16) {
-        __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : tail_mask(V - j);
-        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + j));
+        const M16 m = mask_below(size_t(j), size_t(V));
+        mx = mask_max(mx, m, mx, load(m, x + j));
     }
-    return _mm512_reduce_max_ps(mx);
+    return reduce_max(mx);
 }
 
 // sum_j exp(x_j - mx); if `store`, also writes the exponentials to out (which may be x).
 template <bool store>
 float row_sum_exp(const float* x, float* out, int V, float mx) {
-    __m512 s = _mm512_setzero_ps(), vm = _mm512_set1_ps(mx);
+    using namespace simd;
+    V16 s = zero();
+    const V16 vm = set1(mx);
     for (int j = 0; j < V; j += 16) {
-        __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : tail_mask(V - j);
-        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vm));
-        e = _mm512_maskz_mov_ps(m, e);
-        if constexpr (store) _mm512_mask_storeu_ps(out + j, m, e);
-        s = _mm512_add_ps(s, e);
+        const M16 m = mask_below(size_t(j), size_t(V));
+        const V16 e = maskz(m, exp16(load(m, x + j) - vm));
+        if constexpr (store) simd::store(m, out + j, e);
+        s = s + e;
     }
-    return _mm512_reduce_add_ps(s);
+    return reduce_add(s);
 }
 
 // One row's gradient from its exponentials x[0, V): dloss * softmax - dloss at the target t (when
 // 0 <= t < V), zero on the padding [V, Vp). Written to d in bf16 (x left holding the exponentials), or
 // in place in x.
 void grad_row(float* x, unsigned short* d, int t, int V, int Vp, float dloss, float sum) {
-    const __m512 scale = _mm512_set1_ps(dloss / sum);
+    using namespace simd;
+    const V16 scale = set1(dloss / sum);
     if (d) {
         for (int j = 0; j < Vp; j += 16) {
-            __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : j < V ? tail_mask(V - j) : __mmask16(0);
-            __mmask16 mp = j + 16 <= Vp ? __mmask16(0xffff) : tail_mask(Vp - j);
-            __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);  // padding -> 0
+            const M16 m = j < V ? mask_below(size_t(j), size_t(V)) : mask_first(0);
+            const M16 mp = mask_below(size_t(j), size_t(Vp));
+            V16 g = load(m, x + j) * scale;  // padding -> 0
             if (t >= j && t < j + 16 && t < V)  // - dloss at the target, rounded as the fp32 path rounds it
-                g = _mm512_mask_sub_ps(g, __mmask16(1u << (t - j)), g, _mm512_set1_ps(dloss));
-            _mm256_mask_storeu_epi16(d + j, mp, f32x16_to_bf16(g));
+                g = mask_sub(g, mask_lane(t - j), g, set1(dloss));
+            store_u16(mp, d + j, bf16_round(g));
         }
         return;
     }
     for (int j = 0; j < V; j += 16) {
-        __mmask16 m = j + 16 <= V ? __mmask16(0xffff) : tail_mask(V - j);
-        _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale));
+        const M16 m = mask_below(size_t(j), size_t(V));
+        simd::store(m, x + j, load(m, x + j) * scale);
     }
     if (t >= 0 && t < V) x[t] -= dloss;
     for (int j = V; j < Vp; j++) x[j] = 0.0f;

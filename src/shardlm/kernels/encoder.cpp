@@ -106,7 +106,7 @@ namespace shardlm::kernels {
 
 namespace {
 
-inline __mmask16 mask_of(int j, int C) { return j + 16 <= C ? __mmask16(0xffff) : __mmask16((1u << (C - j)) - 1u); }
+inline simd::M16 mask_of(int j, int C) { return simd::mask_below(size_t(j), size_t(C)); }
 
 template <DType W, DType O>
 void encoder_impl(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) {
@@ -114,8 +114,8 @@ void encoder_impl(void* out, const int* tokens, const void* wte, const void* wpe
     for (int bt = 0; bt < B * T; bt++) {
         const size_t e = size_t(tokens[bt]) * C, p = size_t(bt % T) * C, o = size_t(bt) * C;
         for (int j = 0; j < C; j += 16) {
-            const __mmask16 m = mask_of(j, C);
-            store16<O>(out, o + j, m, _mm512_add_ps(load16<W>(wte, e + j, m), load16<W>(wpe, p + j, m)));
+            const simd::M16 m = mask_of(j, C);
+            store16<O>(out, o + j, m, load16<W>(wte, e + j, m) + load16<W>(wpe, p + j, m));
         }
     }
 }
@@ -127,9 +127,9 @@ void embedding_impl(float* out, const int* tokens, const void* wte_local, int v0
         float* o = out + size_t(n) * C;
         const int t = tokens[n];
         for (int j = 0; j < C; j += 16) {
-            const __mmask16 m = mask_of(j, C);
-            const __m512 v = t >= v0 && t < v1 ? load16<W>(wte_local, size_t(t - v0) * C + j, m) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(o + j, m, v);
+            const simd::M16 m = mask_of(j, C);
+            const simd::V16 v = t >= v0 && t < v1 ? load16<W>(wte_local, size_t(t - v0) * C + j, m) : simd::zero();
+            simd::store(m, o + j, v);
         }
     }
 }
@@ -141,8 +141,8 @@ void position_impl(float* out, const void* wpe, int n0, int N, int T, int C) {
         float* o = out + size_t(n) * C;
         const size_t p = size_t((n0 + n) % T) * C;
         for (int j = 0; j < C; j += 16) {
-            const __mmask16 m = mask_of(j, C);
-            _mm512_mask_storeu_ps(o + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + j), load16<W>(wpe, p + j, m)));
+            const simd::M16 m = mask_of(j, C);
+            simd::store(m, o + j, simd::load(m, o + j) + load16<W>(wpe, p + j, m));
         }
     }
 }

@@ -17,12 +17,13 @@ void forward(void* out, const void* inp, size_t n) {
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         for (size_t i = i0; i < i1; i += 16) {
-            __mmask16 m = i + 16 <= i1 ? __mmask16(0xffff) : tail_mask(int(i1 - i));
-            __m512 x = load16<D>(inp, i, m);
-            __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-            __m512 u = _mm512_mul_ps(_mm512_set1_ps(kS), _mm512_fmadd_ps(_mm512_set1_ps(kA), x3, x));
-            __m512 t = tanh512(u);
-            __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), t));
+            using namespace simd;
+            const M16 m = mask_below(i, i1);
+            const V16 x = load16<D>(inp, i, m);
+            const V16 x3 = (x * x) * x;
+            const V16 u = set1(kS) * fmadd(set1(kA), x3, x);
+            const V16 t = tanh16(u);
+            const V16 y = (set1(0.5f) * x) * (set1(1.0f) + t);
             store16<D>(out, i, m, y);
         }
     }
@@ -35,18 +36,19 @@ void backward(float* dinp, const void* inp, const float* dout, size_t n) {
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         for (size_t i = i0; i < i1; i += 16) {
-            __mmask16 m = i + 16 <= i1 ? __mmask16(0xffff) : tail_mask(int(i1 - i));
-            __m512 x = load16<D>(inp, i, m);
-            __m512 g = _mm512_maskz_loadu_ps(m, dout + i);
-            __m512 x2 = _mm512_mul_ps(x, x);
-            __m512 u = _mm512_mul_ps(_mm512_set1_ps(kS), _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(kA), x2), x, x));
-            __m512 t = tanh512(u);
-            __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
-            __m512 sech2 = _mm512_fnmadd_ps(t, t, one);
-            __m512 du = _mm512_mul_ps(_mm512_set1_ps(kS), _mm512_fmadd_ps(_mm512_set1_ps(3.0f * kA), x2, one));
+            using namespace simd;
+            const M16 m = mask_below(i, i1);
+            const V16 x = load16<D>(inp, i, m);
+            const V16 g = load(m, dout + i);
+            const V16 x2 = x * x;
+            const V16 u = set1(kS) * fmadd(set1(kA) * x2, x, x);
+            const V16 t = tanh16(u);
+            const V16 one = set1(1.0f), half = set1(0.5f);
+            const V16 sech2 = fnmadd(t, t, one);
+            const V16 du = set1(kS) * fmadd(set1(3.0f * kA), x2, one);
             // d/dx = 0.5 (1 + t) + 0.5 x sech^2(u) du/dx
-            __m512 d = _mm512_fmadd_ps(_mm512_mul_ps(half, x), _mm512_mul_ps(sech2, du), _mm512_mul_ps(half, _mm512_add_ps(one, t)));
-            _mm512_mask_storeu_ps(dinp + i, m, _mm512_mul_ps(d, g));
+            const V16 d = fmadd(half * x, sech2 * du, half * (one + t));
+            store(m, dinp + i, d * g);
         }
     }
 }

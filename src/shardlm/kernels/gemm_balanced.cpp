@@ -5,26 +5,32 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <thread>
 
 namespace shardlm::kernels {
 
 void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
-    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     constexpr int kAlign = 64;  // block width: whole AVX-512 microkernel panels
-    // blocks per thread: 2 by default (bench/RESULTS.md); SHARDLM_GEMM_BLOCKS overrides it for measuring
+    // blocks per processor: 2 by default (bench/RESULTS.md); SHARDLM_GEMM_BLOCKS overrides it for measuring
     static const int per = [] {
         const char* e = std::getenv("SHARDLM_GEMM_BLOCKS");
         const int v = e ? std::atoi(e) : 0;
         return v >= 1 && v <= 64 ? v : 2;
     }();
-    const int width = std::max(kAlign, (N + per * threads - 1) / (per * threads) + kAlign - 1) / kAlign * kAlign;
+    // The cut depends on N and the machine only, never on the threads running or the CPUs this
+    // process may use (mpirun binds a rank to one): OpenBLAS's AVX2 kernels round a column block
+    // differently from the same columns inside a wider call, so a cut that followed the thread count
+    // would make one thread's product differ from two threads', and a rank's from one process's.
+    static const int procs = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int width = std::max(kAlign, (N + per * procs - 1) / (per * procs) + kAlign - 1) / kAlign * kAlign;
     const int blocks = (N + width - 1) / width;
-    if (threads == 1 || blocks < 2) {
+    if (blocks < 2) {
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-#pragma omp parallel for schedule(dynamic, 1)
+    const bool parallel = !omp_in_parallel() && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int b = 0; b < blocks; b++) {
         const int j0 = b * width, n = std::min(width, N - j0);
         // columns j0.. of op(B): B's columns when not transposed, its rows when transposed

@@ -50,10 +50,10 @@ void bias_backward(float* dbias, const float* dout, int N, int OC, int ld) {
     for (int b = 0; b < nblk; b++) {
         int j = b * 16;
         int w = OC - j < 16 ? OC - j : 16;
-        __mmask16 m = __mmask16((1u << w) - 1u);
-        __m512 acc = _mm512_maskz_loadu_ps(m, dbias + j);
-        for (int n = 0; n < N; n++) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, dout + size_t(n) * ld + j));
-        _mm512_mask_storeu_ps(dbias + j, m, acc);
+        const simd::M16 m = simd::mask_first(w);
+        simd::V16 acc = simd::load(m, dbias + j);
+        for (int n = 0; n < N; n++) acc = acc + simd::load(m, dout + size_t(n) * ld + j);
+        simd::store(m, dbias + j, acc);
     }
 }
 
@@ -91,9 +91,9 @@ void residual_add_impl(void* out, const void* x, const float* bias, const float*
     for (int n = 0; n < N; n++) {
         const size_t row = size_t(n) * C;
         for (int j = 0; j < C; j += 16) {
-            const __mmask16 m = j + 16 <= C ? __mmask16(0xffff) : __mmask16((1u << (C - j)) - 1u);
-            const __m512 a = _mm512_add_ps(load16<D>(x, row + j, m), _mm512_maskz_loadu_ps(m, bias + j));
-            store16<D>(out, row + j, m, _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, y + row + j)));
+            const simd::M16 m = simd::mask_below(size_t(j), size_t(C));
+            const simd::V16 a = load16<D>(x, row + j, m) + simd::load(m, bias + j);
+            store16<D>(out, row + j, m, a + simd::load(m, y + row + j));
         }
     }
 }

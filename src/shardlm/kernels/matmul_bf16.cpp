@@ -2,6 +2,9 @@
 // oneDNN picks its AVX512_BF16 brgemm kernels where the CPU has them (DNNL_VERBOSE=1 shows which);
 // the operands are rounded from fp32 here, in one streaming pass each, into scratch buffers that
 // keep the source's row/column orientation, so that no transposed copy is ever made.
+// A CPU without AVX-512 (Zen 2/3, where oneDNN 2.7 has no bf16 matmul) gets the same products from
+// sgemm on the operands widened to fp32: a product of two bf16 values is exact in fp32, so only the
+// order of the fp32 sums differs (bf16_matmul_backend() says which one runs).
 #include <map>
 #include <unordered_map>
 #include <tuple>
@@ -11,6 +14,7 @@
 #include <omp.h>
 
 #include "shardlm/core/dtype.h"
+#include "shardlm/kernels/gemm_balanced.h"
 #include "shardlm/kernels/matmul.h"
 
 namespace shardlm::kernels {
@@ -34,7 +38,24 @@ struct Bf16Context {
     std::map<Key, Entry> cache;
     std::vector<unsigned short> scratch[3];
     std::vector<float> scratch32[3];
+    std::vector<float> wide[3];  // the sgemm path's widened A, B and C
 };
+
+// Whether oneDNN makes bf16 matmuls on this CPU: asked once, with a small primitive.
+bool onednn_has_bf16() {
+    static const bool ok = [] {
+        try {
+            dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+            memory::desc ad({16, 16}, memory::data_type::bf16, {16, 1});
+            memory::desc cd({16, 16}, memory::data_type::f32, {16, 1});
+            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, ad, cd), engine);
+            return true;
+        } catch (const dnnl::error&) {
+            return false;
+        }
+    }();
+    return ok;
+}
 
 // Each thread's own: the lanes of a rank round operands and run products at the same time.
 Bf16Context& context() {
@@ -71,9 +92,58 @@ void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N,
     gemm_bf16(c, DType::F32, a, b, M, N, K, accumulate, nullptr);
 }
 
+namespace {
+
+// The (rows, cols) matrix m widened to fp32 in ctx.wide[slot], as sgemm reads it: row-major
+// (trans false) or its transpose row-major (trans true), ld floats apart.
+struct Wide {
+    const float* data;
+    bool trans;
+    int ld;
+};
+Wide widen(Bf16Context& ctx, int slot, const Bf16Matrix& m, int rows, int cols) {
+    std::vector<float>& w = ctx.wide[slot];
+    if (w.size() < size_t(rows) * cols) w.resize(size_t(rows) * cols);
+    if (m.col_stride == 1) {  // rows contiguous
+        for (int r = 0; r < rows; r++) convert_to_f32(w.data() + size_t(r) * cols, m.data + r * m.row_stride, DType::BF16, size_t(cols));
+        return {w.data(), false, cols};
+    }
+    if (m.row_stride == 1) {  // columns contiguous: the transpose is row-major
+        for (int c = 0; c < cols; c++) convert_to_f32(w.data() + size_t(c) * rows, m.data + c * m.col_stride, DType::BF16, size_t(rows));
+        return {w.data(), true, rows};
+    }
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) w[size_t(r) * cols + size_t(c)] = bf16_to_f32(m.data[r * m.row_stride + c * m.col_stride]);
+    return {w.data(), false, cols};
+}
+
+void gemm_bf16_widened(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K,
+                       bool accumulate, const float* bias) {
+    const Wide wa = widen(ctx, 0, a, M, K), wb = widen(ctx, 1, b, K, N);
+    const bool c16 = c_t == DType::BF16;
+    float* out = static_cast<float*>(c);
+    if (c16) {
+        std::vector<float>& w = ctx.wide[2];
+        if (w.size() < size_t(M) * N) w.resize(size_t(M) * N);
+        out = w.data();
+        if (accumulate) convert_to_f32(out, c, DType::BF16, size_t(M) * N);
+    }
+    sgemm_balanced(wa.trans ? CblasTrans : CblasNoTrans, wb.trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, wa.data,
+                   wa.ld, wb.data, wb.ld, accumulate ? 1.0f : 0.0f, out, N);
+    if (bias)
+        for (int r = 0; r < M; r++)
+            for (int j = 0; j < N; j++) out[size_t(r) * N + j] += bias[j];
+    if (c16) convert_from_f32(c, DType::BF16, out, size_t(M) * N);
+}
+
+}  // namespace
+
+const char* bf16_matmul_backend() { return onednn_has_bf16() ? "onednn" : "sgemm-widened"; }
+
 void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
                const float* bias) {
     Bf16Context& ctx = context();
+    if (!onednn_has_bf16()) return gemm_bf16_widened(ctx, c, c_t, a, b, M, N, K, accumulate, bias);
     const bool c16 = c_t == DType::BF16;
     Bf16Context::Key key{M, N, K, a.row_stride, a.col_stride, b.row_stride, b.col_stride, accumulate, c16, bias != nullptr,
                         omp_get_max_threads()};

@@ -1,6 +1,6 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 
-#include <immintrin.h>
+#include "shardlm/core/simd.h"
 
 #include <cmath>
 #include <cstdint>
@@ -45,22 +45,23 @@ struct AdamArgs {
 
 // One Adam/AdamW update of 16 lanes (masked). coupled: g += l2 p (Adam); decay: p *= decay (AdamW).
 template <bool kStream>
-inline void adam16(float* p, const float* g, float* m, float* v, __mmask16 k, const AdamArgs& a) {
-    __m512 pv = _mm512_maskz_loadu_ps(k, p), gv = _mm512_maskz_loadu_ps(k, g);
-    __m512 mv = _mm512_maskz_loadu_ps(k, m), vv = _mm512_maskz_loadu_ps(k, v);
-    __m512 d = _mm512_fmadd_ps(_mm512_set1_ps(a.l2), pv, _mm512_mul_ps(gv, _mm512_set1_ps(a.gs)));
-    mv = _mm512_fmadd_ps(_mm512_set1_ps(1.0f - a.beta1), d, _mm512_mul_ps(_mm512_set1_ps(a.beta1), mv));
-    vv = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(1.0f - a.beta2), d), d, _mm512_mul_ps(_mm512_set1_ps(a.beta2), vv));
-    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), _mm512_set1_ps(a.bc2_sqrt)), _mm512_set1_ps(a.eps));
-    pv = _mm512_fnmadd_ps(_mm512_set1_ps(a.step_size), _mm512_div_ps(mv, denom), _mm512_mul_ps(pv, _mm512_set1_ps(a.decay)));
+inline void adam16(float* p, const float* g, float* m, float* v, simd::M16 k, const AdamArgs& a) {
+    using namespace simd;
+    V16 pv = load(k, p), gv = load(k, g);
+    V16 mv = load(k, m), vv = load(k, v);
+    const V16 d = fmadd(set1(a.l2), pv, gv * set1(a.gs));
+    mv = fmadd(set1(1.0f - a.beta1), d, set1(a.beta1) * mv);
+    vv = fmadd(set1(1.0f - a.beta2) * d, d, set1(a.beta2) * vv);
+    const V16 denom = sqrt(vv) / set1(a.bc2_sqrt) + set1(a.eps);
+    pv = fnmadd(set1(a.step_size), mv / denom, pv * set1(a.decay));
     if constexpr (kStream) {
-        _mm512_stream_ps(p, pv);
-        _mm512_stream_ps(m, mv);
-        _mm512_stream_ps(v, vv);
+        stream(p, pv);
+        stream(m, mv);
+        stream(v, vv);
     } else {
-        _mm512_mask_storeu_ps(p, k, pv);
-        _mm512_mask_storeu_ps(m, k, mv);
-        _mm512_mask_storeu_ps(v, k, vv);
+        store(k, p, pv);
+        store(k, m, mv);
+        store(k, v, vv);
     }
 }
 
@@ -70,18 +71,18 @@ void adam_common(float* p, const float* g, float* m, float* v, size_t n, const A
     const bool aligned_together = ((uintptr_t(p) ^ uintptr_t(m)) % 64 == 0) && ((uintptr_t(p) ^ uintptr_t(v)) % 64 == 0);
     size_t head = aligned_together ? ((64 - uintptr_t(p) % 64) % 64) / 4 : 0;
     if (head > n) head = n;
-    if (head) adam16<false>(p, g, m, v, __mmask16((1u << head) - 1u), a);
+    if (head) adam16<false>(p, g, m, v, simd::mask_first(int(head)), a);
     size_t body = (n - head) / 16;
     float *pb = p + head, *mb = m + head, *vb = v + head;
     const float* gb = g + head;
 #pragma omp parallel for schedule(dynamic, 2048)
     for (size_t b = 0; b < body; b++) {
-        if (aligned_together) adam16<true>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, 0xffff, a);
-        else adam16<false>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, 0xffff, a);
+        if (aligned_together) adam16<true>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a);
+        else adam16<false>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a);
     }
     size_t done = head + body * 16;
-    if (done < n) adam16<false>(p + done, g + done, m + done, v + done, __mmask16((1u << (n - done)) - 1u), a);
-    _mm_sfence();
+    if (done < n) adam16<false>(p + done, g + done, m + done, v + done, simd::mask_first(int(n - done)), a);
+    simd::stream_fence();
 }
 
 AdamArgs adam_args(float lr, float beta1, float beta2, float eps, int step, float gs) {
