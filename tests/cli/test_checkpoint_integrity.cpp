@@ -77,6 +77,61 @@ TEST_F(CheckpointIntegrity, DamagedCheckpointIsRefusedAsWeights) {
     r = train("--steps 4 --resume --out " + run.string());
     EXPECT_NE(r.code, 0);
     EXPECT_NE(r.out.find("every checkpoint in " + run.string() + " is damaged"), std::string::npos) << r.out;
+    // and a second --resume (a scheduler's retry) does not start again from step 0 over the run's metrics
+    const std::string metrics = shardlm::io::read_file((run / "metrics.jsonl").string());
+    r = train("--steps 4 --resume --out " + run.string());
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("holds no good checkpoint, only damaged ones set aside earlier (ckpt_00000002.damaged)"),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--overwrite"), std::string::npos) << r.out;
+    EXPECT_EQ(shardlm::io::read_file((run / "metrics.jsonl").string()), metrics);
+    // --overwrite starts afresh
+    r = train("--steps 1 --overwrite --out " + run.string());
+    EXPECT_EQ(r.code, 0) << r.out;
+}
+
+TEST_F(CheckpointIntegrity, ResumeWithOtherTrainingSettingsWarnsAndKeepsTheHistory) {
+    const fs::path run = tmp / "run";
+    ASSERT_EQ(train("--steps 2 --ckpt-every 2 --out " + run.string()).code, 0);
+    CmdResult r = train("--steps 4 --warmup 1 --weight-decay 0.05 --resume --out " + run.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("warning: --resume with other settings than the run's (warmup 0 -> 1, weight_decay 0.0 -> "),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("from step 2 on, this run trains differently"), std::string::npos) << r.out;
+    std::ifstream in(run / "config_history.jsonl");
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    const nlohmann::json h = nlohmann::json::parse(line);
+    EXPECT_EQ(h["replaced_at_step"], 2);
+    EXPECT_EQ(h["config"]["warmup"], 0);
+    EXPECT_EQ(h["config"]["steps"], 2);
+    // a resume with only other steps or layout: no warning
+    r = train("--steps 5 --warmup 1 --weight-decay 0.05 --log-every 1 --resume --out " + run.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.find("warning: --resume with other settings"), std::string::npos) << r.out;
+}
+
+TEST_F(CheckpointIntegrity, AFullDiskStopsTheRunAndATornRowIsDroppedOnResume) {
+    const fs::path run = tmp / "run";
+    // /dev/full: every write fails with ENOSPC
+    CmdResult r = train("--steps 3 --metrics /dev/full --out " + run.string());
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("cannot write the metrics of step 1 to '/dev/full': No space left on device"), std::string::npos)
+        << r.out;
+    // a torn last row (a disk that filled mid-line) is dropped when the run resumes
+    fs::remove_all(run);
+    ASSERT_EQ(train("--steps 2 --ckpt-every 2 --out " + run.string()).code, 0);
+    {
+        std::ofstream m(run / "metrics.jsonl", std::ios::app);
+        m << "{\"step\": 2, \"loss\": 5.3";
+    }
+    r = train("--steps 4 --resume --out " + run.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream in(run / "metrics.jsonl");
+    int n = 0;
+    for (std::string line; std::getline(in, line); n++)
+        EXPECT_EQ(nlohmann::json::parse(line)["step"].get<int>(), n) << line;
+    EXPECT_EQ(n, 4);
 }
 
 TEST_F(CheckpointIntegrity, AnotherRunIsNeverTrainedIntoSilently) {

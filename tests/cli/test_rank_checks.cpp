@@ -3,6 +3,7 @@
 // replica that drifted; --comm-timeout ends a job whose rank stalled, naming the operation, the
 // group and the rank, instead of hanging.
 #include <gtest/gtest.h>
+#include <fstream>
 
 #include <chrono>
 #include <filesystem>
@@ -37,6 +38,21 @@ TEST_F(RankChecks, DifferentSettingsOnDifferentRanksEndTheJob) {
     EXPECT_NE(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("rank 1: lr = 0.0020"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("zero = 3 (rank 0: 0)"), std::string::npos) << r.out;
+    // the same --data path holding different files on two machines (here: two working directories)
+    for (const char* m : {"m0", "m1"}) {
+        fs::create_directories(tmp / m);
+        fs::copy_file(shardlm::test::kFix + "/data.bin", tmp / m / "data.bin");
+    }
+    {
+        std::fstream f(tmp / "m1" / "data.bin", std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(-2, std::ios::end);
+        f.put('\x01');
+    }
+    const std::string rel = shardlm::test::kBin + " train --model tiny --n-layer 2 --n-head 4 --n-embd 48 --vocab-size 211 "
+                            "--data data.bin --seq 16 --global-batch 4 --micro-batch 1 --threads 1 --steps 2";
+    r = job(np1 + "-wdir " + (tmp / "m0").string() + " " + rel + " : -np 1 -wdir " + (tmp / "m1").string() + " " + rel);
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("rank 1: data_contents = \"2424 bytes, sample "), std::string::npos) << r.out;
 }
 
 TEST_F(RankChecks, CheckReplicasPassesOnHealthyRunsAndCatchesADivergedReplica) {

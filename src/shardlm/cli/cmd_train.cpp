@@ -9,18 +9,22 @@
 #include <type_traits>
 
 #include "shardlm/cli/commands.h"
+#include "shardlm/cli/train_flags.h"
+#include "shardlm/comm/flight.h"
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/core/check.h"
 #include "shardlm/train/trainer.h"
 
 namespace shardlm::cli {
 
-void add_train_command(CLI::App& app) {
-    auto cfg = std::make_shared<train::TrainConfig>();
-    auto config_file = std::make_shared<std::string>();
-    auto options = std::make_shared<std::map<std::string, CLI::Option*>>();
-    CLI::App* c = app.add_subcommand("train", "Train a GPT model");
-    c->add_option("--config", *config_file, "JSON file of settings (keys as below with '_'); flags override it");
+TrainFlags add_train_flags(CLI::App* c) {
+    TrainFlags f;
+    f.cfg = std::make_shared<train::TrainConfig>();
+    f.config_file = std::make_shared<std::string>();
+    f.options = std::make_shared<std::map<std::string, CLI::Option*>>();
+    auto cfg = f.cfg;
+    auto options = f.options;
+    c->add_option("--config", *f.config_file, "JSON file of settings (keys as below with '_'); flags override it");
     train::for_each_field(*cfg, [&](const char* key, auto& ref, const char* help) {
         std::string flag = std::string("--") + key;
         for (auto& ch : flag) ch = ch == '_' ? '-' : ch;
@@ -39,19 +43,30 @@ void add_train_command(CLI::App& app) {
         }
         (*options)[key] = o;
     });
-    c->callback([cfg, config_file, options] {
-        train::TrainConfig run = *cfg;
-        if (!config_file->empty()) {
-            run = train::load_config_file(*config_file);
-            // flags given on the command line win over the file
-            train::for_each_field(run, [&](const char* key, auto& ref, const char*) {
-                if (options->at(key)->count() == 0) return;
-                train::for_each_field(*cfg, [&](const char* k2, auto& src, const char*) {
-                    if constexpr (std::is_same_v<std::decay_t<decltype(src)>, std::decay_t<decltype(ref)>>)
-                        if (std::string(k2) == key) ref = src;
-                });
+    return f;
+}
+
+train::TrainConfig TrainFlags::resolve() const {
+    train::TrainConfig run = *cfg;
+    if (!config_file->empty()) {
+        run = train::load_config_file(*config_file);
+        // flags given on the command line win over the file
+        train::for_each_field(run, [&](const char* key, auto& ref, const char*) {
+            if (options->at(key)->count() == 0) return;
+            train::for_each_field(*cfg, [&](const char* k2, auto& src, const char*) {
+                if constexpr (std::is_same_v<std::decay_t<decltype(src)>, std::decay_t<decltype(ref)>>)
+                    if (std::string(k2) == key) ref = src;
             });
-        }
+        });
+    }
+    return run;
+}
+
+void add_train_command(CLI::App& app) {
+    CLI::App* c = app.add_subcommand("train", "Train a GPT model");
+    const TrainFlags flags = add_train_flags(c);
+    c->callback([flags] {
+        const train::TrainConfig run = flags.resolve();
         // MPI only when launched by mpirun; otherwise one process, no MPI at all.
         int status = 0;
         {
@@ -70,6 +85,13 @@ void add_train_command(CLI::App& app) {
                 if (!env.is_distributed()) throw;
                 // one rank failing must not leave the others waiting in a collective
                 std::fprintf(stderr, "shardlm: error (rank %d of %d): %s\n", env.world_rank(), env.world_size(), e.what());
+                // this rank's last operations; the others dump theirs on the SIGTERM mpirun sends them
+                const std::string flight = comm::flight::dump(e.what());
+                if (!flight.empty())
+                    std::fprintf(stderr, "shardlm: rank %d: flight record written to %s; which rank stalled: "
+                                         "shardlm report --flight %s\n", env.world_rank(), flight.c_str(),
+                                 comm::flight::dump_dir().c_str());
+                std::fflush(stderr);
                 env.abort(1);
             }
         }

@@ -16,5 +16,6 @@ void add_generate_command(CLI::App& app);
 void add_schedule_command(CLI::App& app);
 void add_plan_command(CLI::App& app);      // planner: memory and step time of parallel policies
 void add_calibrate_command(CLI::App& app); // measure this machine into a planner cluster file
+void add_launch_command(CLI::App& app);    // supervise train under mpirun: restart on the ranks left
 
 }  // namespace shardlm::cli

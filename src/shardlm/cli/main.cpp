@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     add_schedule_command(app);
     add_plan_command(app);
     add_calibrate_command(app);
+    add_launch_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -5,11 +5,13 @@
 #include "shardlm/core/timer.h"
 
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
+#include "shardlm/comm/flight.h"
 #include "shardlm/comm/mpi_env.h"
 
 namespace shardlm::comm {
@@ -23,10 +25,43 @@ thread_local const detail::Op* t_current_op = nullptr;  // the op whose body thi
 std::atomic<double> g_timeout_s{0.0};
 std::atomic<bool> g_timed_out{false};  // one wait timed out: every later wait fails at once
 
-// Sleep back-off of the communication thread (microseconds).
-constexpr int kSleepMinUs = 5, kSleepMaxUs = 100;
+// Sleep back-off between polls (microseconds): from kSleepMinUs, doubling to kSleepMaxUs; a wait that
+// has lasted kLongWaitS (a peer is computing or stalled) sleeps up to kSleepLongUs, so a rank waiting
+// for a stopped peer takes ~0.1 % of a core instead of all of it.
+constexpr int kSleepMinUs = 5, kSleepMaxUs = 100, kSleepLongUs = 1000;
+constexpr double kLongWaitS = 0.02;
 // Polls before the first sleep: a message that is about to arrive costs no sleep.
 constexpr int kSpinPolls = 32;
+
+// How a thread waits between two polls that found nothing, per WaitMode: spins kSpinPolls polls,
+// then yields or sleeps with back-off.
+class Backoff {
+public:
+    explicit Backoff(WaitMode m) : mode_(m), t0_(now_s()) {}
+    void pause() {
+        ++polls_;
+        if (mode_ == WaitMode::Spin) return;
+        if (mode_ == WaitMode::Yield || polls_ < kSpinPolls) {
+            sched_yield();
+            return;
+        }
+        thread_local bool slack_set = false;  // sleeps of a few us, not the default 50 us timer slack
+        if (!slack_set) {
+            ::prctl(PR_SET_TIMERSLACK, 2000UL, 0, 0, 0);
+            slack_set = true;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+        const int cap = now_s() - t0_ > kLongWaitS ? kSleepLongUs : kSleepMaxUs;
+        sleep_us_ = std::min(sleep_us_ * 2, cap);
+    }
+    int polls() const { return polls_; }
+    double start() const { return t0_; }
+
+private:
+    WaitMode mode_;
+    double t0_;
+    int polls_ = 0, sleep_us_ = kSleepMinUs;
+};
 }  // namespace
 
 void set_background_wait(WaitMode m) { g_wait_mode.store(m); }
@@ -65,6 +100,7 @@ std::exception_ptr Engine::execute(Op& op) {
     const Op* outer = t_current_op;
     t_current_op = &op;
     std::exception_ptr err;
+    flight::started(op);
     try {
         op.t_start = now_s();
         op.body(op);
@@ -86,7 +122,10 @@ void Engine::check_timeout(double t0, const Op* op) {
     g_timed_out.store(true);
     fail(what, " did not finish within --comm-timeout ", limit,
          " s: the other ranks of the group did not take part in time (stalled or dead)",
-         "\n---> HINT: look at the other ranks' output; a rank stuck in I/O or killed shows there");
+         flight::dump_dir().empty()
+             ? std::string("\n---> HINT: look at the other ranks' output; a rank stuck in I/O or killed shows there")
+             : "\n---> HINT: `shardlm report --flight " + flight::dump_dir() +
+                   "` names the rank that did not enter it (from every rank's flight record)");
 }
 
 void Engine::run(const std::shared_ptr<Op>& op) {
@@ -99,6 +138,7 @@ void Engine::run(const std::shared_ptr<Op>& op) {
         if (it == pending_.end() || it->second == 0) {
             lk.unlock();
             op->error = execute(*op);
+            flight::finished(*op, !op->error);
             op->done.store(true, std::memory_order_release);
         } else {
             if (!thread_.joinable()) {
@@ -167,12 +207,12 @@ bool Engine::poll(Op& op) {
 void Engine::wait(Op& op) {
     if (op.done.load(std::memory_order_acquire)) return;
     if (op.p2p) {
-        const double t0 = now_s();
-        for (int polls = 0; !poll(op); polls++) {
-            if (polls >= kSpinPolls || comm_wants_mpi_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
-            if (polls % 1024 == 1023) {
+        Backoff backoff(g_wait_mode.load(std::memory_order_relaxed));
+        while (!poll(op)) {
+            backoff.pause();
+            if (backoff.polls() % 256 == 255) {
                 try {
-                    check_timeout(t0, &op);
+                    check_timeout(backoff.start(), &op);
                 } catch (...) {
                     // complete it with the error (the caller's finish() rethrows it); the requests are abandoned
                     if (!op.claimed.exchange(true)) {
@@ -209,6 +249,7 @@ void Engine::shutdown() {
 
 void Engine::complete(Op& op, std::exception_ptr e) {
     // Called with mu_ held.
+    flight::finished(op, !e);
     op.error = std::move(e);
     op.done.store(true, std::memory_order_release);
     done_cv_.notify_all();
@@ -217,10 +258,9 @@ void Engine::complete(Op& op, std::exception_ptr e) {
 void Engine::wait_requests(MPI_Request* reqs, int n) {
     if (n <= 0) return;
     const bool comm = t_on_comm_thread;
-    int polls = 0, sleep_us = kSleepMinUs;
-    const double t0 = now_s();
+    Backoff backoff(g_wait_mode.load(std::memory_order_relaxed));
     for (;;) {
-        if (polls % 256 == 255) check_timeout(t0, nullptr);
+        if (backoff.polls() % 256 == 255) check_timeout(backoff.start(), nullptr);
         int flag = 0;
         if (comm) comm_wants_mpi_.fetch_add(1, std::memory_order_relaxed);
         {
@@ -229,25 +269,9 @@ void Engine::wait_requests(MPI_Request* reqs, int n) {
             SHARDLM_MPI_CHECK(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE));
         }
         if (flag) return;
-        ++polls;
-        if (!comm) {
-            // the caller's thread has nothing else to do: poll, but let the communication thread in,
-            // and give the core away when the machine is oversubscribed
-            if (polls >= kSpinPolls || comm_wants_mpi_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
-            continue;
-        }
-        switch (g_wait_mode.load(std::memory_order_relaxed)) {
-        case WaitMode::Spin:
-            break;
-        case WaitMode::Yield:
-            sched_yield();
-            break;
-        case WaitMode::Sleep:
-            if (polls < kSpinPolls) break;
-            std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-            sleep_us = std::min(sleep_us * 2, kSleepMaxUs);
-            break;
-        }
+        // the caller's thread lets the communication thread in before it polls again
+        if (!comm && comm_wants_mpi_.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
+        backoff.pause();
     }
 }
 
@@ -275,6 +299,7 @@ void Engine::loop() {
     unbind_this_thread();  // not the single CPU of the bound training thread that made it
     std::unique_lock lk(mu_);
     int idle_us = kSleepMinUs;
+    double idle_since = 0;  // when the thread last did something
     for (;;) {
         if (!queue_.empty()) {
             std::shared_ptr<Op> op = std::move(queue_.front());
@@ -303,8 +328,9 @@ void Engine::loop() {
                 lk.lock();
                 continue;
             }
+            if (idle_us == kSleepMinUs) idle_since = now_s();
             work_cv_.wait_for(lk, std::chrono::microseconds(idle_us));
-            idle_us = std::min(idle_us * 2, kSleepMaxUs);
+            idle_us = std::min(idle_us * 2, now_s() - idle_since > kLongWaitS ? kSleepLongUs : kSleepMaxUs);
             continue;
         }
         if (stop_) break;

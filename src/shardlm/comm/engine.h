@@ -42,6 +42,11 @@ struct Op {
     // Collective: performs the whole operation. Point-to-point: posts its requests into reqs.
     std::function<void(Op&)> body;
     bool p2p = false;
+    uint64_t payload = 0;              // bytes of the buffer (flight recorder)
+    int peer = -1, tag = -1;           // point-to-point: group rank of the peer, tag
+    bool send = false;                 // point-to-point: direction
+    uint64_t flight_id = 0;            // the flight recorder's entry (0: not recorded)
+    int64_t flight_slot = -1;
     std::vector<MPI_Request> reqs;
     uint64_t bytes_sent = 0;
     double t_submit = 0;
@@ -73,7 +78,7 @@ public:
     // Every MPI call holds this lock (MPI_THREAD_SERIALIZED).
     std::mutex& mpi() { return mpi_mu_; }
     // For op bodies: wait until all n requests completed, polling MPI_Testall with mpi() released
-    // between polls: without sleeping on a caller's thread, per background_wait() on the
+    // between polls: per background_wait() on the caller's thread as on the
     // communication thread. Throws when they have not completed within comm::timeout() seconds
     // (naming the operation being executed on this thread).
     void wait_requests(MPI_Request* reqs, int n);

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <utility>
 
 #include "shardlm/comm/engine.h"
+#include "shardlm/comm/flight.h"
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/comm/ring.h"
 #include "shardlm/core/check.h"
@@ -38,6 +40,8 @@ struct GroupState {
     CommStats stats;
     std::string name;
     std::deque<std::pair<int, std::vector<unsigned char>>> mailbox;  // self group send -> recv
+    uint64_t coll_seq = 0;                         // collectives issued (the flight recorder's numbering)
+    std::map<std::pair<int, bool>, uint64_t> p2p_seq;  // (peer, send) -> messages issued
 
     bool is_mpi() const { return coll != MPI_COMM_NULL; }
 
@@ -80,9 +84,16 @@ using detail::GroupState;
 
 namespace {
 
-std::shared_ptr<Op> make_op(OpKind kind, std::function<void(Op&)> body, bool p2p = false) {
+// payload: the bytes of the operation's buffer (what the flight recorder compares between ranks).
+// Point-to-point: peer (group rank), tag and direction.
+std::shared_ptr<Op> make_op(OpKind kind, size_t payload, std::function<void(Op&)> body, bool p2p = false, int peer = -1,
+                            int tag = -1, bool send = false) {
     auto op = std::make_shared<Op>();
     op->kind = kind;
+    op->payload = payload;
+    op->peer = peer;
+    op->tag = tag;
+    op->send = send;
     op->body = std::move(body);
     op->p2p = p2p;
     return op;
@@ -196,7 +207,7 @@ Group Group::self() {
 Group Group::from_comm(MPI_Comm comm) {
     auto s = std::make_shared<GroupState>();
     GroupState* sp = s.get();
-    engine().run(make_op(OpKind::Barrier, [sp, comm](Op&) {
+    engine().run(make_op(OpKind::Barrier, 0, [sp, comm](Op&) {
         MpiLock lock;
         MPI_Comm c;
         SHARDLM_MPI_CHECK(MPI_Comm_dup(comm, &c));
@@ -210,7 +221,7 @@ Group Group::split(int color, int key) const {
     auto s = std::make_shared<GroupState>();
     GroupState* sp = s.get();
     MPI_Comm parent = s_->coll;
-    auto op = make_op(OpKind::Barrier, [sp, parent, color, key](Op&) {
+    auto op = make_op(OpKind::Barrier, 0, [sp, parent, color, key](Op&) {
         MpiLock lock;
         MPI_Comm c;
         SHARDLM_MPI_CHECK(MPI_Comm_split(parent, color, key, &c));
@@ -231,9 +242,20 @@ MPI_Comm Group::raw_comm() const { return s_->coll; }
 const CommStats& Group::stats() const { return s_->stats; }
 void Group::reset_stats() { s_->stats = CommStats{}; }
 
+// The flight recorder's entry for op (groups of one member move nothing and cannot hang).
+static void record_issue(GroupState& s, Op& op) {
+    if (s.size == 1 && !op.p2p) return;
+    flight::GroupInfo g{s.name.empty() ? "unnamed" : s.name, s.members};
+    uint64_t seq = 0;
+    if (op.kind == OpKind::SendRecv) seq = ++s.p2p_seq[{op.peer, op.send}];
+    else seq = ++s.coll_seq;
+    flight::issued(op, g, seq, op.payload, op.peer, op.tag, op.send);
+}
+
 void Group::run(std::shared_ptr<Op> op) {
     op->t_submit = now_s();
     op->group = s_.get();
+    record_issue(*s_, *op);
     if (s_->size == 1 && !op->p2p) {  // identity collectives: no MPI, no engine
         op->body(*op);
     } else {
@@ -251,6 +273,7 @@ void Group::run(std::shared_ptr<Op> op) {
 Request Group::submit(std::shared_ptr<Op> op) {
     op->t_submit = now_s();
     op->group = s_.get();
+    record_issue(*s_, *op);
     if (s_->size == 1 && !op->p2p) {
         try {
             op->body(*op);
@@ -323,63 +346,63 @@ std::function<void(Op&)> broadcast_body(const GroupState& s, void* data, size_t 
 
 }  // namespace
 
-void Group::all_reduce_sum(float* data, size_t n) { run(make_op(OpKind::AllReduce, all_reduce_body(*s_, data, n, Sum{}))); }
-void Group::all_reduce_sum(double* data, size_t n) { run(make_op(OpKind::AllReduce, all_reduce_body(*s_, data, n, Sum{}))); }
-void Group::all_reduce_max(float* data, size_t n) { run(make_op(OpKind::AllReduce, all_reduce_body(*s_, data, n, Max{}))); }
-void Group::all_reduce_max(double* data, size_t n) { run(make_op(OpKind::AllReduce, all_reduce_body(*s_, data, n, Max{}))); }
+void Group::all_reduce_sum(float* data, size_t n) { run(make_op(OpKind::AllReduce, n * 4, all_reduce_body(*s_, data, n, Sum{}))); }
+void Group::all_reduce_sum(double* data, size_t n) { run(make_op(OpKind::AllReduce, n * 8, all_reduce_body(*s_, data, n, Sum{}))); }
+void Group::all_reduce_max(float* data, size_t n) { run(make_op(OpKind::AllReduce, n * 4, all_reduce_body(*s_, data, n, Max{}))); }
+void Group::all_reduce_max(double* data, size_t n) { run(make_op(OpKind::AllReduce, n * 8, all_reduce_body(*s_, data, n, Max{}))); }
 
 void Group::reduce_scatter_sum(const float* in, float* out, size_t n_per_rank) {
-    run(make_op(OpKind::ReduceScatter, reduce_scatter_body(*s_, in, out, n_per_rank)));
+    run(make_op(OpKind::ReduceScatter, n_per_rank * 4 * size_t(s_->size), reduce_scatter_body(*s_, in, out, n_per_rank)));
 }
 void Group::all_gather(const float* in, float* out, size_t n_per_rank) {
-    run(make_op(OpKind::AllGather, all_gather_body(*s_, in, out, n_per_rank * sizeof(float))));
+    run(make_op(OpKind::AllGather, n_per_rank * 4 * size_t(s_->size), all_gather_body(*s_, in, out, n_per_rank * sizeof(float))));
 }
 void Group::all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) {
-    run(make_op(OpKind::AllGather, all_gather_body(*s_, in, out, bytes_per_rank)));
+    run(make_op(OpKind::AllGather, bytes_per_rank * size_t(s_->size), all_gather_body(*s_, in, out, bytes_per_rank)));
 }
 void Group::broadcast(float* data, size_t n, int root) {
-    run(make_op(OpKind::Broadcast, broadcast_body(*s_, data, n * sizeof(float), root)));
+    run(make_op(OpKind::Broadcast, n * 4, broadcast_body(*s_, data, n * sizeof(float), root)));
 }
 void Group::broadcast_bytes(void* data, size_t bytes, int root) {
-    run(make_op(OpKind::Broadcast, broadcast_body(*s_, data, bytes, root)));
+    run(make_op(OpKind::Broadcast, bytes, broadcast_body(*s_, data, bytes, root)));
 }
 
 void Group::all_reduce_sum(void* data, size_t n, DType t) {
     if (t == DType::F32) return all_reduce_sum(static_cast<float*>(data), n);
-    run(make_op(OpKind::AllReduce, all_reduce16_body(*s_, data, n, t)));
+    run(make_op(OpKind::AllReduce, n * 2, all_reduce16_body(*s_, data, n, t)));
 }
 Request Group::iall_reduce_sum(void* data, size_t n, DType t) {
     if (t == DType::F32) return iall_reduce_sum(static_cast<float*>(data), n);
-    return submit(make_op(OpKind::AllReduce, all_reduce16_body(*s_, data, n, t)));
+    return submit(make_op(OpKind::AllReduce, n * 2, all_reduce16_body(*s_, data, n, t)));
 }
 Request Group::ireduce_scatter_sum(const void* in, void* out, size_t n_per_rank, DType t) {
     if (t == DType::F32) return ireduce_scatter_sum(static_cast<const float*>(in), static_cast<float*>(out), n_per_rank);
-    return submit(make_op(OpKind::ReduceScatter, reduce_scatter16_body(*s_, in, out, n_per_rank, t)));
+    return submit(make_op(OpKind::ReduceScatter, n_per_rank * 2 * size_t(s_->size), reduce_scatter16_body(*s_, in, out, n_per_rank, t)));
 }
 
 Request Group::iall_reduce_sum(float* data, size_t n) {
-    return submit(make_op(OpKind::AllReduce, all_reduce_body(*s_, data, n, Sum{})));
+    return submit(make_op(OpKind::AllReduce, n * 4, all_reduce_body(*s_, data, n, Sum{})));
 }
 Request Group::ireduce_scatter_sum(const float* in, float* out, size_t n_per_rank) {
-    return submit(make_op(OpKind::ReduceScatter, reduce_scatter_body(*s_, in, out, n_per_rank)));
+    return submit(make_op(OpKind::ReduceScatter, n_per_rank * 4 * size_t(s_->size), reduce_scatter_body(*s_, in, out, n_per_rank)));
 }
 Request Group::iall_gather(const float* in, float* out, size_t n_per_rank) {
-    return submit(make_op(OpKind::AllGather, all_gather_body(*s_, in, out, n_per_rank * sizeof(float))));
+    return submit(make_op(OpKind::AllGather, n_per_rank * 4 * size_t(s_->size), all_gather_body(*s_, in, out, n_per_rank * sizeof(float))));
 }
 Request Group::iall_gather_bytes(const void* in, void* out, size_t bytes_per_rank) {
-    return submit(make_op(OpKind::AllGather, all_gather_body(*s_, in, out, bytes_per_rank)));
+    return submit(make_op(OpKind::AllGather, bytes_per_rank * size_t(s_->size), all_gather_body(*s_, in, out, bytes_per_rank)));
 }
 Request Group::ibroadcast(float* data, size_t n, int root) {
-    return submit(make_op(OpKind::Broadcast, broadcast_body(*s_, data, n * sizeof(float), root)));
+    return submit(make_op(OpKind::Broadcast, n * 4, broadcast_body(*s_, data, n * sizeof(float), root)));
 }
 
 void Group::barrier() {
     if (s_->size == 1) {
-        run(make_op(OpKind::Barrier, [](Op&) {}));
+        run(make_op(OpKind::Barrier, 0, [](Op&) {}));
         return;
     }
     MPI_Comm c = s_->coll;
-    run(make_op(OpKind::Barrier, [c](Op&) {
+    run(make_op(OpKind::Barrier, 0, [c](Op&) {
         MPI_Request rq;
         {
             MpiLock lock;
@@ -415,48 +438,48 @@ void Group::send(const void* data, size_t bytes, int dst, int tag) {
     check_rank(dst, s_->size, "destination", "send");
     check_tag(tag, "send");
     if (!s_->is_mpi()) {
-        run(make_op(OpKind::SendRecv, [this, data, bytes, tag](Op& op) {
+        run(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op& op) {
             self_send(*s_, data, bytes, tag);
             op.bytes_sent = bytes;
         }));
         return;
     }
     MPI_Comm c = s_->p2p;
-    run(make_op(OpKind::SendRecv, [=](Op& op) { post_send(data, bytes, dst, tag, c, op.reqs, op.bytes_sent, true); }, true));
+    run(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_send(data, bytes, dst, tag, c, op.reqs, op.bytes_sent, true); }, true, dst, tag, true));
 }
 
 void Group::recv(void* data, size_t bytes, int src, int tag) {
     check_rank(src, s_->size, "source", "recv");
     check_tag(tag, "recv");
     if (!s_->is_mpi()) {
-        run(make_op(OpKind::SendRecv, [this, data, bytes, tag](Op&) { self_recv(*s_, data, bytes, tag); }));
+        run(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op&) { self_recv(*s_, data, bytes, tag); }));
         return;
     }
     MPI_Comm c = s_->p2p;
-    run(make_op(OpKind::SendRecv, [=](Op& op) { post_recv(data, bytes, src, tag, c, op.reqs, true); }, true));
+    run(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_recv(data, bytes, src, tag, c, op.reqs, true); }, true, src, tag, false));
 }
 
 Request Group::isend(const void* data, size_t bytes, int dst, int tag) {
     check_rank(dst, s_->size, "destination", "isend");
     check_tag(tag, "isend");
     if (!s_->is_mpi()) {
-        return submit(make_op(OpKind::SendRecv, [this, data, bytes, tag](Op& op) {
+        return submit(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op& op) {
             self_send(*s_, data, bytes, tag);
             op.bytes_sent = bytes;
         }));
     }
     MPI_Comm c = s_->p2p;
-    return submit(make_op(OpKind::SendRecv, [=](Op& op) { post_send(data, bytes, dst, tag, c, op.reqs, op.bytes_sent, true); }, true));
+    return submit(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_send(data, bytes, dst, tag, c, op.reqs, op.bytes_sent, true); }, true, dst, tag, true));
 }
 
 Request Group::irecv(void* data, size_t bytes, int src, int tag) {
     check_rank(src, s_->size, "source", "irecv");
     check_tag(tag, "irecv");
     if (!s_->is_mpi()) {
-        return submit(make_op(OpKind::SendRecv, [this, data, bytes, tag](Op&) { self_recv(*s_, data, bytes, tag); }));
+        return submit(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op&) { self_recv(*s_, data, bytes, tag); }));
     }
     MPI_Comm c = s_->p2p;
-    return submit(make_op(OpKind::SendRecv, [=](Op& op) { post_recv(data, bytes, src, tag, c, op.reqs, true); }, true));
+    return submit(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_recv(data, bytes, src, tag, c, op.reqs, true); }, true, src, tag, false));
 }
 
 }  // namespace shardlm::comm

@@ -75,11 +75,14 @@ struct CommStats {
     double total_seconds() const;
 };
 
-// How the communication thread waits for messages while the caller computes (blocking calls on
-// the caller's thread always poll MPI without sleeping: that thread has nothing else to do).
-//   Sleep (default): poll MPI_Testall a few times, then sleep with back-off (5 -> 100 us) between
-//                    polls, so the thread takes little CPU from compute on a 2-core machine.
+// How a thread waits for messages: the communication thread while the caller computes, and the
+// caller's thread inside a blocking operation or Request::wait().
+//   Sleep (default): poll MPI_Testall 32 times (yielding between polls), then sleep with back-off
+//                    between polls (5 -> 100 us; up to 1 ms once the wait has lasted 20 ms), so a
+//                    rank waiting for a slow or stopped peer leaves the core to it (no busy-waiting:
+//                    with more ranks than cores the spinning waiter took the core its peer needed).
 //   Yield: poll with sched_yield() between polls.   Spin: poll continuously (steals a core).
+// SHARDLM_COMM_WAIT=sleep|yield|spin in the environment sets it at start-up (for benchmarks).
 enum class WaitMode { Sleep, Yield, Spin };
 void set_background_wait(WaitMode m);
 WaitMode background_wait();

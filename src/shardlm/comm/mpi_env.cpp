@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "shardlm/comm/engine.h"
 #include "shardlm/comm/group.h"
@@ -41,6 +42,12 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
         SHARDLM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
         distributed_ = true;
         g_world_rank = rank_;
+        if (const char* w = std::getenv("SHARDLM_COMM_WAIT")) {  // benchmarks: compare the wait modes
+            const std::string m = w;
+            SHARDLM_CHECK(m == "sleep" || m == "yield" || m == "spin", "SHARDLM_COMM_WAIT='", m,
+                          "' is not known\n---> HINT: sleep (the default), yield or spin");
+            set_background_wait(m == "spin" ? WaitMode::Spin : m == "yield" ? WaitMode::Yield : WaitMode::Sleep);
+        }
         world_ = std::make_unique<Group>(Group::from_comm(MPI_COMM_WORLD));
     } else {
         g_world_rank = 0;

@@ -12,9 +12,9 @@
 // same time, which is exactly what SERIALIZED allows (FUNNELED would forbid the communication thread
 // from calling MPI at all).
 //
-// Waiting: no thread blocks inside MPI. Both poll MPI_Testall with the mutex released between polls:
-// the communication thread sleeping with back-off between polls (comm::set_background_wait), the
-// caller's thread without sleeping (it has nothing else to do).
+// Waiting: no thread blocks inside MPI (Open MPI's blocking calls spin). Both threads poll
+// MPI_Testall with the mutex released between polls, sleeping with back-off between polls
+// (comm::set_background_wait), so a waiting rank does not take a core from the peer it waits for.
 //
 // Errors: MPI_ERRORS_RETURN is set on MPI_COMM_WORLD and on every communicator shardlm creates, and
 // every MPI call goes through SHARDLM_MPI_CHECK, so an MPI failure becomes a shardlm::Error naming

@@ -105,6 +105,25 @@ uint64_t xxh64_file(const std::string& path) {
     return h.digest();
 }
 
+std::string file_fingerprint(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return "missing";
+    std::fseek(f, 0, SEEK_END);
+    const long size = std::ftell(f);
+    constexpr long kBlock = 4096, kBlocks = 16;
+    Xxh64 h;
+    std::vector<unsigned char> buf(static_cast<size_t>(kBlock));
+    for (long b = 0; b < kBlocks && size > 0; b++) {
+        const long at = size <= kBlock * kBlocks ? b * kBlock : (size - kBlock) / (kBlocks - 1) * b;
+        if (at >= size) break;
+        std::fseek(f, at, SEEK_SET);
+        const size_t n = std::fread(buf.data(), 1, buf.size(), f);
+        h.update(buf.data(), n);
+    }
+    std::fclose(f);
+    return std::to_string(size) + " bytes, sample " + hex64(h.digest());
+}
+
 std::string hex64(uint64_t h) {
     char buf[17];
     std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));

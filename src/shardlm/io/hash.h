@@ -29,6 +29,9 @@ uint64_t xxh64(const void* data, size_t bytes, uint64_t seed);  // seed required
 inline uint64_t xxh64(std::string_view s, uint64_t seed = 0) { return xxh64(s.data(), s.size(), seed); }
 // The XXH64 of a whole file (read in 1 MiB chunks); errors name the file.
 uint64_t xxh64_file(const std::string& path);
+// What identifies a file's contents cheaply: "<size> bytes, sample <hex>", the XXH64 of 16 blocks of 4 KiB
+// spread evenly over it (the whole file when it is smaller); "missing" when it cannot be read.
+std::string file_fingerprint(const std::string& path);
 // 16 lower-case hex digits, and back (false if s is not that).
 std::string hex64(uint64_t h);
 bool parse_hex64(const std::string& s, uint64_t* out);

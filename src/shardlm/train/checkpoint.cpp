@@ -83,68 +83,52 @@ std::vector<int64_t> piece_shape(const model::Piece& pc) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
-                            const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
-                            int keep, comm::Group& world, const nlohmann::json& writer, const nlohmann::json& extra,
-                            FaultInjector* faults) {
-    const bool root = world.rank() == 0;
-    const int n = world.size();
-    const fs::path final_dir = fs::path(run_dir) / ckpt_name(step);
+std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg,
+                                                       const model::GptConfig& mc, const model::Layout& layout,
+                                                       const parallel::DataParallel& dp, optim::Optimizer& opt, int keep,
+                                                       comm::Group& world, const nlohmann::json& writer,
+                                                       const nlohmann::json& extra) {
+    auto p = std::unique_ptr<PendingCheckpoint>(new PendingCheckpoint);
+    p->run_dir_ = run_dir;
+    p->step_ = step;
+    p->keep_ = keep;
+    p->rank_ = world.rank();
+    p->n_ = world.size();
+    p->final_dir_ = (fs::path(run_dir) / ckpt_name(step)).string();
     // the same name on every rank (they share the directory); stale ones are removed at start-up
-    const fs::path tmp = fs::path(run_dir) / ("." + ckpt_name(step) + ".tmp.0");
-    if (root) {
+    p->tmp_ = (fs::path(run_dir) / ("." + ckpt_name(step) + ".tmp.0")).string();
+    if (world.rank() == 0) {
         fs::create_directories(run_dir);
-        fs::remove_all(tmp);
-        fs::create_directories(tmp);
+        fs::remove_all(p->tmp_);
+        fs::create_directories(p->tmp_);
     }
     world.barrier();
-    {  // this rank's pieces of the parameters and of the optimiser state
-        io::SafetensorsWriter wm, wo;
-        std::vector<float> box;
-        const auto states = opt.state();
-        for_each_written_piece(layout, dp, [&](const model::Piece& pc, const parallel::DataParallel::Slice& sl) {
-            const std::string name = piece_name(pc);
-            box.resize(pc.box.numel());
-            model::gather_piece(box.data(), sl.params - sl.range.begin, pc);
-            wm.add_f32(name, piece_shape(pc), box.data());
-            for (auto& [sname, buf] : states) {
-                model::gather_piece(box.data(), buf->data() + sl.state - sl.range.begin, pc);
-                wo.add_f32(sname + "/" + name, piece_shape(pc), box.data());
-            }
-        });
-        wm.set_metadata("format", "pt");
-        wm.set_metadata("layout", "pieces of HF GPT-2 tensors: name or name[rows,cols] boxes in HF coordinates");
-        wm.write((tmp / rank_file("model", world.rank(), n)).string());
-        wo.set_metadata("optimizer", optim::kind_name(opt.config().kind));
-        wo.set_metadata("layout", "pieces of the optimiser state: <state>/<HF name>[box]");
-        wo.write((tmp / rank_file("optimizer", world.rank(), n)).string());
-    }
-    // Checksums of this rank's files (read back from the page cache), collected on rank 0 for meta.json.
-    std::string sums;
-    for (const char* kind : {"model", "optimizer"}) {
-        const std::string f = rank_file(kind, world.rank(), n);
-        sums += f + " " + io::hex64(io::xxh64_file((tmp / f).string())) + "\n";
-    }
-    const std::vector<std::string> all_sums = gather_text(world, sums);
-    if (faults) faults->while_checkpointing(step);  // the tests: die with this checkpoint half-written
-    world.barrier();  // every rank's files are on disk
-    if (root) {
-        io::write_file_atomic((tmp / "config.json").string(), model::hf_config_json(mc));
+    // this rank's pieces of the parameters and of the optimiser state, copied into the writers
+    std::vector<float> box;
+    const auto states = opt.state();
+    for_each_written_piece(layout, dp, [&](const model::Piece& pc, const parallel::DataParallel::Slice& sl) {
+        const std::string name = piece_name(pc);
+        box.resize(pc.box.numel());
+        model::gather_piece(box.data(), sl.params - sl.range.begin, pc);
+        p->model_.add_f32(name, piece_shape(pc), box.data());
+        for (auto& [sname, buf] : states) {
+            model::gather_piece(box.data(), buf->data() + sl.state - sl.range.begin, pc);
+            p->optimizer_.add_f32(sname + "/" + name, piece_shape(pc), box.data());
+        }
+    });
+    p->model_.set_metadata("format", "pt");
+    p->model_.set_metadata("layout", "pieces of HF GPT-2 tensors: name or name[rows,cols] boxes in HF coordinates");
+    p->optimizer_.set_metadata("optimizer", optim::kind_name(opt.config().kind));
+    p->optimizer_.set_metadata("layout", "pieces of the optimiser state: <state>/<HF name>[box]");
+    if (world.rank() == 0) {
+        p->hf_config_ = model::hf_config_json(mc);
         const optim::OptimConfig& oc = opt.config();
         nlohmann::json files = {{"model", nlohmann::json::array()}, {"optimizer", nlohmann::json::array()}};
-        for (int r = 0; r < n; r++) {
-            files["model"].push_back(rank_file("model", r, n));
-            files["optimizer"].push_back(rank_file("optimizer", r, n));
+        for (int r = 0; r < p->n_; r++) {
+            files["model"].push_back(rank_file("model", r, p->n_));
+            files["optimizer"].push_back(rank_file("optimizer", r, p->n_));
         }
-        nlohmann::json sums_json = nlohmann::json::object();
-        for (const std::string& text : all_sums)
-            for (size_t at = 0; at < text.size();) {
-                const size_t sp = text.find(' ', at), nl = text.find('\n', at);
-                sums_json[text.substr(at, sp - at)] = text.substr(sp + 1, nl - sp - 1);
-                at = nl + 1;
-            }
-        sums_json["config.json"] = io::hex64(io::xxh64_file((tmp / "config.json").string()));
-        nlohmann::json meta = {
+        p->meta_ = {
             {"format", "shardlm-checkpoint"},
             {"format_version", kCheckpointVersion},
             {"step", step},
@@ -157,20 +141,64 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
             {"rng", {{"seed", cfg.seed}, {"note", "init and data order are pure functions of the seed and step"}}},
             {"writer", writer},
             {"files", files},
-            {"checksums", {{"algorithm", "xxh64"}, {"files", sums_json}}},
             {"layout", "pieces of HF GPT-2 tensors (Conv1D weights [in, out], true vocabulary); see train/checkpoint.h"},
         };
-        for (const auto& [k, v] : extra.items()) meta[k] = v;
-        io::write_file_atomic((tmp / "meta.json").string(), meta.dump(2) + "\n");
+        for (const auto& [k, v] : extra.items()) p->meta_[k] = v;
+    }
+    return p;
+}
+
+size_t PendingCheckpoint::bytes() const { return model_.size_bytes() + optimizer_.size_bytes(); }
+
+void PendingCheckpoint::write() {
+    const fs::path tmp = tmp_;
+    model_.write((tmp / rank_file("model", rank_, n_)).string());
+    optimizer_.write((tmp / rank_file("optimizer", rank_, n_)).string());
+    // checksums of this rank's files (read back from the page cache), collected on rank 0 for meta.json
+    sums_.clear();
+    for (const char* kind : {"model", "optimizer"}) {
+        const std::string f = rank_file(kind, rank_, n_);
+        sums_ += f + " " + io::hex64(io::xxh64_file((tmp / f).string())) + "\n";
+    }
+    model_ = io::SafetensorsWriter{};  // the snapshot's memory back
+    optimizer_ = io::SafetensorsWriter{};
+}
+
+std::string PendingCheckpoint::commit(comm::Group& world, FaultInjector* faults) {
+    const fs::path tmp = tmp_;
+    const std::vector<std::string> all_sums = gather_text(world, sums_);
+    if (faults) faults->while_checkpointing(step_);  // the tests: die with this checkpoint half-written
+    world.barrier();  // every rank's files are on disk
+    if (world.rank() == 0) {
+        io::write_file_atomic((tmp / "config.json").string(), hf_config_);
+        nlohmann::json sums_json = nlohmann::json::object();
+        for (const std::string& text : all_sums)
+            for (size_t at = 0; at < text.size();) {
+                const size_t sp = text.find(' ', at), nl = text.find('\n', at);
+                sums_json[text.substr(at, sp - at)] = text.substr(sp + 1, nl - sp - 1);
+                at = nl + 1;
+            }
+        sums_json["config.json"] = io::hex64(io::xxh64_file((tmp / "config.json").string()));
+        meta_["checksums"] = {{"algorithm", "xxh64"}, {"files", sums_json}};
+        io::write_file_atomic((tmp / "meta.json").string(), meta_.dump(2) + "\n");
         io::fsync_dir(tmp.string());
-        if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run of the same step
-        fs::rename(tmp, final_dir);
-        io::fsync_dir(run_dir);
-        std::vector<fs::path> all = list_checkpoints(run_dir);
-        for (size_t i = 0; i + size_t(keep) < all.size(); i++) fs::remove_all(all[i]);
+        if (fs::exists(final_dir_)) fs::remove_all(final_dir_);  // a re-run of the same step
+        fs::rename(tmp, final_dir_);
+        io::fsync_dir(run_dir_);
+        std::vector<fs::path> all = list_checkpoints(run_dir_);
+        for (size_t i = 0; i + size_t(keep_) < all.size(); i++) fs::remove_all(all[i]);
     }
     world.barrier();
-    return final_dir.string();
+    return final_dir_;
+}
+
+std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
+                            const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
+                            int keep, comm::Group& world, const nlohmann::json& writer, const nlohmann::json& extra,
+                            FaultInjector* faults) {
+    std::unique_ptr<PendingCheckpoint> p = snapshot_checkpoint(run_dir, step, cfg, mc, layout, dp, opt, keep, world, writer, extra);
+    p->write();
+    return p->commit(world, faults);
 }
 
 void remove_stale_checkpoint_temps(const std::string& run_dir) {

@@ -18,12 +18,14 @@
 // It is written as a hidden temporary directory, every file fsynced, then renamed into place; older
 // checkpoints are removed only after that, so a kill at any moment leaves the previous one intact.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "shardlm/comm/group.h"
+#include "shardlm/io/safetensors.h"
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/optim/optimizer.h"
@@ -42,6 +44,39 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
                             const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
                             int keep, comm::Group& world, const nlohmann::json& writer,
                             const nlohmann::json& extra = nlohmann::json::object(), FaultInjector* faults = nullptr);
+
+// The same in three phases, so that the files can be written while training goes on (--async-ckpt):
+//   snapshot_checkpoint (collective): creates the hidden temporary directory and copies this rank's
+//     pieces into memory (and, on rank 0, meta.json's contents): the state at `step`, however the
+//     parameters change afterwards;
+//   write() (this rank, any thread): writes this rank's two files into the temporary directory and
+//     their checksums, then frees the copy;
+//   commit() (collective, after every rank's write()): meta.json with every checksum, then the
+//     rename into place and the pruning to `keep`. A kill before the rename leaves the previous
+//     checkpoint intact, as with save_checkpoint.
+class PendingCheckpoint {
+public:
+    int step() const { return step_; }
+    size_t bytes() const;  // this rank's snapshot
+    void write();
+    std::string commit(comm::Group& world, FaultInjector* faults = nullptr);
+
+private:
+    friend std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string&, int, const TrainConfig&,
+                                                                  const model::GptConfig&, const model::Layout&,
+                                                                  const parallel::DataParallel&, optim::Optimizer&, int,
+                                                                  comm::Group&, const nlohmann::json&, const nlohmann::json&);
+    PendingCheckpoint() = default;
+    std::string run_dir_, final_dir_, tmp_, sums_, hf_config_;
+    int step_ = 0, keep_ = 1, rank_ = 0, n_ = 1;
+    io::SafetensorsWriter model_, optimizer_;
+    nlohmann::json meta_;  // rank 0
+};
+std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg,
+                                                       const model::GptConfig& mc, const model::Layout& layout,
+                                                       const parallel::DataParallel& dp, optim::Optimizer& opt, int keep,
+                                                       comm::Group& world, const nlohmann::json& writer,
+                                                       const nlohmann::json& extra = nlohmann::json::object());
 
 // Removes hidden temporary checkpoint directories left by a killed run.
 void remove_stale_checkpoint_temps(const std::string& run_dir);

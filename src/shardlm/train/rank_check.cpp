@@ -13,7 +13,10 @@ namespace shardlm::train {
 
 void check_same_config(comm::Group& world, const TrainConfig& cfg) {
     if (world.size() == 1) return;
-    const nlohmann::json mine = config_to_json(cfg);
+    nlohmann::json mine = config_to_json(cfg);
+    // the same path may hold different files on different machines: compare what they hold
+    mine["data_contents"] = io::file_fingerprint(cfg.data);
+    if (!cfg.val_data.empty()) mine["val_data_contents"] = io::file_fingerprint(cfg.val_data);
     const std::string text = mine.dump();
     const uint64_t h = io::xxh64(text);
     std::vector<uint64_t> all(size_t(world.size()));
@@ -39,7 +42,8 @@ void check_same_config(comm::Group& world, const TrainConfig& cfg) {
         diff += "\n  rank " + std::to_string(r) + ": " + (keys.empty() ? "(same keys, different encoding)" : keys);
     }
     fail("the ranks were started with different settings:", diff,
-         "\n---> HINT: give every rank the same flags and --config (mpirun -np N shardlm train ...)");
+         "\n---> HINT: give every rank the same flags and --config (mpirun -np N shardlm train ...), and the same "
+         "data files (data_contents: size and a sampled hash of --data)");
 }
 
 namespace {

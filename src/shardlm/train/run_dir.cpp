@@ -1,9 +1,11 @@
 #include "shardlm/train/run_dir.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
+#include "shardlm/comm/flight.h"
 #include "shardlm/core/check.h"
 #include "shardlm/train/checkpoint.h"
 
@@ -14,8 +16,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // Files a run writes (train: config, metrics, summary; report: the charts and the page).
-const char* const kRunFiles[] = {"config.json", "metrics.jsonl",  "summary.json", "report.html",
-                                 "loss.svg",    "tokens_per_s.svg", "lr.svg",     "grad_norm.svg"};
+const char* const kRunFiles[] = {"config.json", "metrics.jsonl",    "summary.json", "report.html",  "loss.svg",
+                                 "tokens_per_s.svg", "lr.svg", "grad_norm.svg", "config_history.jsonl"};
 
 bool is_checkpoint_name(const std::string& n) {
     return n.rfind("ckpt_", 0) == 0 || (n.rfind(".ckpt_", 0) == 0 && n.find(".tmp.") != std::string::npos);
@@ -57,6 +59,28 @@ void claim_run_dir(const TrainConfig& cfg, comm::Group& world) {
         clear_run(cfg.out);
     }
     world.barrier();
+}
+
+std::string flight_dir(const TrainConfig& cfg) {
+    if (!cfg.flight_dir.empty()) return cfg.flight_dir;
+    return cfg.out.empty() ? "" : (fs::path(cfg.out) / "flight").string();
+}
+
+void start_flight_recorder(const TrainConfig& cfg, const comm::Group& world) {
+    const std::string dir = flight_dir(cfg);
+    comm::flight::set_dump_dir(dir);
+    if (dir.empty() || !fs::is_directory(dir)) return comm::flight::install_signal_dump();
+    std::error_code ec;
+    const int me = world.members().empty() ? 0 : world.members()[size_t(world.rank())];
+    fs::remove(fs::path(dir) / ("rank" + std::to_string(me) + ".json"), ec);
+    if (world.rank() == 0)
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            const std::string n = e.path().filename().string();
+            if (n.rfind("rank", 0) == 0 && e.path().extension() == ".json" &&
+                std::atoi(n.c_str() + 4) >= world.size())
+                fs::remove(e.path(), ec);
+        }
+    comm::flight::install_signal_dump();
 }
 
 }  // namespace shardlm::train

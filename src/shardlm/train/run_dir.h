@@ -21,5 +21,11 @@ void clear_run(const std::string& dir);
 // Collective over world: checks cfg.out as above (throwing the same error on every rank) and, with
 // --overwrite, clears it on rank 0.
 void claim_run_dir(const TrainConfig& cfg, comm::Group& world);
+// The flight recorder's dump directory: --flight-dir, else <out>/flight, else none.
+std::string flight_dir(const TrainConfig& cfg);
+// Points the flight recorder (comm/flight.h) at flight_dir(cfg), removes the dumps a previous
+// attempt left there (this rank's; rank 0 also those of ranks beyond the world), and installs the
+// SIGUSR1 dump.
+void start_flight_recorder(const TrainConfig& cfg, const comm::Group& world);
 
 }  // namespace shardlm::train

@@ -47,13 +47,44 @@ std::string stats_json(const StepStats& s) {
     return j + "}";
 }
 
+namespace {
+// Settings that change what a run trains on or how it learns: changing them on --resume makes the
+// continuation another experiment (layout settings, --steps, logging and the like may change freely).
+const char* const kTrajectoryKeys[] = {"data", "data_order", "seed", "global_batch", "seq", "optimizer", "lr",
+                                       "lr_schedule", "lr_min", "warmup", "weight_decay", "grad_clip", "precision",
+                                       "model", "n_layer", "n_head", "n_embd", "vocab_size", "init"};
+}  // namespace
+
+void Trainer::keep_config_history(const std::string& path, const nlohmann::json& now) {
+    const nlohmann::json old = nlohmann::json::parse(io::read_file(path), nullptr, false);
+    if (!old.is_object() || old == now) return;
+    std::string changed;
+    for (const char* k : kTrajectoryKeys)
+        if (old.contains(k) && now.contains(k) && old[k] != now[k])
+            changed += std::string(changed.empty() ? "" : ", ") + k + " " + old[k].dump() + " -> " + now[k].dump();
+    if (!changed.empty())
+        std::printf("warning: --resume with other settings than the run's (%s): from step %d on, this run trains "
+                    "differently from its first part\n  the earlier settings are kept in %s\n", changed.c_str(),
+                    start_step_, (fs::path(path).parent_path() / "config_history.jsonl").c_str());
+    // every replaced config.json, with the step from which the new one holds
+    const std::string hist = (fs::path(path).parent_path() / "config_history.jsonl").string();
+    const std::string line = nlohmann::json{{"replaced_at_step", start_step_}, {"config", old}}.dump() + "\n";
+    std::FILE* f = std::fopen(hist.c_str(), "a");
+    const bool ok = f && std::fwrite(line.data(), 1, line.size(), f) == line.size();
+    if (f) std::fclose(f);
+    SHARDLM_CHECK(ok, "cannot append to '", hist, "': ", std::strerror(errno));
+}
+
 void Trainer::open_run_dir() {
     if (!is_root()) return;
     std::string metrics = cfg_.metrics;
     if (!cfg_.out.empty()) {
         fs::create_directories(cfg_.out);
         remove_stale_checkpoint_temps(cfg_.out);
-        io::write_file_atomic((fs::path(cfg_.out) / "config.json").string(), config_to_json(cfg_).dump(2) + "\n");
+        const fs::path config = fs::path(cfg_.out) / "config.json";
+        const nlohmann::json now = config_to_json(cfg_);
+        if (cfg_.resume && fs::exists(config)) keep_config_history(config.string(), now);
+        io::write_file_atomic(config.string(), now.dump(2) + "\n");
         if (metrics.empty()) metrics = (fs::path(cfg_.out) / "metrics.jsonl").string();
     }
     if (metrics.empty()) return;
@@ -69,6 +100,7 @@ void Trainer::open_run_dir() {
         }
         io::write_file_atomic(metrics, kept);
     }
+    metrics_path_ = metrics;
     metrics_ = std::fopen(metrics.c_str(), start_step_ > 0 ? "a" : "w");
     SHARDLM_CHECK(metrics_, "cannot write metrics file '", metrics, "': ", std::strerror(errno));
 }
@@ -182,8 +214,18 @@ void Trainer::print_header() {
 
 void Trainer::write_metrics(const StepStats& s) {
     if (!metrics_) return;
-    std::fprintf(metrics_, "%s\n", stats_json(s).c_str());
-    std::fflush(metrics_);
+    // every write checked: a full disk stops the run (the last checkpoint is intact; a torn last row
+    // is dropped when the run resumes)
+    const std::string line = stats_json(s) + "\n";
+    const bool ok = std::fwrite(line.data(), 1, line.size(), metrics_) == line.size();
+    if (!ok || std::fflush(metrics_) != 0) {
+        const int err = errno;
+        std::fclose(metrics_);
+        metrics_ = nullptr;
+        fail("cannot write the metrics of step ", s.step + 1, " to '", metrics_path_, "': ", std::strerror(err),
+             "\n---> HINT: free space on that disk (or another --metrics), then resume with --resume: the torn row is "
+             "dropped and the steps after the last checkpoint are trained again");
+    }
 }
 
 }  // namespace shardlm::train

@@ -1,5 +1,7 @@
 #include "shardlm/train/stop_signal.h"
 
+#include "shardlm/comm/flight.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +21,7 @@ void write_stderr(const char* s) {
 }
 
 void on_signal(int sig) {
+    comm::flight::poke(sig == SIGTERM ? "SIGTERM" : "SIGINT");  // the flight recorder's dump (a pipe write)
     if (g_signal.exchange(sig) != 0) {
         write_stderr("\nshardlm: second interrupt: exiting now without a checkpoint "
                      "(the last complete checkpoint is intact)\n");

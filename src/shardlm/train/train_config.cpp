@@ -83,6 +83,8 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(scale_window > 0, "--scale-window must be > 0 (got ", scale_window, ")");
     SHARDLM_CHECK(val_every >= 0 && val_batches >= 0, "--val-every and --val-batches must be >= 0");
     SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
+    SHARDLM_CHECK(ckpt_every_seconds >= 0 && std::isfinite(ckpt_every_seconds),
+                  "--ckpt-every-seconds must be >= 0 (0 = off; got ", ckpt_every_seconds, ")");
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");
     SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");
     SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");

@@ -76,6 +76,8 @@ struct TrainConfig {
     int val_batches = 8;     // micro-batches of val_data rows per evaluation (0 = the whole shard)
     std::string out;         // run directory: metrics, checkpoints, config, report
     int ckpt_every = 0;      // 0 = only at the end (if out is set)
+    float ckpt_every_seconds = 0;  // also checkpoint when this many seconds passed since the last (0 = off)
+    bool async_ckpt = false; // write checkpoints from a snapshot in memory on a background thread
     bool resume = false;     // continue from the latest complete checkpoint in out
     bool overwrite = false;  // train into an out that holds another run, replacing it
     int keep_ckpts = 2;      // complete checkpoints kept in out
@@ -112,6 +114,7 @@ struct TrainConfig {
     int spike_window = 50;        // steps of that window
     int check_replicas = 0;       // every N steps compare replicated parameters across ranks (0 = off)
     float comm_timeout = 0.0f;    // seconds a collective may wait before the job ends with a message (0 = off)
+    std::string flight_dir;       // flight recorder dumps (comm/flight.h); empty: <out>/flight, none without out
 
     optim::OptimConfig optim_config() const;
     // The model to build: the HF directory's config (init) or the preset with the shape overrides.
@@ -162,6 +165,10 @@ void for_each_field(Cfg& c, F&& f) {
     f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation (0 = the whole shard)");
     f("out", c.out, "Run directory: metrics, checkpoints, config, report");
     f("ckpt_every", c.ckpt_every, "Checkpoint every N steps (0 = only at the end)");
+    f("ckpt_every_seconds", c.ckpt_every_seconds,
+      "Also checkpoint at the end of the first step that is this many seconds after the last checkpoint (0 = off)");
+    f("async_ckpt", c.async_ckpt,
+      "Copy the checkpoint's tensors into memory and write them on a background thread while training goes on");
     f("resume", c.resume, "Continue from the latest complete checkpoint in --out");
     f("overwrite", c.overwrite, "Train into an --out that holds another run, deleting that run's files");
     f("keep_ckpts", c.keep_ckpts, "Complete checkpoints to keep");
@@ -203,6 +210,9 @@ void for_each_field(Cfg& c, F&& f) {
       "Every N steps, compare hashes of the replicated parameters across data- and tensor-parallel ranks (0 = off)");
     f("comm_timeout", c.comm_timeout,
       "Seconds a collective may wait for the other ranks before the job ends naming it (0 = wait forever)");
+    f("flight_dir", c.flight_dir,
+      "Where each rank dumps its last communication operations on a failure, SIGUSR1 or SIGTERM "
+      "(default: <out>/flight; read them with `shardlm report --flight DIR`)");
 }
 
 nlohmann::json config_to_json(const TrainConfig& c);

@@ -57,6 +57,7 @@ void Trainer::init(comm::Group& world) {
     if (world.name().empty()) world.set_name("world");
     check_same_config(world, cfg_);  // before any collective the ranks could issue differently
     comm::set_timeout(cfg_.comm_timeout);
+    start_flight_recorder(cfg_, world);
     set_threads(cfg_.threads);
     bind_threads();
     model_cfg_ = cfg_.model_config();
@@ -70,7 +71,8 @@ void Trainer::init(comm::Group& world) {
     lr_schedule_ = {cfg_.lr_schedule, cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
     // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
     // of mpirun's even when mpirun's own output goes to a file, so multi-process runs log lines.
-    tty_ = is_root() && ::isatty(STDOUT_FILENO) && world.size() == 1;
+    // (one rank under mpirun too: `shardlm launch` reads the output, and after restarts one rank may be left)
+    tty_ = is_root() && ::isatty(STDOUT_FILENO) && world.size() == 1 && !std::getenv("OMPI_COMM_WORLD_SIZE");
 }
 
 void Trainer::load_or_init() {
@@ -121,6 +123,15 @@ bool Trainer::resume_from_checkpoint() {
     }
     SHARDLM_CHECK(all.empty(), "every checkpoint in ", cfg_.out, " is damaged (set aside as *.damaged)",
                   "\n---> HINT: start afresh with --overwrite, or repair the files");
+    // A run whose checkpoints were all set aside earlier: starting at step 0 would throw it away (and
+    // rewrite metrics.jsonl), as a scheduler's retry of the same command would.
+    std::string damaged;
+    if (fs::is_directory(cfg_.out))
+        for (const auto& e : fs::directory_iterator(cfg_.out))
+            if (e.is_directory() && e.path().extension() == ".damaged") damaged += (damaged.empty() ? "" : ", ") + e.path().filename().string();
+    SHARDLM_CHECK(damaged.empty(), "--resume: ", cfg_.out, " holds no good checkpoint, only damaged ones set aside earlier (",
+                  damaged, "): resuming would start again from step 0 and rewrite the run's metrics",
+                  "\n---> HINT: --overwrite to start afresh, or repair a checkpoint and rename it back (drop .damaged)");
     if (is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
     return false;
 }
@@ -248,6 +259,7 @@ int Trainer::run() {
     StepStats last;
     double bubble_mean = 0;
     int status = 0, done = start_step_;
+    double t_last_ckpt = now_s();  // --ckpt-every-seconds counts from here (rank 0's clock decides)
     for (int step = start_step_; step < cfg_.steps; step++) {
         const bool final = step + 1 == cfg_.steps;
         if (final && !cfg_.trace.empty()) trace::enable(true);  // the timeline of the last step
@@ -283,10 +295,20 @@ int Trainer::run() {
             check_replicas(*world_, *e_.grid, e_.part->layout(), e_.dp->full_params(), step + 1);
         done = step + 1;
         last = s;
-        const bool due = (cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final || s.stop_signal;
-        if (!cfg_.out.empty() && due && !save_finite_checkpoint(step + 1)) {
-            status = 1;
-            break;
+        if (async_ckpt_.pending()) publish_async_checkpoint(false);
+        bool due = (cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final || s.stop_signal;
+        if (!due && cfg_.ckpt_every_seconds > 0 && !cfg_.out.empty()) {
+            float late = is_root() && now_s() - t_last_ckpt >= cfg_.ckpt_every_seconds ? 1.0f : 0.0f;
+            world_->broadcast(&late, 1, 0);
+            due = late != 0;
+        }
+        if (!cfg_.out.empty() && due) {
+            // the last checkpoint of a run (its end, or a stop signal) is written before returning
+            if (!save_finite_checkpoint(step + 1, cfg_.async_ckpt && !final && !s.stop_signal)) {
+                status = 1;
+                break;
+            }
+            t_last_ckpt = now_s();
         }
         if (s.stop_signal) {
             status = 128 + s.stop_signal;
@@ -297,6 +319,7 @@ int Trainer::run() {
             break;
         }
     }
+    if (async_ckpt_.pending()) publish_async_checkpoint(true);  // (a stop for non-finite values: the earlier one)
     const double train_s = now_s() - t_start;
     if (status != 0) {
         if (is_root()) std::printf("trained %d steps in %s\n", done - start_step_, fmt_duration(train_s).c_str());
@@ -332,7 +355,11 @@ bool Trainer::on_nonfinite(StepStats& s) {
     return go_on;
 }
 
-bool Trainer::save_finite_checkpoint(int steps_done) {
+void Trainer::publish_async_checkpoint(bool wait) {
+    if (const int step = async_ckpt_.poll(*world_, wait, faults_.get()); step > 0 && faults_) faults_->after_checkpoint(step);
+}
+
+bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
     if (!params_finite(*world_, owned(false))) {
         const NonFiniteReport rep = find_nonfinite(*world_, owned(false), true);
         if (is_root())
@@ -342,6 +369,12 @@ bool Trainer::save_finite_checkpoint(int steps_done) {
     }
     nlohmann::json extra = nlohmann::json::object();
     if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
+    if (async_ckpt_.pending()) publish_async_checkpoint(true);  // one in flight at a time, in order
+    if (background) {
+        async_ckpt_.start(snapshot_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp,
+                                              *e_.optimizer, cfg_.keep_ckpts, *world_, writer_json(), extra));
+        return true;
+    }
     save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer, cfg_.keep_ckpts, *world_,
                     writer_json(), extra, faults_.get());
     if (faults_) faults_->after_checkpoint(steps_done);

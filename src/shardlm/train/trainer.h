@@ -16,6 +16,7 @@
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
+#include "shardlm/train/async_checkpoint.h"
 #include "shardlm/train/engine.h"
 #include "shardlm/train/fault_injection.h"
 #include "shardlm/train/numerics.h"
@@ -74,7 +75,12 @@ private:
     void print_header();
     void write_metrics(const StepStats& s);
     bool on_nonfinite(StepStats& s);           // reports a non-finite step; whether training goes on
-    bool save_finite_checkpoint(int steps_done);  // refuses (false) if a parameter is non-finite
+    // refuses (false) if a parameter is non-finite; background: written by async_ckpt_'s thread
+    bool save_finite_checkpoint(int steps_done, bool background = false);
+    void publish_async_checkpoint(bool wait);  // collective: async_ckpt_.poll and the tests' hook
+    // --resume: the run's config.json replaced by `now`: warns about changed training settings and
+    // appends the old one to config_history.jsonl
+    void keep_config_history(const std::string& path, const nlohmann::json& now);
     OwnedTensors owned(bool with_grads);      // what this rank's optimiser owns
     void log_step(const StepStats& s, double elapsed_s);
     void write_summary(const StepStats& last, double train_s, const std::string& sample);
@@ -95,6 +101,8 @@ private:
     optim::LrSchedule lr_schedule_;
     optim::LossScaler scaler_{optim::LossScale{}, 1000};
     std::FILE* metrics_ = nullptr;
+    std::string metrics_path_;
+    AsyncCheckpoint async_ckpt_;  // --async-ckpt: the checkpoint being written in the background
     int start_step_ = 0;
     bool nothing_to_do_ = false;  // resumed at exactly --steps
     bool tty_ = false;

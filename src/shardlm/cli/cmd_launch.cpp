@@ -1,0 +1,95 @@
+// cli/cmd_launch.cpp: `shardlm launch -np N [--min-np M] [--max-restarts R] [--hostfile H] -- train ...`:
+// runs the train command under mpirun and, when a rank dies or hangs, restarts it on the ranks left
+// (launch/supervisor.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardlm/cli/commands.h"
+#include "shardlm/cli/train_flags.h"
+#include "shardlm/core/check.h"
+#include "shardlm/launch/supervisor.h"
+
+namespace shardlm::cli {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: shardlm launch -np N [--min-np M] [--max-restarts R] [--hostfile H] [--oversubscribe]\n"
+    "                      [--mpirun CMD] [--mpi-arg ARG]... -- train <train flags>";
+
+int to_int(const std::string& flag, const std::string& v) {
+    try {
+        size_t used = 0;
+        const int x = std::stoi(v, &used);
+        if (used == v.size()) return x;
+    } catch (const std::exception&) {
+    }
+    fail("launch: ", flag, " wants a whole number (got '", v, "')\n", kUsage);
+}
+
+}  // namespace
+
+void add_launch_command(CLI::App& app) {
+    CLI::App* c = app.add_subcommand(
+        "launch",
+        "Run `train` under mpirun and restart it on the ranks left when a rank dies or a collective times out.\n"
+        "  shardlm launch -np N [--min-np M] [--max-restarts R] [--hostfile H] [--oversubscribe] [--mpirun CMD]\n"
+        "                 [--mpi-arg ARG]... -- train <train flags>\n"
+        "  -np N             ranks of the first attempt (the train command's dp x tp x pp)\n"
+        "  --min-np M        fewest ranks to go on with (default 1)\n"
+        "  --max-restarts R  restarts before giving up (default 3)\n"
+        "  --hostfile H      passed to mpirun\n"
+        "  --oversubscribe   passed to mpirun (more ranks than cores)\n"
+        "  --mpirun CMD      the mpirun to use (default mpirun); --mpi-arg ARG: one more mpirun argument\n"
+        "A restart keeps the global batch, takes the largest layout that fits the ranks left (the same tp x pp\n"
+        "if it fits) and resumes from the newest good checkpoint; each restart is logged with its reason,\n"
+        "old and new layout and the steps lost (stdout and <out>/launch.jsonl).");
+    c->prefix_command();
+    c->allow_extras();
+    c->callback([c] {
+        std::vector<std::string> args = c->remaining();
+        launch::LaunchOptions o;
+        size_t i = 0;
+        auto value = [&](const std::string& flag) {
+            SHARDLM_CHECK(i + 1 < args.size(), "launch: ", flag, " needs a value\n", kUsage);
+            return args[++i];
+        };
+        for (; i < args.size(); i++) {
+            const std::string& a = args[i];
+            if (a == "--") {
+                i++;
+                break;
+            }
+            if (a == "train") break;
+            if (a == "-np" || a == "--np" || a == "-n") o.np = to_int(a, value(a));
+            else if (a == "--min-np") o.min_np = to_int(a, value(a));
+            else if (a == "--max-restarts") o.max_restarts = to_int(a, value(a));
+            else if (a == "--hostfile") o.hostfile = value(a);
+            else if (a == "--mpirun") o.mpirun = value(a);
+            else if (a == "--mpi-arg") o.mpi_args.push_back(value(a));
+            else if (a == "--oversubscribe") o.mpi_args.push_back(a);
+            else fail("launch: unknown option '", a, "'\n", kUsage);
+        }
+        SHARDLM_CHECK(i < args.size() && args[i] == "train", "launch: no train command after the launch options\n",
+                      kUsage);
+        o.train_args.assign(args.begin() + long(i) + 1, args.end());
+        SHARDLM_CHECK(o.np > 0, "launch: -np N is required\n", kUsage);
+        // read the train command as `shardlm train` would (its errors come now, not in every attempt)
+        CLI::App parser{"train"};
+        parser.allow_extras(false);
+        const TrainFlags flags = add_train_flags(&parser);
+        std::vector<std::string> rev(o.train_args.rbegin(), o.train_args.rend());
+        try {
+            parser.parse(rev);
+        } catch (const CLI::ParseError& e) {
+            fail("launch: the train command: ", e.what(), "\n---> HINT: shardlm train --help lists its flags");
+        }
+        const train::TrainConfig cfg = flags.resolve();
+        const int status = launch::supervise(o, cfg);
+        if (status != 0) throw CLI::RuntimeError(status);
+    });
+}
+
+}  // namespace shardlm::cli

@@ -1,0 +1,246 @@
+// comm/flight.cpp: the flight recorder's ring buffer, its dumps and the watcher thread. The analysis
+// of the dumps is in comm/flight_analysis.cpp.
+#include "shardlm/comm/flight.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "shardlm/comm/engine.h"
+#include "shardlm/comm/mpi_env.h"
+#include "shardlm/core/timer.h"
+
+namespace shardlm::comm::flight {
+
+namespace {
+
+struct Record {
+    uint64_t id = 0;  // 0: empty slot
+    int group = -1;   // index into Recorder::groups
+    uint64_t seq = 0;
+    OpKind kind = OpKind::Barrier;
+    uint64_t payload = 0;
+    int peer = -1, tag = -1;  // point-to-point: peer's world rank
+    bool p2p = false, send = false;
+    State state = State::Queued;
+    double t_issue = 0, t_start = 0, t_end = 0;
+};
+
+struct Recorder {
+    std::mutex mu;
+    std::vector<Record> ring = std::vector<Record>(4096);
+    uint64_t next_id = 1;
+    std::vector<GroupInfo> groups;
+    std::map<std::pair<std::string, std::vector<int>>, int> group_index;
+    std::string dir;
+
+    Record* find(uint64_t id, int64_t slot) {
+        if (slot < 0 || size_t(slot) >= ring.size() || ring[size_t(slot)].id != id) return nullptr;  // overwritten
+        return &ring[size_t(slot)];
+    }
+};
+
+Recorder& rec() {
+    static Recorder* r = new Recorder;  // never destroyed: the watcher thread may outlive statics
+    return *r;
+}
+
+// The watcher thread sleeps in read() on a pipe; a signal handler writes one byte (the reason's
+// index) into it.
+int g_pipe[2] = {-1, -1};
+const char* const kReasons[] = {"SIGUSR1", "SIGTERM", "SIGINT", "request"};
+std::atomic<bool> g_watcher{false};
+
+void on_usr1(int) { poke("SIGUSR1"); }
+
+}  // namespace
+
+const char* state_name(State s) {
+    switch (s) {
+    case State::Queued: return "queued";
+    case State::Running: return "running";
+    case State::Done: return "done";
+    case State::Failed: return "failed";
+    }
+    return "?";
+}
+
+void set_capacity(size_t n) {
+    std::lock_guard lk(rec().mu);
+    rec().ring.assign(n, Record{});
+}
+
+void set_dump_dir(const std::string& dir) {
+    std::lock_guard lk(rec().mu);
+    rec().dir = dir;
+}
+
+const std::string& dump_dir() { return rec().dir; }
+
+void poke(const char* reason) {
+    if (g_pipe[1] < 0) return;
+    unsigned char code = 3;
+    for (unsigned char i = 0; i < 4; i++)
+        if (std::strcmp(kReasons[i], reason) == 0) code = i;
+    ssize_t ignored = ::write(g_pipe[1], &code, 1);
+    (void)ignored;
+}
+
+void install_signal_dump() {
+    if (g_watcher.exchange(true)) return;
+    if (::pipe2(g_pipe, O_CLOEXEC) != 0) {
+        g_watcher = false;
+        return;
+    }
+    std::thread([] {
+        for (;;) {
+            unsigned char code = 0;
+            const ssize_t n = ::read(g_pipe[0], &code, 1);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) return;
+            try {
+                const std::string f = dump(kReasons[code < 4 ? code : 3]);
+                if (!f.empty()) {
+                    const std::string msg = "shardlm: flight record written to " + f + " (" + kReasons[code < 4 ? code : 3] + ")\n";
+                    ssize_t ignored = ::write(STDERR_FILENO, msg.data(), msg.size());
+                    (void)ignored;
+                }
+            } catch (...) {
+            }
+        }
+    }).detach();
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_usr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, nullptr);
+}
+
+void issued(detail::Op& op, const GroupInfo& g, uint64_t seq, uint64_t payload, int peer, int tag, bool send) {
+    Recorder& r = rec();
+    std::lock_guard lk(r.mu);
+    if (r.ring.empty()) return;
+    auto key = std::make_pair(g.name, g.members);
+    auto it = r.group_index.find(key);
+    if (it == r.group_index.end()) {
+        it = r.group_index.emplace(key, int(r.groups.size())).first;
+        r.groups.push_back(g);
+    }
+    const uint64_t id = r.next_id++;
+    const int64_t slot = int64_t(id % r.ring.size());
+    Record& x = r.ring[size_t(slot)];
+    x = Record{};
+    x.id = id;
+    x.group = it->second;
+    x.seq = seq;
+    x.kind = op.kind;
+    x.payload = payload;
+    x.p2p = op.p2p || op.kind == OpKind::SendRecv;
+    x.peer = x.p2p && peer >= 0 && size_t(peer) < g.members.size() ? g.members[size_t(peer)] : -1;
+    x.tag = tag;
+    x.send = send;
+    x.t_issue = now_s();
+    op.flight_id = id;
+    op.flight_slot = slot;
+}
+
+void started(const detail::Op& op) {
+    if (op.flight_id == 0) return;
+    std::lock_guard lk(rec().mu);
+    if (Record* x = rec().find(op.flight_id, op.flight_slot)) {
+        x->state = State::Running;
+        x->t_start = now_s();
+    }
+}
+
+void finished(const detail::Op& op, bool ok) {
+    if (op.flight_id == 0) return;
+    std::lock_guard lk(rec().mu);
+    if (Record* x = rec().find(op.flight_id, op.flight_slot)) {
+        if (x->state == State::Queued) x->t_start = now_s();
+        x->state = ok ? State::Done : State::Failed;
+        x->t_end = now_s();
+    }
+}
+
+nlohmann::json snapshot(const std::string& reason) {
+    using nlohmann::json;
+    Recorder& r = rec();
+    std::vector<Record> recs;
+    json groups = json::array();
+    {
+        std::lock_guard lk(r.mu);
+        for (const Record& x : r.ring)
+            if (x.id != 0) recs.push_back(x);
+        for (const GroupInfo& g : r.groups) groups.push_back({{"name", g.name}, {"members", g.members}});
+    }
+    std::sort(recs.begin(), recs.end(), [](const Record& a, const Record& b) { return a.id < b.id; });
+    json ops = json::array();
+    for (const Record& x : recs) {
+        json o = {{"id", x.id},
+                  {"group", x.group},
+                  {"seq", x.seq},
+                  {"op", std::string(op_name(x.kind))},
+                  {"bytes", x.payload},
+                  {"state", state_name(x.state)},
+                  {"t_issue", x.t_issue},
+                  {"t_start", x.t_start},
+                  {"t_end", x.t_end}};
+        if (x.p2p) {
+            o["peer"] = x.peer;
+            o["tag"] = x.tag;
+            o["dir"] = x.send ? "send" : "recv";
+        }
+        ops.push_back(std::move(o));
+    }
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    return json{{"flight_record", 1},      {"world_rank", world_rank()}, {"pid", int(::getpid())},
+                {"host", std::string(host)}, {"reason", reason},         {"now", now_s()},
+                {"unix_time", double(std::time(nullptr))}, {"groups", groups}, {"ops", ops}};
+}
+
+std::string dump(const std::string& reason) {
+    std::string dir;
+    {
+        std::lock_guard lk(rec().mu);
+        dir = rec().dir;
+    }
+    if (dir.empty()) return "";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string path = dir + "/rank" + std::to_string(world_rank()) + ".json";
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const std::string text = snapshot(reason).dump(1) + "\n";
+    // plain POSIX calls: this may run while the process is going down
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return "";
+    size_t off = 0;
+    while (off < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+        if (n <= 0) {
+            ::close(fd);
+            ::unlink(tmp.c_str());
+            return "";
+        }
+        off += size_t(n);
+    }
+    ::fsync(fd);
+    ::close(fd);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return "";
+    return path;
+}
+
+}  // namespace shardlm::comm::flight

@@ -1,0 +1,96 @@
+// The flight recorder (issue 21, item 4): when a job hangs, every rank's record of its last
+// communication operations says which rank did not enter which one. A probe job (tests/flight/
+// flight_probe.cpp) stalls a rank before each kind of operation, or runs mismatched collectives;
+// `shardlm report --flight DIR` must name the rank and the operation. And a training run that a
+// stalled rank ends with --comm-timeout leaves records that name the stalled rank.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_run.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using shardlm::test::CmdResult;
+using shardlm::test::sh;
+
+class Flight : public shardlm::test::CliTest {
+protected:
+    CmdResult job(const std::string& cmd) { return sh("timeout -s KILL 120 " + cmd, tmp / "log.txt"); }
+    CmdResult report(const fs::path& dir) { return sh(shardlm::test::kBin + " report --flight " + dir.string(), tmp / "report.txt"); }
+    CmdResult probe(const std::string& kind, const std::string& mode, const fs::path& dir) {
+        return job(shardlm::test::mpirun(2) + SHARDLM_FLIGHT_PROBE + " " + kind + " " + mode + " " + dir.string());
+    }
+};
+
+TEST_F(Flight, NamesTheRankThatDidNotEnterEachKindOfOperation) {
+    for (const std::string kind : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier"}) {
+        const fs::path dir = tmp / ("stall_" + kind);
+        const CmdResult r = probe(kind, "stall", dir);
+        EXPECT_NE(r.code, 0) << kind << "\n" << r.out;
+        const CmdResult a = report(dir);
+        ASSERT_EQ(a.code, 0) << kind << "\n" << a.out << r.out;
+        EXPECT_NE(a.out.find("stalled: world rank 1\n"), std::string::npos) << kind << "\n" << a.out;
+        EXPECT_NE(a.out.find("world rank 1 did not enter " + kind + " #3"), std::string::npos) << kind << "\n" << a.out;
+        EXPECT_NE(a.out.find("on group 'probe' (world ranks 0,1)"), std::string::npos) << a.out;
+        EXPECT_NE(a.out.find("its last collective there was " + kind + " #2"), std::string::npos) << a.out;
+        EXPECT_NE(a.out.find("world rank 0: failed after"), std::string::npos) << a.out;
+    }
+    // point-to-point: rank 0 waits in a recv whose send rank 1 never posts
+    const CmdResult r = probe("send_recv", "stall", tmp / "stall_p2p");
+    EXPECT_NE(r.code, 0) << r.out;
+    const CmdResult a = report(tmp / "stall_p2p");
+    EXPECT_NE(a.out.find("stalled: world rank 1\n"), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("world rank 1 did not post the send #3 to world rank 0 (1024 bytes, tag 7)"), std::string::npos)
+        << a.out;
+}
+
+TEST_F(Flight, NamesMismatchedCollectives) {
+    for (const std::string kind : {"all_reduce", "all_gather", "broadcast"}) {
+        const fs::path dir = tmp / ("mismatch_" + kind);
+        probe(kind, "mismatch", dir);
+        const CmdResult a = report(dir);
+        ASSERT_EQ(a.code, 0) << a.out;
+        EXPECT_NE(a.out.find("MISMATCH on group 'probe' (world ranks 0,1) at collective #3:"), std::string::npos) << a.out;
+        const std::string other = kind == "all_gather" ? "all_reduce" : "all_gather";
+        EXPECT_NE(a.out.find("world rank 0 issued " + kind + " #3"), std::string::npos) << a.out;
+        EXPECT_NE(a.out.find("world rank 1 issued " + other + " #3"), std::string::npos) << a.out;
+    }
+}
+
+TEST_F(Flight, ATrainingRunEndedByCommTimeoutNamesTheStalledRank) {
+    const fs::path out = tmp / "run";
+    const CmdResult r = job(shardlm::test::mpirun(2, "-x SHARDLM_TEST_STALL=1:2") + shardlm::test::kBin +
+                            " train --model tiny --n-layer 2 --n-head 4 --n-embd 48 --vocab-size 211 --data " +
+                            shardlm::test::kFix + "/data.bin --seq 16 --global-batch 4 --micro-batch 1 --threads 1 " +
+                            "--steps 10 --dp 2 --comm-timeout 3 --out " + out.string());
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("shardlm report --flight " + (out / "flight").string()), std::string::npos) << r.out;
+    const CmdResult a = report(out / "flight");
+    ASSERT_EQ(a.code, 0) << a.out;
+    EXPECT_NE(a.out.find("flight records of 2 of 2 ranks"), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("stalled: world rank 1\n"), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("world rank 1 did not enter all_reduce"), std::string::npos) << a.out;
+    // no records: a clear error
+    const CmdResult none = report(tmp / "nowhere");
+    EXPECT_NE(none.code, 0);
+    EXPECT_NE(none.out.find("is not a directory"), std::string::npos) << none.out;
+}
+
+TEST_F(Flight, Sigusr1DumpsAndTheRunGoesOn) {
+    const fs::path out = tmp / "run";
+    // rank 0 raises SIGUSR1 before step 2: it dumps its record and training finishes normally
+    const CmdResult r = job(shardlm::test::mpirun(2, "-x SHARDLM_TEST_SIGNAL=0:2:10") + shardlm::test::kBin +
+                            " train --model tiny --n-layer 2 --n-head 4 --n-embd 48 --vocab-size 211 --data " +
+                            shardlm::test::kFix + "/data.bin --seq 16 --global-batch 4 --micro-batch 1 --threads 1 " +
+                            "--steps 4 --dp 2 --out " + out.string());
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(fs::exists(out / "flight" / "rank0.json")) << r.out;
+    const CmdResult a = report(out / "flight");
+    EXPECT_NE(a.out.find("rank 0: SIGUSR1"), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("the records agree"), std::string::npos) << a.out;
+}
+
+}  // namespace

@@ -1,0 +1,124 @@
+// `shardlm launch` (issue 21, items 1 and 2): a job that loses a rank goes on by itself on the ranks
+// left, in a layout that fits them, with the same global batch; its metrics hold every step once;
+// and the continuation equals, to the bit, a clean run that resumes the same checkpoint on that layout.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "shardlm/io/atomic_file.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using shardlm::test::CmdResult;
+using shardlm::test::kBin;
+using shardlm::test::kFix;
+using shardlm::test::sh;
+
+std::string train_flags(const fs::path& out, const std::string& extra, const std::string& data = kFix + "/data.bin") {
+    return "--model tiny --n-layer 2 --n-head 4 --n-embd 48 --vocab-size 211 --data " + data +
+           " --seq 16 --global-batch 4 --micro-batch 1 --threads 1 --optimizer adamw --lr 3e-3 "
+           "--ckpt-every 2 --keep-ckpts 10 --out " + out.string() + " " + extra;
+}
+
+std::vector<nlohmann::json> jsonl(const fs::path& p) {
+    std::vector<nlohmann::json> v;
+    std::ifstream in(p);
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+    return v;
+}
+
+// metrics.jsonl holds steps 0 .. n-1, each once, in order
+void expect_every_step_once(const fs::path& metrics, int n) {
+    const auto rows = jsonl(metrics);
+    ASSERT_EQ(rows.size(), size_t(n)) << metrics;
+    for (int i = 0; i < n; i++) EXPECT_EQ(rows[size_t(i)]["step"].get<int>(), i) << metrics;
+}
+
+class Launch : public shardlm::test::CliTest {
+protected:
+    CmdResult launch(const std::string& env, const std::string& opts, const std::string& train) {
+        return sh("timeout -s KILL 300 env " + env + " " + kBin + " launch " + opts + " --oversubscribe -- train " + train,
+                  tmp / "launch.txt");
+    }
+};
+
+TEST_F(Launch, ARankKilledRestartsOnTheRanksLeftAndEqualsACleanResume) {
+    const fs::path a = tmp / "a";
+    // world rank 1 SIGKILLs itself before step 5 (of the first attempt only)
+    const CmdResult r = launch("SHARDLM_TEST_SIGNAL=1:5:9", "-np 2 --min-np 1 --max-restarts 2", train_flags(a, "--steps 10"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("launch: restart 1 of at most 2: world rank 1 on "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("killed by signal 9"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("layout dp2 tp1 pp1 (2 ranks) -> dp1 tp1 pp1 (1 rank), global batch 4 unchanged; resuming from "
+                         "ckpt_00000004 (step 4)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("launch: training finished on attempt 2"), std::string::npos) << r.out;
+    expect_every_step_once(a / "metrics.jsonl", 10);
+    const auto log = jsonl(a / "launch.jsonl");
+    std::vector<std::string> events;
+    for (const auto& e : log) events.push_back(e["event"]);
+    EXPECT_EQ(events, (std::vector<std::string>{"start", "failure", "restart", "start", "done"}));
+    EXPECT_EQ(log[2]["new_layout"], "dp1 tp1 pp1");
+    EXPECT_EQ(log[2]["old_layout"], "dp2 tp1 pp1");
+    EXPECT_EQ(log[2]["resume_step"], 4);
+    EXPECT_EQ(log[1]["lost_ranks"], nlohmann::json::array({1}));
+
+    // the clean reference: the same checkpoint resumed on the new layout by a plain run
+    const fs::path b = tmp / "b";
+    fs::create_directories(b);
+    fs::copy(a / "ckpt_00000004", b / "ckpt_00000004", fs::copy_options::recursive);
+    const CmdResult c = sh(kBin + " train " + train_flags(b, "--steps 10 --dp 1 --resume"), tmp / "clean.txt");
+    ASSERT_EQ(c.code, 0) << c.out;
+    for (const char* f : {"model.rank00000-of-00001.safetensors", "optimizer.rank00000-of-00001.safetensors"})
+        EXPECT_EQ(shardlm::io::read_file((a / "ckpt_00000010" / f).string()),
+                  shardlm::io::read_file((b / "ckpt_00000010" / f).string()))
+            << f << " differs from the clean resume's";
+    const auto ma = jsonl(a / "metrics.jsonl"), mb = jsonl(b / "metrics.jsonl");
+    ASSERT_EQ(mb.size(), 6u);
+    for (size_t i = 0; i < 6; i++) EXPECT_EQ(ma[4 + i]["loss"], mb[i]["loss"]) << "step " << 4 + i;
+}
+
+TEST_F(Launch, KeepsThePipelineWhenItFitsAndNamesAStalledRank) {
+    // dp2 x pp2 on 4 ranks; world rank 3 stalls before step 3: --comm-timeout ends the attempt, the flight
+    // records name rank 3, and the 3 ranks left hold one pp2 pipeline (dp1 pp2)
+    const fs::path a = tmp / "a";
+    const CmdResult r = launch("SHARDLM_TEST_STALL=3:3", "-np 4 --max-restarts 1",
+                               train_flags(a, "--steps 6 --pp 2 --comm-timeout 4"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("the flight records name world rank 3 as stalled"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("layout dp2 tp1 pp2 (4 ranks) -> dp1 tp1 pp2 (2 ranks)"), std::string::npos) << r.out;
+    expect_every_step_once(a / "metrics.jsonl", 6);
+}
+
+TEST_F(Launch, GivesUpOnFailuresThatAreNotALostRankAndBelowMinNp) {
+    // a missing data file fails every attempt the same way: no restart
+    const fs::path a = tmp / "a";
+    CmdResult r = launch("X=1", "-np 2", train_flags(a, "--steps 4", (tmp / "none.bin").string()));
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("launch: giving up: the failure is not a lost rank"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("launch: restart"), std::string::npos) << r.out;
+    // --min-np 2: one rank left is not enough
+    const fs::path b = tmp / "b";
+    r = launch("SHARDLM_TEST_SIGNAL=1:3:9", "-np 2 --min-np 2", train_flags(b, "--steps 6"));
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("launch: giving up: 1 rank left, below --min-np 2"), std::string::npos) << r.out;
+    // usage errors
+    r = sh(kBin + " launch -np 3 --oversubscribe -- train " + train_flags(tmp / "c", "--steps 2 --tp 2"), tmp / "u.txt");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("-np 3 does not equal the train command's layout"), std::string::npos) << r.out;
+    r = sh(kBin + " launch -np 2 -- train --model tiny --steps 2", tmp / "u.txt");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find("the train command has no --out"), std::string::npos) << r.out;
+}
+
+}  // namespace
