@@ -87,7 +87,15 @@ def main():
             time.sleep(random.uniform(*a.gap))
             if time.time() >= t_end:
                 return
-            ps = subprocess.run(["pgrep", "-f", exe + " train"], capture_output=True, text=True).stdout.split()
+            ps = []  # the ranks: argv = [exe, "train", ...] (not mpirun, not the launcher)
+            for pid in subprocess.run(["pgrep", "-f", exe], capture_output=True, text=True).stdout.split():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if len(argv) > 1 and argv[0].decode() == exe and argv[1] == b"train":
+                    ps.append(pid)
             if not ps:
                 continue
             pid = int(random.choice(ps))

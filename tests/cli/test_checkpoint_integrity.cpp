@@ -111,6 +111,20 @@ TEST_F(CheckpointIntegrity, ResumeWithOtherTrainingSettingsWarnsAndKeepsTheHisto
     EXPECT_EQ(r.out.find("warning: --resume with other settings"), std::string::npos) << r.out;
 }
 
+TEST_F(CheckpointIntegrity, ARunDirectoryGivenAsWeightsNamesItsCheckpoints) {
+    const fs::path run = tmp / "run";
+    ASSERT_EQ(train("--steps 2 --ckpt-every 1 --out " + run.string()).code, 0);
+    const std::string want = "'" + run.string() + "' is a training run's directory, not weights: its checkpoints are "
+                             "ckpt_00000001, ckpt_00000002";
+    CmdResult r = cmd("export --init " + run.string() + " --out " + (tmp / "hf").string());
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find((run / "ckpt_00000002").string() + " (the newest)"), std::string::npos) << r.out;
+    r = cmd("train --init " + run.string() + " --data " + shardlm::test::kFix + "/data.bin --seq 16 --steps 1");
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+}
+
 TEST_F(CheckpointIntegrity, AFullDiskStopsTheRunAndATornRowIsDroppedOnResume) {
     const fs::path run = tmp / "run";
     // /dev/full: every write fails with ENOSPC

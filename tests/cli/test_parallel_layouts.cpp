@@ -149,7 +149,10 @@ TEST_F(ParallelLayouts, CheckpointsResumeAcrossLayouts) {
 TEST_F(ParallelLayouts, ReportsMatchTheFormulas) {
     const Layout layouts[] = {
         {"tp2", 2, "--tp 2"},
+        {"tp2_full", 2, "--tp 2 --recompute full"},  // the recomputed forward's all-reduces count too
         {"tp2_sp_zero2", 4, "--dp 2 --tp 2 --sequence-parallel --zero 2"},
+        {"tp2_sp_bf16", 2, "--tp 2 --sequence-parallel --precision bf16"},  // 16-bit activations gathered at 2 bytes
+        {"tp2_sp_full", 2, "--tp 2 --sequence-parallel --recompute full"},
         {"pp2_gpipe", 2, "--pp 2 --schedule gpipe"},
         {"pp4_1f1b", 4, "--pp 4"},
         {"dp2_tp2_pp2_zero1", 8, "--dp 2 --tp 2 --pp 2 --zero 1"},

@@ -92,3 +92,15 @@ TEST(Diagnose, NamesAKilledRankATimeoutAndOtherFailures) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ShrinkHostfile, OneSlotFewerOnTheLostRanksNode) {
+    const std::string h = "# cluster\nnode1 slots=4\nnode2 slots=2 max_slots=2\nnode3\n";
+    EXPECT_EQ(shardlm::launch::shrink_hostfile(h, {"node1"}), "# cluster\nnode1 slots=3\nnode2 slots=2 max_slots=2\nnode3\n");
+    EXPECT_EQ(shardlm::launch::shrink_hostfile(h, {"node2", "node2"}), "# cluster\nnode1 slots=4\nnode3\n");
+    EXPECT_EQ(shardlm::launch::shrink_hostfile(h, {"node3"}), "# cluster\nnode1 slots=4\nnode2 slots=2 max_slots=2\n");
+    EXPECT_EQ(shardlm::launch::shrink_hostfile(h, {"elsewhere"}), h);
+}
+
+}  // namespace

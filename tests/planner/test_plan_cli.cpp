@@ -1,6 +1,7 @@
 // `shardlm plan` through the binary: the contract command (model, cluster and policy files, --json),
 // the search table, --svg, and errors that name the file, the key and the fix.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -124,6 +125,46 @@ TEST_F(PlanCli, BadInputNamesTheFileTheKeyAndTheFix) {
     EXPECT_NE(out.find("llama-65b"), std::string::npos) << out;  // the hint lists the presets
     EXPECT_NE(plan("--model gpt2", &out), 0);
     EXPECT_NE(out.find("--global-batch"), std::string::npos) << out;
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 21, item 8: what no policy can meet is said, with the reason, and does not exit 0.
+TEST_F(PlanCli, SaysWhyNothingFitsAndRefusesImpossibleRestrictions) {
+    std::string out;
+    const std::string gpt3 = "--model gpt3-175b --gpu A100-80GB --gpus-per-node 8 --nodes 128 --global-batch 1536 ";
+    int rc = plan(gpt3 + "--tp 5", &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("--tp 5 does not divide the 96 attention heads of gpt3-175b"), std::string::npos) << out;
+    rc = plan(gpt3 + "--tp 3", &out);  // 96 heads split 3 ways, but 1024 GPUs do not
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("--tp 3 does not divide the cluster's 1024 GPUs"), std::string::npos) << out;
+    rc = plan(gpt3 + "--pp 5", &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("--pp 5 does not divide the 96 layers"), std::string::npos) << out;
+    // 175B parameters on one 80 GB GPU: nothing fits, and the exit status says so
+    rc = plan("--model gpt3-175b --gpu A100-80GB --gpus-per-node 1 --nodes 1 --global-batch 8", &out);
+    EXPECT_EQ(WEXITSTATUS(rc), 3) << out;
+    EXPECT_NE(out.find("no policy fits: the leanest, "), std::string::npos) << out;
+    EXPECT_NE(out.find("GB per GPU of 80"), std::string::npos) << out;
+    rc = plan("--model gpt3-175b --gpu A100-80GB --gpus-per-node 1 --nodes 1 --global-batch 8 --json", &out);
+    EXPECT_EQ(WEXITSTATUS(rc), 3) << out;
+    EXPECT_NE(out.find("\"reason\": \"the leanest, "), std::string::npos) << out;
+    // sequence lengths: 0 is not the default, and a learned position table has no rows past its context
+    rc = plan(gpt3 + "--seq 0", &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("--seq must be > 0 (got 0)"), std::string::npos) << out;
+    rc = plan(gpt3 + "--seq 1000000", &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("--seq 1000000 is longer than gpt3-175b's context of 2048 tokens"), std::string::npos) << out;
+    rc = plan("--model " + model() + " --cluster " + cluster() + " --global-batch 1536 --seq 4096", &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("context of 2048 tokens"), std::string::npos) << out;
+    // shorter is fine, and rotary positions have no table
+    EXPECT_EQ(plan(gpt3 + "--seq 1024 --top 1", &out), 0) << out;
+    EXPECT_EQ(plan("--model llama2-70b --gpu H100-SXM --nodes 8 --global-batch 512 --seq 8192 --top 1", &out), 0) << out;
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // `mpirun -np N` ranks of --threads threads and write the planner cluster file that describes it:
 //   mpirun -np 2 shardlm calibrate --threads 1 --out cpu-2x1.json
 //   shardlm plan --model m.json --cluster cpu-2x1.json --policy p.json --global-batch 8 --seq 128 --json
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -39,6 +42,13 @@ void add_calibrate_command(CLI::App& app) {
                       "' is not known\n---> HINT: use fp32 or bf16");
         opt.precision = o->precision == "fp32" ? planner::Precision::Fp32 : planner::Precision::Bf16;
         opt.min_seconds = o->min_seconds;
+        if (!o->out.empty()) {  // before measuring for seconds, not after
+            const std::filesystem::path dir = std::filesystem::absolute(o->out).parent_path();
+            SHARDLM_CHECK(std::filesystem::is_directory(dir), "--out ", o->out, ": the directory ", dir.string(),
+                          " does not exist\n---> HINT: create it first, or write the cluster file elsewhere");
+            SHARDLM_CHECK(::access(dir.c_str(), W_OK) == 0, "--out ", o->out, ": the directory ", dir.string(),
+                          " is not writable\n---> HINT: write the cluster file elsewhere");
+        }
         comm::MpiEnv env;
         const calibrate::Calibration cal = calibrate::run(env.world(), opt);
         if (env.world().rank() != 0) return;

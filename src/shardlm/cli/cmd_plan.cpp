@@ -21,7 +21,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
-    int gpus_per_node = 8, nodes = 1, seq = 0, top = 5;
+    int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
     int tp = 0, pp = 0, cp = 0, zero = -1, virtual_stages = 0;
@@ -50,9 +50,10 @@ cost::ModelShape base_model(const PlanArgs& a) {
         cost::Arch arch = cost::Arch::Gpt;
         SHARDLM_CHECK(a.arch.empty() || cost::arch_from_name(a.arch, &arch), "--arch '", a.arch,
                       "' is not known\n---> HINT: use gpt or llama");
-        return arch == cost::Arch::Gpt ? cost::gpt_shape("custom", a.layers, a.hidden, a.heads, a.vocab, a.seq)
+        const int seq = std::max(a.seq, 0);
+        return arch == cost::Arch::Gpt ? cost::gpt_shape("custom", a.layers, a.hidden, a.heads, a.vocab, seq)
                                        : cost::llama_shape("custom", a.layers, a.hidden, a.heads, a.heads,
-                                                           cost::llama_default_ffn(a.hidden), a.vocab, a.seq);
+                                                           cost::llama_default_ffn(a.hidden), a.vocab, seq);
     }
     if (a.model.ends_with(".json") || std::filesystem::is_regular_file(a.model)) return planner::load_model_file(a.model);
     if (const cost::ModelShape* m = planner::find_model_preset(a.model)) return *m;
@@ -74,7 +75,17 @@ cost::ModelShape resolve_model(const PlanArgs& a) {
     }
     if (a.kv_heads) m.kv_heads = a.kv_heads;
     if (a.ffn_hidden) m.ffn_hidden = a.ffn_hidden;
-    if (a.seq) m.seq_len = a.seq;
+    if (a.seq != -1) {
+        SHARDLM_CHECK(a.seq > 0, "--seq must be > 0 (got ", a.seq, ")\n---> HINT: leave it out for the model's own (",
+                      m.seq_len, ")");
+        // learned positions: the model has a table of seq_len rows, and a longer sequence has no rows
+        SHARDLM_CHECK(!m.learned_positions || m.seq_len <= 0 || a.seq <= m.seq_len || a.model.empty(), "--seq ", a.seq,
+                      " is longer than ", m.name, "'s context of ", m.seq_len,
+                      " tokens: its learned position table has no rows beyond that",
+                      "\n---> HINT: --seq ", m.seq_len, " or less, or a model file with a larger seq_len (a different model), "
+                      "or --arch llama (rotary positions)");
+        m.seq_len = a.seq;
+    }
     SHARDLM_CHECK(m.seq_len > 0, "no sequence length\n---> HINT: give --seq S (or seq_len in the model file)");
     return m;  // its shape is checked by the search (an error) or by evaluate (a reason in the answer)
 }
@@ -141,11 +152,34 @@ void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
     if (!a.svg.empty()) write_svg(a.svg, planner::plan_svg({e}, c, m.name + ": " + planner::describe(e.policy)));
 }
 
+// Why a search found nothing: the leanest consistent policy's memory, or that no policy was consistent.
+std::string no_fit_reason(const planner::SearchResult& r, const planner::Cluster& c) {
+    if (r.leanest.consistent)
+        return cat("the leanest, ", planner::describe(r.leanest.policy), ", needs ", r.leanest.memory.total() / 1e9,
+                   " GB per GPU of ", c.gpu.memory_gb);
+    return cat("no policy is consistent with the model, the global batch, the ", c.num_gpus,
+               " GPUs and the restrictions given (each tp, pp, cp, micro-batch must divide what it splits)");
+}
+
 void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
     const std::string why = cost::check_shape(m);
     SHARDLM_CHECK(why.empty(), "model ", m.name, ": ", why,
                   "\n---> HINT: fix the shape (model file keys, or --layers --hidden --heads --kv-heads --ffn-hidden --vocab)");
     const planner::SearchSpace space = resolve_space(a);
+    // a restriction no policy can meet is said before searching, with its reason
+    if (a.tp) {
+        const char* what = m.heads % a.tp ? "attention heads" : m.kv_heads % a.tp ? "KV heads" : m.ffn_hidden % a.tp ? "MLP columns" : "";
+        const int64_t n = m.heads % a.tp ? m.heads : m.kv_heads % a.tp ? m.kv_heads : m.ffn_hidden;
+        SHARDLM_CHECK(!*what, "--tp ", a.tp, " does not divide the ", n, " ", what, " of ", m.name,
+                      ": no policy can use it\n---> HINT: a tensor-parallel size that divides ", m.heads, " heads, ",
+                      m.kv_heads, " KV heads and ", m.ffn_hidden, " MLP columns, or leave --tp out");
+        SHARDLM_CHECK(c.num_gpus % a.tp == 0, "--tp ", a.tp, " does not divide the cluster's ", c.num_gpus, " GPUs");
+    }
+    if (a.pp) {
+        SHARDLM_CHECK(m.layers % a.pp == 0, "--pp ", a.pp, " does not divide the ", m.layers, " layers",
+                      "\n---> HINT: a pipeline size that divides the layers, or leave --pp out");
+        SHARDLM_CHECK(c.num_gpus % a.pp == 0, "--pp ", a.pp, " does not divide the cluster's ", c.num_gpus, " GPUs");
+    }
     const planner::SearchResult r = planner::search(m, c, job, space, a.top);
     if (a.json) {
         nlohmann::json j = problem_json(m, c, job);
@@ -153,16 +187,14 @@ void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
         j["explanation"] = r.explanation;
         j["policies"] = nlohmann::json::array();
         for (const auto& e : r.top) j["policies"].push_back(planner::estimate_to_json(e));
+        if (r.top.empty()) j["reason"] = no_fit_reason(r, c);
         std::printf("%s\n", j.dump(2).c_str());
     } else {
         std::printf("%s", planner::describe_problem(m, c, job, space.precision).c_str());
         std::printf("searched %lld policies in %.2f s; %lld fit in memory", (long long)r.evaluated, r.seconds,
                     (long long)r.feasible);
         if (r.top.empty()) {
-            std::printf(".\nno policy fits");
-            if (r.leanest.consistent)
-                std::printf(": the leanest, %s, needs %.1f GB per GPU of %g", planner::describe(r.leanest.policy).c_str(),
-                            r.leanest.memory.total() / 1e9, c.gpu.memory_gb);
+            std::printf(".\nno policy fits: %s", no_fit_reason(r, c).c_str());
             std::printf("\n---> HINT: more GPUs or GPUs with more memory, a shorter sequence, or fewer restrictions\n");
         } else {
             std::printf(". Top %zu by predicted throughput:\n\n%s\nwhy #1: %s\n", r.top.size(),
@@ -172,6 +204,7 @@ void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
     if (!a.svg.empty())
         write_svg(a.svg, planner::plan_svg(r.top, c, cat(m.name, " on ", c.num_gpus, " x ", c.gpu.name, ": top ",
                                                           r.top.size(), " policies")));
+    if (r.top.empty()) throw CLI::RuntimeError(3);  // nothing to run: a script must not go on as if a plan came out
 }
 
 void list_presets() {

@@ -17,6 +17,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -133,11 +134,16 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_e
     int fds[2];
     SHARDLM_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe failed: ", std::strerror(errno));
     std::vector<std::string> env;
+    bool sigkill_set = false;
     for (char** e = environ; *e; e++) {
         const std::string v = *e;
         if (!keep_test_env && v.rfind("SHARDLM_TEST_", 0) == 0) continue;
+        sigkill_set |= v.rfind("OMPI_MCA_odls_base_sigkill_timeout=", 0) == 0;
         env.push_back(v);
     }
+    // When a rank dies, mpirun SIGTERMs the others and waits this long before SIGKILL (default 1 s):
+    // ranks whose peer died cannot finish a step or a checkpoint, so the wait only delays the restart.
+    if (!sigkill_set) env.push_back("OMPI_MCA_odls_base_sigkill_timeout=0");
     std::vector<char*> cargv, cenv;
     for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
@@ -190,7 +196,7 @@ Failure diagnose(const std::string& output, const std::string& flight_dir) {
     for (auto it = std::sregex_iterator(output.begin(), output.end(), killed); it != std::sregex_iterator(); ++it) {
         const int sig = std::stoi((*it)[3]);
         if (sig == SIGTERM) continue;  // how mpirun ends the others
-        lost.insert(std::stoi((*it)[1]));
+        if (lost.insert(std::stoi((*it)[1])).second) f.nodes.push_back((*it)[2].str());
         if (first.empty())
             first = "world rank " + (*it)[1].str() + " on " + (*it)[2].str() + " was killed by signal " + (*it)[3].str() +
                     ((*it)[4].matched ? " (" + (*it)[4].str() + ")" : "");
@@ -249,6 +255,33 @@ std::vector<std::string> next_train_args(const std::vector<std::string>& args, c
     return out;
 }
 
+std::string shrink_hostfile(const std::string& text, const std::vector<std::string>& lost_nodes) {
+    std::map<std::string, int> lose;
+    for (const std::string& n : lost_nodes) lose[n]++;
+    static const std::regex line_re(R"(^\s*(\S+)(.*?)\bslots\s*=\s*(\d+)(.*)$)");
+    std::istringstream in(text);
+    std::string out;
+    for (std::string line; std::getline(in, line);) {
+        std::smatch m;
+        const std::string body = line.substr(0, line.find('#'));
+        if (std::regex_match(body, m, line_re) && lose.count(m[1].str())) {
+            const int slots = std::stoi(m[3].str()) - lose[m[1].str()];
+            lose.erase(m[1].str());
+            if (slots <= 0) continue;
+            out += m[1].str() + m[2].str() + "slots=" + std::to_string(slots) + m[4].str() + "\n";
+            continue;
+        }
+        std::istringstream words(body);
+        std::string host;
+        if (words >> host && lose.count(host) && body.find("slots") == std::string::npos) {  // one slot
+            lose.erase(host);
+            continue;
+        }
+        out += line + "\n";
+    }
+    return out;
+}
+
 Layout first_layout(const train::TrainConfig& cfg, int np) {
     Layout l{cfg.dp > 0 ? cfg.dp : np / std::max(1, cfg.tp * cfg.pp), cfg.tp, cfg.pp};
     return l;
@@ -277,6 +310,7 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
 
     Log log(cfg.out);
     Layout layout = l0;
+    std::string hostfile = o.hostfile;
     std::vector<std::string> targs = o.train_args;
     const std::string exe = o.exe.empty() ? fs::read_symlink("/proc/self/exe").string() : o.exe;
     for (int attempt = 0;; attempt++) {
@@ -285,7 +319,7 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
         for (std::string w; mr >> w;) argv.push_back(w);
         if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
         for (const std::string& a : o.mpi_args) argv.push_back(a);
-        if (!o.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", o.hostfile});
+        if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
         argv.insert(argv.end(), {"-np", std::to_string(layout.ranks()), exe, "train"});
         argv.insert(argv.end(), targs.begin(), targs.end());
         std::printf("launch: attempt %d on %d rank%s (%s)\n", attempt + 1, layout.ranks(), layout.ranks() > 1 ? "s" : "",
@@ -344,6 +378,14 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
                    {"steps_lost", steps_lost}});
         targs = next_train_args(targs, *nl, nl->pp != layout.pp);
         layout = *nl;
+        if (!hostfile.empty() && !f.nodes.empty()) {  // the lost ranks' slots are gone from their nodes
+            std::ifstream in(hostfile);
+            const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            const std::string next = (fs::path(cfg.out) / ("launch.hostfile." + std::to_string(attempt + 2))).string();
+            std::ofstream(next) << shrink_hostfile(text, f.nodes);
+            std::printf("launch: hostfile for the next attempt: %s\n", next.c_str());
+            hostfile = next;
+        }
     }
 }
 

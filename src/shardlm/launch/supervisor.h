@@ -3,7 +3,8 @@
 //
 // One attempt is one `mpirun -np N shardlm train ...`. Its output passes through (and is scanned).
 // When it fails, the supervisor names the reason from what mpirun and the ranks printed:
-//   - a rank killed by a signal (mpirun: "process rank R ... exited on signal S"): that rank is lost;
+//   - a rank killed by a signal (mpirun: "process rank R ... exited on signal S"): that rank is lost
+//     (with --hostfile, the next attempt's hostfile has one slot fewer on its node);
 //   - a collective that did not finish within --comm-timeout: the ranks' flight records
 //     (comm/flight.h) name the rank that did not enter it; that rank is lost;
 //   - anything else (a bad flag, a diverged loss, a failed write) is not a lost rank: restarting
@@ -44,6 +45,7 @@ struct LaunchOptions {
 struct Failure {
     bool rank_lost = false;         // a rank died or stalled: restarting on the others may help
     std::vector<int> lost;          // world ranks lost (may be empty when unknown: one is assumed)
+    std::vector<std::string> nodes; // the node of each killed rank, as mpirun names it (hang: unknown)
     std::string reason;             // one line
 };
 // Reads an attempt's output (the tail is enough) and, for a timeout, the flight records in flight_dir.
@@ -52,6 +54,10 @@ Failure diagnose(const std::string& output, const std::string& flight_dir);
 // The train flags of the next attempt: --dp/--tp/--pp set to l, --resume added, --overwrite
 // removed (it would delete the run), --pp-split removed when pp changes.
 std::vector<std::string> next_train_args(const std::vector<std::string>& args, const Layout& l, bool pp_changed);
+
+// A hostfile ("host [slots=N] ..." lines, # comments) with one slot fewer on the node of each lost
+// rank (a node left with no slot is dropped). Lines it does not understand are kept as they are.
+std::string shrink_hostfile(const std::string& text, const std::vector<std::string>& lost_nodes);
 
 // The layout of the first attempt: cfg's tp and pp, dp = np / (tp pp) unless given.
 Layout first_layout(const train::TrainConfig& cfg, int np);

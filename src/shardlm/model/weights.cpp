@@ -166,7 +166,27 @@ void PieceStore::load(float* dst, const Layout& layout, FlatRange range, const s
 
 // ---- HF directories ----------------------------------------------------------------------------
 
+namespace {
+// A training run's directory (`train --out`) holds checkpoints, not weights: name them.
+void check_not_run_dir(const std::string& dir) {
+    if (!fs::is_directory(dir) || fs::exists(fs::path(dir) / "meta.json")) return;
+    std::vector<std::string> ckpts;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string n = e.path().filename().string();
+        if (e.is_directory() && n.rfind("ckpt_", 0) == 0 && n.size() == 13 && fs::exists(e.path() / "meta.json"))
+            ckpts.push_back(n);
+    }
+    if (ckpts.empty()) return;
+    std::sort(ckpts.begin(), ckpts.end());
+    std::string list;
+    for (const std::string& c : ckpts) list += (list.empty() ? "" : ", ") + c;
+    fail("'", dir, "' is a training run's directory, not weights: its checkpoints are ", list,
+         "\n---> HINT: name one of them, e.g. ", (fs::path(dir) / ckpts.back()).string(), " (the newest)");
+}
+}  // namespace
+
 GptConfig load_hf_dir_config(const std::string& dir) {
+    check_not_run_dir(dir);
     std::string path = (fs::path(dir) / "config.json").string();
     SHARDLM_CHECK(fs::exists(path), "'", dir, "' has no config.json\n---> HINT: --init takes a ",
                   "directory with an HF GPT-2 config.json and model.safetensors (e.g. written by `shardlm export`) ",
@@ -175,6 +195,7 @@ GptConfig load_hf_dir_config(const std::string& dir) {
 }
 
 std::vector<std::string> model_files(const std::string& dir) {
+    check_not_run_dir(dir);
     std::vector<std::string> out;
     if (fs::is_directory(dir))
         for (const auto& e : fs::directory_iterator(dir)) {

@@ -77,7 +77,8 @@ private:
     bool on_nonfinite(StepStats& s);           // reports a non-finite step; whether training goes on
     // refuses (false) if a parameter is non-finite; background: written by async_ckpt_'s thread
     bool save_finite_checkpoint(int steps_done, bool background = false);
-    void publish_async_checkpoint(bool wait);  // collective: async_ckpt_.poll and the tests' hook
+    void publish_async_checkpoint(bool wait);
+    void warn_oversubscribed_threads(const comm::Group& world);  // collective: async_ckpt_.poll and the tests' hook
     // --resume: the run's config.json replaced by `now`: warns about changed training settings and
     // appends the old one to config_history.jsonl
     void keep_config_history(const std::string& path, const nlohmann::json& now);
