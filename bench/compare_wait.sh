@@ -3,16 +3,16 @@
 # Each layout runs twice, SHARDLM_COMM_WAIT=yield (poll with sched_yield between polls: the waiting
 # rank keeps its core, as the caller's thread did before) and =sleep (the default: 32 polls, then
 # sleeps with back-off), and prints tokens/s (median of the steps after the first) and the ratio
-# sleep / yield. GPT-2 small shapes (12 heads, 768 wide) with N_LAYER layers, global batch 16 x 256.
+# sleep / yield. GPT-2 small shapes (12 heads, 768 wide) with N_LAYER layers, global batch GB x SEQ.
 #   bash bench/compare_wait.sh [build dir=build] [steps=5] [data=data/sotu/sotu_train.bin]
-# Environment: N_LAYER (default 4).
+# Environment: N_LAYER (default 4), SEQ (256), GB (16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; STEPS=${2:-5}; DATA=${3:-data/sotu/sotu_train.bin}
 [ -f "$DATA" ] || { echo "compare_wait: $DATA missing: run tools/quickstart.sh or shardlm tokenize first" >&2; exit 1; }
 unset OPENBLAS_CORETYPE
 OUT=$(mktemp -d)
-COMMON="train --model gpt2 --n-layer ${N_LAYER:-4} --data $DATA --data-order sequential --seq 256 --global-batch 16
+COMMON="train --model gpt2 --n-layer ${N_LAYER:-4} --data $DATA --data-order sequential --seq ${SEQ:-256} --global-batch ${GB:-16}
         --steps $STEPS --optimizer adamw --lr 6e-4 --log-every 1000 --threads 1"
 MPI="mpirun --allow-run-as-root --oversubscribe -x SHARDLM_COMM_WAIT"
 med() { /usr/bin/python3 -c 'import json,sys,statistics; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print("%.1f" % statistics.median(x["tokens_per_s"] for x in r))' "$1"; }

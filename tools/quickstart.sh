@@ -11,7 +11,15 @@ bash tools/fetch_assets.sh
 # encodes as byte tokens the 1790-2016 training text never contains (see docs/DESIGN.md).
 ./build/shardlm tokenize data/sotu/raw --out data/sotu --name sotu --normalize punct
 RUN=runs/sotu
-./build/shardlm train --config configs/sotu.json --out "$RUN" "$@"
+# bf16 (the config's) is the fast mode only with AVX512_BF16 (Zen 4/5); on AVX2-only CPUs (Zen 3) its
+# products are widened to fp32 and run slower than fp32 itself: train in fp32 there (the same
+# validation loss: bench/convergence.sh). --precision on the command line decides.
+extra=()
+if ! grep -qw avx512_bf16 /proc/cpuinfo && [[ " $* " != *" --precision"* ]]; then
+  echo "quickstart: this CPU has no AVX512_BF16: training in fp32 (bf16 products would be slower here)"
+  extra=(--precision fp32)
+fi
+./build/shardlm train --config configs/sotu.json --out "$RUN" "${extra[@]}" "$@"
 ./build/shardlm report "$RUN"
 ./build/shardlm generate --ckpt "$RUN" --prompt "My fellow citizens," --max-tokens 80 --seed 1
 echo "quickstart: done. Open $RUN/report.html for the curves."
