@@ -88,7 +88,7 @@ def main():
             if time.time() >= t_end:
                 return
             ps = []  # the ranks: argv = [exe, "train", ...] (not mpirun, not the launcher)
-            for pid in subprocess.run(["pgrep", "-f", exe], capture_output=True, text=True).stdout.split():
+            for pid in (d for d in os.listdir("/proc") if d.isdigit()):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         argv = f.read().split(b"\0")

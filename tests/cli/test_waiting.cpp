@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -54,12 +53,19 @@ TEST_F(Waiting, ARankWaitingForAStoppedPeerSleeps) {
     int pids[2] = {-1, -1};
     for (int i = 0; i < 200 && (pids[0] < 0 || pids[1] < 0 || !fs::exists(out / "metrics.jsonl")); i++) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        FILE* p = ::popen(("pgrep -f '" + kBin + " train .*" + out.string() + "'").c_str(), "r");
-        for (int pid; p && std::fscanf(p, "%d", &pid) == 1;) {
-            const int r = world_rank_of(pid);
+        // the shardlm processes training into `out` (read from /proc: a bare system has no pgrep)
+        std::error_code ec;
+        for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+            const fs::directory_entry& e = *it;
+            const std::string name = e.path().filename().string();
+            if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+            std::ifstream in(e.path() / "cmdline", std::ios::binary);
+            std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            if (cmdline.rfind(kBin + std::string(1, '\0') + "train", 0) != 0 || cmdline.find(out.string()) == std::string::npos)
+                continue;
+            const int pid = std::stoi(name), r = world_rank_of(pid);
             if (r == 0 || r == 1) pids[r] = pid;
         }
-        if (p) ::pclose(p);
     }
     ASSERT_GT(pids[0], 0);
     ASSERT_GT(pids[1], 0);
