@@ -92,10 +92,15 @@ TEST_F(CheckpointIntegrity, DamagedCheckpointIsRefusedAsWeights) {
 
 TEST_F(CheckpointIntegrity, ResumeWithOtherTrainingSettingsWarnsAndKeepsTheHistory) {
     const fs::path run = tmp / "run";
-    ASSERT_EQ(train("--steps 2 --ckpt-every 2 --out " + run.string()).code, 0);
-    CmdResult r = train("--steps 4 --warmup 1 --weight-decay 0.05 --resume --out " + run.string());
+    auto job = [&](const std::string& args) {
+        return sh(shardlm::test::kBin + " train --init " + shardlm::test::kFix + " --data " + shardlm::test::kFix +
+                      "/data.bin --seq 16 --micro-batch 2 --threads 1 --out " + run.string() + " " + args,
+                  tmp / "log.txt");
+    };
+    ASSERT_EQ(job("--steps 2 --ckpt-every 2 --global-batch 4 --seed 9").code, 0);
+    CmdResult r = job("--steps 4 --global-batch 8 --seed 10 --resume");
     ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("warning: --resume with other settings than the run's (warmup 0 -> 1, weight_decay 0.0 -> "),
+    EXPECT_NE(r.out.find("warning: --resume with other settings than the run's (seed 9 -> 10, global_batch 4 -> 8)"),
               std::string::npos) << r.out;
     EXPECT_NE(r.out.find("from step 2 on, this run trains differently"), std::string::npos) << r.out;
     std::ifstream in(run / "config_history.jsonl");
@@ -103,10 +108,10 @@ TEST_F(CheckpointIntegrity, ResumeWithOtherTrainingSettingsWarnsAndKeepsTheHisto
     ASSERT_TRUE(std::getline(in, line));
     const nlohmann::json h = nlohmann::json::parse(line);
     EXPECT_EQ(h["replaced_at_step"], 2);
-    EXPECT_EQ(h["config"]["warmup"], 0);
-    EXPECT_EQ(h["config"]["steps"], 2);
-    // a resume with only other steps or layout: no warning
-    r = train("--steps 5 --warmup 1 --weight-decay 0.05 --log-every 1 --resume --out " + run.string());
+    EXPECT_EQ(h["config"]["seed"], 9);
+    EXPECT_EQ(h["config"]["global_batch"], 4);
+    // a resume with only more steps or other logging: no warning (the history still grows)
+    r = job("--steps 5 --global-batch 8 --seed 10 --log-every 1 --resume");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(r.out.find("warning: --resume with other settings"), std::string::npos) << r.out;
 }
