@@ -15,9 +15,24 @@ const cost::ModelShape kGpt3 = cost::gpt_shape("gpt3-175b", 96, 12288, 96, 50257
 
 planner::Cluster a100s(int nodes) { return planner::make_cluster(planner::find_gpu("A100-80GB"), 8, nodes); }
 
+// The bound holds for the optimised build; AddressSanitizer's checks make every access several times
+// slower (2.6 s measured on a Zen 3 guest with another test beside it), so there it only guards
+// against a search gone quadratic.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kSearchLimitS = 10.0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr double kSearchLimitS = 10.0;
+#else
+constexpr double kSearchLimitS = 2.0;
+#endif
+#else
+constexpr double kSearchLimitS = 2.0;
+#endif
+
 TEST(Search, Gpt3On1024GpusAnswersInUnderTwoSeconds) {
     const planner::SearchResult r = planner::search(kGpt3, a100s(128), {1536, 2048}, {}, 5);
-    EXPECT_LT(r.seconds, 2.0);
+    EXPECT_LT(r.seconds, kSearchLimitS);
     ASSERT_EQ(r.top.size(), 5u);
     EXPECT_GT(r.evaluated, 1000);
     for (size_t i = 0; i < r.top.size(); i++) {
