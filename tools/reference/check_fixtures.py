@@ -29,6 +29,12 @@ import gpt2_torch as G  # noqa: E402
 import make_fixtures as MF  # noqa: E402
 
 FAILS = []
+# --other-kernels: PyTorch runs other BLAS kernels than the fixtures were made with (OpenBLAS's SkylakeX,
+# AVX-512): on an AVX2-only CPU its sums round differently, and Adam's normalised steps carry that
+# into the parameters (measured on a Zen 3: 2e-6 after 3 optimiser steps, 3e-5 after the 10 steps of
+# gpt2_e2e). The comparisons over several steps then allow ten times that; a wrong optimiser or model
+# is off by 1e-3 and more.
+STEPS_ATOL = {"opt": 1e-6, "e2e": 1e-6}
 
 
 def check(cond, msg):
@@ -189,7 +195,7 @@ def check_tiny(d):
         check(all(pre + n in ref for n in names), f"{pre}* names present")
         close(f"{oname} params after {hyper['steps']} steps",
               np.concatenate([got[n].ravel() for n in names]),
-              np.concatenate([ref[pre + n].ravel() for n in names]))
+              np.concatenate([ref[pre + n].ravel() for n in names]), atol=STEPS_ATOL["opt"])
         moved = max(float(np.abs(ref[pre + n] - w[n]).max()) for n in names if w[n].ndim == 1)
         check(moved > 1e-4, f"{oname}: 1-D params actually changed (max |d|={moved:.3g})")
 
@@ -230,13 +236,18 @@ def check_e2e(d):
     fin, _ = G.load_safetensors(os.path.join(d, "final.safetensors"))
     got = G.to_hf(m)
     close("final params", np.concatenate([got[n].ravel() for n in sorted(got)]),
-          np.concatenate([fin[n].ravel() for n in sorted(got)]))
+          np.concatenate([fin[n].ravel() for n in sorted(got)]), atol=STEPS_ATOL["e2e"])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=os.path.join(MF.REPO, "tests", "fixtures"))
+    ap.add_argument("--other-kernels", action="store_true",
+                    help="PyTorch's BLAS is not the fixtures' (SkylakeX): allow its rounding over several steps")
     args = ap.parse_args()
+    if args.other_kernels:
+        STEPS_ATOL.update(opt=2e-5, e2e=3e-4)
+        print("--other-kernels: comparisons over several optimiser steps allow 2e-5 (3 steps) and 3e-4 (10 steps)")
     MF.setup_determinism()
     check_tiny(os.path.join(args.dir, "gpt2_tiny"))
     check_e2e(os.path.join(args.dir, "gpt2_e2e"))
