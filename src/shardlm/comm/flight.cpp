@@ -128,27 +128,29 @@ void install_signal_dump() {
     sigaction(SIGUSR1, &sa, nullptr);
 }
 
-void issued(detail::Op& op, const GroupInfo& g, uint64_t seq, uint64_t payload, int peer, int tag, bool send) {
+int register_group(const GroupInfo& g) {
+    Recorder& r = rec();
+    std::lock_guard lk(r.mu);
+    auto [it, fresh] = r.group_index.emplace(std::make_pair(g.name, g.members), int(r.groups.size()));
+    if (fresh) r.groups.push_back(g);
+    return it->second;
+}
+
+void issued(detail::Op& op, int group, uint64_t seq, uint64_t payload, int peer, int tag, bool send) {
     Recorder& r = rec();
     std::lock_guard lk(r.mu);
     if (r.ring.empty()) return;
-    auto key = std::make_pair(g.name, g.members);
-    auto it = r.group_index.find(key);
-    if (it == r.group_index.end()) {
-        it = r.group_index.emplace(key, int(r.groups.size())).first;
-        r.groups.push_back(g);
-    }
     const uint64_t id = r.next_id++;
     const int64_t slot = int64_t(id % r.ring.size());
     Record& x = r.ring[size_t(slot)];
     x = Record{};
     x.id = id;
-    x.group = it->second;
+    x.group = group;
     x.seq = seq;
     x.kind = op.kind;
     x.payload = payload;
     x.p2p = op.p2p || op.kind == OpKind::SendRecv;
-    x.peer = x.p2p && peer >= 0 && size_t(peer) < g.members.size() ? g.members[size_t(peer)] : -1;
+    x.peer = x.p2p ? peer : -1;
     x.tag = tag;
     x.send = send;
     x.t_issue = now_s();

@@ -53,9 +53,12 @@ struct GroupInfo {
     std::string name;
     std::vector<int> members;  // world ranks
 };
-// Records op as issued on the group (op->flight_* are set); peer: group rank of a point-to-point
-// peer (-1 for collectives), send: direction of a point-to-point op.
-void issued(detail::Op& op, const GroupInfo& g, uint64_t seq, uint64_t payload, int peer, int tag, bool send);
+// The recorder's index of a group (the same name and members: the same index). A Group asks once,
+// and again only when it is renamed, not per operation.
+int register_group(const GroupInfo& g);
+// Records op as issued on the group registered as `group` (op->flight_* are set); peer: world rank of
+// a point-to-point peer (-1 for collectives), send: direction of a point-to-point op.
+void issued(detail::Op& op, int group, uint64_t seq, uint64_t payload, int peer, int tag, bool send);
 void started(const detail::Op& op);
 void finished(const detail::Op& op, bool ok);
 

@@ -41,6 +41,8 @@ struct GroupState {
     std::string name;
     std::deque<std::pair<int, std::vector<unsigned char>>> mailbox;  // self group send -> recv
     uint64_t coll_seq = 0;                         // collectives issued (the flight recorder's numbering)
+    int flight_group = -1;                         // the recorder's index of this group under flight_name
+    std::string flight_name;
     std::map<std::pair<int, bool>, uint64_t> p2p_seq;  // (peer, send) -> messages issued
 
     bool is_mpi() const { return coll != MPI_COMM_NULL; }
@@ -245,11 +247,17 @@ void Group::reset_stats() { s_->stats = CommStats{}; }
 // The flight recorder's entry for op (groups of one member move nothing and cannot hang).
 static void record_issue(GroupState& s, Op& op) {
     if (s.size == 1 && !op.p2p) return;
-    flight::GroupInfo g{s.name.empty() ? "unnamed" : s.name, s.members};
+    static const std::string kUnnamed = "unnamed";
+    const std::string& name = s.name.empty() ? kUnnamed : s.name;
+    if (s.flight_group < 0 || s.flight_name != name) {  // once, and again after a rename
+        s.flight_group = flight::register_group({name, s.members});
+        s.flight_name = name;
+    }
     uint64_t seq = 0;
     if (op.kind == OpKind::SendRecv) seq = ++s.p2p_seq[{op.peer, op.send}];
     else seq = ++s.coll_seq;
-    flight::issued(op, g, seq, op.payload, op.peer, op.tag, op.send);
+    const int peer = op.peer >= 0 && size_t(op.peer) < s.members.size() ? s.members[size_t(op.peer)] : -1;
+    flight::issued(op, s.flight_group, seq, op.payload, peer, op.tag, op.send);
 }
 
 void Group::run(std::shared_ptr<Op> op) {

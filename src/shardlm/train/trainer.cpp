@@ -52,15 +52,14 @@ std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const Tr
 void Trainer::warn_oversubscribed_threads(const comm::Group& world) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) != 0 || world.rank() != 0) return;
-    const int cpus = CPU_COUNT(&set);
+    const int cpus = std::max(CPU_COUNT(&set), int(std::thread::hardware_concurrency()));
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
     const int threads = get_threads();
-    if (threads <= 1 || threads * ranks_here <= std::max(cpus, int(std::thread::hardware_concurrency()))) return;
+    if (threads <= 1 || threads * ranks_here <= cpus) return;
     std::printf("warning: %d thread%s x %d rank%s on this machine, but only %d CPUs: threads will wait for each other "
                 "(much slower)\n---> HINT: --threads %d\n", threads, threads == 1 ? "" : "s", ranks_here,
-                ranks_here == 1 ? "" : "s", std::max(cpus, int(std::thread::hardware_concurrency())),
-                std::max(1, std::max(cpus, int(std::thread::hardware_concurrency())) / ranks_here));
+                ranks_here == 1 ? "" : "s", cpus, std::max(1, cpus / ranks_here));
 }
 
 Trainer::Trainer(TrainConfig cfg) : own_world_(std::make_unique<comm::Group>(comm::Group::self())), cfg_(std::move(cfg)) {
