@@ -129,7 +129,7 @@ struct AttemptResult {
 
 // Runs argv with stdout and stderr through a pipe: every line is copied to our stdout and the last
 // kTail bytes are kept. SHARDLM_TEST_* variables are dropped unless keep_test_env.
-AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_env) {
+AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_env, bool fast_kill) {
     constexpr size_t kTail = 64 * 1024;
     int fds[2];
     SHARDLM_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe failed: ", std::strerror(errno));
@@ -143,7 +143,9 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_e
     }
     // When a rank dies, mpirun SIGTERMs the others and waits this long before SIGKILL (default 1 s):
     // ranks whose peer died cannot finish a step or a checkpoint, so the wait only delays the restart.
-    if (!sigkill_set) env.push_back("OMPI_MCA_odls_base_sigkill_timeout=0");
+    // With --comm-timeout the wait stays: after a hang, the waiting ranks need it to write the flight
+    // records that name the stalled rank.
+    if (!sigkill_set && fast_kill) env.push_back("OMPI_MCA_odls_base_sigkill_timeout=0");
     std::vector<char*> cargv, cenv;
     for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
@@ -326,7 +328,7 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
                     describe(layout).c_str());
         log.event({{"event", "start"}, {"attempt", attempt + 1}, {"np", layout.ranks()}, {"layout", describe(layout)}});
         const double t0 = now_s();
-        const AttemptResult r = run_attempt(argv, attempt == 0);
+        const AttemptResult r = run_attempt(argv, attempt == 0, cfg.comm_timeout <= 0);
         if (r.exit_code == 0) {
             std::printf("launch: training finished on attempt %d (%s)%s\n", attempt + 1, describe(layout).c_str(),
                         attempt > 0 ? (", after " + std::to_string(attempt) + " restart" + (attempt > 1 ? "s" : "")).c_str() : "");
