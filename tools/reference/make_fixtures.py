@@ -9,6 +9,8 @@ produces byte-identical files.
 Fixture A  tests/fixtures/gpt2_tiny/  : forward/backward/optimiser unit reference (and the
                                         forward/backward with bf16 matmul operands).
 Fixture B  tests/fixtures/gpt2_e2e/   : 10-step AdamW end-to-end training reference.
+Fixture C  tests/fixtures/llama_tiny/ : a LLaMA with grouped-query attention (RMSNorm, RoPE, SwiGLU,
+                                        untied head) trained 10 AdamW steps in float64.
 """
 import argparse
 import json
@@ -21,6 +23,7 @@ import torch
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch as G  # noqa: E402
+import llama_torch as LT  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -244,6 +247,50 @@ def fixture_e2e(outdir):
         report(os.path.join(outdir, f))
 
 
+# ---------------------------------------------------------------------------
+# Fixture C
+
+LLAMA_CFG = LT.LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=48, ffn=128, vocab_size=211, n_ctx=64,
+                           eps=1e-5, theta=10000.0)
+LLAMA_SEED = 2468
+LLAMA_HYPER = dict(E2E_HYPER, eps=1e-6, model_seed=LLAMA_SEED,
+                   init="N(0, 0.02) matrices and embeddings (float32 values), RMSNorm gains 1 + N(0, 0.1)",
+                   reference="float64 (tools/reference/llama_torch.py)",
+                   grad_clip_mode="global L2 norm over all params")
+
+
+def fixture_llama(outdir):
+    cfg = LLAMA_CFG
+    model = LT.Llama(cfg)
+    LT.init_weights(model, LLAMA_SEED)
+    LT.save_dir(outdir, cfg, model, G.save_safetensors)  # float32 values, exactly the float64 model's
+    model = model.to(torch.float64)
+    toks = markov_tokens(cfg.vocab_size, E2E_NTOK, E2E_DATA_SEED)
+    write_shard(os.path.join(outdir, "data.bin"), toks)
+    toks_t = torch.from_numpy(toks)
+    h = LLAMA_HYPER
+    opt = torch.optim.AdamW(LT.param_groups(model, h["weight_decay"]), lr=h["lr"], betas=tuple(h["betas"]),
+                            eps=h["eps"], foreach=False)
+    Gr, T = E2E_G, E2E_T
+    losses, norms = [], []
+    for k in range(E2E_STEPS):
+        batch = torch.stack([toks_t[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
+        x, y = batch[:, :T], batch[:, 1:]
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), h["grad_clip"])
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+        print(f"[llama_tiny] step {k}: loss={losses[-1]:.8f} grad_norm={norms[-1]:.8f}")
+    G.save_safetensors(os.path.join(outdir, "final.safetensors"), model.hf_tensors())
+    write_json(os.path.join(outdir, "expected.json"),
+               {"losses": losses, "grad_norms": norms, "hyper": h, "torch_version": torch.__version__})
+    for f in ("config.json", "model.safetensors", "data.bin", "final.safetensors", "expected.json"):
+        report(os.path.join(outdir, f))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures"))
@@ -251,6 +298,7 @@ def main():
     setup_determinism()
     fixture_tiny(os.path.join(args.out, "gpt2_tiny"))
     fixture_e2e(os.path.join(args.out, "gpt2_e2e"))
+    fixture_llama(os.path.join(args.out, "llama_tiny"))
 
 
 if __name__ == "__main__":

@@ -23,18 +23,46 @@ std::string human(int64_t n) {
 }
 
 void print_model(const model::GptConfig& c) {
-    model::ParamCount p = model::count_params(c);
-    int64_t est = model::estimate_params_12lh2_2vh(c);
-    int64_t lh2 = 12 * int64_t(c.n_layer) * c.n_embd * c.n_embd;
-    std::printf("model %s: n_layer=%d n_head=%d n_embd=%d head_dim=%d vocab_size=%d (padded %d) n_ctx=%d\n",
-                c.name.c_str(), c.n_layer, c.n_head, c.n_embd, c.head_dim(), c.vocab_size, c.padded_vocab(), c.n_ctx);
-    std::printf("  %-34s %15lld  (%s)\n", "embedding (wte V*C + wpe n_ctx*C)", (long long)p.embedding, human(p.embedding).c_str());
-    std::printf("  %-34s %15lld  (%s)\n", "blocks (L * (12 C^2 + 13 C))", (long long)p.blocks, human(p.blocks).c_str());
-    std::printf("  %-34s %15lld\n", "final layernorm (2 C)", (long long)p.final_norm);
-    std::printf("  %-34s %15lld  (%s)  LM head tied to wte\n", "total", (long long)p.total, human(p.total).c_str());
+    const model::ParamCount p = model::count_params(c);
+    const int64_t est = model::estimate_params_12lh2_2vh(c);
+    const int64_t C = c.n_embd, L = c.n_layer, V = c.vocab_size, F = c.ffn(), KV = int64_t(c.kv_heads()) * c.head_dim();
+    const int64_t lh2 = 12 * L * C * C;
+    const bool swiglu = c.mlp == model::Mlp::SwiGLU;
+    std::printf("model %s: n_layer=%d n_head=%d n_kv_head=%d n_embd=%d head_dim=%d ffn_hidden=%d vocab_size=%d "
+                "(padded %d) n_ctx=%d\n",
+                c.name.c_str(), c.n_layer, c.n_head, c.kv_heads(), c.n_embd, c.head_dim(), c.ffn(), c.vocab_size,
+                c.padded_vocab(), c.n_ctx);
+    std::printf("  norm=%s position=%s%s mlp=%s bias=%s tie_embeddings=%s eps=%g\n",
+                enum_name(model::kNormNames, c.norm).c_str(), enum_name(model::kPositionNames, c.position).c_str(),
+                c.position == model::Position::Rope ? (" (theta " + std::to_string(int64_t(c.rope_theta)) + ")").c_str() : "",
+                enum_name(model::kMlpNames, c.mlp).c_str(), c.bias ? "true" : "false", c.tie_embeddings ? "true" : "false",
+                double(c.ln_eps));
+    std::printf("  %-34s %15lld  (%s)\n",
+                c.position == model::Position::Learned ? "embedding (wte V*C + wpe n_ctx*C)" : "embedding (V*C)",
+                (long long)p.embedding, human(p.embedding).c_str());
+    std::printf("  %-34s %15lld  (%s)  per block %lld\n", "blocks", (long long)p.blocks, human(p.blocks).c_str(),
+                (long long)p.per_block);
+    std::printf("  %-34s %15lld\n", "final norm", (long long)p.final_norm);
+    if (p.head) std::printf("  %-34s %15lld  (%s)\n", "lm_head (untied, V*C)", (long long)p.head, human(p.head).c_str());
+    std::printf("  %-34s %15lld  (%s)  %s\n", "total", (long long)p.total, human(p.total).c_str(),
+                c.tie_embeddings ? "LM head tied to wte" : "untied LM head");
     std::printf("  %-34s %15lld  (%s)\n", "estimate 12 l h^2", (long long)lh2, human(lh2).c_str());
     std::printf("  %-34s %15lld  (%s)  untied head, as seed 002; ratio to total %.4f\n", "estimate 12 l h^2 + 2 v h",
                 (long long)est, human(est).c_str(), double(est) / double(p.total));
+    // where the estimate and the count differ, term by term (exact: their sum is total - estimate)
+    std::printf("  where they differ (count - estimate = %+lld):\n", (long long)(p.total - est));
+    const int64_t attn = L * (2 * C * C + 2 * C * KV) - L * 4 * C * C;
+    const int64_t mlp = L * (swiglu ? 3 : 2) * C * F - L * 8 * C * C;
+    if (attn) std::printf("    %-48s %+15lld\n", "k, v of n_kv_head heads, not 2 C^2 (GQA)", (long long)attn);
+    if (mlp)
+        std::printf("    %-48s %+15lld\n",
+                    swiglu ? "MLP 3 C ffn (SwiGLU), not 8 C^2" : "MLP 2 C ffn, not 8 C^2", (long long)mlp);
+    const int64_t small = p.blocks - L * (2 * C * C + 2 * C * KV + (swiglu ? 3 : 2) * C * F);
+    if (small) std::printf("    %-48s %+15lld\n", "norms and biases of the blocks", (long long)small);
+    if (p.final_norm) std::printf("    %-48s %+15lld\n", "final norm", (long long)p.final_norm);
+    const int64_t emb = p.embedding - V * C;
+    if (emb) std::printf("    %-48s %+15lld\n", "learned position table n_ctx C", (long long)emb);
+    if (c.tie_embeddings) std::printf("    %-48s %+15lld\n", "head tied to wte (counted once)", (long long)(-V * C));
 }
 
 }  // namespace
@@ -45,7 +73,7 @@ void add_info_command(CLI::App& app) {
     auto list = std::make_shared<bool>(false);
     CLI::App* c = app.add_subcommand("info", "Parameter counts of a model; BLAS and threads of this machine");
     c->add_option("--model", *model, "Model preset");
-    c->add_option("--init", *init, "HF GPT-2 directory");
+    c->add_option("--init", *init, "HF GPT-2 or LLaMA directory");
     c->add_flag("--list", *list, "List every preset");
     c->callback([model, init, list] {
         if (*list) {

@@ -57,15 +57,16 @@ void softmax_backward_row(float* ds, const float* dp, const float* p, int n, int
 
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    const int HS = C / NH, C3 = 3 * C;
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV) {
+    if (NKV <= 0) NKV = NH;
+    const int HS = C / NH, G = NH / NKV, KVC = NKV * HS, C3 = C + 2 * KVC;  // C3: the row width
     const float scale = 1.0f / std::sqrt(float(HS));
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         const float* q = qkv + size_t(b) * T * C3 + h * HS;
-        const float* k = q + C;
-        const float* v = q + 2 * C;
+        const float* k = qkv + size_t(b) * T * C3 + C + (h / G) * HS;
+        const float* v = k + KVC;
         float* a = att + size_t(bh) * T * T;
         float* o = out + size_t(b) * T * C + h * HS;
         for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
@@ -83,25 +84,29 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 size_t attention_scratch_floats(int T, int threads) { return size_t(kAttnBlock) * T * threads; }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH) {
-    const int HS = C / NH, C3 = 3 * C;
+                        const float* att, int B, int T, int C, int NH, int NKV) {
+    if (NKV <= 0) NKV = NH;
+    const int HS = C / NH, G = NH / NKV, KVC = NKV * HS, C3 = C + 2 * KVC;
     const float scale = 1.0f / std::sqrt(float(HS));
+    // one item per key/value head: the G query heads that share it sum into its dk, dv in order
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
+    for (int bg = 0; bg < B * NKV; bg++) {
+      const int b = bg / NKV, kvh = bg % NKV;
+      float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
+      const float* k = qkv + size_t(b) * T * C3 + C + kvh * HS;
+      const float* v = k + KVC;
+      float* dk = dqkv + size_t(b) * T * C3 + C + kvh * HS;
+      float* dv = dk + KVC;
+      for (int t = 0; t < T; t++) {
+          std::memset(dk + size_t(t) * C3, 0, sizeof(float) * HS);
+          std::memset(dv + size_t(t) * C3, 0, sizeof(float) * HS);
+      }
+      for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+        const int bh = b * NH + h;
         const float* q = qkv + size_t(b) * T * C3 + h * HS;
-        const float* k = q + C;
-        const float* v = q + 2 * C;
         float* dq = dqkv + size_t(b) * T * C3 + h * HS;
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
         const float* a = att + size_t(bh) * T * T;
         const float* dO = dout + size_t(b) * T * C + h * HS;
-        for (int t = 0; t < T; t++) {
-            std::memset(dk + size_t(t) * C3, 0, sizeof(float) * HS);
-            std::memset(dv + size_t(t) * C3, 0, sizeof(float) * HS);
-        }
         for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
             int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
             const float* p = a + size_t(r0) * T;
@@ -117,6 +122,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * C3, C3,
                         1.0f, dk, C3);
         }
+      }
     }
 }
 
@@ -125,19 +131,20 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 namespace shardlm::kernels {
 
 void attention_forward_cached(float* out, const float* qkv, float* k_cache, float* v_cache, int pos, int T, int C,
-                              int NH, float* scores) {
-    const int HS = C / NH;
+                              int NH, float* scores, int NKV) {
+    if (NKV <= 0) NKV = NH;
+    const int HS = C / NH, G = NH / NKV, KVC = NKV * HS, W = C + 2 * KVC;
     const float scale = 1.0f / std::sqrt(float(HS));
     for (int i = 0; i < T; i++) {
-        std::memcpy(k_cache + size_t(pos + i) * C, qkv + size_t(i) * 3 * C + C, sizeof(float) * C);
-        std::memcpy(v_cache + size_t(pos + i) * C, qkv + size_t(i) * 3 * C + 2 * C, sizeof(float) * C);
+        std::memcpy(k_cache + size_t(pos + i) * KVC, qkv + size_t(i) * W + C, sizeof(float) * KVC);
+        std::memcpy(v_cache + size_t(pos + i) * KVC, qkv + size_t(i) * W + C + KVC, sizeof(float) * KVC);
     }
     for (int i = 0; i < T; i++) {
         const int n = pos + i + 1;  // visible positions
         for (int h = 0; h < NH; h++) {
-            const float* q = qkv + size_t(i) * 3 * C + h * HS;
+            const float* q = qkv + size_t(i) * W + h * HS;
             for (int j = 0; j < n; j++) {
-                const float* k = k_cache + size_t(j) * C + h * HS;
+                const float* k = k_cache + size_t(j) * KVC + (h / G) * HS;
                 float s = 0;
                 for (int e = 0; e < HS; e++) s += q[e] * k[e];
                 scores[j] = s * scale;
@@ -146,7 +153,7 @@ void attention_forward_cached(float* out, const float* qkv, float* k_cache, floa
             float* o = out + size_t(i) * C + h * HS;
             for (int e = 0; e < HS; e++) o[e] = 0.0f;
             for (int j = 0; j < n; j++) {
-                const float* v = v_cache + size_t(j) * C + h * HS;
+                const float* v = v_cache + size_t(j) * KVC + (h / G) * HS;
                 const float p = scores[j];
                 for (int e = 0; e < HS; e++) o[e] += p * v[e];
             }
@@ -160,25 +167,32 @@ namespace shardlm::kernels {
 
 namespace {
 
-// The head's q, k, v (T x HS each, row stride 3C in qkv) widened into contiguous fp32 buffers.
-void widen_head(float* q, float* k, float* v, const void* qkv, DType t, int b, int h, int T, int C, int HS) {
-    const size_t base = size_t(b) * T * 3 * C + size_t(h) * HS;
+// Query head h's q and its key/value head's k, v (T x HS each, row stride W = C + 2 KVC in qkv)
+// widened into contiguous fp32 buffers (k and v not when null: the group's are loaded already).
+void widen_head(float* q, float* k, float* v, const void* qkv, DType t, int b, int h, int T, int C, int HS, int G,
+                int KVC) {
+    const size_t W = size_t(C) + 2 * size_t(KVC);
+    const size_t base = size_t(b) * T * W;
     for (int i = 0; i < T; i++) {
-        const size_t r = base + size_t(i) * 3 * C;
-        load_row(q + size_t(i) * HS, at(qkv, t, r), t, size_t(HS));
-        load_row(k + size_t(i) * HS, at(qkv, t, r + C), t, size_t(HS));
-        load_row(v + size_t(i) * HS, at(qkv, t, r + 2 * C), t, size_t(HS));
+        const size_t r = base + size_t(i) * W;
+        load_row(q + size_t(i) * HS, at(qkv, t, r + size_t(h) * HS), t, size_t(HS));
+        if (!k) continue;
+        load_row(k + size_t(i) * HS, at(qkv, t, r + C + size_t(h / G) * HS), t, size_t(HS));
+        load_row(v + size_t(i) * HS, at(qkv, t, r + C + KVC + size_t(h / G) * HS), t, size_t(HS));
     }
 }
 
 }  // namespace
 
-void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType t, int B, int T, int C, int NH) {
+void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType t, int B, int T, int C, int NH,
+                       int NKV) {
     if (t == DType::F32 && att_t == DType::F32) {
-        attention_forward(static_cast<float*>(out), static_cast<float*>(att), static_cast<const float*>(qkv), B, T, C, NH);
+        attention_forward(static_cast<float*>(out), static_cast<float*>(att), static_cast<const float*>(qkv), B, T, C, NH,
+                          NKV);
         return;
     }
-    const int HS = C / NH;
+    if (NKV <= 0) NKV = NH;
+    const int HS = C / NH, G = NH / NKV, KVC = NKV * HS;
     const float scale = 1.0f / std::sqrt(float(HS));
 #pragma omp parallel
     {
@@ -188,7 +202,7 @@ void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
-            widen_head(q, k, v, qkv, t, b, h, T, C, HS);
+            widen_head(q, k, v, qkv, t, b, h, T, C, HS, G, KVC);
             for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
                 const int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, scale, q + size_t(r0) * HS, HS, k, HS,
@@ -210,32 +224,36 @@ void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const void* qkv, DType t, const void* att,
-                        DType att_t, int B, int T, int C, int NH) {
+                        DType att_t, int B, int T, int C, int NH, int NKV) {
     if (t == DType::F32 && att_t == DType::F32) {
         attention_backward(dqkv, scratch, dout, static_cast<const float*>(qkv), static_cast<const float*>(att), B, T, C,
-                           NH);
+                           NH, NKV);
         return;
     }
-    const int HS = C / NH, C3 = 3 * C;
+    if (NKV <= 0) NKV = NH;
+    const int HS = C / NH, G = NH / NKV, KVC = NKV * HS, C3 = C + 2 * KVC;
     const float scale = 1.0f / std::sqrt(float(HS));
 #pragma omp parallel
     {
         const size_t th = size_t(T) * HS;
         float* q = thread_scratch(0, 3 * th + size_t(kAttnBlock) * T);
         float *k = q + th, *v = k + th, *p = v + th;
+        // one item per key/value head: the G query heads that share it sum into its dk, dv in order
 #pragma omp for schedule(static)
-        for (int bh = 0; bh < B * NH; bh++) {
-            const int b = bh / NH, h = bh % NH;
-            float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
-            widen_head(q, k, v, qkv, t, b, h, T, C, HS);
+        for (int bg = 0; bg < B * NKV; bg++) {
+          const int b = bg / NKV, kvh = bg % NKV;
+          float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
+          float* dk = dqkv + size_t(b) * T * C3 + C + kvh * HS;
+          float* dv = dk + KVC;
+          for (int i = 0; i < T; i++) {
+              std::memset(dk + size_t(i) * C3, 0, sizeof(float) * HS);
+              std::memset(dv + size_t(i) * C3, 0, sizeof(float) * HS);
+          }
+          for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+            const int bh = b * NH + h;
+            widen_head(q, h == kvh * G ? k : nullptr, v, qkv, t, b, h, T, C, HS, G, KVC);
             float* dq = dqkv + size_t(b) * T * C3 + h * HS;
-            float* dk = dq + C;
-            float* dv = dq + 2 * C;
             const float* dO = dout + size_t(b) * T * C + h * HS;
-            for (int i = 0; i < T; i++) {
-                std::memset(dk + size_t(i) * C3, 0, sizeof(float) * HS);
-                std::memset(dv + size_t(i) * C3, 0, sizeof(float) * HS);
-            }
             for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
                 const int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
                 for (int i = r0; i < r1; i++)
@@ -252,6 +270,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const vo
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * HS, HS, 1.0f,
                             dk, C3);
             }
+          }
         }
     }
 }

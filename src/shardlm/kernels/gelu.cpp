@@ -60,6 +60,51 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
     backward<DType::F32>(dinp, inp, dout, n);
 }
 void gelu_forward(void* out, const void* inp, DType t, size_t n) { SHARDLM_DTYPE_SWITCH(t, D, forward<D>(out, inp, n)) }
+
+namespace {
+
+inline simd::V16 sigmoid16(simd::V16 x) {
+    using namespace simd;
+    return set1(1.0f) / (set1(1.0f) + exp16(set1(0.0f) - x));
+}
+
+template <DType D>
+void swiglu_fwd(void* h, const void* gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const size_t g0 = size_t(n) * 2 * F, u0 = g0 + F, h0 = size_t(n) * F;
+        for (int i = 0; i < F; i += 16) {
+            using namespace simd;
+            const M16 m = mask_below(size_t(i), size_t(F));
+            const V16 g = load16<D>(gu, g0 + i, m), u = load16<D>(gu, u0 + i, m);
+            store16<D>(h, h0 + i, m, (g * sigmoid16(g)) * u);
+        }
+    }
+}
+
+template <DType D>
+void swiglu_bwd(float* dgu, const float* dh, const void* gu, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const size_t g0 = size_t(n) * 2 * F, u0 = g0 + F, h0 = size_t(n) * F;
+        for (int i = 0; i < F; i += 16) {
+            using namespace simd;
+            const M16 m = mask_below(size_t(i), size_t(F));
+            const V16 g = load16<D>(gu, g0 + i, m), u = load16<D>(gu, u0 + i, m), d = load(m, dh + h0 + i);
+            const V16 s = sigmoid16(g), one = set1(1.0f);
+            // silu'(g) = s (1 + g (1 - s))
+            store(m, dgu + g0 + i, (d * u) * (s * fmadd(g, one - s, one)));
+            store(m, dgu + u0 + i, d * (g * s));
+        }
+    }
+}
+
+}  // namespace
+
+void swiglu_forward(void* h, const void* gu, DType t, int N, int F) { SHARDLM_DTYPE_SWITCH(t, D, swiglu_fwd<D>(h, gu, N, F)) }
+void swiglu_backward(float* dgu, const float* dh, const void* gu, DType t, int N, int F) {
+    SHARDLM_DTYPE_SWITCH(t, D, swiglu_bwd<D>(dgu, dh, gu, N, F))
+}
 void gelu_backward(float* dinp, const void* inp, DType t, const float* dout, size_t n) {
     SHARDLM_DTYPE_SWITCH(t, D, backward<D>(dinp, inp, dout, n))
 }

@@ -33,8 +33,13 @@ inline void ln_row(float* o, float* mean, float* rstd, const float* x, const flo
         v += d * d;
     }
     float r = 1.0f / std::sqrt(v / C + eps);
+    if (bias) {
 #pragma omp simd
-    for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * weight[i] + bias[i];
+        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * weight[i] + bias[i];
+    } else {
+#pragma omp simd
+        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * weight[i];
+    }
     *mean = m;
     *rstd = r;
 }
@@ -130,10 +135,75 @@ void layernorm_backward_params(float* dweight, float* dbias, const float* dout, 
                 db[i] += g[i];
             }
         }
-        for (int i = 0; i < w; i++) {
-            dweight[b0 + i] += dw[i];
-            dbias[b0 + i] += db[i];
+        for (int i = 0; i < w; i++) dweight[b0 + i] += dw[i];
+        if (dbias)
+            for (int i = 0; i < w; i++) dbias[b0 + i] += db[i];
+    }
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+
+void rmsnorm_forward(void* out, DType out_t, float* rstd, const void* inp, DType in_t, const float* weight, int N,
+                     int C, float eps) {
+#pragma omp parallel
+    {
+        float* xin = in_t == DType::F32 ? nullptr : thread_scratch(0, 2 * size_t(C));
+        float* y = out_t == DType::F32 ? nullptr : (xin ? xin + C : thread_scratch(0, size_t(C)));
+#pragma omp for schedule(dynamic, 8)
+        for (int n = 0; n < N; n++) {
+            const float* x = row_f32(inp, in_t, n, C, xin);
+            float* o = y ? y : static_cast<float*>(out) + size_t(n) * C;
+            float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+            for (int i = 0; i < C; i++) ss += x[i] * x[i];
+            const float r = 1.0f / std::sqrt(ss / C + eps);
+#pragma omp simd
+            for (int i = 0; i < C; i++) o[i] = (x[i] * r) * weight[i];
+            rstd[n] = r;
+            if (y) store_row(at(out, out_t, size_t(n) * C), out_t, y, size_t(C));
         }
+    }
+}
+
+void rmsnorm_backward_input(float* dinp, const float* dout, const void* inp, DType in_t, const float* weight,
+                            const float* rstd, int N, int C) {
+#pragma omp parallel
+    {
+        float* buf = in_t == DType::F32 ? nullptr : thread_scratch(1, size_t(C));
+#pragma omp for schedule(dynamic, 8)
+        for (int n = 0; n < N; n++) {
+            const float* x = row_f32(inp, in_t, n, C, buf);
+            const float* g = dout + size_t(n) * C;
+            float* dx = dinp + size_t(n) * C;
+            const float r = rstd[n];
+            float b = 0.0f;  // mean(dnorm * norm)
+#pragma omp simd reduction(+ : b)
+            for (int i = 0; i < C; i++) b += g[i] * weight[i] * (x[i] * r);
+            b /= C;
+#pragma omp simd
+            for (int i = 0; i < C; i++) dx[i] += r * (g[i] * weight[i] - (x[i] * r) * b);
+        }
+    }
+}
+
+void rmsnorm_backward_params(float* dweight, const float* dout, const void* inp, DType in_t, const float* rstd, int N,
+                             int C, int c0, int c1) {
+    constexpr int kCols = 64;
+    const int nblk = (c1 - c0 + kCols - 1) / kCols;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int blk = 0; blk < nblk; blk++) {
+        const int b0 = c0 + blk * kCols, w = std::min(kCols, c1 - b0);
+        float dw[kCols] = {}, xb[kCols];
+        for (int n = 0; n < N; n++) {
+            const float* x = xb;
+            if (in_t == DType::F32) x = static_cast<const float*>(inp) + size_t(n) * C + b0;
+            else load_row(xb, at(inp, in_t, size_t(n) * C + b0), in_t, size_t(w));
+            const float* g = dout + size_t(n) * C + b0;
+            const float r = rstd[n];
+#pragma omp simd
+            for (int i = 0; i < w; i++) dw[i] += g[i] * (x[i] * r);
+        }
+        for (int i = 0; i < w; i++) dweight[b0 + i] += dw[i];
     }
 }
 

@@ -1,4 +1,5 @@
-// kernels/layernorm.h: LayerNorm over the last dimension (eps as given; GPT-2 uses 1e-5).
+// kernels/layernorm.h: LayerNorm and RMSNorm over the last dimension (eps as given; GPT-2 uses 1e-5).
+// LayerNorm's bias may be null (a model without biases), and then so may its gradient.
 #pragma once
 
 #include "shardlm/core/dtype.h"
@@ -30,5 +31,15 @@ void layernorm_backward_input(float* dinp, const float* dout, const void* inp, D
                               const float* mean, const float* rstd, int N, int C);
 void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t,
                                const float* mean, const float* rstd, int N, int C, int c0, int c1);
+
+// RMSNorm (Zhang & Sennrich 2019; LLaMA's, as HF's LlamaRMSNorm): out = (x * rstd) * weight with
+// rstd = 1 / sqrt(mean(x^2) + eps), in fp32 (16-bit rows widened and the output rounded back). rstd
+// (N) is kept for backward. dinp += (row-local); dweight[c0:c1] += over all N rows, in order.
+void rmsnorm_forward(void* out, DType out_t, float* rstd, const void* inp, DType in_t, const float* weight, int N,
+                     int C, float eps);
+void rmsnorm_backward_input(float* dinp, const float* dout, const void* inp, DType in_t, const float* weight,
+                            const float* rstd, int N, int C);
+void rmsnorm_backward_params(float* dweight, const float* dout, const void* inp, DType in_t, const float* rstd, int N,
+                             int C, int c0, int c1);
 
 }  // namespace shardlm::kernels

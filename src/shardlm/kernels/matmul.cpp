@@ -63,8 +63,13 @@ void residual_add(float* out, const float* x, const float* bias, const float* y,
         const float* a = x + size_t(n) * C;
         const float* b = y + size_t(n) * C;
         float* o = out + size_t(n) * C;
+        if (bias) {
 #pragma omp simd
-        for (int j = 0; j < C; j++) o[j] = (a[j] + bias[j]) + b[j];
+            for (int j = 0; j < C; j++) o[j] = (a[j] + bias[j]) + b[j];
+        } else {
+#pragma omp simd
+            for (int j = 0; j < C; j++) o[j] = a[j] + b[j];
+        }
     }
 }
 
@@ -92,7 +97,8 @@ void residual_add_impl(void* out, const void* x, const float* bias, const float*
         const size_t row = size_t(n) * C;
         for (int j = 0; j < C; j += 16) {
             const simd::M16 m = simd::mask_below(size_t(j), size_t(C));
-            const simd::V16 a = load16<D>(x, row + j, m) + simd::load(m, bias + j);
+            const simd::V16 xv = load16<D>(x, row + j, m);
+            const simd::V16 a = bias ? xv + simd::load(m, bias + j) : xv;
             store16<D>(out, row + j, m, a + simd::load(m, y + row + j));
         }
     }

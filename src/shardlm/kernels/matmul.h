@@ -61,7 +61,7 @@ void bias_backward(float* dbias, const float* dout, int N, int OC, int ld = 0);
 // (model/units.h) split each weight gradient so; [0, OC) is the whole of matmul_backward's.
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t, int N, int C,
                             int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision = MatmulPrecision::fp32);
-// out(N,C) = (x + bias) + y: the residual add after a row-parallel linear's reduction (the bias is
+// out(N,C) = (x + bias) + y: the residual add after a row-parallel linear's reduction (bias may be null; it is
 // added once, after the reduction, in the order the one-process path adds it). out may alias x.
 void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C);
 // The same with x and out stored as t (F32, BF16 or F16), y fp32.

@@ -16,7 +16,7 @@ std::string describe(const Layout& l) {
 }
 
 double rank_bytes(const train::TrainConfig& cfg, const model::GptConfig& mc, const Layout& l) {
-    const cost::ModelShape shape = cost::gpt_shape("run", mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, cfg.seq);
+    const cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
     const double numel = double(cost::total_params(shape)) / double(l.tp * l.pp);
     const bool mixed = cfg.precision_policy().activation != DType::F32;
     const cost::ModelStateBytes states =

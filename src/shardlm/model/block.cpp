@@ -10,6 +10,7 @@
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/rope.h"
 #include "shardlm/model/unit_ops.h"
 
 namespace shardlm::model {
@@ -26,28 +27,46 @@ struct BlockRows {
 };
 
 BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
-    const size_t r = size_t(b0) * size_t(T), C = size_t(u.cfg->n_embd), Ct = C / size_t(u.tp_size());
-    const size_t heads = size_t(u.cfg->n_head / u.tp_size());
+    const size_t r = size_t(b0) * size_t(T), C = size_t(u.cfg->n_embd);
+    const BlockDims d = block_dims(*u.cfg, u.tp_size());
     const DType t = u.prec.activation;
     auto rows = [&](TypedBuffer& b, size_t width) -> void* { return b.size() ? at(b.data(), t, r * width) : nullptr; };
     return {rows(a.ln1, C),
-            rows(a.qkv, 3 * Ct),
-            a.att.size() ? at(a.att.data(), t, size_t(b0) * heads * size_t(T) * size_t(T)) : nullptr,
-            rows(a.atty, Ct),
+            rows(a.qkv, size_t(d.Wqkv)),
+            a.att.size() ? at(a.att.data(), t, size_t(b0) * size_t(d.NHt) * size_t(T) * size_t(T)) : nullptr,
+            rows(a.atty, size_t(d.Ct)),
             rows(a.resid2, C),
             rows(a.ln2, C),
-            rows(a.fch, 4 * Ct),
-            rows(a.fch_gelu, 4 * Ct),
-            a.ln1_mean.data() + r,
+            rows(a.fch, size_t(d.Ffc)),
+            rows(a.fch_gelu, size_t(d.F)),
+            stat_rows(a.ln1_mean, r),
             a.ln1_rstd.data() + r,
-            a.ln2_mean.data() + r,
+            stat_rows(a.ln2_mean, r),
             a.ln2_rstd.data() + r};
+}
+
+// Rotary embeddings on the q and k heads of n rows of [q | k | v] (positions pos0 + row % T); and
+// the inverse rotation of their gradients.
+void rope_qk(const UnitContext& u, const BlockDims& d, void* qkv, int n, int T, int pos0) {
+    if (u.cfg->position == Position::Rope)
+        rope_forward(qkv, u.prec.activation, n, T, pos0, size_t(d.Wqkv), 0, d.NHt + d.KVt, d.HS, u.cfg->rope_theta);
+}
+void rope_qk_backward(const UnitContext& u, const BlockDims& d, float* dqkv, int n, int T) {
+    if (u.cfg->position == Position::Rope)
+        rope_backward(dqkv, n, T, 0, size_t(d.Wqkv), 0, d.NHt + d.KVt, d.HS, u.cfg->rope_theta);
+}
+
+// The MLP's activation: GELU of the first product, or SwiGLU of its [gate | up].
+void mlp_act(const UnitContext& u, const BlockDims& d, void* h, const void* fc, int n) {
+    if (u.cfg->mlp == Mlp::SwiGLU) swiglu_forward(h, fc, u.prec.activation, n, d.F);
+    else gelu_forward(h, fc, u.prec.activation, size_t(n) * d.F);
 }
 
 // block_forward on sequences sq of the micro-batch (their rows of every buffer).
 void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& acts, const void* x, void* y, Span sq,
                         int T, KvLayer* kv, int pos) {
-    const int C = u.cfg->n_embd, tp = u.tp_size(), Ct = C / tp, NHt = u.cfg->n_head / tp, F = 4 * Ct;
+    const int C = u.cfg->n_embd, tp = u.tp_size();
+    const BlockDims d = block_dims(*u.cfg, tp);
     const DType t = u.prec.activation;
     const BlockRows a = block_rows(u, acts, sq.begin, T);
     const size_t off = size_t(sq.begin) * size_t(T) * size_t(C);  // more than one group: tp 1, Nl = N
@@ -55,22 +74,23 @@ void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& 
     y = at(y, t, off);
     float* partial = u.scratch->dln.data() + off;  // a row-parallel output before its reduction
     const int B = sq.count, N = B * T, Nl = u.rows(N);
-    layernorm_forward(a.ln1, t, a.ln1_mean, a.ln1_rstd, x, t, w.vec(kLn1W), w.vec(kLn1B), Nl, C, u.cfg->ln_eps);
-    linear(u, a.qkv, t, gather_input(u, a.ln1, N, t), w.w[kQkvW], w.vec(kQkvB), N, C, 3 * Ct);
+    norm_forward(u, a.ln1, a.ln1_mean, a.ln1_rstd, x, w.vec(kLn1W), w.vec(kLn1B), Nl);
+    linear(u, a.qkv, t, gather_input(u, a.ln1, N, t), w.w[kQkvW], w.vec(kQkvB), N, C, d.Wqkv);
+    rope_qk(u, d, a.qkv, N, T, kv ? pos : 0);
     if (kv) {
         SHARDLM_CHECK(!u.mixed() && tp == 1, "decoding runs in fp32 on one rank");
-        attention_forward_cached(static_cast<float*>(a.atty), static_cast<float*>(a.qkv), kv->k, kv->v, pos, T, Ct, NHt,
-                                 kv->scores);
+        attention_forward_cached(static_cast<float*>(a.atty), static_cast<float*>(a.qkv), kv->k, kv->v, pos, T, d.Ct,
+                                 d.NHt, kv->scores, d.KVt);
     } else {
         // selective recomputation keeps no probabilities: they go to scratch, recomputed in backward
-        void* att = a.att ? a.att : at(u.scratch->att.data(), t, size_t(sq.begin) * NHt * size_t(T) * T);
-        attention_forward(a.atty, att, t, a.qkv, t, B, T, Ct, NHt);
+        void* att = a.att ? a.att : at(u.scratch->att.data(), t, size_t(sq.begin) * d.NHt * size_t(T) * T);
+        attention_forward(a.atty, att, t, a.qkv, t, B, T, d.Ct, d.NHt, d.KVt);
     }
-    row_parallel_residual(u, a.resid2, partial, a.atty, w.w[kAttnProjW], w.vec(kAttnProjB), x, N, Ct);
-    layernorm_forward(a.ln2, t, a.ln2_mean, a.ln2_rstd, a.resid2, t, w.vec(kLn2W), w.vec(kLn2B), Nl, C, u.cfg->ln_eps);
-    linear(u, a.fch, t, gather_input(u, a.ln2, N, t), w.w[kFcW], w.vec(kFcB), N, C, F);
-    gelu_forward(a.fch_gelu, a.fch, t, size_t(N) * F);
-    row_parallel_residual(u, y, partial, a.fch_gelu, w.w[kFcProjW], w.vec(kFcProjB), a.resid2, N, F);
+    row_parallel_residual(u, a.resid2, partial, a.atty, w.w[kAttnProjW], w.vec(kAttnProjB), x, N, d.Ct);
+    norm_forward(u, a.ln2, a.ln2_mean, a.ln2_rstd, a.resid2, w.vec(kLn2W), w.vec(kLn2B), Nl);
+    linear(u, a.fch, t, gather_input(u, a.ln2, N, t), w.w[kFcW], w.vec(kFcB), N, C, d.Ffc);
+    mlp_act(u, d, a.fch_gelu, a.fch, N);
+    row_parallel_residual(u, y, partial, a.fch_gelu, w.w[kFcProjW], w.vec(kFcProjB), a.resid2, N, d.F);
 }
 
 }  // namespace
@@ -87,7 +107,9 @@ void block_forward(const UnitContext& u, const BlockWeights& w, BlockActs& acts,
 void block_backward_input(const UnitContext& u, const BlockWeights& w, const BlockActs& acts, BlockKeep& k,
                           const void* x, float* dres, int B, int T) {
     Scratch& s = *u.scratch;
-    const int C = u.cfg->n_embd, tp = u.tp_size(), Ct = C / tp, NHt = u.cfg->n_head / tp, F = 4 * Ct;
+    const int C = u.cfg->n_embd, tp = u.tp_size();
+    const BlockDims d = block_dims(*u.cfg, tp);
+    const int Ct = d.Ct, NHt = d.NHt, F = d.F;
     const DType t = u.prec.activation;
     BlockActs& mut = const_cast<BlockActs&>(acts);  // rows are read only (but for recomputation)
     // a group of sequences at a time (more than one group: one tensor-parallel rank, Nl = N)
@@ -101,36 +123,43 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int n = sq.count * T, nl = u.rows(n);
         auto rows = [&](AlignedBuffer<float>& b, int width) { return b.data() + r0 * size_t(width); };
-        float *dr = dres + r0 * C, *dy_fp = rows(k.dy_fcproj, C), *dy_p = rows(k.dy_proj, C), *dfch = rows(k.dfch, F);
-        float *datty = rows(s.datty, Ct), *dqkv = rows(k.dqkv, 3 * Ct), *dln2 = rows(k.dln2, C), *dln1 = rows(k.dln1, C);
+        float *dr = dres + r0 * C, *dy_fp = rows(k.dy_fcproj, C), *dy_p = rows(k.dy_proj, C), *dfch = rows(k.dfch, d.Ffc);
+        float *datty = rows(s.datty, Ct), *dqkv = rows(k.dqkv, d.Wqkv), *dln2 = rows(k.dln2, C), *dln1 = rows(k.dln1, C);
         // A column-parallel linear's input gradient: on one rank straight into the kept LayerNorm
         // gradient; else partial in scratch, then summed over the group (f's backward) and kept.
         auto partial = [&](float* kept) { return tp == 1 ? kept : s.dln.data(); };
         auto reduce_into = [&](float* kept) {
             if (tp > 1) std::memcpy(kept, reduce_input_grad(u, n), sizeof(float) * size_t(nl) * C);
         };
-        // MLP: y = resid2 + gelu(ln2(resid2) @ Wfc^T + bfc) @ Wfp^T + bfp
+        // MLP: y = resid2 + act(norm2(resid2) @ Wfc^T + bfc) @ Wfp^T + bfp (act: GELU, or SwiGLU of [gate | up])
         row_parallel_dout(u, dy_fp, dr, n);
-        linear_backward(u, dfch, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false);
-        gelu_backward(dfch, a.fch, t, dfch, size_t(n) * F);
-        linear_backward(u, partial(dln2), nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, F, false);
+        if (u.cfg->mlp == Mlp::SwiGLU) {
+            float* dh = rows(s.dh, F);
+            linear_backward(u, dh, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false);
+            swiglu_backward(dfch, dh, a.fch, t, n, F);
+        } else {
+            linear_backward(u, dfch, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false);
+            gelu_backward(dfch, a.fch, t, dfch, size_t(n) * F);
+        }
+        linear_backward(u, partial(dln2), nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, d.Ffc, false);
         reduce_into(dln2);
-        layernorm_backward_input(dr, dln2, a.resid2, t, w.vec(kLn2W), a.ln2_mean, a.ln2_rstd, nl, C);
-        // attention: resid2 = x + attention(ln1(x)) @ Wp^T + bp
+        norm_backward_input(u, dr, dln2, a.resid2, w.vec(kLn2W), a.ln2_mean, a.ln2_rstd, nl);
+        // attention: resid2 = x + attention(norm1(x)) @ Wp^T + bp
         row_parallel_dout(u, dy_p, dr, n);
         linear_backward(u, datty, nullptr, nullptr, dy_p, a.atty, w.w[kAttnProjW], n, Ct, C, false);
         const void* att = a.att;
         if (!att) {  // selective recomputation: the probabilities again, from the kept q, k, v
             void* p = at(s.att.data(), t, size_t(sq.begin) * NHt * size_t(T) * T);
-            attention_forward(at(s.atty.data(), t, r0 * Ct), p, t, a.qkv, t, sq.count, T, Ct, NHt);
+            attention_forward(at(s.atty.data(), t, r0 * Ct), p, t, a.qkv, t, sq.count, T, Ct, NHt, d.KVt);
             att = p;
         }
         // each lane its own attention scratch (inside a lane every thread number is 0)
         float* attn = s.attn.data() + size_t(u.lane) * attention_scratch_floats(T, 1);
-        attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, Ct, NHt);
-        linear_backward(u, partial(dln1), nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, 3 * Ct, false);
+        attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, Ct, NHt, d.KVt);
+        rope_qk_backward(u, d, dqkv, n, T);
+        linear_backward(u, partial(dln1), nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, d.Wqkv, false);
         reduce_into(dln1);
-        layernorm_backward_input(dr, dln1, at(x, t, r0 * C), t, w.vec(kLn1W), a.ln1_mean, a.ln1_rstd, nl, C);
+        norm_backward_input(u, dr, dln1, at(x, t, r0 * C), w.vec(kLn1W), a.ln1_mean, a.ln1_rstd, nl);
     }
 }
 
@@ -164,43 +193,43 @@ void row_parallel_w(const UnitContext& u, float* dw, float* db, const float* dou
                     int b, int e, bool acc) {
     const int C = u.cfg->n_embd;
     matmul_backward_weight(dw, u.sp ? nullptr : db, dout, in.data(), u.prec.activation, N, K, C, b, e, acc, u.matmul());
-    if (u.sp) {
+    if (u.sp && db) {
         const int Nl = u.rows(N);
         bias_backward(db + b, dout + size_t(u.tp->rank()) * Nl * C + b, Nl, e - b, C);
     }
 }
 
 // In the order the one-process backward has always summed them (the tasks write disjoint gradients).
+BlockDims dims(const UnitContext& u) { return block_dims(*u.cfg, u.tp_size()); }
+
 const WeightTask<BlockW> kBlockWeightTasks[] = {
-    {"mlp.c_fc", [](const UnitContext& u) { return 4 * u.cfg->n_embd / u.tp_size(); },
+    {"mlp.c_fc", [](const UnitContext& u) { return dims(u).Ffc; },
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         column_parallel_w(u, w.g.g[kFcW], w.g.g[kFcB], w.k.dfch.data(), w.a.ln2, w.N, 4 * n_embd(u) / u.tp_size(), b,
-                           e, w.acc);
+         column_parallel_w(u, w.g.g[kFcW], w.g.g[kFcB], w.k.dfch.data(), w.a.ln2, w.N, dims(u).Ffc, b, e, w.acc);
      }},
-    {"attn.c_attn", [](const UnitContext& u) { return 3 * u.cfg->n_embd / u.tp_size(); },
+    {"attn.c_attn", [](const UnitContext& u) { return dims(u).Wqkv; },
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         column_parallel_w(u, w.g.g[kQkvW], w.g.g[kQkvB], w.k.dqkv.data(), w.a.ln1, w.N, 3 * n_embd(u) / u.tp_size(),
-                           b, e, w.acc);
+         column_parallel_w(u, w.g.g[kQkvW], w.g.g[kQkvB], w.k.dqkv.data(), w.a.ln1, w.N, dims(u).Wqkv, b, e, w.acc);
      }},
     {"mlp.c_proj", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         row_parallel_w(u, w.g.g[kFcProjW], w.g.g[kFcProjB], w.k.dy_fcproj.data(), w.a.fch_gelu, w.N,
-                        4 * n_embd(u) / u.tp_size(), b, e, w.acc);
+         row_parallel_w(u, w.g.g[kFcProjW], w.g.g[kFcProjB], w.k.dy_fcproj.data(), w.a.fch_gelu, w.N, dims(u).F, b, e,
+                        w.acc);
      }},
     {"attn.c_proj", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         row_parallel_w(u, w.g.g[kAttnProjW], w.g.g[kAttnProjB], w.k.dy_proj.data(), w.a.atty, w.N,
-                        n_embd(u) / u.tp_size(), b, e, w.acc);
+         row_parallel_w(u, w.g.g[kAttnProjW], w.g.g[kAttnProjB], w.k.dy_proj.data(), w.a.atty, w.N, dims(u).Ct, b, e,
+                        w.acc);
      }},
     {"ln_2", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         layernorm_backward_params(w.g.g[kLn2W], w.g.g[kLn2B], w.k.dln2.data(), w.a.resid2.data(), u.prec.activation,
-                                   w.a.ln2_mean.data(), w.a.ln2_rstd.data(), u.rows(w.N), n_embd(u), b, e);
+         norm_backward_params(u, w.g.g[kLn2W], w.g.g[kLn2B], w.k.dln2.data(), w.a.resid2.data(), stat_rows(w.a.ln2_mean, 0),
+                              w.a.ln2_rstd.data(), u.rows(w.N), b, e);
      }},
     {"ln_1", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         layernorm_backward_params(w.g.g[kLn1W], w.g.g[kLn1B], w.k.dln1.data(), w.x, u.prec.activation, w.a.ln1_mean.data(),
-                                   w.a.ln1_rstd.data(), u.rows(w.N), n_embd(u), b, e);
+         norm_backward_params(u, w.g.g[kLn1W], w.g.g[kLn1B], w.k.dln1.data(), w.x, stat_rows(w.a.ln1_mean, 0),
+                              w.a.ln1_rstd.data(), u.rows(w.N), b, e);
      }},
 };
 

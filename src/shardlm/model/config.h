@@ -1,10 +1,31 @@
-// model/config.h: GPT-2-style model configuration and presets.
+// model/config.h: the configuration of a decoder-only transformer and its presets.
+//
+// GPT-2 is the default of every knob; LLaMA-style models set them: RMSNorm, rotary position
+// embeddings, a SwiGLU MLP, no biases, an untied head, grouped-query attention (n_kv_head < n_head).
+// The knobs are independent (a GPT-2 with RMSNorm is a valid model); the parameter names follow HF
+// GPT-2 when every knob is GPT-2's and HF LLaMA otherwise (Family).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "shardlm/core/enum_names.h"
+#include "shardlm/cost/shape.h"
+
 namespace shardlm::model {
+
+enum class Norm { LayerNorm, RMSNorm };
+enum class Position { Learned, Rope };
+enum class Mlp { Gelu, SwiGLU };
+inline constexpr EnumName<Norm> kNormNames[] = {{Norm::LayerNorm, "layernorm"}, {Norm::RMSNorm, "rmsnorm"}};
+inline constexpr EnumName<Position> kPositionNames[] = {{Position::Learned, "learned"}, {Position::Rope, "rope"}};
+inline constexpr EnumName<Mlp> kMlpNames[] = {{Mlp::Gelu, "gelu"}, {Mlp::SwiGLU, "swiglu"}};
+constexpr const auto& enum_names(Norm) { return kNormNames; }
+constexpr const auto& enum_names(Position) { return kPositionNames; }
+constexpr const auto& enum_names(Mlp) { return kMlpNames; }
+
+// Whose parameter names (and HF config.json) a model uses.
+enum class Family { Gpt2, Llama };
 
 struct GptConfig {
     std::string name = "custom";
@@ -12,8 +33,27 @@ struct GptConfig {
     int n_head = 0;
     int n_embd = 0;
     int vocab_size = 0;  // the true vocabulary; loss, import and export use it
-    int n_ctx = 0;       // maximum sequence length (HF: n_positions)
-    float ln_eps = 1e-5f;
+    int n_ctx = 0;       // maximum sequence length (HF: n_positions, max_position_embeddings)
+    float ln_eps = 1e-5f;  // LayerNorm's or RMSNorm's epsilon (HF: layer_norm_epsilon, rms_norm_eps)
+    // architecture knobs (GPT-2's by default)
+    Norm norm = Norm::LayerNorm;
+    Position position = Position::Learned;
+    float rope_theta = 10000.0f;
+    Mlp mlp = Mlp::Gelu;
+    int ffn_hidden = 0;  // the MLP's inner size; 0: 4 C (gelu), LLaMA's 8C/3 rounded up to 256 (swiglu)
+    bool bias = true;    // biases of the linear layers and of LayerNorm
+    bool tie_embeddings = true;  // the head reads wte (else its own lm_head matrix)
+    int n_kv_head = 0;   // key/value heads (grouped-query attention); 0: n_head
+
+    int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+    int ffn() const;
+    // width of a row of the fused q | k | v projection: (n_head + 2 n_kv_head) head_dim
+    int qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
+    bool gpt2_arch() const {
+        return norm == Norm::LayerNorm && position == Position::Learned && mlp == Mlp::Gelu && bias &&
+               tie_embeddings && kv_heads() == n_head && (ffn_hidden == 0 || ffn_hidden == 4 * n_embd);
+    }
+    Family family() const { return gpt2_arch() ? Family::Gpt2 : Family::Llama; }
 
     // Internally the vocabulary is padded to a multiple of 128 rows of zeros (faster GEMMs), times the
     // tensor-parallel size (every rank holds Vp / tp rows); padded rows never receive gradient and
@@ -28,24 +68,37 @@ struct GptConfig {
 };
 
 // Presets: gpt2, gpt2-medium, gpt2-large, gpt2-xl; the eight GPT-3 sizes of seed 002's table
-// (gpt3-small ... gpt3-175b); and tiny ones for tests and the default training run.
+// (gpt3-small ... gpt3-175b); the LLaMA family (llama-7b/13b/33b/65b, llama2-7b/13b/70b,
+// llama3-8b/70b); and tiny ones for tests and the default training run (tiny, small, llama-tiny).
 const std::vector<GptConfig>& presets();
 // Throws with the list of preset names if `name` is unknown.
 GptConfig find_preset(const std::string& name);
 
-// HF GPT-2 config.json (n_layer, n_head, n_embd, vocab_size, n_positions). Errors name the file and key.
+// HF config.json: GPT-2's (model_type "gpt2": n_layer, n_head, n_embd, vocab_size, n_positions) or
+// LLaMA's (model_type "llama": hidden_size, intermediate_size, num_attention_heads,
+// num_key_value_heads, num_hidden_layers, vocab_size, max_position_embeddings, rms_norm_eps,
+// rope_theta, tie_word_embeddings). Errors name the file and key.
 GptConfig load_hf_config(const std::string& path);
+// The config.json of c's family (for a LLaMA-named model HF cannot express, with shardlm's keys for
+// the knobs HF's LLaMA lacks: hf_unsupported).
 std::string hf_config_json(const GptConfig& c);
+// Empty if HF's GPT-2 or LLaMA computes what c computes, else why not (export refuses such a model;
+// its checkpoints still load: config.json then carries shardlm's own keys for the other knobs).
+std::string hf_unsupported(const GptConfig& c);
 
-// Parameter counts (true vocabulary; tied head counted once).
+// Parameter counts (true vocabulary; a tied head counted once).
 struct ParamCount {
-    int64_t embedding = 0;  // wte (V x C) + wpe (n_ctx x C)
+    int64_t embedding = 0;  // wte (V x C) + wpe (n_ctx x C, learned positions)
     int64_t blocks = 0;     // all transformer blocks
     int64_t per_block = 0;
     int64_t final_norm = 0;
+    int64_t head = 0;       // an untied lm_head (V x C)
     int64_t total = 0;
 };
 ParamCount count_params(const GptConfig& c);
+// The cost model's shape of c (cost/shape.h) at sequence length seq; vocab: 0 for c's true vocabulary.
+cost::ModelShape cost_shape(const GptConfig& c, int seq, int vocab = 0);
+
 // Seed 002's estimate 12 l h^2 + 2 v h (embedding and an untied output projection).
 int64_t estimate_params_12lh2_2vh(const GptConfig& c);
 

@@ -8,6 +8,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/matmul.h"
+#include "shardlm/model/unit_ops.h"
 
 namespace shardlm::model {
 
@@ -24,7 +25,7 @@ Generator::Generator(GptConfig config, const Layout& layout, const float* params
         case UnitKind::Block: blocks_[size_t(un.block)] = int(u); break;
         }
     }
-    SHARDLM_CHECK(wte_ >= 0 && wpe_ >= 0 && head_ >= 0 &&
+    SHARDLM_CHECK(wte_ >= 0 && (wpe_ >= 0 || cfg_.position == Position::Rope) && head_ >= 0 &&
                       std::find(blocks_.begin(), blocks_.end(), -1) == blocks_.end(),
                   "Generator: the layout does not hold the whole model");
     scratch_.allocate(cfg_, 1, 1, 1, 1, DType::F32, Recompute::None);
@@ -32,16 +33,19 @@ Generator::Generator(GptConfig config, const Layout& layout, const float* params
     ctx_.tp = &no_tensor_parallel();
     ctx_.scratch = &scratch_;
     acts_.allocate(cfg_, 1, 1, 1, false, DType::F32, /*keep_att=*/false);
-    k_cache_.resize(L * T * C);
-    v_cache_.resize(L * T * C);
+    // grouped-query attention caches n_kv_head heads: n_kv_head / n_head of multi-head attention's cache
+    const size_t KVC = size_t(cfg_.kv_heads()) * size_t(cfg_.head_dim());
+    k_cache_.resize(L * T * KVC);
+    v_cache_.resize(L * T * KVC);
     x_.resize(C), y_.resize(C), lnf_.resize(C), stats_.resize(2);
     logits_.resize(size_t(cfg_.padded_vocab()));
     scores_.resize(T);
 }
 
 const float* Generator::param(int unit, int i) const {
+    if (unit < 0) return nullptr;
     const Unit& u = layout_.units[size_t(unit)];
-    return params_ + layout_.params[size_t(u.first_param + i)].offset;
+    return u.role[i] < 0 ? nullptr : params_ + layout_.params[size_t(u.role[i])].offset;
 }
 
 const float* Generator::step(int token) {
@@ -50,17 +54,18 @@ const float* Generator::step(int token) {
     SHARDLM_CHECK(token >= 0 && token < V, "token id ", token, " is outside the vocabulary [0, ", V, ")");
     const float* wte = param(wte_, kTable);
     const float* wpe = param(wpe_, kTable);
-    for (int i = 0; i < C; i++) x_[size_t(i)] = wte[size_t(token) * C + i] + wpe[size_t(pos_) * C + i];
+    for (int i = 0; i < C; i++) x_[size_t(i)] = wte[size_t(token) * C + i] + (wpe ? wpe[size_t(pos_) * C + i] : 0.0f);
+    const size_t KVC = size_t(cfg_.kv_heads()) * size_t(cfg_.head_dim());
     for (int l = 0; l < cfg_.n_layer; l++) {
         BlockWeights w;
         for (int i = 0; i < kNumBlockParams; i++) w.w[i] = param(blocks_[size_t(l)], i);
-        KvLayer kv{k_cache_.data() + size_t(l) * T * C, v_cache_.data() + size_t(l) * T * C, scores_.data()};
+        KvLayer kv{k_cache_.data() + size_t(l) * T * KVC, v_cache_.data() + size_t(l) * T * KVC, scores_.data()};
         block_forward(ctx_, w, acts_, x_.data(), y_.data(), 1, 1, &kv, pos_);
         std::swap(x_, y_);
     }
-    kernels::layernorm_forward(lnf_.data(), &stats_[0], &stats_[1], x_.data(), param(head_, kLnfW), param(head_, kLnfB), 1, C,
-                               cfg_.ln_eps);
-    kernels::matmul_forward(logits_.data(), lnf_.data(), wte, nullptr, 1, C, V, false);
+    detail::norm_forward(ctx_, lnf_.data(), &stats_[0], &stats_[1], x_.data(), param(head_, kLnfW), param(head_, kLnfB), 1);
+    const float* head = cfg_.tie_embeddings ? wte : param(head_, kLmHead);
+    kernels::matmul_forward(logits_.data(), lnf_.data(), head, nullptr, 1, C, V, false);
     pos_++;
     return logits_.data();
 }

@@ -1,4 +1,4 @@
-// model/head.cpp: the final LayerNorm, the tied LM head and the cross-entropy (units.h), in lanes or
+// model/head.cpp: the final norm, the LM head (tied to wte, or lm_head) and the cross-entropy (units.h), in lanes or
 // over all threads, vocabulary-parallel across a tensor-parallel group.
 #include "shardlm/model/units.h"
 
@@ -30,8 +30,8 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int n = sq.count * T;
         void* lnf = at(a.lnf.data(), u.prec.activation, r0 * C);
-        layernorm_forward(lnf, u.prec.activation, a.lnf_mean.data() + r0, a.lnf_rstd.data() + r0, at(xL, u.prec.activation, r0 * C), u.prec.activation,
-                          lnf_w, lnf_b, u.rows(n), C, u.cfg->ln_eps);
+        norm_forward(u, lnf, stat_rows(a.lnf_mean, r0), a.lnf_rstd.data() + r0, at(xL, u.prec.activation, r0 * C), lnf_w,
+                     lnf_b, u.rows(n));
         if (targets) std::memcpy(a.targets.data() + r0, targets + r0, sizeof(int) * size_t(n));
         if (a.logits.size() == 0) {
             // chunked head: the fp32 logits of kHeadRows rows at a time in scratch (the lane's own),
@@ -91,8 +91,8 @@ void head_backward_input(const UnitContext& u, const float* lnf_w, const void* w
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int nl = u.rows(sq.count * T);
         std::memset(dxL + r0 * C, 0, sizeof(float) * size_t(nl) * C);
-        layernorm_backward_input(dxL + r0 * C, dl + r0 * C, at(xL, u.prec.activation, r0 * C), u.prec.activation, lnf_w, a.lnf_mean.data() + r0,
-                                 a.lnf_rstd.data() + r0, nl, C);
+        norm_backward_input(u, dxL + r0 * C, dl + r0 * C, at(xL, u.prec.activation, r0 * C), lnf_w,
+                            stat_rows(a.lnf_mean, r0), a.lnf_rstd.data() + r0, nl);
     };
     for (int i; row_items.next(&i);) {
         const Span sq = groups(i, B);
@@ -128,7 +128,7 @@ struct HeadW {
 };
 
 const WeightTask<HeadW> kHeadWeightTasks[] = {
-    {"wte (tied head)", [](const UnitContext& u) { return u.cfg->padded_vocab(u.tp_size()) / u.tp_size(); },
+    {"wte (tied head) or lm_head", [](const UnitContext& u) { return u.cfg->padded_vocab(u.tp_size()) / u.tp_size(); },
      [](const UnitContext& u, const HeadW& h, int b, int e) {
          // this rank's vocabulary rows of d(wte) over every row
          const int C = u.cfg->n_embd, Vt = u.cfg->padded_vocab(u.tp_size()) / u.tp_size();
@@ -141,8 +141,8 @@ const WeightTask<HeadW> kHeadWeightTasks[] = {
      }},
     {"ln_f", [](const UnitContext& u) { return u.cfg->n_embd; },
      [](const UnitContext& u, const HeadW& h, int b, int e) {
-         layernorm_backward_params(h.dlnf_w, h.dlnf_b, h.k.dlnf.data(), h.xL, u.prec.activation, h.a.lnf_mean.data(),
-                                   h.a.lnf_rstd.data(), u.rows(h.N), u.cfg->n_embd, b, e);
+         norm_backward_params(u, h.dlnf_w, h.dlnf_b, h.k.dlnf.data(), h.xL, stat_rows(h.a.lnf_mean, 0),
+                              h.a.lnf_rstd.data(), u.rows(h.N), b, e);
      }},
 };
 

@@ -1,5 +1,8 @@
 #include "shardlm/model/layout.h"
 
+#include <initializer_list>
+#include <utility>
+
 #include "shardlm/core/check.h"
 
 namespace shardlm::model {
@@ -40,28 +43,37 @@ namespace {
 constexpr size_t kAlignElems = 16;  // 64 bytes
 size_t align_up(size_t n) { return (n + kAlignElems - 1) / kAlignElems * kAlignElems; }
 
+// How tensor parallelism cuts a parameter: tp_axis/tp_parts (ParamSpec).
+struct Split {
+    int axis = -1, parts = 1;
+};
+
 struct Builder {
     Layout L;
     int tp_size = 1, tp_rank = 0;
     size_t unit_align = kAlignElems;
 
     void begin_unit(std::string name, UnitKind kind, int compute, int block = -1) {
-        L.units.push_back({std::move(name), kind, block, compute, L.total, 0, int(L.params.size()), 0});
+        Unit u;
+        u.name = std::move(name), u.kind = kind, u.block = block, u.compute = compute;
+        u.offset = L.total, u.first_param = int(L.params.size());
+        L.units.push_back(std::move(u));
     }
-    // full: internal shape of the whole tensor; tp_axis/tp_parts: how tensor parallelism cuts it.
-    void add(std::string name, std::vector<int64_t> full, int tp_axis = -1, int tp_parts = 1, bool transposed = false,
-             int64_t hf_rows = -1, bool gemm_written = false) {
+    // full: internal shape of the whole tensor. packed: right after the previous parameter, without
+    // alignment (a fused matrix's next block: q | k | v, gate | up).
+    ParamSpec& add(int role, std::string name, std::vector<int64_t> full, Init init, Split split = Split{},
+                   bool transposed = false, int64_t hf_rows = -1, bool gemm_written = false, bool packed = false) {
         ParamSpec p;
         p.name = std::move(name);
         p.full_shape = full;
         p.shape = full;
-        if (tp_axis >= 0 && tp_size > 1) {
-            SHARDLM_CHECK(full[size_t(tp_axis)] % (int64_t(tp_size) * tp_parts) == 0, p.name, ": dimension ",
-                          full[size_t(tp_axis)], " does not split into ", tp_size, " tensor-parallel ranks");
-            p.shape[size_t(tp_axis)] /= tp_size;
+        if (split.axis >= 0 && tp_size > 1) {
+            SHARDLM_CHECK(full[size_t(split.axis)] % (int64_t(tp_size) * split.parts) == 0, p.name, ": dimension ",
+                          full[size_t(split.axis)], " does not split into ", tp_size, " tensor-parallel ranks");
+            p.shape[size_t(split.axis)] /= tp_size;
         }
-        p.tp_axis = tp_axis;
-        p.tp_parts = tp_parts;
+        p.tp_axis = split.axis;
+        p.tp_parts = split.parts;
         p.tp_rank = tp_rank;
         p.tp_size = tp_size;
         p.numel = 1;
@@ -70,10 +82,14 @@ struct Builder {
         p.hf_transposed = transposed;
         p.hf_rows = hf_rows;
         p.gemm_written = gemm_written;
-        p.offset = L.total;
-        L.total = align_up(L.total + p.numel);
+        p.init = init;
+        p.offset = packed ? L.params.back().offset + L.params.back().numel : L.total;
+        L.total = align_up(p.offset + p.numel);
+        Unit& u = L.units.back();
+        if (role >= 0) u.role[role] = int(L.params.size());
         L.params.push_back(std::move(p));
-        L.units.back().num_params++;
+        u.num_params++;
+        return L.params.back();
     }
     void end_unit() {
         Unit& u = L.units.back();
@@ -81,6 +97,67 @@ struct Builder {
         L.total = u.offset + u.numel;
     }
 };
+
+constexpr Split kColumn{0, 1}, kRow{1, 1};
+
+// GPT-2's names and its fused c_attn (HF Conv1D: transposed).
+void add_gpt2_block(Builder& b, const GptConfig& c, int l) {
+    const int64_t C = c.n_embd;
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    b.add(kLn1W, h + "ln_1.weight", {C}, Init::One);
+    b.add(kLn1B, h + "ln_1.bias", {C}, Init::Zero);
+    b.add(kQkvW, h + "attn.c_attn.weight", {3 * C, C}, Init::Normal, {0, 3}, true, -1, true);  // heads split
+    b.add(kQkvB, h + "attn.c_attn.bias", {3 * C}, Init::Zero, {0, 3});
+    b.add(kAttnProjW, h + "attn.c_proj.weight", {C, C}, Init::ResidNormal, kRow, true, -1, true);
+    b.add(kAttnProjB, h + "attn.c_proj.bias", {C}, Init::Zero);  // added once, after the reduction
+    b.add(kLn2W, h + "ln_2.weight", {C}, Init::One);
+    b.add(kLn2B, h + "ln_2.bias", {C}, Init::Zero);
+    b.add(kFcW, h + "mlp.c_fc.weight", {4 * C, C}, Init::Normal, kColumn, true, -1, true);
+    b.add(kFcB, h + "mlp.c_fc.bias", {4 * C}, Init::Zero, kColumn);
+    b.add(kFcProjW, h + "mlp.c_proj.weight", {C, 4 * C}, Init::ResidNormal, kRow, true, -1, true);
+    b.add(kFcProjB, h + "mlp.c_proj.bias", {C}, Init::Zero);
+}
+
+// A norm's gain and (LayerNorm with biases) its bias.
+void add_norm(Builder& b, const GptConfig& c, int w_role, int b_role, const std::string& name) {
+    b.add(w_role, name + ".weight", {c.n_embd}, Init::One);
+    if (c.norm == Norm::LayerNorm && c.bias) b.add(b_role, name + ".bias", {c.n_embd}, Init::Zero);
+}
+
+// Several column-parallel linears read as one matrix: each tensor whole on its own, cut alike.
+void add_fused(Builder& b, const GptConfig& c, int w_role, int b_role, const std::string& prefix,
+               std::initializer_list<std::pair<const char*, int64_t>> parts) {
+    bool first = true;
+    for (auto [name, rows] : parts) {
+        b.add(first ? w_role : -1, prefix + name + ".weight", {rows, c.n_embd}, Init::Normal, kColumn, false, -1, true,
+              !first);
+        first = false;
+    }
+    if (!c.bias) return;
+    first = true;
+    for (auto [name, rows] : parts) {
+        b.add(first ? b_role : -1, prefix + name + ".bias", {rows}, Init::Zero, kColumn, false, -1, false, !first);
+        first = false;
+    }
+}
+
+// HF LLaMA's names (nn.Linear [out, in], as stored internally).
+void add_llama_block(Builder& b, const GptConfig& c, int l) {
+    const int64_t C = c.n_embd, hd = c.head_dim(), F = c.ffn();
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    add_norm(b, c, kLn1W, kLn1B, h + "input_layernorm");
+    add_fused(b, c, kQkvW, kQkvB, h + "self_attn.",
+              {{"q_proj", c.n_head * hd}, {"k_proj", c.kv_heads() * hd}, {"v_proj", c.kv_heads() * hd}});
+    b.add(kAttnProjW, h + "self_attn.o_proj.weight", {C, c.n_head * hd}, Init::ResidNormal, kRow, false, -1, true);
+    if (c.bias) b.add(kAttnProjB, h + "self_attn.o_proj.bias", {C}, Init::Zero);
+    add_norm(b, c, kLn2W, kLn2B, h + "post_attention_layernorm");
+    if (c.mlp == Mlp::SwiGLU)
+        add_fused(b, c, kFcW, kFcB, h + "mlp.", {{"gate_proj", F}, {"up_proj", F}});
+    else
+        add_fused(b, c, kFcW, kFcB, h + "mlp.", {{"up_proj", F}});
+    b.add(kFcProjW, h + "mlp.down_proj.weight", {C, F}, Init::ResidNormal, kRow, false, -1, true);
+    if (c.bias) b.add(kFcProjB, h + "mlp.down_proj.bias", {C}, Init::Zero);
+}
 
 }  // namespace
 
@@ -93,6 +170,7 @@ Layout make_gpt2_layout(const GptConfig& c, int unit_multiple) {
 Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
     const int L = c.n_layer, head = L + 1;
     const int64_t C = c.n_embd, Vp = c.padded_vocab(spec.tp_size);
+    const bool gpt2 = c.family() == Family::Gpt2;
     std::vector<std::pair<int, int>> chunks = spec.chunks;
     if (chunks.empty()) chunks.push_back({0, head});
     for (auto [a, b] : chunks)
@@ -101,48 +179,47 @@ Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
                   spec.tp_rank, " of ", spec.tp_size);
     SHARDLM_CHECK(c.n_head % spec.tp_size == 0, "n_head = ", c.n_head, " does not split into ", spec.tp_size,
                   " tensor-parallel ranks\n---> HINT: use a --tp that divides the number of heads");
+    SHARDLM_CHECK(c.kv_heads() % spec.tp_size == 0, "n_kv_head = ", c.kv_heads(), " does not split into ", spec.tp_size,
+                  " tensor-parallel ranks: each rank holds whole key/value heads and the query heads that share them",
+                  "\n---> HINT: use a --tp that divides n_kv_head (", c.kv_heads(), ")");
+    SHARDLM_CHECK(c.ffn() % spec.tp_size == 0, "the MLP's inner size ", c.ffn(), " does not split into ", spec.tp_size,
+                  " tensor-parallel ranks\n---> HINT: use a --tp that divides ffn_hidden");
     Builder b;
     b.L.n_layer = L;
     b.tp_size = spec.tp_size;
     b.tp_rank = spec.tp_rank;
     b.unit_align = kAlignElems * size_t(spec.unit_multiple > 0 ? spec.unit_multiple : 1);
+    const std::string wte_name = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
     // the head's GEMM writes the gradient of the wte it reads first (the tied copy, or the
     // embedding's when they share a chunk)
     auto add_wte = [&](bool tied_copy, bool head_writes) {
         b.begin_unit("wte", UnitKind::TokenEmbedding, tied_copy ? head : 0);
-        b.add("transformer.wte.weight", {Vp, C}, 0, 1, false, c.vocab_size, head_writes);
-        b.L.params.back().tied_copy = tied_copy;
+        b.add(kTable, wte_name, {Vp, C}, Init::Normal, kColumn, false, c.vocab_size, head_writes).tied_copy = tied_copy;
         b.end_unit();
     };
     for (auto [first, last] : chunks)
         for (int u = first; u <= last; u++) {
             if (u == 0) {
-                add_wte(false, last == head);
-                b.begin_unit("wpe", UnitKind::PositionEmbedding, 0);
-                b.add("transformer.wpe.weight", {c.n_ctx, C});
-                b.end_unit();
+                add_wte(false, last == head && c.tie_embeddings);
+                if (c.position == Position::Learned) {
+                    b.begin_unit("wpe", UnitKind::PositionEmbedding, 0);
+                    b.add(kTable, gpt2 ? "transformer.wpe.weight" : "model.embed_positions.weight", {c.n_ctx, C},
+                          Init::Normal);
+                    b.end_unit();
+                }
             } else if (u == head) {
                 b.begin_unit("head", UnitKind::Head, head);
-                b.add("transformer.ln_f.weight", {C});
-                b.add("transformer.ln_f.bias", {C});
+                add_norm(b, c, kLnfW, kLnfB, gpt2 ? "transformer.ln_f" : "model.norm");
+                if (!c.tie_embeddings)  // vocabulary-parallel, as wte
+                    b.add(kLmHead, "lm_head.weight", {Vp, C}, Init::Normal, kColumn, false, c.vocab_size, true);
                 b.end_unit();
-                if (first != 0) add_wte(true, true);  // the head's chunk does not hold the embedding
+                // the head's chunk does not hold the embedding
+                if (first != 0 && c.tie_embeddings) add_wte(true, true);
             } else {
                 const int l = u - 1;
-                std::string h = "transformer.h." + std::to_string(l) + ".";
                 b.begin_unit("h." + std::to_string(l), UnitKind::Block, u, l);
-                b.add(h + "ln_1.weight", {C});
-                b.add(h + "ln_1.bias", {C});
-                b.add(h + "attn.c_attn.weight", {3 * C, C}, 0, 3, true, -1, true);  // column-parallel, heads split
-                b.add(h + "attn.c_attn.bias", {3 * C}, 0, 3);
-                b.add(h + "attn.c_proj.weight", {C, C}, 1, 1, true, -1, true);      // row-parallel
-                b.add(h + "attn.c_proj.bias", {C});                        // added once, after the reduction
-                b.add(h + "ln_2.weight", {C});
-                b.add(h + "ln_2.bias", {C});
-                b.add(h + "mlp.c_fc.weight", {4 * C, C}, 0, 1, true, -1, true);     // column-parallel
-                b.add(h + "mlp.c_fc.bias", {4 * C}, 0);
-                b.add(h + "mlp.c_proj.weight", {C, 4 * C}, 1, 1, true, -1, true);   // row-parallel
-                b.add(h + "mlp.c_proj.bias", {C});
+                if (gpt2) add_gpt2_block(b, c, l);
+                else add_llama_block(b, c, l);
                 b.end_unit();
             }
         }

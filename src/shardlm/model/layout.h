@@ -18,7 +18,13 @@
 //   "h.<l>"  block l: ln_1, c_attn (column-parallel, heads split), c_proj (row-parallel), ln_2, c_fc
 //            (column-parallel), mlp.c_proj (row-parallel); LayerNorms and row-parallel biases are
 //            replicated
-//   "head"   ln_f (replicated)
+//   "head"   ln_f (replicated), and an untied model's lm_head [Vp/tp, C] (vocabulary-parallel)
+// Names are HF GPT-2's when every architecture knob is GPT-2's, else HF LLaMA's (config.h: Family):
+// model.embed_tokens, model.layers.<l>.{input_layernorm, self_attn.{q,k,v,o}_proj,
+// post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head. A LLaMA block's q, k and v
+// (and gate and up) are separate tensors (column-parallel each: a rank holds whole heads and whole
+// key/value heads) packed one after the other, so they read as one fused [q | k | v] matrix (and
+// [gate | up]): one GEMM, as GPT-2's c_attn.
 // wte is a unit of its own so that its ZeRO slices line up between the first stage and the last
 // stage's tied copy (the gradient sum between them then runs on matching slices).
 #pragma once
@@ -30,6 +36,10 @@
 #include "shardlm/model/config.h"
 
 namespace shardlm::model {
+
+// How a parameter is initialised (weights.h): zeros, ones (norm gains), N(0, 0.02), or N(0, 0.02 /
+// sqrt(2 n_layer)) for the projections onto the residual stream.
+enum class Init { Zero, One, Normal, ResidNormal };
 
 struct ParamSpec {
     std::string name;                 // HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -48,6 +58,7 @@ struct ParamSpec {
     bool tied_copy = false;  // the last pipeline stage's copy of wte: never saved, gradient summed
     // A GEMM writes this gradient (= on a step's first micro-batch, += after): it is never zeroed.
     bool gemm_written = false;
+    Init init = Init::Zero;
 
     std::vector<int64_t> hf_shape() const;  // HF shape of the whole tensor (true vocabulary)
     size_t hf_numel() const;                // elements of hf_shape()
@@ -59,6 +70,8 @@ struct ParamSpec {
 
 enum class UnitKind { TokenEmbedding, PositionEmbedding, Block, Head };
 
+inline constexpr int kMaxRoles = 12;
+
 struct Unit {
     std::string name;  // "wte", "wpe", "h.0", ..., "head" (for people: code tells units by kind)
     UnitKind kind = UnitKind::Block;
@@ -66,6 +79,9 @@ struct Unit {
     int compute = 0;   // the compute unit that owns it: 0 embedding, 1 + l block l, L + 1 head
     size_t offset = 0, numel = 0;
     int first_param = 0, num_params = 0;  // index range into Layout::params
+    // role (BlockParam, HeadParam, EmbeddingParam) -> index into Layout::params, -1 if the model has
+    // none (no biases, no lm_head when tied); a fused role (kQkvW: q, k, v) names its first tensor
+    int role[kMaxRoles] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 };
 
 struct Layout {
@@ -78,11 +94,13 @@ struct Layout {
     int unit_of(UnitKind kind) const;  // the first unit of a kind (the token embedding: one), -1 if absent
 };
 
-// Parameter order inside each unit: a block's, the head's (ln_f), and the embeddings' (one tensor).
+// The roles of a unit's parameters: a block's, the head's, and the embeddings' (one tensor). kQkvW is
+// the fused [q | k | v] (GPT-2's c_attn, or LLaMA's q, k, v packed), kFcW the MLP's first matrix
+// (c_fc, up_proj, or [gate | up] packed for SwiGLU), kFcProjW its second (down_proj).
 enum BlockParam : int {
     kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kNumBlockParams
 };
-enum HeadParam : int { kLnfW, kLnfB };
+enum HeadParam : int { kLnfW, kLnfB, kLmHead };
 enum EmbeddingParam : int { kTable };  // wte [Vp/tp, C], wpe [n_ctx, C], the tied copy
 
 // Which part of the model a rank's layout holds.

@@ -67,7 +67,8 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
         case UnitKind::Block: block_unit_[size_t(un.block)] = int(u); break;
         }
     }
-    if (head_wte_unit_ < 0) head_wte_unit_ = wte_unit_;  // the head's chunk starts with the embedding
+    // the head's chunk starts with the embedding; an untied head reads its own lm_head
+    if (head_wte_unit_ < 0 && config_.tie_embeddings) head_wte_unit_ = wte_unit_;
     // mixed precision: each unit's vectors (LayerNorms, biases) are widened to fp32 when it runs
     vec_at_.resize(layout_.units.size());
     size_t max_vec = 0;
@@ -184,9 +185,10 @@ void ModelPart::bind_unit(int unit, void* params, float* grads) {
 }
 
 const float* ModelPart::vec(int unit, int i) {
-    if (!ctx_.mixed()) return static_cast<const float*>(param(unit, i));
-    const ParamSpec& p = layout_.params[size_t(layout_.units[size_t(unit)].first_param + i)];
-    float* v = vec_.data() + vec_at_[size_t(unit)][size_t(i)];
+    if (!ctx_.mixed() || !has(unit, i)) return static_cast<const float*>(param(unit, i));
+    const ParamSpec& p = spec(unit, i);
+    float* v = vec_.data() + vec_at_[size_t(unit)][size_t(layout_.units[size_t(unit)].role[i] -
+                                                           layout_.units[size_t(unit)].first_param)];
     convert_to_f32(v, param(unit, i), ctx_.prec.activation, p.numel);
     return v;
 }
@@ -196,7 +198,7 @@ BlockWeights ModelPart::block_weights(int l) {
     const Unit& un = layout_.units[size_t(u)];
     BlockWeights w;
     for (int i = 0; i < kNumBlockParams; i++)
-        w.w[i] = layout_.params[size_t(un.first_param + i)].shape.size() == 1 ? vec(u, i) : param(u, i);
+        w.w[i] = un.role[i] >= 0 && spec(u, i).shape.size() == 1 ? vec(u, i) : param(u, i);
     return w;
 }
 
@@ -281,7 +283,7 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
     const std::vector<int>& seq = ch.units;
     size_t at = 0;  // next unit of seq to announce
     auto announce = [&](int unit) {
-        if (!hooks) return;
+        if (!hooks || unit < 0) return;
         for (size_t i = 0; i < at; i++)
             if (seq[i] == unit) return;
         while (at < seq.size()) {
@@ -300,7 +302,7 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
             announce(head_unit_);
             if (ch.first != 0) announce(head_wte_unit_);  // the tied copy
             const float *w = vec(head_unit_, kLnfW), *b = vec(head_unit_, kLnfB);
-            const void *wte = param(head_wte_unit_, kTable), *x = s.x[size_t(k)].data();
+            const void *wte = head_matrix(), *x = s.x[size_t(k)].data();
             run_lanes(B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
             if (targets) loss = head_loss_sum(s.head, N);
         } else {
@@ -342,10 +344,12 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
     // the order in which units are first used by this backward (for prefetching)
     std::vector<int> seq;
     for (int cu = ch.last; cu >= ch.first; cu--) {
-        if (cu == head) seq.insert(seq.end(), {head_unit_, head_wte_unit_});
-        else if (cu == 0) {
-            seq.push_back(wpe_unit_);
-            if (ch.last != head) seq.push_back(wte_unit_);
+        if (cu == head) {
+            seq.push_back(head_unit_);
+            if (head_wte_unit_ >= 0) seq.push_back(head_wte_unit_);
+        } else if (cu == 0) {
+            if (wpe_unit_ >= 0) seq.push_back(wpe_unit_);
+            if (ch.last != head || head_wte_unit_ != wte_unit_) seq.push_back(wte_unit_);  // not the head's already
         } else {
             seq.push_back(block_unit_[size_t(cu - 1)]);
         }
@@ -353,7 +357,7 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
     // the hooks go around W (where parameter gradients are written)
     size_t at = 0;
     auto before = [&](int unit) {
-        if (!weight) return;
+        if (!weight || unit < 0) return;
         for (size_t i = 0; i < at; i++)
             if (seq[i] == unit) return;
         while (at < seq.size()) {
@@ -364,7 +368,7 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
         }
     };
     auto after = [&](int unit) {
-        if (weight && hooks) hooks->after_backward(unit);
+        if (weight && hooks && unit >= 0) hooks->after_backward(unit);
     };
     float* dres = ch.dres.data();
     for (int cu = ch.last, k = ch.last - ch.first; cu >= ch.first; cu--, k--) {
@@ -374,11 +378,11 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             before(head_wte_unit_);
             HeadKeep& hk = head_keep(s);
             const float* w = input ? vec(head_unit_, kLnfW) : nullptr;
-            const void* wte = param(head_wte_unit_, kTable);
+            const void* wte = head_matrix();
             // (gradient storage is bound for W only: ZeRO-2 hands it out in the hooks)
             float* dw = weight ? grad(head_unit_, kLnfW) : nullptr;
             float* db = weight ? grad(head_unit_, kLnfB) : nullptr;
-            float* dwte = weight ? grad(head_wte_unit_, kTable) : nullptr;
+            float* dwte = !weight ? nullptr : head_wte_unit_ >= 0 ? grad(head_wte_unit_, kTable) : grad(head_unit_, kLmHead);
             run_lanes(B, [&](const UnitContext& c) {
                 if (phases == Phases::Both) head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate);
                 else if (input) head_backward_input(c, w, wte, s.head, hk, x, dres, B, T);

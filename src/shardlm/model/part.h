@@ -173,15 +173,21 @@ private:
     BlockGrads block_grads(int l) const;
     // Parameter i of unit as bound (matrices: the precision's type), and a vector parameter as fp32
     // (mixed precision: widened into vec_).
+    // i is a role (BlockParam, HeadParam, EmbeddingParam); a role the model lacks (a bias of a model
+    // without biases, a position table under rotary embeddings) is null.
     const void* param(int unit, int i) const {
+        if (!has(unit, i)) return nullptr;
         return static_cast<const char*>(unit_params_[size_t(unit)]) + local_offset(unit, i) * dtype_bytes(ctx_.prec.activation);
     }
     const float* vec(int unit, int i);
-    float* grad(int unit, int i) const { return unit_grads_[size_t(unit)] + local_offset(unit, i); }
-    size_t local_offset(int unit, int i) const {
-        const Unit& u = layout_.units[size_t(unit)];
-        return layout_.params[size_t(u.first_param + i)].offset - u.offset;
+    float* grad(int unit, int i) const { return has(unit, i) ? unit_grads_[size_t(unit)] + local_offset(unit, i) : nullptr; }
+    // the matrix the head multiplies by: wte (tied: the embedding's or the tied copy) or lm_head
+    const void* head_matrix() const {
+        return head_wte_unit_ >= 0 ? param(head_wte_unit_, kTable) : param(head_unit_, kLmHead);
     }
+    bool has(int unit, int i) const { return unit >= 0 && layout_.units[size_t(unit)].role[i] >= 0; }
+    const ParamSpec& spec(int unit, int i) const { return layout_.params[size_t(layout_.units[size_t(unit)].role[i])]; }
+    size_t local_offset(int unit, int i) const { return spec(unit, i).offset - layout_.units[size_t(unit)].offset; }
     void zero_accumulated_grads(int unit);
     // f(context) once per lane of a B-sequence micro-batch: here with one lane, else on a team of
     // threads, each running its kernels single-threaded.

@@ -35,6 +35,19 @@ void row_parallel_residual(const UnitContext& u, void* out, float* partial, cons
 // rank's rows).
 void row_parallel_dout(const UnitContext& u, float* dst, const float* dres, int N);
 
+// The model's norm (LayerNorm or RMSNorm, config.h) over Nl rows of C: out (act) from x (act), the
+// statistics kept (mean: LayerNorm only); its input gradient (+=) and its parameters' (+=, columns
+// [c0, c1) over all rows). b, db: null without biases (and always for RMSNorm).
+void norm_forward(const UnitContext& u, void* out, float* mean, float* rstd, const void* x, const float* w,
+                  const float* b, int Nl);
+void norm_backward_input(const UnitContext& u, float* dx, const float* dout, const void* x, const float* w,
+                         const float* mean, const float* rstd, int Nl);
+void norm_backward_params(const UnitContext& u, float* dw, float* db, const float* dout, const void* x,
+                          const float* mean, const float* rstd, int Nl, int c0, int c1);
+// rows r .. of a per-row statistic (null when the model keeps none: RMSNorm's mean)
+inline float* stat_rows(AlignedBuffer<float>& b, size_t r) { return b.size() ? b.data() + r : nullptr; }
+inline const float* stat_rows(const AlignedBuffer<float>& b, size_t r) { return b.size() ? b.data() + r : nullptr; }
+
 // ---- lanes ----------------------------------------------------------------------------------------
 
 struct Span {

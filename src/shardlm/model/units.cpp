@@ -9,6 +9,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/attention.h"
 #include "shardlm/kernels/encoder.h"
+#include "shardlm/kernels/layernorm.h"
 #include "shardlm/model/unit_ops.h"
 
 namespace shardlm::model {
@@ -17,12 +18,21 @@ using namespace shardlm::kernels;
 
 // ---- buffers ----------------------------------------------------------------------------------
 
+BlockDims block_dims(const GptConfig& c, int tp) {
+    BlockDims d;
+    d.C = c.n_embd, d.HS = c.head_dim(), d.NHt = c.n_head / tp, d.KVt = c.kv_heads() / tp;
+    d.Ct = d.NHt * d.HS, d.Wqkv = (d.NHt + 2 * d.KVt) * d.HS;
+    d.F = c.ffn() / tp, d.Ffc = c.mlp == Mlp::SwiGLU ? 2 * d.F : d.F;
+    return d;
+}
+
 void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp) {
     const size_t N = size_t(B) * T, C = size_t(c.n_embd), Ct = C / size_t(tp);
     gathered.resize(tp > 1 ? N * C : 0);
     dln.resize(N * C);
     reduced.resize(tp > 1 ? N * C / size_t(tp) : 0);
     datty.resize(N * Ct);
+    dh.resize(c.mlp == Mlp::SwiGLU ? N * size_t(block_dims(c, tp).F) : 0);
     attn.resize(attention_scratch_floats(T, threads > 0 ? threads : 1));
     ce.resize(tp > 1 ? 3 * N : 0);
     const size_t eb = dtype_bytes(act);
@@ -34,13 +44,14 @@ void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DT
 
 size_t Scratch::bytes() const {
     return gathered.bytes() + dln.bytes() + reduced.bytes() + datty.bytes() + attn.bytes() + ce.bytes() + att.bytes() +
-           atty.bytes() + logits.bytes() + recomputed.bytes();
+           atty.bytes() + logits.bytes() + recomputed.bytes() + dh.bytes();
 }
 
 void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
-    const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd), Ct = C / size_t(tp);
+    const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
+    const BlockDims d = block_dims(c, tp);
     dy_fcproj.resize(N * C), dy_proj.resize(N * C);
-    dfch.resize(N * 4 * Ct), dqkv.resize(N * 3 * Ct);
+    dfch.resize(N * size_t(d.Ffc)), dqkv.resize(N * size_t(d.Wqkv));
     dln2.resize(Nl * C), dln1.resize(Nl * C);
 }
 
@@ -54,15 +65,16 @@ void HeadKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
 }
 
 void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att) {
-    const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd), Ct = C / size_t(tp);
-    const size_t eb = dtype_bytes(act);
-    ln1.resize(Nl * C, eb), ln1_mean.resize(Nl), ln1_rstd.resize(Nl);
-    qkv.resize(N * 3 * Ct, eb);
-    att.resize(keep_att ? size_t(B) * size_t(c.n_head / tp) * size_t(T) * size_t(T) : 0, eb);
-    atty.resize(N * Ct, eb);
+    const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
+    const BlockDims d = block_dims(c, tp);
+    const size_t eb = dtype_bytes(act), nm = c.norm == Norm::LayerNorm ? Nl : 0;  // RMSNorm keeps no mean
+    ln1.resize(Nl * C, eb), ln1_mean.resize(nm), ln1_rstd.resize(Nl);
+    qkv.resize(N * size_t(d.Wqkv), eb);
+    att.resize(keep_att ? size_t(B) * size_t(d.NHt) * size_t(T) * size_t(T) : 0, eb);
+    atty.resize(N * size_t(d.Ct), eb);
     resid2.resize(Nl * C, eb);
-    ln2.resize(Nl * C, eb), ln2_mean.resize(Nl), ln2_rstd.resize(Nl);
-    fch.resize(N * 4 * Ct, eb), fch_gelu.resize(N * 4 * Ct, eb);
+    ln2.resize(Nl * C, eb), ln2_mean.resize(nm), ln2_rstd.resize(Nl);
+    fch.resize(N * size_t(d.Ffc), eb), fch_gelu.resize(N * size_t(d.F), eb);
 }
 
 size_t BlockActs::stats_bytes() const {
@@ -77,7 +89,7 @@ size_t BlockActs::bytes() const {
 void HeadActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad, bool chunked) {
     const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
     const size_t Vt = size_t(c.padded_vocab(tp) / tp);
-    lnf.resize(Nl * C, dtype_bytes(act)), lnf_mean.resize(Nl), lnf_rstd.resize(Nl);
+    lnf.resize(Nl * C, dtype_bytes(act)), lnf_mean.resize(c.norm == Norm::LayerNorm ? Nl : 0), lnf_rstd.resize(Nl);
     logits.resize(chunked ? 0 : N * Vt);
     losses.resize(N);
     targets.resize(N);
@@ -159,6 +171,27 @@ void row_parallel_dout(const UnitContext& u, float* dst, const float* dres, int 
         std::memcpy(dst, dres, sizeof(float) * size_t(N) * C);
 }
 
+void norm_forward(const UnitContext& u, void* out, float* mean, float* rstd, const void* x, const float* w,
+                  const float* b, int Nl) {
+    const DType t = u.prec.activation;
+    if (u.cfg->norm == Norm::RMSNorm) rmsnorm_forward(out, t, rstd, x, t, w, Nl, u.cfg->n_embd, u.cfg->ln_eps);
+    else layernorm_forward(out, t, mean, rstd, x, t, w, b, Nl, u.cfg->n_embd, u.cfg->ln_eps);
+}
+
+void norm_backward_input(const UnitContext& u, float* dx, const float* dout, const void* x, const float* w,
+                         const float* mean, const float* rstd, int Nl) {
+    const DType t = u.prec.activation;
+    if (u.cfg->norm == Norm::RMSNorm) rmsnorm_backward_input(dx, dout, x, t, w, rstd, Nl, u.cfg->n_embd);
+    else layernorm_backward_input(dx, dout, x, t, w, mean, rstd, Nl, u.cfg->n_embd);
+}
+
+void norm_backward_params(const UnitContext& u, float* dw, float* db, const float* dout, const void* x,
+                          const float* mean, const float* rstd, int Nl, int c0, int c1) {
+    const DType t = u.prec.activation;
+    if (u.cfg->norm == Norm::RMSNorm) rmsnorm_backward_params(dw, dout, x, t, rstd, Nl, u.cfg->n_embd, c0, c1);
+    else layernorm_backward_params(dw, db, dout, x, t, mean, rstd, Nl, u.cfg->n_embd, c0, c1);
+}
+
 // ---- lanes (unit_ops.h) ----------------------------------------------------------------------------
 
 namespace {
@@ -209,24 +242,24 @@ int lane_groups(int B, int T, int lanes) { return sequence_groups(B, T, std::max
 void embedding_forward(const UnitContext& u, const void* wte, const void* wpe, const int* tokens, void* x0, int B,
                        int T) {
     const int C = u.cfg->n_embd, tp = u.tp_size(), N = B * T, Nl = u.rows(N);
-    if (tp == 1) {
+    if (tp == 1 && wpe) {
         encoder_forward(x0, u.prec.activation, tokens, wte, wpe, u.prec.param, B, T, C);
         return;
     }
     // vocabulary-parallel: each rank looks up the tokens in its rows (zeros elsewhere), then g sums
-    // them (one non-zero term per row: exact); the position embedding is added after.
+    // them (one non-zero term per row: exact); the position embedding (if learned) is added after.
     const int Vt = u.cfg->padded_vocab(tp) / tp, v0 = u.tp->rank() * Vt;
     float* sum = u.mixed() ? u.scratch->dln.data() : static_cast<float*>(x0);  // fp32 until the end
     if (!u.sp) {
         kernels::embedding_forward(sum, tokens, wte, u.prec.param, v0, v0 + Vt, N, C);
-        u.tp->all_reduce_sum(sum, size_t(N) * C);
-        position_forward(sum, wpe, u.prec.param, 0, N, T, C);
+        if (tp > 1) u.tp->all_reduce_sum(sum, size_t(N) * C);
+        if (wpe) position_forward(sum, wpe, u.prec.param, 0, N, T, C);
     } else {
         float* full = u.scratch->dln.data();
         if (u.mixed()) sum = u.scratch->reduced.data();
         kernels::embedding_forward(full, tokens, wte, u.prec.param, v0, v0 + Vt, N, C);
         u.tp->reduce_scatter_sum(full, sum, size_t(Nl) * C);
-        position_forward(sum, wpe, u.prec.param, u.tp->rank() * Nl, Nl, T, C);
+        if (wpe) position_forward(sum, wpe, u.prec.param, u.tp->rank() * Nl, Nl, T, C);
     }
     if (u.mixed()) convert_from_f32(x0, u.prec.activation, sum, size_t(Nl) * C);
 }
@@ -234,14 +267,14 @@ void embedding_forward(const UnitContext& u, const void* wte, const void* wpe, c
 void embedding_backward(const UnitContext& u, float* dwte, float* dwpe, const float* dx0, const int* tokens, int B,
                         int T) {
     const int C = u.cfg->n_embd, tp = u.tp_size(), N = B * T, Nl = u.rows(N);
-    if (tp == 1) {
+    if (tp == 1 && dwpe) {
         encoder_backward(dwte, dwpe, dx0, tokens, B, T, C);
         return;
     }
     const int Vt = u.cfg->padded_vocab(tp) / tp, v0 = u.tp->rank() * Vt;
     kernels::embedding_backward(dwte, static_cast<const float*>(gather_input(u, dx0, N, DType::F32)), tokens, v0,
                                 v0 + Vt, N, C);
-    position_backward(dwpe, dx0, u.sp ? u.tp->rank() * Nl : 0, Nl, T, C);
+    if (dwpe) position_backward(dwpe, dx0, u.sp ? u.tp->rank() * Nl : 0, Nl, T, C);
 }
 
 }  // namespace shardlm::model

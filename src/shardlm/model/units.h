@@ -46,6 +46,19 @@ namespace shardlm::model {
 using Recompute = cost::Recompute;
 using cost::recompute_name;
 
+// A block's widths on one of tp tensor-parallel ranks.
+struct BlockDims {
+    int C;     // n_embd
+    int HS;    // head_dim
+    int NHt;   // this rank's query heads
+    int KVt;   // this rank's key/value heads
+    int Ct;    // NHt HS: the attention output's width
+    int Wqkv;  // (NHt + 2 KVt) HS: a row of [q | k | v]
+    int F;     // the MLP's inner width on this rank
+    int Ffc;   // its first product's width: F, or 2F for SwiGLU's [gate | up]
+};
+BlockDims block_dims(const GptConfig& c, int tp);
+
 // Buffers shared by all units of a rank (used within one unit's forward or backward only).
 struct Scratch {
     AlignedBuffer<float> gathered;  // (N, C): an all-gathered activation (act) or gradient (fp32) (SP)
@@ -53,6 +66,7 @@ struct Scratch {
                                     // also a row-parallel output before its reduction
     AlignedBuffer<float> reduced;   // (Nl, C): a reduce-scattered one (SP)
     AlignedBuffer<float> datty, attn;  // (N, Ct), attention backward
+    AlignedBuffer<float> dh;        // (N, F): SwiGLU's output gradient
     AlignedBuffer<float> ce;        // (3N): vocabulary-parallel cross-entropy statistics
     TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
     TypedBuffer recomputed;         // full recomputation: the block output its forward computes again
@@ -106,9 +120,9 @@ struct UnitContext {
 
 // Saved activations of one block for one micro-batch (act type; statistics fp32).
 struct BlockActs {
-    TypedBuffer ln1, qkv, att, atty, resid2, ln2, fch, fch_gelu;  // (Nl,C) (N,3Ct) (B,NH/tp,T,T) (N,Ct)
-                                                                  // (Nl,C) (Nl,C) (N,F) (N,F)
-    AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (Nl)
+    TypedBuffer ln1, qkv, att, atty, resid2, ln2, fch, fch_gelu;  // (Nl,C) (N,Wqkv) (B,NH/tp,T,T) (N,Ct)
+                                                                  // (Nl,C) (Nl,C) (N,Ffc) (N,F)
+    AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (Nl); RMSNorm: only the rstd
     // keep_att: the probabilities are kept (false under selective recomputation, and for decoding:
     // one sequence at a time, attending to the KV cache).
     void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att);
@@ -122,7 +136,7 @@ struct BlockActs {
 // follows its B; a schedule that defers W (zero-bubble pipelines) keeps one per micro-batch in flight.
 struct BlockKeep {
     AlignedBuffer<float> dy_fcproj, dy_proj;  // (N, C)
-    AlignedBuffer<float> dfch, dqkv;          // (N, F), (N, 3Ct)
+    AlignedBuffer<float> dfch, dqkv;          // (N, Ffc), (N, Wqkv)
     AlignedBuffer<float> dln2, dln1;          // (Nl, C)
     void allocate(const GptConfig& c, int B, int T, int tp, bool sp);
     size_t bytes() const;
@@ -130,8 +144,8 @@ struct BlockKeep {
 
 // Key/value cache of one block for incremental decoding (one sequence, fp32, no tensor parallelism).
 struct KvLayer {
-    float* k = nullptr;  // (n_ctx, C)
-    float* v = nullptr;  // (n_ctx, C)
+    float* k = nullptr;  // (n_ctx, n_kv_head head_dim)
+    float* v = nullptr;  // (n_ctx, n_kv_head head_dim)
     float* scores = nullptr;  // n_ctx floats of scratch
 };
 

@@ -61,13 +61,12 @@ void init_gpt2_weights(float* dst, const Layout& layout, FlatRange range, uint64
         if (b >= e) continue;
         float* w = dst + (b - range.begin);
         const int64_t k0 = int64_t(b - p.offset), n = int64_t(e - b);
-        if (p.shape.size() == 1) {
-            float v = ends_with(p.name, "ln_1.weight") || ends_with(p.name, "ln_2.weight") ||
-                              ends_with(p.name, "ln_f.weight") ? 1.0f : 0.0f;
+        if (p.init == Init::Zero || p.init == Init::One) {
+            const float v = p.init == Init::One ? 1.0f : 0.0f;
             for (int64_t i = 0; i < n; i++) w[i] = v;
             continue;
         }
-        const float sd = ends_with(p.name, "c_proj.weight") ? std_resid : 0.02f;
+        const float sd = p.init == Init::ResidNormal ? std_resid : 0.02f;
         const int64_t real = p.hf_rows >= 0 ? p.hf_rows * p.full_shape[1] : INT64_MAX;  // vocabulary padding
         const uint64_t base = splitmix64(seed ^ fnv1a(p.name));
 #pragma omp parallel for schedule(static)
@@ -200,7 +199,9 @@ std::vector<std::string> model_files(const std::string& dir) {
     if (fs::is_directory(dir))
         for (const auto& e : fs::directory_iterator(dir)) {
             const std::string n = e.path().filename().string();
-            if (n == "model.safetensors" || (n.rfind("model.rank", 0) == 0 && ends_with(n, ".safetensors")))
+            // HF: model.safetensors, or its shards model-0000i-of-0000n.safetensors; a checkpoint: model.rank*
+            if (n == "model.safetensors" || ((n.rfind("model.rank", 0) == 0 || n.rfind("model-", 0) == 0) &&
+                                             ends_with(n, ".safetensors")))
                 out.push_back(e.path().string());
         }
     std::sort(out.begin(), out.end());
@@ -214,9 +215,13 @@ void check_model_tensors(const PieceStore& store, const GptConfig& c, const std:
     for (const ParamSpec& p : make_gpt2_layout(c).params) known.insert(p.name);
     for (const std::string& n : store.names()) {
         if (known.count(n)) continue;
-        // HF GPT-2 files may carry the tied head and the causal-mask buffers; they hold no parameters of ours.
-        if (n == "lm_head.weight" || ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias")) continue;
-        fail(where, ": unexpected tensor '", n, "' for a GPT-2 with n_layer=", c.n_layer,
+        // HF files may carry the tied head, GPT-2's causal-mask buffers and LLaMA's rotary frequencies
+        // (older versions); they hold no parameters of ours.
+        if ((n == "lm_head.weight" && c.tie_embeddings) || ends_with(n, ".attn.bias") ||
+            ends_with(n, ".attn.masked_bias") || ends_with(n, ".rotary_emb.inv_freq"))
+            continue;
+        fail(where, ": unexpected tensor '", n, "' for a ", c.family() == Family::Gpt2 ? "GPT-2" : "LLaMA-named model",
+             " with n_layer=", c.n_layer, c.family() == Family::Llama && !c.bias && ends_with(n, ".bias") ? " and no biases" : "",
              "\n---> HINT: does config.json match the weights?");
     }
 }

@@ -12,7 +12,7 @@ namespace shardlm::parallel {
 
 double unit_flops_per_token(const model::GptConfig& c, int seq, int unit) {
     // forward + backward = 3 forwards, of the cost model's counts (the head over the padded rows it computes)
-    const cost::ModelShape m = cost::gpt_shape(c.name, c.n_layer, c.n_embd, c.n_head, c.padded_vocab(), seq);
+    const cost::ModelShape m = model::cost_shape(c, seq, c.padded_vocab());
     if (unit == 0) return 3.0 * c.n_embd;  // lookups and adds (the cost model counts them 0): not free
     if (unit == c.n_layer + 1) return 3.0 * cost::head_forward_flops_per_token(m);
     return 3.0 * cost::block_forward_flops_per_token(m, seq).total();

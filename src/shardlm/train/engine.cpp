@@ -38,6 +38,10 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
                   "\n---> HINT: use --seq <= ", model.n_ctx);
     SHARDLM_CHECK(model.n_head % tp == 0, "--tp ", tp, " must divide the number of attention heads (", model.n_head,
                   "): each tensor-parallel rank computes whole heads");
+    SHARDLM_CHECK(model.kv_heads() % tp == 0, "--tp ", tp, " must divide the number of key/value heads (n_kv_head ",
+                  model.kv_heads(), "): each tensor-parallel rank holds whole key/value heads and the query heads ",
+                  "that share them\n---> HINT: use a --tp that divides ", model.kv_heads());
+    SHARDLM_CHECK(model.ffn() % tp == 0, "--tp ", tp, " must divide the MLP's inner size (ffn_hidden ", model.ffn(), ")");
 
     // the pipeline: the step's schedule, and which model chunks this rank holds
     e.schedule = schedule::make_schedule(cfg.schedule, pp, e.micro, cfg.virtual_stages);
@@ -79,7 +83,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
         e.dp->set_pre_reduce(
             [tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); });
     }
-    if (pp > 1) {  // the tied embedding: the stages of the first and last model chunks (ZBV: one stage)
+    if (pp > 1 && model.tie_embeddings) {  // the tied embedding: the stages of the first and last model chunks (ZBV: one stage)
         const int embedding_stage = s.rank_of(0), head_stage = s.rank_of(s.num_model_chunks() - 1);
         e.embedding_group = std::make_unique<comm::Group>(g.tied_embedding_group(world, embedding_stage, head_stage));
         e.embedding_group->set_name("embedding");

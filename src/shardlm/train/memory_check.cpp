@@ -42,7 +42,7 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
     m.params = cfg.zero >= 3 ? total / dp : total;
     m.grads = cfg.zero >= 2 ? total / dp : total;
     m.optimizer = state_buffers(cfg.optimizer) * (cfg.zero >= 1 ? total / dp : total);
-    const cost::ModelShape shape = cost::gpt_shape(mc.name, mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, cfg.seq);
+    const cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
     cost::ActivationSpec a;
     a.micro_batch = cfg.micro_batch;
     a.seq = cfg.seq;

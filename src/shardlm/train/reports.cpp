@@ -82,8 +82,7 @@ std::string Trainer::memory_report() const {
     // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
     const model::ModelPart::BlockBytes bb = e_.part->block_bytes();
     if (bb.values >= 0) {
-        cost::ModelShape shape = cost::gpt_shape(model_cfg_.name, model_cfg_.n_layer, model_cfg_.n_embd,
-                                                 model_cfg_.n_head, model_cfg_.vocab_size, cfg_.seq);
+        cost::ModelShape shape = model::cost_shape(model_cfg_, cfg_.seq);
         shape.dropout = false;
         cost::ActivationSpec spec;
         spec.micro_batch = cfg_.micro_batch;
