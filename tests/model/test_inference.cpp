@@ -38,6 +38,37 @@ TEST(Generator, MatchesFullForwardAtEveryPosition) {
     }
 }
 
+// The same for a LLaMA-style model: rotary embeddings at the cache's positions, a cache of the
+// key/value heads only (grouped-query attention: 2 of 6), RMSNorm, SwiGLU, an untied head; and for a
+// GPT-2 whose attention groups its key/value heads (learned positions, LayerNorm with biases).
+TEST(Generator, MatchesFullForwardForLlamaAndGqa) {
+    model::GptConfig llama = model::find_preset("llama-tiny");
+    llama.n_layer = 2, llama.n_head = 6, llama.n_kv_head = 2, llama.n_embd = 48, llama.vocab_size = 101, llama.n_ctx = 32;
+    model::GptConfig gqa{"t", 2, 4, 32, 101, 32};
+    gqa.n_kv_head = 1;
+    for (const model::GptConfig& c : {llama, gqa}) {
+        model::Gpt gpt(c, 1, 20, 2);
+        AlignedBuffer<float> params(gpt.layout().total), grads(gpt.layout().total);
+        model::init_gpt2_weights(params.data(), gpt.layout(), 7);
+        gpt.bind(params.data(), grads.data());
+        std::vector<int> tok(20);
+        for (int i = 0; i < 20; i++) tok[i] = (i * 29 + 3) % c.vocab_size;
+        gpt.forward(tok.data(), nullptr, 1, 20, 0.0f);
+        model::Generator kv(c, gpt.layout(), params.data());
+        for (int t = 0; t < 20; t++) {
+            const float* a = kv.step(tok[t]);
+            const float* b = gpt.logits() + size_t(t) * c.padded_vocab();
+            float worst = 0, scale = 0;
+            for (int v = 0; v < c.vocab_size; v++) {
+                worst = std::max(worst, std::fabs(a[v] - b[v]));
+                scale = std::max(scale, std::fabs(b[v]));
+            }
+            EXPECT_GT(scale, 0.0f);
+            EXPECT_LE(worst, 1e-5f * std::max(1.0f, scale)) << c.name << ", position " << t;
+        }
+    }
+}
+
 TEST(Generator, SamplingIsDeterministicAndRespectsTopK) {
     model::GptConfig c{"t", 2, 2, 32, 50, 16};
     model::Layout layout = model::make_gpt2_layout(c);

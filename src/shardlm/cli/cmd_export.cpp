@@ -42,8 +42,8 @@ void add_export_command(CLI::App& app) {
         bool force = false;
     };
     auto o = std::make_shared<Opts>();
-    CLI::App* c = app.add_subcommand("export", "Write a model as an HF GPT-2 directory (config.json + model.safetensors)");
-    c->add_option("--init", o->init, "HF GPT-2 directory or shardlm checkpoint to read (assembles the checkpoint's pieces)");
+    CLI::App* c = app.add_subcommand("export", "Write a model as an HF GPT-2 or LLaMA directory (config.json + model.safetensors)");
+    c->add_option("--init", o->init, "HF GPT-2 or LLaMA directory or shardlm checkpoint to read (assembles the checkpoint's pieces)");
     c->add_option("--model", o->model, "Model preset, randomly initialised with --seed");
     c->add_option("--seed", o->seed, "Seed for --model")->capture_default_str();
     c->add_option("--dtype", o->dtype, "F32 | BF16 | F16")->capture_default_str();
@@ -56,6 +56,10 @@ void add_export_command(CLI::App& app) {
         DType dt;
         SHARDLM_CHECK(dtype_from_name(o->dtype, &dt), "export: --dtype '", o->dtype, "' is not one of F32, BF16, F16");
         model::GptConfig cfg = o->init.empty() ? model::find_preset(o->model) : model::load_hf_dir_config(o->init);
+        const std::string why = model::hf_unsupported(cfg);
+        SHARDLM_CHECK(why.empty(), "export: HF has no architecture for this model: ", why,
+                      "\n---> HINT: HF GPT-2 is layernorm + learned + gelu with biases and a tied head; HF LLaMA is ",
+                      "rmsnorm + rope + swiglu; its checkpoints still load with --init");
         model::Layout layout = model::make_gpt2_layout(cfg);
         AlignedBuffer<float> params(layout.total);
         if (o->init.empty()) model::init_gpt2_weights(params.data(), layout, o->seed);

@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "shardlm/core/check.h"
 #include "shardlm/cost/shape.h"
 #include "shardlm/io/json_file.h"
@@ -123,6 +126,17 @@ GptConfig load_gpt2_config(const std::string& path, const nlohmann::json& j) {
     return c;
 }
 
+// The shortest decimal that reads back as f (1e-05, not 9.99999974737875e-06).
+double short_float(float f) {
+    for (int digits = 6; digits <= 9; digits++) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.*g", digits, double(f));
+        const double d = std::strtod(buf, nullptr);
+        if (float(d) == f) return d;
+    }
+    return double(f);
+}
+
 // The architecture knobs HF's LLaMA has no key for, as shardlm writes them into a checkpoint's
 // config.json (a LLaMA-named model with learned positions, LayerNorm or a GELU MLP).
 constexpr const char* kNormKey = "shardlm_norm";
@@ -227,8 +241,8 @@ std::string hf_config_json(const GptConfig& c) {
             {"num_hidden_layers", c.n_layer},
             {"vocab_size", c.vocab_size},
             {"max_position_embeddings", c.n_ctx},
-            {"rms_norm_eps", c.ln_eps},
-            {"rope_theta", c.rope_theta},
+            {"rms_norm_eps", short_float(c.ln_eps)},
+            {"rope_theta", short_float(c.rope_theta)},
             {"rope_scaling", nullptr},
             {"tie_word_embeddings", c.tie_embeddings},
             {"attention_bias", c.bias},

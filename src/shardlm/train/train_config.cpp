@@ -37,7 +37,34 @@ model::GptConfig TrainConfig::model_config() const {
                  ", n_embd " + std::to_string(c.n_embd) + ", n_ctx " + std::to_string(c.n_ctx) +
                  (vocab_size ? ", vocab_size " + std::to_string(c.vocab_size) : "") + ")";
     }
-    c.validate("--model " + model + " with --n-layer/--n-head/--n-embd/--n-ctx/--vocab-size");
+    std::string knobs;  // what was overridden, for the name
+    auto knob = [&](const std::string& flag, const std::string& value) { knobs += ", " + flag + " " + value; };
+    auto named = [&]<class E>(const std::string& text, const char* flag, E* out) {
+        if (text.empty()) return;
+        SHARDLM_CHECK(enum_from_name(model::enum_names(E{}), text, out), "--", flag, " '", text,
+                      "' is not known\n---> HINT: use ", names_list(model::enum_names(E{})));
+        knob(flag, text);
+    };
+    auto boolean = [&](const std::string& text, const char* flag, bool* out) {
+        if (text.empty()) return;
+        SHARDLM_CHECK(text == "true" || text == "false", "--", flag, " '", text, "' is not true or false");
+        *out = text == "true";
+        knob(flag, text);
+    };
+    named(norm, "norm", &c.norm);
+    named(position, "position", &c.position);
+    named(mlp, "mlp", &c.mlp);
+    boolean(bias, "bias", &c.bias);
+    boolean(tie_embeddings, "tie-embeddings", &c.tie_embeddings);
+    if (n_kv_head) c.n_kv_head = n_kv_head, knob("n-kv-head", std::to_string(n_kv_head));
+    if (ffn_hidden) c.ffn_hidden = ffn_hidden, knob("ffn-hidden", std::to_string(ffn_hidden));
+    if (rope_theta > 0) c.rope_theta = rope_theta, knob("rope-theta", std::to_string(rope_theta));
+    if (rms_norm_eps > 0) c.ln_eps = rms_norm_eps, knob("rms-norm-eps", std::to_string(rms_norm_eps));
+    if (!knobs.empty()) {
+        if (c.name.back() == ')') c.name.pop_back(), c.name += knobs + ")";
+        else c.name = model + " (" + knobs.substr(2) + ")";
+    }
+    c.validate("--model " + model + " with the shape and architecture overrides");
     return c;
 }
 
@@ -57,6 +84,14 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
     SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0 && vocab_size >= 0,
                   "--n-layer, --n-head, --n-embd, --n-ctx and --vocab-size must be >= 0 (0 = the preset's value)");
+    SHARDLM_CHECK(init.empty() || (norm.empty() && position.empty() && mlp.empty() && bias.empty() &&
+                                   tie_embeddings.empty() && n_kv_head == 0 && ffn_hidden == 0 && rope_theta == 0 &&
+                                   rms_norm_eps == 0),
+                  "--norm/--position/--mlp/--bias/--tie-embeddings/--n-kv-head/--ffn-hidden/--rope-theta/",
+                  "--rms-norm-eps change a --model preset; with --init the architecture comes from '", init,
+                  "/config.json'\n---> HINT: drop them, or use --model");
+    SHARDLM_CHECK(n_kv_head >= 0 && ffn_hidden >= 0 && rope_theta >= 0 && rms_norm_eps >= 0,
+                  "--n-kv-head, --ffn-hidden, --rope-theta and --rms-norm-eps must be >= 0 (0 = the preset's)");
     SHARDLM_CHECK(init.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0),
                   "--n-layer/--n-head/--n-embd/--n-ctx/--vocab-size reshape a --model preset; with --init the shape comes from '",
                   init, "/config.json'\n---> HINT: drop them, or use --model");

@@ -53,6 +53,10 @@ struct TrainConfig {
     std::string model;
     // shape overrides of the preset (0 = the preset's value); only with model
     int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0, vocab_size = 0;
+    // architecture overrides of the preset ("" / 0 = the preset's; model/config.h)
+    std::string norm, position, mlp, bias, tie_embeddings;
+    int n_kv_head = 0, ffn_hidden = 0;
+    float rope_theta = 0.0f, rms_norm_eps = 0.0f;
     // data
     std::string data;
     std::string val_data;
@@ -143,6 +147,15 @@ void for_each_field(Cfg& c, F&& f) {
     f("n_embd", c.n_embd, "Override the preset's width C (0 = the preset's)");
     f("n_ctx", c.n_ctx, "Override the preset's context length (0 = the preset's)");
     f("vocab_size", c.vocab_size, "Override the preset's vocabulary (0 = the preset's; token ids must stay below it)");
+    f("norm", c.norm, "Override the preset's norm: layernorm | rmsnorm");
+    f("position", c.position, "Override the preset's positions: learned (a table) | rope (rotary embeddings)");
+    f("mlp", c.mlp, "Override the preset's MLP: gelu | swiglu");
+    f("bias", c.bias, "Override whether linear layers and LayerNorms have biases: true | false");
+    f("tie_embeddings", c.tie_embeddings, "Override whether the LM head is tied to the token embedding: true | false");
+    f("n_kv_head", c.n_kv_head, "Override the key/value heads (grouped-query attention; must divide n_head; 0 = the preset's)");
+    f("ffn_hidden", c.ffn_hidden, "Override the MLP's inner size (0 = the preset's: 4 C for gelu, 8C/3 rounded up to 256 for swiglu)");
+    f("rope_theta", c.rope_theta, "Override the rotary embeddings' base (0 = the preset's)");
+    f("rms_norm_eps", c.rms_norm_eps, "Override the norm's epsilon (0 = the preset's)");
     f("data", c.data, "Token shard (llm.c format) to train on");
     f("val_data", c.val_data, "Token shard for validation");
     f("data_order", c.data_order, "Order of the training rows");
