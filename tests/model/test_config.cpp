@@ -15,8 +15,15 @@ TEST(Presets, ParameterCountsMatchTheLayoutAndTheFormula) {
         c.validate(c.name);
         const int64_t l = c.n_layer, h = c.n_embd, v = c.vocab_size;
         ParamCount p = count_params(c);
-        EXPECT_EQ(p.total, 12 * l * h * h + 13 * l * h + v * h + int64_t(c.n_ctx) * h + 2 * h) << c.name;
-        EXPECT_EQ(estimate_params_12lh2_2vh(c) - v * h + 13 * l * h + int64_t(c.n_ctx) * h + 2 * h, p.total) << c.name;
+        if (c.family() == Family::Gpt2) {
+            EXPECT_EQ(p.total, 12 * l * h * h + 13 * l * h + v * h + int64_t(c.n_ctx) * h + 2 * h) << c.name;
+            EXPECT_EQ(estimate_params_12lh2_2vh(c) - v * h + 13 * l * h + int64_t(c.n_ctx) * h + 2 * h, p.total) << c.name;
+        } else {  // q, o (h^2 each), k, v (h g d each), three MLP matrices, two RMSNorms; embedding and head
+            const int64_t kv = int64_t(c.kv_heads()) * c.head_dim(), f = c.ffn();
+            EXPECT_EQ(p.total, l * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + 2 * v * h + h) << c.name;
+            // the cost model (the planner) counts the same shape alike
+            EXPECT_EQ(p.total, shardlm::cost::total_params(cost_shape(c, c.n_ctx))) << c.name;
+        }
         Layout L = make_gpt2_layout(c, 4);
         int64_t real = 0;
         for (const ParamSpec& s : L.params) real += int64_t(s.hf_numel());
@@ -26,6 +33,9 @@ TEST(Presets, ParameterCountsMatchTheLayoutAndTheFormula) {
     // the GPT-2 124M and GPT-3 175B figures everyone quotes
     EXPECT_EQ(count_params(find_preset("gpt2")).total, 124439808);
     EXPECT_NEAR(double(count_params(find_preset("gpt3-175b")).total), 174.6e9, 0.1e9);
+    // LLaMA-7B as its paper and HF count it; Llama 3 8B
+    EXPECT_EQ(count_params(find_preset("llama-7b")).total, 6738415616);
+    EXPECT_EQ(count_params(find_preset("llama3-8b")).total, 8030261248);
 }
 
 TEST(Presets, UnknownPresetListsTheKnownOnes) {

@@ -22,8 +22,9 @@ void GptConfig::validate(const std::string& where) const {
     SHARDLM_CHECK(n_head > 0, where, ": n_head must be > 0 (got ", n_head, ")");
     SHARDLM_CHECK(n_embd > 0 && n_embd % n_head == 0, where, ": n_embd (", n_embd,
                   ") must be a positive multiple of n_head (", n_head, ")");
-    SHARDLM_CHECK(vocab_size > 0 && vocab_size <= 65536, where, ": vocab_size must be in 1..65536 (got ",
-                  vocab_size, "): token shards store uint16 ids");
+    // (token shards store uint16 ids: a larger vocabulary trains, its ids >= 65536 never occur in the data)
+    SHARDLM_CHECK(vocab_size > 0 && vocab_size <= (1 << 24), where, ": vocab_size must be in 1..16777216 (got ",
+                  vocab_size, ")");
     SHARDLM_CHECK(n_ctx > 0, where, ": n_ctx / n_positions must be > 0 (got ", n_ctx, ")");
     SHARDLM_CHECK(n_kv_head >= 0 && n_kv_head <= n_head && n_head % kv_heads() == 0, where, ": n_kv_head (", n_kv_head,
                   ") must divide n_head (", n_head, ")\n---> HINT: grouped-query attention shares each key/value head ",
