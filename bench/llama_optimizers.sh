@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# bench/llama_optimizers.sh: issue 22's experiment on the default corpus (configs/sotu.json's data,
+# batch, schedule and seed, cut to STEPS steps so a run takes minutes here).
+#   arch:  the default GPT (6 x 64, 4 heads: 3.5 M parameters) against a LLaMA-style model of the same
+#          size and budget: RMSNorm, rotary embeddings, SwiGLU (ffn 200 so the blocks hold what
+#          GPT-2's do), no biases, 2 key/value heads, the head tied to the embedding (untied, the
+#          3.2 M-parameter embedding would double the model).
+#   optim: AdamW against every other optimiser on the default GPT (OPTIMIZERS; each with its own
+#          learning rate, LR_<name>, since they do not share a scale).
+# Prints each run's parameter count, final training loss, final validation loss (the last five
+# speeches), optimiser state bytes (--memory-report) and step time; draws the curves
+# (bench/llama_vs_gpt.svg, bench/optimizers.svg).
+#   bash bench/llama_optimizers.sh [build=build] [arch|optim|all=all]    (hold /tmp/shardlm-build.lock)
+# Environment: STEPS (400), THREADS (2), OUT (runs/llama_optimizers), PRECISION (bf16 where the CPU
+# has AVX512_BF16, else fp32), OPTIMIZERS ("adamw adam sgd momentum adagrad" + what the build has).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}; WHAT=${2:-all}
+STEPS=${STEPS:-400}; THREADS=${THREADS:-2}; OUT=${OUT:-runs/llama_optimizers}
+if [ -z "${PRECISION:-}" ]; then grep -qw avx512_bf16 /proc/cpuinfo && PRECISION=bf16 || PRECISION=fp32; fi
+unset OPENBLAS_CORETYPE
+[ -f data/sotu/sotu_train.bin ] || { echo "llama_optimizers: data/sotu missing: run tools/quickstart.sh first"; exit 2; }
+mkdir -p "$OUT"
+common=(--config configs/sotu.json --steps "$STEPS" --warmup $((STEPS / 50)) --val-every $((STEPS / 4))
+        --ckpt-every 0 --sample-tokens 0 --threads "$THREADS" --precision "$PRECISION" --memory-report)
+run() {  # name, flags...
+  local name=$1; shift
+  echo "llama_optimizers: $name: $BUILD/shardlm train ${common[*]} $*"
+  "$BUILD/shardlm" train "${common[@]}" "$@" --out "$OUT/$name" --overwrite > "$OUT/$name.log" 2>&1 ||
+    { echo "llama_optimizers: $name failed: see $OUT/$name.log"; tail -3 "$OUT/$name.log"; return 1; }
+}
+table() {  # names...
+  /usr/bin/python3 - "$OUT" "$STEPS" "$@" <<'PY'
+import json, re, sys
+out, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print(f"{'run':22} {'params':>9} {'final loss':>10} {'final val':>10} {'opt state MiB':>13} {'B/param':>8} {'s/step':>7}")
+for n in names:
+    s = json.load(open(f"{out}/{n}/summary.json"))
+    log = open(f"{out}/{n}.log").read()
+    params = re.search(r"([0-9.]+)M parameters", log).group(1)
+    st = re.search(r"optimizer state\s+([0-9.]+)", log)
+    pe = re.search(r"P = (\d+) elements", log)
+    mib = float(st.group(1)) if st else float("nan")
+    bpp = mib * 2**20 / int(pe.group(1)) if st and pe else float("nan")
+    v = s.get("final_val_loss", float("nan"))
+    print(f"{n:22} {params + 'M':>9} {s['final_loss']:10.4f} {v:10.4f} {mib:13.2f} {bpp:8.2f} {s['train_time_s'] / steps:7.3f}")
+PY
+}
+if [ "$WHAT" = arch ] || [ "$WHAT" = all ]; then
+  run gpt --optimizer adamw
+  run llama --optimizer adamw --norm rmsnorm --position rope --mlp swiglu --ffn-hidden 200 --bias false \
+      --n-kv-head 2 --tie-embeddings true
+  table gpt llama
+  /usr/bin/python3 bench/plot_curves.py --out bench/llama_vs_gpt.svg \
+    --title "default corpus, $STEPS steps: GPT-2 block vs LLaMA block, same size" \
+    gpt="$OUT/gpt/metrics.jsonl" llama="$OUT/llama/metrics.jsonl"
+fi
+if [ "$WHAT" = optim ] || [ "$WHAT" = all ]; then
+  have=$("$BUILD/shardlm" train --help 2>&1 | grep -o 'lion\|radam\|adafactor\|adam8bit\|sophia' | sort -u | tr '\n' ' ' || true)
+  OPTIMIZERS=${OPTIMIZERS:-"adamw adam momentum adagrad $have"}
+  names=()
+  for o in $OPTIMIZERS; do
+    var=LR_$o; lr=${!var:-}
+    if [ -z "$lr" ]; then
+      case $o in lion) lr=0.0004 ;; momentum|sgd) lr=0.5 ;; adagrad) lr=0.02 ;; adafactor) lr=0.004 ;; *) lr=0.004 ;; esac
+    fi
+    [ "$o" = adamw ] && [ -d "$OUT/gpt" ] && [ "${RERUN:-0}" != 1 ] && { names+=(gpt); continue; }
+    run "opt-$o" --optimizer "$o" --lr "$lr" && names+=("opt-$o")
+  done
+  table "${names[@]}"
+  args=(); for n in "${names[@]}"; do args+=("$n=$OUT/$n/metrics.jsonl"); done
+  /usr/bin/python3 bench/plot_curves.py --out bench/optimizers.svg \
+    --title "default corpus, $STEPS steps: optimisers on the default GPT" "${args[@]}"
+fi
