@@ -98,8 +98,9 @@ std::string Trainer::memory_report() const {
                    "block activations", bb.values, f, setting_text(cfg_.recompute).c_str(), int(spec.value_bytes),
                    4.0 * cfg_.micro_batch * (2.0 * model_cfg_.n_head * cfg_.seq * cfg_.seq + 14.0 * cfg_.seq * model_cfg_.n_embd));
         if (bb.stats > 0)
-            out += fmt("  %-22s %12lld   bytes per block: the LayerNorms' means and 1/std (fp32, outside the formulas)\n",
-                       "LayerNorm statistics", bb.stats);
+            out += fmt("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
+                       "norm statistics", bb.stats,
+                       model_cfg_.norm == model::Norm::RMSNorm ? "1/rms" : "means and 1/std");
     }
     if (e_.part->recompute_bytes() > 0)
         out += fmt("  %-22s %12.2f   (held once: the recomputed block or attention probabilities)\n", "recompute MiB",
