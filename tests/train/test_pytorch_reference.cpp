@@ -1,7 +1,8 @@
 // The model and every optimiser against PyTorch (tests/fixtures/gpt2_tiny, made by
 // tools/reference/make_fixtures.py): logits, loss, every parameter gradient, and parameters after
-// 3 steps of SGD, momentum, AdaGrad, Adam and AdamW. Awkward sizes: V = 101 (padded to 128),
-// head dim 20, T = 13, 3 layers.
+// 3 steps of SGD, momentum, AdaGrad, Adam and AdamW; and 8 steps of each later optimiser
+// (optimizers.json: RAdam, ...) set up through the `train` settings they name. Awkward sizes:
+// V = 101 (padded to 128), head dim 20, T = 13, 3 layers.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@
 #include "shardlm/model/gpt.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/optim/optimizer.h"
+#include "shardlm/train/train_config.h"
 
 namespace {
 
@@ -61,14 +63,16 @@ struct Fixture {
         gpt.backward();
         return loss;
     }
-    // Compare every parameter (HF layout) with the reference tensors "<prefix><name>".
-    void compare_params(const std::string& prefix, const float* buf, float tol, float floor = 1e-30f) {
+    // Compare every parameter (HF layout) with the reference tensors "<prefix><name>" of `from`
+    // (default: reference.safetensors).
+    void compare_params(const std::string& prefix, const float* buf, float tol, float floor = 1e-30f,
+                        const io::SafetensorsReader* from = nullptr) {
         for (const model::ParamSpec& p : gpt.layout().params) {
             std::vector<int64_t> hs = p.hf_shape();
             size_t n = 1;
             for (auto d : hs) n *= size_t(d);
             std::vector<float> r(n), ours(n);
-            ref.read_f32(prefix + p.name, hs, r.data());
+            (from ? *from : ref).read_f32(prefix + p.name, hs, r.data());
             model::to_hf_layout(ours.data(), buf + p.offset, p);
             expect_close(prefix + p.name, ours.data(), r.data(), n, tol, floor);
         }
@@ -149,5 +153,39 @@ TEST_P(OptimizerReference, ThreeSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, OptimizerReference, ::testing::Values("sgd", "momentum", "adagrad", "adam", "adamw"));
+
+// The later optimisers (tools/reference/optim_torch.py where PyTorch 1.13 lacks them), each from the
+// `train` settings in optimizers.json, EXT_STEPS steps on the same batch.
+struct ExtFixture : Fixture {
+    io::SafetensorsReader ext{kDir + "/optimizers.safetensors"};
+    nlohmann::json ext_hyper = nlohmann::json::parse(io::read_file(kDir + "/optimizers.json"));
+    // Runs `name`'s steps, checking the loss before each against PyTorch's.
+    optim::OptimConfig run(const std::string& name) {
+        train::TrainConfig tc;
+        train::apply_config_json(tc, ext_hyper["settings"][name], "optimizers.json: " + name);
+        const optim::OptimConfig oc = tc.optim_config();
+        optim::Optimizer opt(oc, gpt.layout(), {0, gpt.layout().total});
+        const std::vector<double> losses = ext_hyper["losses_per_optimizer"][name];
+        const int steps = ext_hyper["steps"];
+        for (int s = 0; s < steps; s++) {
+            float loss = train_forward_backward();
+            EXPECT_NEAR(loss, losses[size_t(s)], 1e-5 * losses[size_t(s)]) << name << " step " << s;
+            opt.step(params.data(), grads.data(), tc.lr);
+        }
+        float after = gpt.forward(inputs.data(), targets.data(), B, T, 0.0f);
+        EXPECT_NEAR(after, losses.back(), 1e-5 * losses.back()) << name << " after the last step";
+        return oc;
+    }
+    std::string prefix(const std::string& name) const {
+        return name + ".step" + std::to_string(int(ext_hyper["steps"])) + ".";
+    }
+};
+
+// Parameters are O(0.1): 1e-6 absolute after 8 steps (measured: 3e-8).
+TEST(OptimizerExtReference, RAdamEightSteps) {
+    ExtFixture f;
+    f.run("radam");
+    f.compare_params(f.prefix("radam"), f.params.data(), 1e-6f, 1.0f, &f.ext);
+}
 
 }  // namespace

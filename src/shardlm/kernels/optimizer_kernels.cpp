@@ -112,6 +112,28 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float 
     adam_common(p, g, m, v, n, a);
 }
 
+void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, int step, float gs) {
+    // The scalars in double, as PyTorch computes them in Python floats; the tensor operations in
+    // its order: d = g + wd p; m = beta1 m + (1 - beta1) d; v = beta2 v + (1 - beta2) d^2;
+    // p -= (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps)) * rect, or p -= (m / bc1) * lr.
+    const double bc1 = 1.0 - std::pow(double(beta1), step), bc2 = 1.0 - std::pow(double(beta2), step);
+    const double rho_inf = 2.0 / (1.0 - beta2) - 1.0;
+    const double rho_t = rho_inf - 2.0 * step * std::pow(double(beta2), step) / bc2;
+    const bool rectified = rho_t > 5.0;
+    const float rect = rectified ? float(std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
+                                 : 1.0f;
+    const float bc1f = float(bc1), bc2_sqrt = float(std::sqrt(bc2)), a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
+    for (size_t i = 0; i < n; i++) {
+        const float d = g[i] * gs + wd * p[i];
+        const float mi = beta1 * m[i] + a1 * d, vi = beta2 * v[i] + a2 * d * d;
+        m[i] = mi, v[i] = vi;
+        const float step_i = (mi / bc1f) * lr;
+        p[i] -= rectified ? step_i * (bc2_sqrt / (std::sqrt(vi) + eps)) * rect : step_i;
+    }
+}
+
 double sum_squares(const float* x, size_t n) {
     constexpr size_t kChunk = 1 << 16;
     size_t nchunk = (n + kChunk - 1) / kChunk;

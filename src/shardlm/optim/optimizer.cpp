@@ -27,6 +27,7 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
         case Kind::AdaGrad: s0_.resize(n); break;
         case Kind::Adam:
         case Kind::AdamW:
+        case Kind::RAdam:
             s0_.resize(n);
             s1_.resize(n);
             break;
@@ -39,12 +40,25 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
         case Kind::Momentum: return {{"momentum_buffer", &s0_}};
         case Kind::AdaGrad: return {{"sum", &s0_}};
         case Kind::Adam:
-        case Kind::AdamW: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
+        case Kind::AdamW:
+        case Kind::RAdam: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
     }
     return {};
 }
 
 size_t Optimizer::state_bytes() const { return s0_.bytes() + s1_.bytes(); }
+
+double Optimizer::state_bytes_per_param(const OptimConfig& cfg) {
+    switch (cfg.kind) {
+        case Kind::SGD: return 0;
+        case Kind::Momentum:
+        case Kind::AdaGrad: return 4;
+        case Kind::Adam:
+        case Kind::AdamW:
+        case Kind::RAdam: return 8;
+    }
+    return 8;
+}
 
 void Optimizer::step(float* params, const float* grads, float lr, float gs) {
     std::vector<float*> p;
@@ -81,6 +95,10 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
                     break;
                 case Kind::AdamW:
                     kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                                          wd, step_, gs);
+                    break;
+                case Kind::RAdam:
+                    kernels::radam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
                                           wd, step_, gs);
                     break;
             }

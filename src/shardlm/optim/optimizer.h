@@ -1,4 +1,5 @@
-// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam and AdamW over the flat parameter buffer.
+// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW and RAdam over the flat parameter
+// buffer.
 //
 // The optimiser owns its state for a list of ranges of the flat buffer (the whole buffer in one
 // process; this rank's shard of every unit under ZeRO), stored one after another, and walks the
@@ -16,16 +17,17 @@
 
 namespace shardlm::optim {
 
-enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW };
-inline constexpr EnumName<Kind> kKindNames[] = {
-    {Kind::SGD, "sgd"}, {Kind::Momentum, "momentum"}, {Kind::AdaGrad, "adagrad"}, {Kind::Adam, "adam"}, {Kind::AdamW, "adamw"}};
+enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam };
+inline constexpr EnumName<Kind> kKindNames[] = {{Kind::SGD, "sgd"},     {Kind::Momentum, "momentum"},
+                                                {Kind::AdaGrad, "adagrad"}, {Kind::Adam, "adam"},
+                                                {Kind::AdamW, "adamw"}, {Kind::RAdam, "radam"}};
 constexpr const auto& enum_names(Kind) { return kKindNames; }
 Kind parse_kind(const std::string& name);  // one of the names above, or a clear error
 std::string kind_name(Kind k);
 
 struct OptimConfig {
     Kind kind = Kind::AdamW;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam
     float momentum = 0.9f;                           // Momentum
     float adagrad_eps = 1e-10f;                      // AdaGrad (PyTorch's default)
     float weight_decay = 0.0f;                       // on 2-D tensors only
@@ -55,10 +57,12 @@ public:
     void set_steps_done(int s) { step_ = s; }
     const std::vector<Range>& owned() const { return owned_; }
     size_t owned_elems() const { return owned_elems_; }
-    // Named state buffers over the owned ranges, concatenated ("exp_avg", "exp_avg_sq",
-    // "momentum_buffer", "sum").
+    // Named state buffers over the owned ranges, concatenated, one fp32 value per owned element
+    // ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum"): checkpoints save them per HF piece.
     std::vector<std::pair<std::string, AlignedBuffer<float>*>> state();
     size_t state_bytes() const;
+    // Optimiser-state bytes per parameter this kind keeps (the planner's and the memory check's k).
+    static double state_bytes_per_param(const OptimConfig& cfg);
 
 private:
     OptimConfig cfg_;

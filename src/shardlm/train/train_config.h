@@ -156,9 +156,9 @@ void for_each_field(Cfg& c, F&& f) {
     f("warmup", c.warmup, "Warm-up steps (cosine schedule)");
     f("lr_min", c.lr_min, "Final learning rate (cosine schedule)");
     f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
-    f("beta1", c.beta1, "Adam beta1");
-    f("beta2", c.beta2, "Adam beta2");
-    f("eps", c.eps, "Adam epsilon");
+    f("beta1", c.beta1, "Adam, AdamW, RAdam beta1");
+    f("beta2", c.beta2, "Adam, AdamW, RAdam beta2");
+    f("eps", c.eps, "Adam, AdamW, RAdam epsilon");
     f("momentum", c.momentum, "SGD momentum");
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
     f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
