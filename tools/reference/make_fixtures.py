@@ -93,6 +93,10 @@ EXT_STEPS = 8
 OPTIMISERS_EXT = {
     # torch.optim.RAdam, coupled L2 weight decay as PyTorch 1.13 applies it
     "radam": dict(optimizer="radam", lr=1e-3, beta1=0.9, beta2=0.9, eps=1e-6, weight_decay=0.01),
+    # the paper's Algorithm 2 (optim_torch.Lion); no betas given: shardlm's defaults for lion must be
+    # the paper's (0.9, 0.99). Where a gradient is rounding noise around an exact 0 (the key bias:
+    # softmax is shift-invariant) sign(c) is that noise's sign: those elements are compared apart.
+    "lion": dict(optimizer="lion", lr=1e-4, weight_decay=0.1),
 }
 
 
@@ -102,6 +106,8 @@ def make_optimizer_ext(model, name):
     kind = h["optimizer"]
     if kind == "radam":
         return torch.optim.RAdam(groups, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], foreach=False)
+    if kind == "lion":
+        return O.Lion(groups, lr=h["lr"], betas=(h.get("beta1", 0.9), h.get("beta2", 0.99)))
     raise ValueError(name)
 
 

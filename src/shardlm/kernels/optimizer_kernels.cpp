@@ -134,6 +134,19 @@ void radam_update(float* p, const float* g, float* m, float* v, size_t n, float 
     }
 }
 
+void lion_update(float* p, const float* g, float* m, size_t n, float lr, float beta1, float beta2, float wd,
+                 float gs) {
+    const float decay = float(1.0 - double(lr) * wd), a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i] * gs, mi = m[i];
+        const float c = beta1 * mi + a1 * gi;
+        const float sign = float(c > 0.0f) - float(c < 0.0f);
+        p[i] = p[i] * decay - lr * sign;
+        m[i] = beta2 * mi + a2 * gi;
+    }
+}
+
 double sum_squares(const float* x, size_t n) {
     constexpr size_t kChunk = 1 << 16;
     size_t nchunk = (n + kChunk - 1) / kChunk;

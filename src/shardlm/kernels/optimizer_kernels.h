@@ -2,7 +2,7 @@
 // so they apply to a whole buffer or to one rank's ZeRO slice alike. Each follows PyTorch's
 // single-tensor algorithm (torch.optim, foreach=False) operation for operation. `wd` is the weight
 // decay of this slice (0 for biases and norm gains): coupled L2 (g += wd p) for SGD, momentum,
-// AdaGrad, Adam and RAdam (as PyTorch 1.13 applies it); decoupled (p *= 1 - lr wd) for AdamW. `step` counts from 1. `gs` scales each
+// AdaGrad, Adam and RAdam (as PyTorch 1.13 applies it); decoupled (p *= 1 - lr wd) for AdamW and Lion. `step` counts from 1. `gs` scales each
 // gradient as it is read (gradient clipping), exactly as if the gradient had been scaled in place.
 // Adam and AdamW are memory-bound (7 streams): they are AVX-512 loops with non-temporal stores.
 #pragma once
@@ -21,6 +21,10 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float 
 // rho_t <= 5 the step is lr m / (1 - beta1^t) (no second moment), then rectified Adam.
 void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float wd, int step, float gs = 1.0f);
+// Lion (Chen et al. 2023, Algorithm 2): c = beta1 m + (1 - beta1) g; p <- p (1 - lr wd) - lr sign(c);
+// m <- beta2 m + (1 - beta2) g. sign(0) = 0.
+void lion_update(float* p, const float* g, float* m, size_t n, float lr, float beta1, float beta2, float wd,
+                 float gs = 1.0f);
 
 // sum of squares in double, over fixed chunks summed in order: bit-identical for any thread count.
 double sum_squares(const float* x, size_t n);

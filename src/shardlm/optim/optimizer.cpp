@@ -24,7 +24,8 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
     switch (cfg_.kind) {
         case Kind::SGD: break;
         case Kind::Momentum:
-        case Kind::AdaGrad: s0_.resize(n); break;
+        case Kind::AdaGrad:
+        case Kind::Lion: s0_.resize(n); break;
         case Kind::Adam:
         case Kind::AdamW:
         case Kind::RAdam:
@@ -39,6 +40,7 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
         case Kind::SGD: return {};
         case Kind::Momentum: return {{"momentum_buffer", &s0_}};
         case Kind::AdaGrad: return {{"sum", &s0_}};
+        case Kind::Lion: return {{"exp_avg", &s0_}};
         case Kind::Adam:
         case Kind::AdamW:
         case Kind::RAdam: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
@@ -52,7 +54,8 @@ double Optimizer::state_bytes_per_param(const OptimConfig& cfg) {
     switch (cfg.kind) {
         case Kind::SGD: return 0;
         case Kind::Momentum:
-        case Kind::AdaGrad: return 4;
+        case Kind::AdaGrad:
+        case Kind::Lion: return 4;
         case Kind::Adam:
         case Kind::AdamW:
         case Kind::RAdam: return 8;
@@ -101,6 +104,7 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
                     kernels::radam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
                                           wd, step_, gs);
                     break;
+                case Kind::Lion: kernels::lion_update(w, g, s0_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, wd, gs); break;
             }
         }
         state_base += r.size();

@@ -1,5 +1,5 @@
-// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW and RAdam over the flat parameter
-// buffer.
+// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW, RAdam and Lion over the flat
+// parameter buffer.
 //
 // The optimiser owns its state for a list of ranges of the flat buffer (the whole buffer in one
 // process; this rank's shard of every unit under ZeRO), stored one after another, and walks the
@@ -17,17 +17,18 @@
 
 namespace shardlm::optim {
 
-enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam };
+enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam, Lion };
 inline constexpr EnumName<Kind> kKindNames[] = {{Kind::SGD, "sgd"},     {Kind::Momentum, "momentum"},
                                                 {Kind::AdaGrad, "adagrad"}, {Kind::Adam, "adam"},
-                                                {Kind::AdamW, "adamw"}, {Kind::RAdam, "radam"}};
+                                                {Kind::AdamW, "adamw"}, {Kind::RAdam, "radam"},
+                                                {Kind::Lion, "lion"}};
 constexpr const auto& enum_names(Kind) { return kKindNames; }
 Kind parse_kind(const std::string& name);  // one of the names above, or a clear error
 std::string kind_name(Kind k);
 
 struct OptimConfig {
     Kind kind = Kind::AdamW;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam; Lion's betas (no eps)
     float momentum = 0.9f;                           // Momentum
     float adagrad_eps = 1e-10f;                      // AdaGrad (PyTorch's default)
     float weight_decay = 0.0f;                       // on 2-D tensors only

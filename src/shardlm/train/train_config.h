@@ -68,7 +68,8 @@ struct TrainConfig {
     int warmup = 0;
     float lr_min = 0.0f;
     float weight_decay = 0.0f;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float beta1 = -1.0f, beta2 = -1.0f;  // -1: the optimiser's own (optim_config())
+    float eps = 1e-8f;
     float momentum = 0.9f;
     float grad_clip = 0.0f;  // 0 = off
     // evaluation, output, checkpoints
@@ -116,6 +117,7 @@ struct TrainConfig {
     float comm_timeout = 0.0f;    // seconds a collective may wait before the job ends with a message (0 = off)
     std::string flight_dir;       // flight recorder dumps (comm/flight.h); empty: <out>/flight, none without out
 
+    // The optimiser's settings, with the defaults of the chosen optimiser where beta1/beta2 are -1.
     optim::OptimConfig optim_config() const;
     // The model to build: the HF directory's config (init) or the preset with the shape overrides.
     model::GptConfig model_config() const;
@@ -156,8 +158,8 @@ void for_each_field(Cfg& c, F&& f) {
     f("warmup", c.warmup, "Warm-up steps (cosine schedule)");
     f("lr_min", c.lr_min, "Final learning rate (cosine schedule)");
     f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
-    f("beta1", c.beta1, "Adam, AdamW, RAdam beta1");
-    f("beta2", c.beta2, "Adam, AdamW, RAdam beta2");
+    f("beta1", c.beta1, "beta1 of adam, adamw, radam, lion (-1: the optimiser's default, 0.9)");
+    f("beta2", c.beta2, "beta2 of adam, adamw, radam, lion (-1: the optimiser's default, 0.95; lion 0.99)");
     f("eps", c.eps, "Adam, AdamW, RAdam epsilon");
     f("momentum", c.momentum, "SGD momentum");
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
