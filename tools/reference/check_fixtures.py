@@ -213,8 +213,12 @@ def check_optimizers_ext(d):
     # made with one instruction set's BLAS kernels (blas_isa): another's rounding, over 8 steps, as --other-kernels
     atol = STEPS_ATOL["ext"] if hyper.get("blas_isa") == MF.blas_isa() else max(STEPS_ATOL["ext"], 3e-4)
     for name in MF.OPTIMISERS_EXT:
+        if atol > STEPS_ATOL["ext"] and hyper["settings"][name]["optimizer"] == "adam8bit":
+            atol_name = hyper["settings"][name]["lr"]  # other roundings flip 8-bit codes: steps differ by a fraction of lr
+        else:
+            atol_name = atol
         losses, m = MF.run_ext(cfg, w, x, y, name, hyper["steps"])
-        close(f"{name} losses", losses, hyper["losses_per_optimizer"][name], atol=atol)
+        close(f"{name} losses", losses, hyper["losses_per_optimizer"][name], atol=atol_name)
         got = G.to_hf(m)
         pre = f"{name}.step{hyper['steps']}."
         names = sorted(got)
@@ -226,7 +230,7 @@ def check_optimizers_ext(d):
                     ref[pre + n][C:2 * C] = got[n][C:2 * C]
         check(all(pre + n in ref for n in names), f"{pre}* names present")
         close(f"{name} params after {hyper['steps']} steps", np.concatenate([got[n].ravel() for n in names]),
-              np.concatenate([ref[pre + n].ravel() for n in names]), atol=atol)
+              np.concatenate([ref[pre + n].ravel() for n in names]), atol=atol_name)
         moved = max(float(np.abs(ref[pre + n] - w[n]).max()) for n in names if w[n].ndim == 1)
         check(moved > 1e-4, f"{name}: 1-D params actually changed (max |d|={moved:.3g})")
     for kind in ("dynamic", "linear"):

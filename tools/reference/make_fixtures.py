@@ -97,6 +97,14 @@ OPTIMISERS_EXT = {
     # the paper's (0.9, 0.99). Where a gradient is rounding noise around an exact 0 (the key bias:
     # softmax is shift-invariant) sign(c) is that noise's sign: those elements are compared apart.
     "lion": dict(optimizer="lion", lr=1e-4, weight_decay=0.1),
+    # optim_torch.Adam8bit: small blocks so that the tiny model's tensors of 4096+ elements (wte,
+    # c_attn, c_fc, mlp.c_proj) make several blocks and a partial last one; the others keep fp32 state
+    "adam8bit": dict(optimizer="adam8bit", lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-6, weight_decay=0.1,
+                     optim_block=256, optim_code="dynamic"),
+    # the linear code rounds every v under absmax/510 of its block to 0, where the step is m / eps:
+    # eps 1e-3 keeps those steps bounded (with 1e-6 the run blows up, as bitsandbytes' paper found)
+    "adam8bit_linear": dict(optimizer="adam8bit", lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1,
+                            optim_block=512, optim_code="linear"),
 }
 
 
@@ -106,6 +114,9 @@ def make_optimizer_ext(model, name):
     kind = h["optimizer"]
     if kind == "radam":
         return torch.optim.RAdam(groups, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], foreach=False)
+    if kind == "adam8bit":
+        return O.Adam8bit(groups, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], block=h["optim_block"],
+                          code=h["optim_code"])
     if kind == "lion":
         return O.Lion(groups, lr=h["lr"], betas=(h.get("beta1", 0.9), h.get("beta2", 0.99)))
     raise ValueError(name)

@@ -20,6 +20,8 @@ optim::OptimConfig TrainConfig::optim_config() const {
     o.beta2 = beta2 >= 0 ? beta2 : optimizer == optim::Kind::Lion ? 0.99f : 0.95f;
     o.eps = eps;
     o.momentum = momentum;
+    o.block = optim_block;
+    o.code = optim_code;
     o.weight_decay = weight_decay;
     return o;
 }
@@ -78,6 +80,8 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(beta2 == -1.0f || (beta2 >= 0 && beta2 < 1), "--beta2 must be in [0, 1) (got ", beta2,
                   ")\n---> HINT: -1 (the default) takes the optimiser's own");
     SHARDLM_CHECK(eps > 0, "--eps must be > 0 (got ", eps, ")");
+    SHARDLM_CHECK(optim_block >= 16 && optim_block <= (1 << 20), "--optim-block must be in [16, 1048576] elements (got ",
+                  optim_block, ")\n---> HINT: 2048 (the default) or another power of two, e.g. 256 or 4096");
     SHARDLM_CHECK(warmup >= 0, "--warmup must be >= 0 (got ", warmup, ")");
     SHARDLM_CHECK(!precision.mixed() || matmul_precision == kernels::MatmulPrecision::fp32, "--matmul-precision ",
                   setting_text(matmul_precision), " applies to fp32 training; with --precision ", precision.name(),
