@@ -83,4 +83,26 @@ TEST(TrainConfig, TheLossScaleDefaultsToDynamicForFp16Only) {
     EXPECT_EQ(c.loss_scale_mode().scale, 8.0f);
 }
 
+// --beta1/--beta2 default to -1, the chosen optimiser's own: Adam's 0.9/0.95 as before, Lion's
+// 0.9/0.99 (the paper's); a value given is taken by every optimiser.
+TEST(TrainConfig, BetasDefaultToTheOptimisersOwn) {
+    TrainConfig c;
+    EXPECT_EQ(c.optim_config().beta1, 0.9f);
+    EXPECT_EQ(c.optim_config().beta2, 0.95f);
+    c.optimizer = optim::Kind::Lion;
+    EXPECT_EQ(c.optim_config().beta1, 0.9f);
+    EXPECT_EQ(c.optim_config().beta2, 0.99f);
+    c.beta2 = 0.95f, c.beta1 = 0.8f;
+    EXPECT_EQ(c.optim_config().beta2, 0.95f);
+    EXPECT_EQ(c.optim_config().beta1, 0.8f);
+    c.beta2 = -0.5f;
+    c.model = "tiny", c.data = "x.bin";
+    try {
+        c.validate();
+        ADD_FAILURE() << "--beta2 -0.5 accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--beta2 must be in [0, 1)"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace

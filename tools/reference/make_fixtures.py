@@ -8,6 +8,9 @@ produces byte-identical files.
 
 Fixture A  tests/fixtures/gpt2_tiny/  : forward/backward/optimiser unit reference (and the
                                         forward/backward with bf16 matmul operands).
+           tests/fixtures/gpt2_tiny/optimizers.{json,safetensors}: the optimisers added after the
+                                        first five (OPTIMISERS_EXT), EXT_STEPS steps each, from the same
+                                        model and batch (the files above stay byte-identical).
 Fixture B  tests/fixtures/gpt2_e2e/   : 10-step AdamW end-to-end training reference.
 Fixture C  tests/fixtures/llama_tiny/ : a LLaMA with grouped-query attention (RMSNorm, RoPE, SwiGLU,
                                         untied head) trained 10 AdamW steps in float64.
@@ -24,6 +27,7 @@ sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch as G  # noqa: E402
 import llama_torch as LT  # noqa: E402
+import optim_torch as O  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -38,6 +42,16 @@ def write_json(path, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=2)
         f.write("\n")
+
+
+def blas_isa():
+    """The instruction set OpenBLAS's kernels use here ("avx512" or "avx2"): fixtures made on the
+    other round differently after several steps (check_fixtures.py allows for it)."""
+    core = os.environ.get("OPENBLAS_CORETYPE", "").lower()
+    if core:
+        return "avx512" if "skylakex" in core or "cooperlake" in core or "sapphire" in core else "avx2"
+    flags = open("/proc/cpuinfo").read().split()
+    return "avx512" if "avx512f" in flags else "avx2"
 
 
 def report(path):
@@ -73,6 +87,60 @@ def make_optimizer(model, name):
     cls_name, kw, wd = OPTIMISERS[name]
     cls = getattr(torch.optim, cls_name)
     return cls(G.param_groups(model, wd), foreach=False, **kw)
+
+
+# The optimisers added later: name -> shardlm `train` settings (TrainConfig keys). Each runs
+# EXT_STEPS steps: RAdam's rectified branch starts at step 6 with beta2 0.9 (rho_t > 5), and the
+# 8-bit and factored states see several requantisations and decays. lr 1e-3 and eps 1e-6 as above.
+EXT_STEPS = 8
+OPTIMISERS_EXT = {
+    # torch.optim.RAdam, coupled L2 weight decay as PyTorch 1.13 applies it
+    "radam": dict(optimizer="radam", lr=1e-3, beta1=0.9, beta2=0.9, eps=1e-6, weight_decay=0.01),
+    # the paper's Algorithm 2 (optim_torch.Lion); no betas given: shardlm's defaults for lion must be
+    # the paper's (0.9, 0.99). Where a gradient is rounding noise around an exact 0 (the key bias:
+    # softmax is shift-invariant) sign(c) is that noise's sign: those elements are compared apart.
+    "lion": dict(optimizer="lion", lr=1e-4, weight_decay=0.1),
+    # optim_torch.Adam8bit: small blocks so that the tiny model's tensors of 4096+ elements (wte,
+    # c_attn, c_fc, mlp.c_proj) make several blocks and a partial last one; the others keep fp32 state
+    "adam8bit": dict(optimizer="adam8bit", lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-6, weight_decay=0.1,
+                     optim_block=256, optim_code="dynamic"),
+    # the linear code rounds every v under absmax/510 of its block to 0, where the step is m / eps:
+    # eps 1e-3 keeps those steps bounded (with 1e-6 the run blows up, as bitsandbytes' paper found)
+    "adam8bit_linear": dict(optimizer="adam8bit", lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1,
+                            optim_block=512, optim_code="linear"),
+}
+
+
+def make_optimizer_ext(model, name):
+    h = OPTIMISERS_EXT[name]
+    groups = G.param_groups(model, h["weight_decay"])
+    kind = h["optimizer"]
+    if kind == "radam":
+        return torch.optim.RAdam(groups, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], foreach=False)
+    if kind == "adam8bit":
+        return O.Adam8bit(groups, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], block=h["optim_block"],
+                          code=h["optim_code"])
+    if kind == "lion":
+        return O.Lion(groups, lr=h["lr"], betas=(h.get("beta1", 0.9), h.get("beta2", 0.99)))
+    raise ValueError(name)
+
+
+def train_steps(cfg, init_hf, inputs, targets, make_opt, steps):
+    """`steps` optimiser steps from init_hf on one batch: (losses before each step and after the
+    last, the model)."""
+    m = G.GPT(cfg)
+    G.from_hf(m, init_hf)
+    opt = make_opt(m)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        _, l = m(inputs, targets)
+        l.backward()
+        losses.append(l.item())
+        opt.step()
+    with torch.no_grad():
+        losses.append(m(inputs, targets)[1].item())
+    return losses, m
 
 
 def fixture_tiny(outdir):
@@ -116,19 +184,7 @@ def fixture_tiny(outdir):
 
     opt_losses = {}
     for oname in OPTIMISERS:
-        m = G.GPT(cfg)
-        G.from_hf(m, init_hf)
-        opt = make_optimizer(m, oname)
-        losses = []
-        for _ in range(TINY_STEPS):
-            opt.zero_grad(set_to_none=True)
-            _, l = m(inputs, targets)
-            l.backward()
-            losses.append(l.item())
-            opt.step()
-        with torch.no_grad():
-            _, l = m(inputs, targets)
-        losses.append(l.item())
+        losses, m = train_steps(cfg, init_hf, inputs, targets, lambda m: make_optimizer(m, oname), TINY_STEPS)
         opt_losses[oname] = losses
         ref.update(G.to_hf(m, prefix=f"{oname}.step{TINY_STEPS}."))
         print(f"[gpt2_tiny] {oname:8s} losses (before steps 1..3, after 3): "
@@ -161,6 +217,32 @@ def fixture_tiny(outdir):
         hyper["optimizers"][oname] = d
     write_json(os.path.join(outdir, "reference.json"), hyper)
     for f in ("config.json", "model.safetensors", "reference.safetensors", "reference.json"):
+        report(os.path.join(outdir, f))
+    return init_hf, inputs, targets
+
+
+def run_ext(cfg, init_hf, inputs, targets, name, steps=EXT_STEPS):
+    """EXT_STEPS steps of OPTIMISERS_EXT[name] on the tiny model."""
+    return train_steps(cfg, init_hf, inputs, targets, lambda m: make_optimizer_ext(m, name), steps)
+
+
+def fixture_optimizers_ext(outdir, init_hf, inputs, targets):
+    ref, losses = {}, {}
+    for name in OPTIMISERS_EXT:
+        losses[name], m = run_ext(TINY_CFG, init_hf, inputs, targets, name)
+        ref.update(G.to_hf(m, prefix=f"{name}.step{EXT_STEPS}."))
+        print(f"[gpt2_tiny] {name:15s} losses: " + " ".join(f"{x:.6f}" for x in losses[name]))
+    for kind in ("dynamic", "linear"):
+        for signed in (True, False):
+            ref[f"code.{kind}.{'signed' if signed else 'unsigned'}"] = O.make_code(kind, signed).numpy()
+    G.save_safetensors(os.path.join(outdir, "optimizers.safetensors"), ref)
+    write_json(os.path.join(outdir, "optimizers.json"),
+               {"steps": EXT_STEPS, "same_batch_every_step": True, "settings": OPTIMISERS_EXT,
+                "losses_per_optimizer": losses, "small_tensor": O.SMALL_TENSOR,
+                "decay": "tensors with 2+ dims (as reference.json's param_groups)",
+                "blas_isa": blas_isa(),
+                "torch_version": torch.__version__})
+    for f in ("optimizers.safetensors", "optimizers.json"):
         report(os.path.join(outdir, f))
 
 
@@ -296,7 +378,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "fixtures"))
     args = ap.parse_args()
     setup_determinism()
-    fixture_tiny(os.path.join(args.out, "gpt2_tiny"))
+    tiny = os.path.join(args.out, "gpt2_tiny")
+    fixture_optimizers_ext(tiny, *fixture_tiny(tiny))
     fixture_e2e(os.path.join(args.out, "gpt2_e2e"))
     fixture_llama(os.path.join(args.out, "llama_tiny"))
 

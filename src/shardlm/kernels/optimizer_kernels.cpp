@@ -2,6 +2,7 @@
 
 #include "shardlm/core/simd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -110,6 +111,126 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float 
     AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
     a.decay = 1.0f - lr * wd;  // decoupled: p *= 1 - lr wd
     adam_common(p, g, m, v, n, a);
+}
+
+void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, int step, float gs) {
+    // The scalars in double, as PyTorch computes them in Python floats; the tensor operations in
+    // its order: d = g + wd p; m = beta1 m + (1 - beta1) d; v = beta2 v + (1 - beta2) d^2;
+    // p -= (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps)) * rect, or p -= (m / bc1) * lr.
+    const double bc1 = 1.0 - std::pow(double(beta1), step), bc2 = 1.0 - std::pow(double(beta2), step);
+    const double rho_inf = 2.0 / (1.0 - beta2) - 1.0;
+    const double rho_t = rho_inf - 2.0 * step * std::pow(double(beta2), step) / bc2;
+    const bool rectified = rho_t > 5.0;
+    const float rect = rectified ? float(std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
+                                 : 1.0f;
+    const float bc1f = float(bc1), bc2_sqrt = float(std::sqrt(bc2)), a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
+    for (size_t i = 0; i < n; i++) {
+        const float d = g[i] * gs + wd * p[i];
+        const float mi = beta1 * m[i] + a1 * d, vi = beta2 * v[i] + a2 * d * d;
+        m[i] = mi, v[i] = vi;
+        const float step_i = (mi / bc1f) * lr;
+        p[i] -= rectified ? step_i * (bc2_sqrt / (std::sqrt(vi) + eps)) * rect : step_i;
+    }
+}
+
+void lion_update(float* p, const float* g, float* m, size_t n, float lr, float beta1, float beta2, float wd,
+                 float gs) {
+    const float decay = float(1.0 - double(lr) * wd), a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i] * gs, mi = m[i];
+        const float c = beta1 * mi + a1 * gi;
+        const float sign = float(c > 0.0f) - float(c < 0.0f);
+        p[i] = p[i] * decay - lr * sign;
+        m[i] = beta2 * mi + a2 * gi;
+    }
+}
+
+namespace {
+
+// numpy.linspace(start, stop, n)[k]: k * step + start, two roundings (volatile: not fused into one
+// FMA, which gives -1.4e-17 for linspace(-1, 1, 255)[127] instead of 0), the last point exactly stop
+double linspace_at(double start, double stop, int n, int k) {
+    if (k == n - 1) return stop;
+    volatile double offset = k * ((stop - start) / (n - 1));
+    return offset + start;
+}
+
+}  // namespace
+
+Code8 dynamic_code(bool is_signed) {
+    // bitsandbytes create_dynamic_map(signed, max_exponent_bits = 7, total_bits = 8): for exponent i,
+    // the midpoints of linspace(0.1, 1, 2^i + 1) (signed) or linspace(0.1, 1, 2^(i+1) + 1) (unsigned)
+    // scaled by 10^(i - 6), with their negatives when signed; then 0 and 1.
+    std::vector<double> d;
+    for (int i = 0; i < 7; i++) {
+        const int items = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+        const double scale = std::pow(10.0, i - 6);
+        for (int k = 0; k + 1 < items; k++) {
+            auto at = [&](int j) { return linspace_at(0.1, 1.0, items, j); };
+            const double mean = (at(k) + at(k + 1)) / 2.0;
+            d.push_back(scale * mean);
+            if (is_signed) d.push_back(-scale * mean);
+        }
+    }
+    d.push_back(0.0);
+    d.push_back(1.0);
+    std::sort(d.begin(), d.end());
+    if (is_signed) d[0] = -1.0;
+    Code8 c;
+    for (size_t i = 0; i < 256; i++) c[i] = float(d[i]);
+    return c;
+}
+
+Code8 linear_code(bool is_signed) {
+    // bitsandbytes create_linear_map(signed, 8, add_zero = True): linspace(-1, 1, 255) and a second 0,
+    // or linspace(0, 1, 256)
+    std::vector<double> d;
+    const int n = is_signed ? 255 : 256;
+    const double lo = is_signed ? -1.0 : 0.0;
+    for (int k = 0; k < n; k++) d.push_back(linspace_at(lo, 1.0, n, k));
+    if (is_signed) d.push_back(0.0);
+    std::sort(d.begin(), d.end());
+    Code8 c;
+    for (size_t i = 0; i < 256; i++) c[i] = float(d[i]);
+    return c;
+}
+
+uint8_t nearest_code(const Code8& code, float x) {
+    int lo = 0, hi = 256;  // the first index whose value exceeds x
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (code[size_t(mid)] > x) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo == 0) return 0;
+    if (lo == 256) return 255;
+    const float below = x - code[size_t(lo - 1)], above = code[size_t(lo)] - x;
+    return uint8_t(above < below ? lo : lo - 1);
+}
+
+float quantize_block(const float* x, size_t n, const Code8& code, uint8_t* q) {
+    float absmax = 0.0f;
+    for (size_t i = 0; i < n; i++) absmax = std::max(absmax, std::fabs(x[i]));
+    for (size_t i = 0; i < n; i++) q[i] = nearest_code(code, absmax > 0.0f ? x[i] / absmax : 0.0f);
+    return absmax;
+}
+
+void dequantize_block(const uint8_t* q, size_t n, const Code8& code, float absmax, float* x) {
+    for (size_t i = 0; i < n; i++) x[i] = code[q[i]] * absmax;
+}
+
+void adam8bit_block(float* p, const float* g, uint8_t* qm, uint8_t* qv, float* am, float* av, size_t n,
+                    const Code8& code_m, const Code8& code_v, float lr, float beta1, float beta2, float eps,
+                    float wd, int step, float gs, float* scratch) {
+    float *m = scratch, *v = scratch + n;
+    dequantize_block(qm, n, code_m, *am, m);
+    dequantize_block(qv, n, code_v, *av, v);
+    adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, step, gs);
+    *am = quantize_block(m, n, code_m, qm);
+    *av = quantize_block(v, n, code_v, qv);
 }
 
 double sum_squares(const float* x, size_t n) {

@@ -2,11 +2,13 @@
 // so they apply to a whole buffer or to one rank's ZeRO slice alike. Each follows PyTorch's
 // single-tensor algorithm (torch.optim, foreach=False) operation for operation. `wd` is the weight
 // decay of this slice (0 for biases and norm gains): coupled L2 (g += wd p) for SGD, momentum,
-// AdaGrad and Adam; decoupled (p *= 1 - lr wd) for AdamW. `step` counts from 1. `gs` scales each
+// AdaGrad, Adam and RAdam (as PyTorch 1.13 applies it); decoupled (p *= 1 - lr wd) for AdamW and Lion. `step` counts from 1. `gs` scales each
 // gradient as it is read (gradient clipping), exactly as if the gradient had been scaled in place.
 // Adam and AdamW are memory-bound (7 streams): they are AVX-512 loops with non-temporal stores.
 #pragma once
+#include <array>
 #include <cstddef>
+#include <cstdint>
 
 namespace shardlm::kernels {
 
@@ -17,6 +19,34 @@ void adam_update(float* p, const float* g, float* m, float* v, size_t n, float l
                  float eps, float wd, int step, float gs = 1.0f);
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float wd, int step, float gs = 1.0f);
+// torch.optim.RAdam (PyTorch 1.13): Adam's moments; while the length of the approximated SMA
+// rho_t <= 5 the step is lr m / (1 - beta1^t) (no second moment), then rectified Adam.
+void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, int step, float gs = 1.0f);
+// Lion (Chen et al. 2023, Algorithm 2): c = beta1 m + (1 - beta1) g; p <- p (1 - lr wd) - lr sign(c);
+// m <- beta2 m + (1 - beta2) g. sign(0) = 0.
+void lion_update(float* p, const float* g, float* m, size_t n, float lr, float beta1, float beta2, float wd,
+                 float gs = 1.0f);
+// 8-bit block-wise quantisation (Dettmers et al. 2022). A code is 256 sorted values: signed in
+// [-1, 1] (first moments), unsigned in [0, 1] (second moments). Dynamic: bitsandbytes'
+// create_dynamic_map (7 exponent bits; the signed one's most negative value made -1, so a block's
+// largest magnitude of either sign is stored exactly); linear: create_linear_map with a zero. Both
+// computed in double and rounded once (tools/reference/optim_torch.py builds the same values).
+using Code8 = std::array<float, 256>;
+Code8 dynamic_code(bool is_signed);
+Code8 linear_code(bool is_signed);
+// The index of the code value nearest x (the lower one on a tie).
+uint8_t nearest_code(const Code8& code, float x);
+// A block of n values: absmax = max |x|, q[i] = nearest_code(x[i] / absmax) (0's code when absmax = 0).
+float quantize_block(const float* x, size_t n, const Code8& code, uint8_t* q);
+void dequantize_block(const uint8_t* q, size_t n, const Code8& code, float absmax, float* x);
+
+// One block of 8-bit AdamW (bitsandbytes' blockwise kernels): m and v dequantised with their
+// absmax (*am, *av), updated in fp32 exactly as adamw_update, the parameters stepped with those fp32
+// values, then m and v requantised with the block's new absmax (returned in *am, *av). scratch: 2 n floats.
+void adam8bit_block(float* p, const float* g, uint8_t* qm, uint8_t* qv, float* am, float* av, size_t n,
+                    const Code8& code_m, const Code8& code_v, float lr, float beta1, float beta2, float eps,
+                    float wd, int step, float gs, float* scratch);
 
 // sum of squares in double, over fixed chunks summed in order: bit-identical for any thread count.
 double sum_squares(const float* x, size_t n);

@@ -1,5 +1,7 @@
 #include "shardlm/optim/optimizer.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -20,16 +22,72 @@ std::string kind_name(Kind k) { return enum_name(kKindNames, k); }
 Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<Range> owned)
     : cfg_(cfg), layout_(layout), owned_(std::move(owned)) {
     for (const Range& r : owned_) owned_elems_ += r.size();
+    // the pieces: each owned range intersected with the parameters (ranges ascend), padding skipped
+    size_t state_base = 0, first = 0;
+    for (size_t k = 0; k < owned_.size(); k++) {
+        const Range r = owned_[k];
+        while (first < layout_.params.size() && layout_.params[first].offset + layout_.params[first].numel <= r.begin)
+            first++;
+        for (size_t pi = first; pi < layout_.params.size() && layout_.params[pi].offset < r.end; pi++) {
+            const model::ParamSpec& p = layout_.params[pi];
+            Piece pc;
+            pc.range = k, pc.param = pi;
+            pc.begin = std::max(p.offset, r.begin), pc.end = std::min(p.offset + p.numel, r.end);
+            if (pc.begin >= pc.end) continue;
+            pc.state = state_base + (pc.begin - r.begin);
+            pieces_.push_back(pc);
+        }
+        state_base += r.size();
+    }
     size_t n = owned_elems_;
     switch (cfg_.kind) {
         case Kind::SGD: break;
         case Kind::Momentum:
-        case Kind::AdaGrad: s0_.resize(n); break;
+        case Kind::AdaGrad:
+        case Kind::Lion: s0_.resize(n); break;
         case Kind::Adam:
         case Kind::AdamW:
+        case Kind::RAdam:
             s0_.resize(n);
             s1_.resize(n);
             break;
+        case Kind::Adam8bit: {
+            SHARDLM_CHECK(cfg_.block > 0, "adam8bit: block size ", cfg_.block, " must be > 0");
+            const bool linear = cfg_.code == QuantCode::Linear;
+            code_m_ = linear ? kernels::linear_code(true) : kernels::dynamic_code(true);
+            code_v_ = linear ? kernels::linear_code(false) : kernels::dynamic_code(false);
+            size_t f32 = 0;
+            const size_t B = size_t(cfg_.block);
+            for (Piece& pc : pieces_) {
+                const model::ParamSpec& p = layout_.params[pc.param];
+                size_t whole = 1;
+                for (int64_t d : p.full_shape) whole *= size_t(d);
+                pc.small = whole < kSmallTensor;
+                if (pc.small) {
+                    pc.f32 = f32, f32 += pc.end - pc.begin;
+                    continue;
+                }
+                pc.block = blocks_.size();
+                for (size_t b = pc.begin; b < pc.end;) {
+                    const size_t e = std::min(pc.end, p.offset + ((b - p.offset) / B + 1) * B);
+                    blocks_.push_back({b, e});
+                    b = e;
+                }
+                pc.blocks = blocks_.size() - pc.block;
+            }
+            const size_t blocks = blocks_.size();
+            s0_.resize(f32), s1_.resize(f32);
+            // codes at the pieces' state offsets (the small pieces' bytes stay unused: simpler
+            // addressing for 1 byte per small element)
+            q0_.resize(n), q1_.resize(n);
+            a0_.resize(blocks), a1_.resize(blocks);
+            // every block starts as zeros: 0's code, absmax 0
+            const uint8_t zm = kernels::nearest_code(code_m_, 0.0f), zv = kernels::nearest_code(code_v_, 0.0f);
+            std::fill(q0_.begin(), q0_.end(), zm);
+            std::fill(q1_.begin(), q1_.end(), zv);
+            scratch_.resize(size_t(std::max(1, omp_get_max_threads())) * 2 * B);
+            break;
+        }
     }
 }
 
@@ -38,13 +96,74 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
         case Kind::SGD: return {};
         case Kind::Momentum: return {{"momentum_buffer", &s0_}};
         case Kind::AdaGrad: return {{"sum", &s0_}};
+        case Kind::Lion: return {{"exp_avg", &s0_}};
         case Kind::Adam:
-        case Kind::AdamW: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
+        case Kind::AdamW:
+        case Kind::RAdam: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
+        case Kind::Adam8bit: {
+            view0_.resize(owned_elems_), view1_.resize(owned_elems_);
+            move_8bit_state(true);
+            return {{"exp_avg", &view0_}, {"exp_avg_sq", &view1_}};
+        }
     }
     return {};
 }
 
-size_t Optimizer::state_bytes() const { return s0_.bytes() + s1_.bytes(); }
+void Optimizer::move_8bit_state(bool to_views) {
+    for (const Piece& pc : pieces_) {
+        const size_t n = pc.end - pc.begin;
+        if (pc.small) {  // fp32 state, copied
+            float *state[2] = {s0_.data() + pc.f32, s1_.data() + pc.f32}, *view[2] = {view0_.data() + pc.state, view1_.data() + pc.state};
+            for (int i : {0, 1}) std::copy_n(to_views ? state[i] : view[i], n, to_views ? view[i] : state[i]);
+            continue;
+        }
+        for (size_t k = pc.block; k < pc.block + pc.blocks; k++) {
+            const auto [b, e] = blocks_[k];
+            const size_t at = pc.state + (b - pc.begin);
+            if (to_views) {
+                kernels::dequantize_block(q0_.data() + at, e - b, code_m_, a0_.data()[k], view0_.data() + at);
+                kernels::dequantize_block(q1_.data() + at, e - b, code_v_, a1_.data()[k], view1_.data() + at);
+            } else {
+                a0_.data()[k] = kernels::quantize_block(view0_.data() + at, e - b, code_m_, q0_.data() + at);
+                a1_.data()[k] = kernels::quantize_block(view1_.data() + at, e - b, code_v_, q1_.data() + at);
+            }
+        }
+    }
+}
+
+void Optimizer::state_loaded() {
+    if (cfg_.kind == Kind::Adam8bit) {
+        SHARDLM_CHECK(view0_.size() == owned_elems_, "Optimizer::state_loaded() without state() first");
+        move_8bit_state(false);
+    }
+    release_state_views();
+}
+
+void Optimizer::release_state_views() {
+    view0_ = AlignedBuffer<float>();
+    view1_ = AlignedBuffer<float>();
+}
+
+size_t Optimizer::state_bytes() const {
+    size_t codes = 0;  // adam8bit: the bytes of the quantised pieces (q0_/q1_ also span the small ones)
+    for (const Piece& pc : pieces_)
+        if (cfg_.kind == Kind::Adam8bit && !pc.small) codes += 2 * (pc.end - pc.begin);
+    return s0_.bytes() + s1_.bytes() + codes + a0_.bytes() + a1_.bytes();
+}
+
+double Optimizer::state_bytes_per_param(const OptimConfig& cfg) {
+    switch (cfg.kind) {
+        case Kind::SGD: return 0;
+        case Kind::Momentum:
+        case Kind::AdaGrad:
+        case Kind::Lion: return 4;
+        case Kind::Adam:
+        case Kind::AdamW:
+        case Kind::RAdam: return 8;
+        case Kind::Adam8bit: return 2.0 + 8.0 / cfg.block;  // codes + absmax (small tensors apart)
+    }
+    return 8;
+}
 
 void Optimizer::step(float* params, const float* grads, float lr, float gs) {
     std::vector<float*> p;
@@ -57,35 +176,58 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
     SHARDLM_CHECK(params.size() == owned_.size() && grads.size() == owned_.size(), "Optimizer::step: ",
                   params.size(), " parameter ranges for ", owned_.size(), " owned ranges");
     step_++;
-    size_t state_base = 0;  // offset of range k in the state buffers
-    size_t first = 0;       // first parameter that can intersect the current range (ranges ascend)
-    for (size_t k = 0; k < owned_.size(); k++) {
-        const Range r = owned_[k];
-        while (first < layout_.params.size() && layout_.params[first].offset + layout_.params[first].numel <= r.begin)
-            first++;
-        for (size_t pi = first; pi < layout_.params.size() && layout_.params[pi].offset < r.end; pi++) {
-            const model::ParamSpec& p = layout_.params[pi];
-            size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
-            if (b >= e) continue;
-            float* w = params[k] + (b - r.begin);
-            const float* g = grads[k] + (b - r.begin);
-            size_t n = e - b, s = state_base + (b - r.begin);
-            float wd = p.decay ? cfg_.weight_decay : 0.0f;
-            switch (cfg_.kind) {
-                case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
-                case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd, gs); break;
-                case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
-                case Kind::Adam:
-                    kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                                         wd, step_, gs);
-                    break;
-                case Kind::AdamW:
-                    kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-                                          wd, step_, gs);
-                    break;
-            }
+    if (cfg_.kind == Kind::Adam8bit) return step_adam8bit(params, grads, lr, gs);
+    for (const Piece& pc : pieces_) {
+        const model::ParamSpec& p = layout_.params[pc.param];
+        const size_t off = pc.begin - owned_[pc.range].begin, n = pc.end - pc.begin, s = pc.state;
+        float* w = params[pc.range] + off;
+        const float* g = grads[pc.range] + off;
+        float wd = p.decay ? cfg_.weight_decay : 0.0f;
+        switch (cfg_.kind) {
+            case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
+            case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd, gs); break;
+            case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
+            case Kind::Adam:
+                kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
+                                     step_, gs);
+                break;
+            case Kind::AdamW:
+                kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
+                                      step_, gs);
+                break;
+            case Kind::RAdam:
+                kernels::radam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
+                                      step_, gs);
+                break;
+            case Kind::Lion: kernels::lion_update(w, g, s0_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, wd, gs); break;
+            case Kind::Adam8bit: break;  // step_adam8bit
         }
-        state_base += r.size();
+    }
+}
+
+void Optimizer::step_adam8bit(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
+                              float gs) {
+    for (const Piece& pc : pieces_) {
+        const model::ParamSpec& p = layout_.params[pc.param];
+        const size_t off = pc.begin - owned_[pc.range].begin;
+        float* w = params[pc.range] + off;
+        const float* g = grads[pc.range] + off;
+        const float wd = p.decay ? cfg_.weight_decay : 0.0f;
+        if (pc.small) {
+            kernels::adamw_update(w, g, s0_.data() + pc.f32, s1_.data() + pc.f32, pc.end - pc.begin, lr, cfg_.beta1,
+                                  cfg_.beta2, cfg_.eps, wd, step_, gs);
+            continue;
+        }
+        const int threads = int(scratch_.size() / (2 * size_t(cfg_.block)));  // one scratch each
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (size_t k = pc.block; k < pc.block + pc.blocks; k++) {
+            const auto [b, e] = blocks_[k];
+            const size_t at = pc.state + (b - pc.begin), o = b - pc.begin;
+            float* scratch = scratch_.data() + size_t(omp_get_thread_num()) * 2 * size_t(cfg_.block);
+            kernels::adam8bit_block(w + o, g + o, q0_.data() + at, q1_.data() + at, a0_.data() + k, a1_.data() + k,
+                                    e - b, code_m_, code_v_, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, step_, gs,
+                                    scratch);
+        }
     }
 }
 

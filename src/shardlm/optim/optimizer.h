@@ -1,34 +1,52 @@
-// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam and AdamW over the flat parameter buffer.
+// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW, RAdam, Lion and 8-bit AdamW
+// over the flat parameter buffer.
 //
 // The optimiser owns its state for a list of ranges of the flat buffer (the whole buffer in one
 // process; this rank's shard of every unit under ZeRO), stored one after another, and walks the
 // layout table to give each parameter's piece of a range its weight decay (none for biases and norm
 // gains). Padding between parameters is skipped. Ranges ignore parameter boundaries: a parameter may
 // straddle two ranks' shards, so each piece is found by intersection.
+//
+// 8-bit AdamW (adam8bit) keeps m and v as 8-bit codes with one fp32 absmax per block of `block`
+// elements of each parameter (counted from the parameter's first element); a piece of a parameter
+// (a ZeRO slice boundary inside a block) quantises its part of the block as a block of its own.
+// Parameters of fewer than kSmallTensor elements (of the whole tensor) keep fp32 m and v.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/enum_names.h"
+#include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/model/layout.h"
 
 namespace shardlm::optim {
 
-enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW };
-inline constexpr EnumName<Kind> kKindNames[] = {
-    {Kind::SGD, "sgd"}, {Kind::Momentum, "momentum"}, {Kind::AdaGrad, "adagrad"}, {Kind::Adam, "adam"}, {Kind::AdamW, "adamw"}};
+enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam, Lion, Adam8bit };
+inline constexpr EnumName<Kind> kKindNames[] = {{Kind::SGD, "sgd"},     {Kind::Momentum, "momentum"},
+                                                {Kind::AdaGrad, "adagrad"}, {Kind::Adam, "adam"},
+                                                {Kind::AdamW, "adamw"}, {Kind::RAdam, "radam"},
+                                                {Kind::Lion, "lion"},   {Kind::Adam8bit, "adam8bit"}};
 constexpr const auto& enum_names(Kind) { return kKindNames; }
 Kind parse_kind(const std::string& name);  // one of the names above, or a clear error
 std::string kind_name(Kind k);
 
+// The 8-bit code of adam8bit's states (kernels/optimizer_kernels.h).
+enum class QuantCode { Dynamic, Linear };
+inline constexpr EnumName<QuantCode> kQuantCodeNames[] = {{QuantCode::Dynamic, "dynamic"}, {QuantCode::Linear, "linear"}};
+constexpr const auto& enum_names(QuantCode) { return kQuantCodeNames; }
+inline constexpr size_t kSmallTensor = 4096;  // adam8bit: smaller tensors keep fp32 state
+
 struct OptimConfig {
     Kind kind = Kind::AdamW;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam, adam8bit; Lion's betas (no eps)
     float momentum = 0.9f;                           // Momentum
     float adagrad_eps = 1e-10f;                      // AdaGrad (PyTorch's default)
     float weight_decay = 0.0f;                       // on 2-D tensors only
+    int block = 2048;                                // adam8bit: elements per quantisation block
+    QuantCode code = QuantCode::Dynamic;             // adam8bit
 };
 
 struct Range {
@@ -55,17 +73,44 @@ public:
     void set_steps_done(int s) { step_ = s; }
     const std::vector<Range>& owned() const { return owned_; }
     size_t owned_elems() const { return owned_elems_; }
-    // Named state buffers over the owned ranges, concatenated ("exp_avg", "exp_avg_sq",
-    // "momentum_buffer", "sum").
+    // Named state buffers over the owned ranges, concatenated, one fp32 value per owned element
+    // ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum"): checkpoints save them per HF piece.
+    // adam8bit's are views, dequantised here: after writing into them (a checkpoint's load), call
+    // state_loaded() to quantise them back; after reading them, release_state_views().
     std::vector<std::pair<std::string, AlignedBuffer<float>*>> state();
+    void state_loaded();
+    void release_state_views();
+    // The bytes of state kept (8-bit codes and absmax for adam8bit; views not counted).
     size_t state_bytes() const;
+    // Optimiser-state bytes per parameter this kind keeps (the planner's and the memory check's k).
+    static double state_bytes_per_param(const OptimConfig& cfg);
 
 private:
+    // A parameter's part of an owned range: flat [begin, end), at `state` in the concatenated state.
+    struct Piece {
+        size_t range = 0, param = 0, begin = 0, end = 0, state = 0;
+        // adam8bit: fp32 state at `f32` of s0_/s1_ (small tensors), or codes at `state` of q0_/q1_
+        // in blocks_[block, block + blocks) (absmax: a0_/a1_ at the same indices)
+        bool small = false;
+        size_t f32 = 0, block = 0, blocks = 0;
+    };
+    // adam8bit: dequantise the state into view0_/view1_ (to_views), or quantise them back
+    void move_8bit_state(bool to_views);
+    void step_adam8bit(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs);
+
     OptimConfig cfg_;
     const model::Layout& layout_;
     std::vector<Range> owned_;
     size_t owned_elems_ = 0;
+    std::vector<Piece> pieces_;
+    // adam8bit: the 8-bit blocks, flat [begin, end): the pieces' elements cut at their parameter's
+    // block boundaries (multiples of cfg_.block from the parameter's first element)
+    std::vector<Range> blocks_;
     AlignedBuffer<float> s0_, s1_;
+    // adam8bit: codes, blocks' absmax, the code tables, scratch per thread, checkpoint views
+    AlignedBuffer<uint8_t> q0_, q1_;
+    AlignedBuffer<float> a0_, a1_, scratch_, view0_, view1_;
+    kernels::Code8 code_m_{}, code_v_{};
     int step_ = 0;
 };
 

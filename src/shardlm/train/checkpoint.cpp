@@ -116,6 +116,7 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
             p->optimizer_.add_f32(sname + "/" + name, piece_shape(pc), box.data());
         }
     });
+    opt.release_state_views();  // adam8bit's dequantised views: copied into the writer
     p->model_.set_metadata("format", "pt");
     p->model_.set_metadata("layout", "pieces of HF GPT-2 tensors: name or name[rows,cols] boxes in HF coordinates");
     p->optimizer_.set_metadata("optimizer", optim::kind_name(opt.config().kind));
@@ -339,6 +340,7 @@ nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& m
             at += r.size();
         }
     }
+    opt.state_loaded();  // adam8bit: quantised from the loaded fp32 views
     opt.set_steps_done(meta["optimizer"].value("steps_done", 0));
     return meta;
 }

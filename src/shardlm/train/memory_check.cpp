@@ -13,17 +13,6 @@ namespace shardlm::train {
 
 namespace {
 
-int state_buffers(optim::Kind k) {
-    switch (k) {
-    case optim::Kind::SGD: return 0;
-    case optim::Kind::Momentum:
-    case optim::Kind::AdaGrad: return 1;
-    case optim::Kind::Adam:
-    case optim::Kind::AdamW: return 2;
-    }
-    return 2;
-}
-
 std::string human(double bytes) {
     char buf[32];
     if (bytes >= 1e12) std::snprintf(buf, sizeof(buf), "%.1f TB", bytes / 1e12);
@@ -41,7 +30,8 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
     MemoryNeed m;
     m.params = cfg.zero >= 3 ? total / dp : total;
     m.grads = cfg.zero >= 2 ? total / dp : total;
-    m.optimizer = state_buffers(cfg.optimizer) * (cfg.zero >= 1 ? total / dp : total);
+    m.optimizer = optim::Optimizer::state_bytes_per_param(cfg.optim_config()) / sizeof(float) *
+                  (cfg.zero >= 1 ? total / dp : total);
     const cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
     cost::ActivationSpec a;
     a.micro_batch = cfg.micro_batch;

@@ -16,10 +16,12 @@ namespace shardlm::train {
 optim::OptimConfig TrainConfig::optim_config() const {
     optim::OptimConfig o;
     o.kind = optimizer;
-    o.beta1 = beta1;
-    o.beta2 = beta2;
+    o.beta1 = beta1 >= 0 ? beta1 : 0.9f;
+    o.beta2 = beta2 >= 0 ? beta2 : optimizer == optim::Kind::Lion ? 0.99f : 0.95f;
     o.eps = eps;
     o.momentum = momentum;
+    o.block = optim_block;
+    o.code = optim_code;
     o.weight_decay = weight_decay;
     return o;
 }
@@ -108,9 +110,13 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), "--weight-decay must be >= 0 (got ", weight_decay,
                   "): a negative decay pushes the weights away from zero\n---> HINT: 0 (off) or e.g. 0.1");
     SHARDLM_CHECK(grad_clip >= 0, "--grad-clip must be >= 0 (0 = off; got ", grad_clip, ")");
-    SHARDLM_CHECK(beta1 >= 0 && beta1 < 1, "--beta1 must be in [0, 1) (got ", beta1, ")");
-    SHARDLM_CHECK(beta2 >= 0 && beta2 < 1, "--beta2 must be in [0, 1) (got ", beta2, ")");
+    SHARDLM_CHECK(beta1 == -1.0f || (beta1 >= 0 && beta1 < 1), "--beta1 must be in [0, 1) (got ", beta1,
+                  ")\n---> HINT: -1 (the default) takes the optimiser's own");
+    SHARDLM_CHECK(beta2 == -1.0f || (beta2 >= 0 && beta2 < 1), "--beta2 must be in [0, 1) (got ", beta2,
+                  ")\n---> HINT: -1 (the default) takes the optimiser's own");
     SHARDLM_CHECK(eps > 0, "--eps must be > 0 (got ", eps, ")");
+    SHARDLM_CHECK(optim_block >= 16 && optim_block <= (1 << 20), "--optim-block must be in [16, 1048576] elements (got ",
+                  optim_block, ")\n---> HINT: 2048 (the default) or another power of two, e.g. 256 or 4096");
     SHARDLM_CHECK(warmup >= 0, "--warmup must be >= 0 (got ", warmup, ")");
     SHARDLM_CHECK(!precision.mixed() || matmul_precision == kernels::MatmulPrecision::fp32, "--matmul-precision ",
                   setting_text(matmul_precision), " applies to fp32 training; with --precision ", precision.name(),

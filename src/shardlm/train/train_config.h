@@ -72,8 +72,11 @@ struct TrainConfig {
     int warmup = 0;
     float lr_min = 0.0f;
     float weight_decay = 0.0f;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float beta1 = -1.0f, beta2 = -1.0f;  // -1: the optimiser's own (optim_config())
+    float eps = 1e-8f;
     float momentum = 0.9f;
+    int optim_block = 2048;                              // adam8bit: elements per quantisation block
+    optim::QuantCode optim_code = optim::QuantCode::Dynamic;  // adam8bit
     float grad_clip = 0.0f;  // 0 = off
     // evaluation, output, checkpoints
     int val_every = 0;       // 0 = only at the end (if val_data is set)
@@ -120,6 +123,7 @@ struct TrainConfig {
     float comm_timeout = 0.0f;    // seconds a collective may wait before the job ends with a message (0 = off)
     std::string flight_dir;       // flight recorder dumps (comm/flight.h); empty: <out>/flight, none without out
 
+    // The optimiser's settings, with the defaults of the chosen optimiser where beta1/beta2 are -1.
     optim::OptimConfig optim_config() const;
     // The model to build: the HF directory's config (init) or the preset with the shape overrides.
     model::GptConfig model_config() const;
@@ -169,10 +173,15 @@ void for_each_field(Cfg& c, F&& f) {
     f("warmup", c.warmup, "Warm-up steps (cosine schedule)");
     f("lr_min", c.lr_min, "Final learning rate (cosine schedule)");
     f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
-    f("beta1", c.beta1, "Adam beta1");
-    f("beta2", c.beta2, "Adam beta2");
-    f("eps", c.eps, "Adam epsilon");
+    f("beta1", c.beta1, "beta1 of adam, adamw, radam, lion, adam8bit (-1: the optimiser's default, 0.9)");
+    f("beta2", c.beta2, "beta2 of adam, adamw, radam, lion, adam8bit (-1: the optimiser's default, 0.95; lion 0.99)");
+    f("eps", c.eps, "epsilon of adam, adamw, radam, adam8bit");
     f("momentum", c.momentum, "SGD momentum");
+    f("optim_block", c.optim_block,
+      "adam8bit: elements per quantisation block of m and v (one fp32 absmax each; a ZeRO slice boundary "
+      "inside a block makes two blocks of it); tensors under 4096 elements keep fp32 state");
+    f("optim_code", c.optim_code,
+      "adam8bit: the 8-bit code of m (signed) and v (unsigned): dynamic (bitsandbytes' dynamic tree) or linear");
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
     f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
     f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation (0 = the whole shard)");

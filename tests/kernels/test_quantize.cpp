@@ -1,0 +1,73 @@
+// The 8-bit block-wise quantisation of adam8bit (kernels/optimizer_kernels.h): the nearest code is
+// the brute-force nearest (the lower on a tie), and a dequantised block requantises to the same codes
+// and the same absmax, bit for bit: what makes a checkpoint (which stores dequantised fp32 m and v)
+// resume to exactly the state that was saved.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "shardlm/kernels/optimizer_kernels.h"
+
+namespace {
+
+using namespace shardlm;
+
+std::vector<kernels::Code8> all_codes() {
+    return {kernels::dynamic_code(true), kernels::dynamic_code(false), kernels::linear_code(true),
+            kernels::linear_code(false)};
+}
+
+TEST(Quantize, CodesAreSortedAndHoldZeroAndTheEnds) {
+    for (bool sg : {true, false})
+        for (const kernels::Code8& c : {kernels::dynamic_code(sg), kernels::linear_code(sg)}) {
+            for (size_t i = 1; i < 256; i++) EXPECT_LE(c[i - 1], c[i]) << i;
+            EXPECT_EQ(c[0], sg ? -1.0f : 0.0f);
+            EXPECT_EQ(c[255], 1.0f);
+            EXPECT_EQ(c[kernels::nearest_code(c, 0.0f)], 0.0f);
+        }
+}
+
+TEST(Quantize, NearestCodeIsTheBruteForceNearest) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (const kernels::Code8& c : all_codes()) {
+        std::vector<float> xs;
+        for (int i = 0; i < 20000; i++) xs.push_back(c[0] < 0 ? u(rng) : std::fabs(u(rng)));
+        for (size_t i = 0; i + 1 < 256; i++) xs.push_back((c[i] + c[i + 1]) / 2);  // the midpoints: ties
+        for (float x : xs) {
+            size_t best = 0;  // argmin |x - c|, the first on a tie (torch.argmin's)
+            for (size_t i = 1; i < 256; i++)
+                if (std::fabs(x - c[i]) < std::fabs(x - c[best])) best = i;
+            const uint8_t q = kernels::nearest_code(c, x);
+            ASSERT_EQ(c[q], c[best]) << "x = " << x;
+        }
+    }
+}
+
+TEST(Quantize, ADequantisedBlockRequantisesBitForBit) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    for (const kernels::Code8& c : all_codes()) {
+        for (int trial = 0; trial < 200; trial++) {
+            const size_t len = 1 + size_t(rng() % 700);
+            const float scale = std::pow(10.0f, float(int(rng() % 12)) - 8.0f);
+            std::vector<float> x(len);
+            for (float& v : x) v = (c[0] < 0 ? n(rng) : n(rng) * n(rng)) * scale;
+            if (c[0] >= 0)  // unsigned: second moments
+                for (float& v : x) v = std::fabs(v);
+            if (trial % 10 == 0) std::fill(x.begin(), x.end(), 0.0f);  // all zeros: absmax 0
+            if (trial % 10 == 1 && c[0] < 0) x[0] = -std::fabs(x[0]) * 100;  // a negative largest magnitude
+            std::vector<uint8_t> q(len), q2(len);
+            std::vector<float> d(len);
+            const float a = kernels::quantize_block(x.data(), len, c, q.data());
+            kernels::dequantize_block(q.data(), len, c, a, d.data());
+            const float a2 = kernels::quantize_block(d.data(), len, c, q2.data());
+            ASSERT_EQ(a, a2) << "trial " << trial;
+            for (size_t i = 0; i < len; i++) ASSERT_EQ(c[q[i]], c[q2[i]]) << "trial " << trial << " element " << i;
+        }
+    }
+}
+
+}  // namespace
