@@ -10,6 +10,8 @@
 - optimiser step3 tensors reproduced; optimizers.{json,safetensors} (the later optimisers) replayed
 - gpt2_e2e: data.bin header/tokens, training replay reproduces losses/grad_norms/final
 - if `transformers` is importable: GPT2LMHeadModel on the same files gives the same logits
+- llama_tiny: the float64 training replayed from the files, its step-0 loss against an independent
+  numpy LLaMA (RMSNorm, rotate_half RoPE, repeat_kv GQA, SwiGLU, nn.Linear [out, in] weights)
 Exits non-zero on failure.
 """
 import argparse
@@ -26,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, HERE)
 import gpt2_torch as G  # noqa: E402
+import llama_torch as LT  # noqa: E402
 import make_fixtures as MF  # noqa: E402
 
 FAILS = []
@@ -279,6 +282,87 @@ def check_e2e(d):
           np.concatenate([fin[n].ravel() for n in sorted(got)]), atol=STEPS_ATOL["e2e"])
 
 
+def numpy_llama_loss(c, w, x, y):
+    """An independent float64 LLaMA forward in numpy (HF LlamaForCausalLM's names and layouts)."""
+    B, T = x.shape
+    d = c.n_embd // c.n_head
+    g = c.n_head // c.n_kv_head
+
+    def rms(h, wt):
+        return h / np.sqrt((h * h).mean(-1, keepdims=True) + c.eps) * wt
+
+    inv = 1.0 / c.theta ** (np.arange(0, d, 2) / d)
+    ang = np.outer(np.arange(T), inv)
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(q):  # q (B, heads, T, d): pairs (i, i + d/2)
+        a, b = q[..., : d // 2], q[..., d // 2:]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
+
+    def lin(h, name):
+        return h @ w[name].astype(np.float64).T
+
+    h = w["model.embed_tokens.weight"].astype(np.float64)[x]
+    mask = np.triu(np.ones((T, T), dtype=bool), 1)
+    for l in range(c.n_layer):
+        p = f"model.layers.{l}."
+        a = rms(h, w[p + "input_layernorm.weight"])
+        q = rope(lin(a, p + "self_attn.q_proj.weight").reshape(B, T, c.n_head, d).transpose(0, 2, 1, 3))
+        k = rope(lin(a, p + "self_attn.k_proj.weight").reshape(B, T, c.n_kv_head, d).transpose(0, 2, 1, 3))
+        v = lin(a, p + "self_attn.v_proj.weight").reshape(B, T, c.n_kv_head, d).transpose(0, 2, 1, 3)
+        k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+        s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d)
+        s[..., mask] = -np.inf
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        o = (s @ v).transpose(0, 2, 1, 3).reshape(B, T, c.n_head * d)
+        h = h + lin(o, p + "self_attn.o_proj.weight")
+        m = rms(h, w[p + "post_attention_layernorm.weight"])
+        gate = lin(m, p + "mlp.gate_proj.weight")
+        h = h + lin(gate / (1 + np.exp(-gate)) * lin(m, p + "mlp.up_proj.weight"), p + "mlp.down_proj.weight")
+    logits = lin(rms(h, w["model.norm.weight"]), "lm_head.weight")
+    return np_ce(logits, y)
+
+
+def check_llama(d):
+    print(f"[{d}]")
+    cfg = MF.LLAMA_CFG
+    conf = json.load(open(os.path.join(d, "config.json")))
+    check(conf == cfg.hf_json(), "config.json is the fixture's LLaMA config")
+    for f in ("model.safetensors", "final.safetensors"):
+        check_format(os.path.join(d, f))
+    w, _ = G.load_safetensors(os.path.join(d, "model.safetensors"))
+    m = LT.Llama(cfg).to(torch.float64)
+    check(set(w) == set(m.hf_tensors()), "model.safetensors has the HF LLaMA tensors")
+    m.load_hf(w)
+    exp = json.load(open(os.path.join(d, "expected.json")))
+    hp = exp["hyper"]
+    raw = open(os.path.join(d, "data.bin"), "rb").read()
+    tt = torch.from_numpy(np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64))
+    opt = torch.optim.AdamW(LT.param_groups(m, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]),
+                            eps=hp["eps"], foreach=False)
+    Gr, T = hp["global_batch_rows"], hp["T"]
+    losses, norms = [], []
+    for k in range(hp["steps"]):
+        b = torch.stack([tt[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
+        opt.zero_grad(set_to_none=True)
+        _, loss = m(b[:, :T], b[:, 1:])
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), hp["grad_clip"]).item())
+        losses.append(loss.item())
+        opt.step()
+        if k == 0:
+            close("step-0 loss vs the numpy LLaMA", [numpy_llama_loss(cfg, w, b[:, :T].numpy(), b[:, 1:].numpy())],
+                  [losses[0]], rtol=1e-12, atol=0)
+    close("losses (float64)", losses, exp["losses"], rtol=1e-10, atol=0)
+    close("grad_norms (float64)", norms, exp["grad_norms"], rtol=1e-10, atol=0)
+    check(exp["losses"][-1] < exp["losses"][0] - 0.2, "loss decreases over training")
+    fin, _ = G.load_safetensors(os.path.join(d, "final.safetensors"))
+    got = m.hf_tensors()
+    close("final params", np.concatenate([got[n].ravel() for n in sorted(got)]),
+          np.concatenate([fin[n].ravel() for n in sorted(got)]), atol=1e-7)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=os.path.join(MF.REPO, "tests", "fixtures"))
@@ -292,6 +376,7 @@ def main():
     check_tiny(os.path.join(args.dir, "gpt2_tiny"))
     check_optimizers_ext(os.path.join(args.dir, "gpt2_tiny"))
     check_e2e(os.path.join(args.dir, "gpt2_e2e"))
+    check_llama(os.path.join(args.dir, "llama_tiny"))
     print("FAILED: %d check(s)" % len(FAILS) if FAILS else "all checks passed")
     sys.exit(1 if FAILS else 0)
 
