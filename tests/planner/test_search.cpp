@@ -176,6 +176,32 @@ TEST(Simulator, ZeroShardsStatesOverDataParallelRanks) {
     }
 }
 
+// The optimiser's state in the memory: bytes per parameter as the engine keeps them (cost/memory.h,
+// shared with optim::Optimizer), plus the fp32 master copy of mixed precision.
+TEST(Simulator, OptimizerStateFollowsTheOptimizer) {
+    EXPECT_EQ(cost::state_bytes_for("adam", true).total(), cost::kAdamMixed.total());
+    EXPECT_EQ(cost::state_bytes_for("adamw", false).total(), cost::kAdamFp32.total());
+    EXPECT_EQ(cost::optimizer_state_bytes("sgd"), 0);
+    EXPECT_EQ(cost::optimizer_state_bytes("lion"), 4);
+    EXPECT_NEAR(cost::optimizer_state_bytes("adam8bit"), 2.0039, 1e-4);
+    EXPECT_LT(cost::optimizer_state_bytes("shampoo"), 0);
+    const cost::ModelShape m = *planner::find_model_preset("llama-7b");
+    planner::Policy p;
+    p.zero_stage = 0;
+    double optim[3];
+    const char* names[3] = {"adam", "lion", "adam8bit"};
+    for (int i = 0; i < 3; i++) {
+        const planner::Estimate e = planner::evaluate(m, planner::make_cluster(planner::find_gpu("A100-80GB"), 8, 1),
+                                                      {64, 2048, names[i]}, p);
+        ASSERT_TRUE(e.consistent) << e.reason;
+        optim[i] = e.memory.optimizer;
+    }
+    const double P = double(cost::total_params(m));
+    EXPECT_NEAR(optim[0], 12 * P, 0.01 * P);  // m, v and the master copy
+    EXPECT_NEAR(optim[1], 8 * P, 0.01 * P);
+    EXPECT_NEAR(optim[2], 6.0039 * P, 0.01 * P);
+}
+
 TEST(Simulator, DataParallelCommunicationHidesBehindBackward) {
     planner::Policy p;
     p.tp = 8, p.pp = 1, p.zero_stage = 1, p.recompute = cost::Recompute::Full;

@@ -21,6 +21,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
+    std::string optimizer = "adam";
     int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
@@ -238,6 +239,9 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--vocab", a->vocab, "Shape: vocabulary");
     c->add_option("--arch", a->arch, "Shape: gpt or llama");
     c->add_option("--precision", a->precision, "bf16, fp16 or fp32 (search)")->capture_default_str();
+    c->add_option("--optimizer", a->optimizer,
+                  "Optimiser whose state the memory counts (" + cost::optimizer_names() + "; as train's --optimizer)")
+        ->capture_default_str();
     c->add_option("--tp", a->tp, "Search only this tensor-parallel size");
     c->add_option("--pp", a->pp, "Search only this pipeline size");
     c->add_option("--cp", a->cp, "Search only this context-parallel size");
@@ -256,7 +260,9 @@ void add_plan_command(CLI::App& app) {
         SHARDLM_CHECK(a->global_batch > 0, "--global-batch G is required and must be > 0 (got ", a->global_batch,
                       ")\n---> HINT: the number of sequences per optimiser step, e.g. --global-batch 1536");
         SHARDLM_CHECK(a->top > 0, "--top must be > 0 (got ", a->top, ")");
-        const planner::Job job{a->global_batch, m.seq_len};
+        SHARDLM_CHECK(cost::optimizer_state_bytes(a->optimizer) >= 0, "plan: --optimizer '", a->optimizer,
+                      "' is not known\n---> HINT: use ", cost::optimizer_names());
+        const planner::Job job{a->global_batch, m.seq_len, a->optimizer};
         if (!a->policy.empty()) run_policy(*a, m, cl, job);
         else run_search(*a, m, cl, job);
     });

@@ -96,4 +96,31 @@ double zero_buffer_bytes(const ZeroBufferSpec& z) {
     return b;
 }
 
+namespace {
+struct OptimizerState {
+    const char* name;
+    double bytes;  // per parameter; adam8bit's absmax added by block
+};
+constexpr OptimizerState kOptimizerState[] = {{"sgd", 0},  {"momentum", 4}, {"adagrad", 4}, {"adam", 8},
+                                              {"adamw", 8}, {"radam", 8},    {"lion", 4},    {"adam8bit", 2}};
+}  // namespace
+
+double optimizer_state_bytes(std::string_view optimizer, int block) {
+    for (const OptimizerState& o : kOptimizerState)
+        if (optimizer == o.name) return o.bytes + (optimizer == "adam8bit" ? 8.0 / std::max(1, block) : 0.0);
+    return -1;
+}
+
+std::string optimizer_names() {
+    std::string out;
+    const size_t n = std::size(kOptimizerState);
+    for (size_t i = 0; i < n; i++) out += std::string(i ? (i + 1 == n ? " or " : ", ") : "") + kOptimizerState[i].name;
+    return out;
+}
+
+StateBytes state_bytes_for(std::string_view optimizer, bool mixed, int block) {
+    const double state = std::max(0.0, optimizer_state_bytes(optimizer, block));
+    return mixed ? StateBytes{2, 2, state + 4} : StateBytes{4, 4, state};
+}
+
 }  // namespace shardlm::cost

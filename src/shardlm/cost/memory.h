@@ -27,6 +27,9 @@
 #include <string>
 
 #include "shardlm/core/enum_names.h"
+#include <string>
+#include <string_view>
+
 #include "shardlm/cost/flops.h"
 #include "shardlm/cost/shape.h"
 
@@ -40,6 +43,17 @@ inline constexpr StateBytes kAdamFp32{4, 4, 8};
 inline constexpr StateBytes kAdamMixed{2, 2, 12};
 inline constexpr StateBytes kAdamMixedFp32Grads{2, 2, 16};
 inline constexpr StateBytes kAdamPure16{2, 2, 4};
+
+// Bytes of optimiser state per parameter (fp32 state; the engine's optim::Optimizer, by its
+// `--optimizer` name): sgd 0; momentum, adagrad, lion 4 (one buffer); adam, adamw, radam 8 (two);
+// adam8bit 2 + 8 / block (one byte each for m and v, an fp32 absmax per block of each; tensors under
+// 4096 elements stay fp32: a fraction of a model). -1 for a name it does not know.
+double optimizer_state_bytes(std::string_view optimizer, int block = 2048);
+// The optimisers optimizer_state_bytes knows, "a, b or c", for errors.
+std::string optimizer_names();
+// Per parameter: the parameters and gradients in fp32 (4, 4) or 16-bit (2, 2 with mixed precision),
+// the optimiser state, plus an fp32 master copy with mixed precision. kAdamFp32 / kAdamMixed for adam.
+StateBytes state_bytes_for(std::string_view optimizer, bool mixed, int block = 2048);
 
 struct ModelStateBytes {
     double params = 0, grads = 0, optimizer = 0;

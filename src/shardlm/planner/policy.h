@@ -36,6 +36,7 @@ std::string describe(const Policy& p);
 struct Job {
     int64_t global_batch = 0;  // sequences per step
     int seq = 0;               // tokens per sequence
+    std::string optimizer = "adam";  // its state bytes per parameter: cost::optimizer_state_bytes
 };
 
 // Checks the policy against the model, cluster and job; fills p.dp when it is 0. Returns "" if

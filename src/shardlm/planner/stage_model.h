@@ -18,7 +18,7 @@ struct StageModel {
     StageModel(const cost::ModelShape& m, const Cluster& c, const Job& job, const Policy& p);
 
     double value_bytes() const { return p.precision == Precision::Fp32 ? 4 : 2; }
-    cost::StateBytes state_bytes() const { return p.precision == Precision::Fp32 ? cost::kAdamFp32 : cost::kAdamMixed; }
+    cost::StateBytes state_bytes() const { return cost::state_bytes_for(job.optimizer, p.precision != Precision::Fp32); }
     int layers_per_stage() const { return m.layers / p.pp; }
     int zero_group() const { return p.dp * p.cp; }  // ZeRO shards over data and context ranks
     double padded_vocab() const;                     // a multiple of 128 t (Megatron pads the vocabulary)
