@@ -1,6 +1,7 @@
 // The later optimisers through the binary, in the layouts of data parallelism: for each, ten steps
 // of one process against dp=2 under ZeRO-1 and ZeRO-3 (optimiser state, and then also parameters,
-// sharded), a checkpoint written by dp=2 ZeRO-2 at step 5 resumed by one process, and a same-layout
+// sharded), a checkpoint written by dp=2 ZeRO-2 at step 5 resumed by one process and one written by
+// one process resumed by dp=2 ZeRO-1, and a same-layout
 // resume that must be bit-exact (the state a checkpoint holds is the state the run continues from).
 // Their agreement with the papers' algorithms is tests/train/test_pytorch_reference.cpp's.
 #include <gtest/gtest.h>
@@ -83,7 +84,8 @@ void expect_same(const Case& c, const fs::path& a, const fs::path& b, const std:
 }
 
 // G = 8 rows of T = 16, micro-batch 1 (dp=2: four micro-batches per rank); eps 1e-6 as
-// tests/cli/test_data_parallel.cpp explains.
+// tests/cli/test_data_parallel.cpp explains (for Adafactor, its eps1: with the default 1e-30 a
+// gradient of rounding noise takes a whole step of the noise's sign, as Adam's with a tiny eps).
 std::string train(const Case& c, const std::string& extra) {
     return kBin + " train --init " + kFix + " --data " + kFix + "/data.bin --data-order sequential --seq 16" +
            " --global-batch 8 --micro-batch 1 --lr " + std::to_string(kLr) + " --weight-decay 0.1 --grad-clip 1.0 --threads 1" +
@@ -116,6 +118,13 @@ TEST_P(Optimizers, ZeroLayoutsAndResumesEqualOneProcess) {
                 10);
     // the same layout: stopping and resuming changes nothing, to the bit
     run(train(c, "--steps 5 --out " + same.string()), "same5");
+    // (and one process's step 5 resumed by dp=2 ZeRO-1: each rank takes its slices of the state)
+    const fs::path back = tmp / "back";
+    fs::copy(same, back, fs::copy_options::recursive);
+    run(mpirun(2) + train(c, "--steps 10 --zero 1 --resume --out " + back.string()), "back10");
+    expect_same_losses(one, back, 0, std::string(c.name) + " one process -> dp2/zero1", c.rel, false);
+    expect_same(c, one / "ckpt_00000010", back / "ckpt_00000010", std::string(c.name) + " one process -> dp2/zero1", c.rel,
+                10);
     run(train(c, "--steps 10 --resume --out " + same.string()), "same10");
     expect_same_losses(one, same, 0, std::string(c.name) + " resumed in the same layout", 0.0, false);
     expect_same_params(one / "ckpt_00000010", same / "ckpt_00000010", std::string(c.name) + " resumed in the same layout",
@@ -129,7 +138,11 @@ INSTANTIATE_TEST_SUITE_P(All, Optimizers,
                                                 false, true},
                                            Case{"adam8bit_linear",
                                                 "--optimizer adam8bit --eps 1e-3 --optim-block 512 --optim-code linear",
-                                                1e-3f, false, true}),
+                                                1e-3f, false, true},
+                                           Case{"adafactor", "--optimizer adafactor --eps 1e-6"},
+                                           Case{"adafactor_rel",
+                                                "--optimizer adafactor --eps 1e-6 --beta1 0.9 --relative-step "
+                                                "--scale-parameter"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // --memory-report counts the bytes adam8bit keeps: one code byte per element for m and for v, one fp32

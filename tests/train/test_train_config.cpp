@@ -83,12 +83,19 @@ TEST(TrainConfig, TheLossScaleDefaultsToDynamicForFp16Only) {
     EXPECT_EQ(c.loss_scale_mode().scale, 8.0f);
 }
 
-// --beta1/--beta2 default to -1, the chosen optimiser's own: Adam's 0.9/0.95 as before, Lion's
-// 0.9/0.99 (the paper's); a value given is taken by every optimiser.
+// --beta1/--beta2/--eps default to -1, the chosen optimiser's own: Adam's 0.9/0.95/1e-8 as before,
+// Lion's 0.9/0.99 (the paper's), Adafactor's none/-/1e-30; a value given is taken by every optimiser.
 TEST(TrainConfig, BetasDefaultToTheOptimisersOwn) {
     TrainConfig c;
     EXPECT_EQ(c.optim_config().beta1, 0.9f);
     EXPECT_EQ(c.optim_config().beta2, 0.95f);
+    EXPECT_EQ(c.optim_config().eps, 1e-8f);
+    c.optimizer = optim::Kind::Adafactor;  // no first moment, eps1 1e-30 (transformers')
+    EXPECT_FALSE(c.optim_config().first_moment);
+    EXPECT_EQ(c.optim_config().eps, 1e-30f);
+    c.beta1 = 0.9f;
+    EXPECT_TRUE(c.optim_config().first_moment);
+    c.beta1 = -1.0f;
     c.optimizer = optim::Kind::Lion;
     EXPECT_EQ(c.optim_config().beta1, 0.9f);
     EXPECT_EQ(c.optim_config().beta2, 0.99f);
@@ -103,6 +110,37 @@ TEST(TrainConfig, BetasDefaultToTheOptimisersOwn) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("--beta2 must be in [0, 1)"), std::string::npos) << e.what();
     }
+}
+
+// Adafactor's settings that cannot work are refused naming the flag and the way out.
+TEST(TrainConfig, AdafactorRefusesWhatItCannotDo) {
+    auto error_of = [](TrainConfig c) -> std::string {
+        c.model = "tiny", c.data = "x.bin";
+        try {
+            c.validate();
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    TrainConfig c;
+    c.optimizer = optim::Kind::Adafactor;
+    EXPECT_EQ(error_of(c), "");
+    TrainConfig tp = c;
+    tp.tp = 2;
+    EXPECT_NE(error_of(tp).find("--optimizer adafactor needs --tp 1"), std::string::npos) << error_of(tp);
+    TrainConfig b2 = c;
+    b2.beta2 = 0.99f;
+    EXPECT_NE(error_of(b2).find("--beta2 does not apply to --optimizer adafactor"), std::string::npos) << error_of(b2);
+    TrainConfig rel = c;
+    rel.relative_step = true, rel.lr_schedule = optim::LrKind::Cosine;
+    EXPECT_NE(error_of(rel).find("--relative-step replaces --lr"), std::string::npos) << error_of(rel);
+    TrainConfig adamw;
+    adamw.scale_parameter = true;
+    EXPECT_NE(error_of(adamw).find("apply to --optimizer adafactor only"), std::string::npos) << error_of(adamw);
+    TrainConfig dr = c;
+    dr.decay_rate = 0.5f;
+    EXPECT_NE(error_of(dr).find("--decay-rate must be in [-1, 0)"), std::string::npos) << error_of(dr);
 }
 
 }  // namespace

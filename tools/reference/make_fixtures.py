@@ -93,6 +93,12 @@ def make_optimizer(model, name):
 # EXT_STEPS steps: RAdam's rectified branch starts at step 6 with beta2 0.9 (rho_t > 5), and the
 # 8-bit and factored states see several requantisations and decays. lr 1e-3 and eps 1e-6 as above.
 EXT_STEPS = 8
+# Optimisers whose step on a gradient of pure rounding noise is a full step of noise's sign (Adafactor:
+# eps1 = 1e-30 makes u = g / |g| = +-1 for a vector's element at t = 1): the key bias's gradient (0
+# exactly: softmax is shift-invariant) is set to 0 on both sides, else the two implementations' key
+# biases walk apart by +-lr a step, and although the key bias does not change the function, its size
+# changes the scores' rounding, which these optimisers amplify.
+EXACT_KEY_BIAS = ("adafactor", "adafactor_rel")
 OPTIMISERS_EXT = {
     # torch.optim.RAdam, coupled L2 weight decay as PyTorch 1.13 applies it
     "radam": dict(optimizer="radam", lr=1e-3, beta1=0.9, beta2=0.9, eps=1e-6, weight_decay=0.01),
@@ -108,6 +114,11 @@ OPTIMISERS_EXT = {
     # eps 1e-3 keeps those steps bounded (with 1e-6 the run blows up, as bitsandbytes' paper found)
     "adam8bit_linear": dict(optimizer="adam8bit", lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1,
                             optim_block=512, optim_code="linear"),
+    # optim_torch.Adafactor (transformers' step): explicit lr, no first moment, update clipping at 1;
+    # and the paper's relative step with parameter scale and a first moment
+    "adafactor": dict(optimizer="adafactor", lr=1e-3, weight_decay=0.01),
+    "adafactor_rel": dict(optimizer="adafactor", beta1=0.9, weight_decay=0.1, relative_step=True,
+                          scale_parameter=True, clip_threshold=1.0, decay_rate=-0.8),
 }
 
 
@@ -120,14 +131,19 @@ def make_optimizer_ext(model, name):
     if kind == "adam8bit":
         return O.Adam8bit(groups, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], block=h["optim_block"],
                           code=h["optim_code"])
+    if kind == "adafactor":
+        return O.Adafactor(groups, lr=h.get("lr", 0.0), beta1=h.get("beta1"), clip_threshold=h.get("clip_threshold", 1.0),
+                           decay_rate=h.get("decay_rate", -0.8), relative_step=h.get("relative_step", False),
+                           scale_parameter=h.get("scale_parameter", False))
     if kind == "lion":
         return O.Lion(groups, lr=h["lr"], betas=(h.get("beta1", 0.9), h.get("beta2", 0.99)))
     raise ValueError(name)
 
 
-def train_steps(cfg, init_hf, inputs, targets, make_opt, steps):
+def train_steps(cfg, init_hf, inputs, targets, make_opt, steps, exact_key_bias=False):
     """`steps` optimiser steps from init_hf on one batch: (losses before each step and after the
-    last, the model)."""
+    last, the model). exact_key_bias: the key bias's gradient set to its exact value, 0 (softmax is
+    shift-invariant), instead of the rounding noise the backward computes."""
     m = G.GPT(cfg)
     G.from_hf(m, init_hf)
     opt = make_opt(m)
@@ -136,6 +152,9 @@ def train_steps(cfg, init_hf, inputs, targets, make_opt, steps):
         opt.zero_grad(set_to_none=True)
         _, l = m(inputs, targets)
         l.backward()
+        if exact_key_bias:
+            for b in m.transformer.h:
+                b.attn.c_attn.bias.grad[cfg.n_embd:2 * cfg.n_embd] = 0
         losses.append(l.item())
         opt.step()
     with torch.no_grad():
@@ -223,7 +242,8 @@ def fixture_tiny(outdir):
 
 def run_ext(cfg, init_hf, inputs, targets, name, steps=EXT_STEPS):
     """EXT_STEPS steps of OPTIMISERS_EXT[name] on the tiny model."""
-    return train_steps(cfg, init_hf, inputs, targets, lambda m: make_optimizer_ext(m, name), steps)
+    return train_steps(cfg, init_hf, inputs, targets, lambda m: make_optimizer_ext(m, name), steps,
+                       exact_key_bias=name in EXACT_KEY_BIAS)
 
 
 def fixture_optimizers_ext(outdir, init_hf, inputs, targets):
@@ -239,6 +259,7 @@ def fixture_optimizers_ext(outdir, init_hf, inputs, targets):
     write_json(os.path.join(outdir, "optimizers.json"),
                {"steps": EXT_STEPS, "same_batch_every_step": True, "settings": OPTIMISERS_EXT,
                 "losses_per_optimizer": losses, "small_tensor": O.SMALL_TENSOR,
+                "exact_key_bias": list(EXACT_KEY_BIAS),
                 "decay": "tensors with 2+ dims (as reference.json's param_groups)",
                 "blas_isa": blas_isa(),
                 "torch_version": torch.__version__})

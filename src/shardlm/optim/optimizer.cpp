@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/optimizer_kernels.h"
@@ -88,6 +89,31 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
             scratch_.resize(size_t(std::max(1, omp_get_max_threads())) * 2 * B);
             break;
         }
+        case Kind::Adafactor: {
+            size_t rc = 0, stat = 0, vec = 0;
+            for (const model::ParamSpec& p : layout_.params) {
+                Factor f;
+                f.factored = p.shape.size() >= 2;
+                if (f.factored) {
+                    f.rows = size_t(p.shape[0]), f.cols = p.numel / f.rows;
+                    f.real_rows = p.hf_rows >= 0 ? std::min(f.rows, size_t(p.hf_rows)) : f.rows;
+                } else {
+                    f.rows = f.real_rows = 1, f.cols = p.numel;
+                }
+                f.real = f.real_rows * f.cols;
+                f.rc = rc, f.stat = stat;
+                if (f.factored) rc += f.rows + f.cols, stat += f.rows + f.cols;
+                stat += 1;  // the sum of p^2
+                factors_.push_back(f);
+            }
+            for (Piece& pc : pieces_)
+                if (!factors_[pc.param].factored) pc.f32 = vec, vec += pc.end - pc.begin;
+            rc_.resize(rc), rf_.resize(rc);
+            stats_.resize(stat), usq_.resize(layout_.params.size());
+            s1_.resize(vec);
+            if (cfg_.first_moment) s0_.resize(n);
+            break;
+        }
     }
 }
 
@@ -100,6 +126,25 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
         case Kind::Adam:
         case Kind::AdamW:
         case Kind::RAdam: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
+        case Kind::Adafactor: {
+            view0_.resize(owned_elems_), view1_.resize(owned_elems_), view2_.resize(owned_elems_);
+            for (const Piece& pc : pieces_) {
+                const Factor& f = factors_[pc.param];
+                const size_t i0 = pc.begin - layout_.params[pc.param].offset;
+                for (size_t i = i0; i < i0 + (pc.end - pc.begin); i++) {
+                    const size_t at = pc.state + (i - i0), r = i / f.cols;
+                    if (!f.factored) view0_.data()[at] = s1_.data()[pc.f32 + (i - i0)];
+                    else if (r < f.real_rows)
+                        view1_.data()[at] = rc_.data()[f.rc + r], view2_.data()[at] = rc_.data()[f.rc + f.rows + i % f.cols];
+                }
+            }
+            std::vector<std::pair<std::string, AlignedBuffer<float>*>> s;
+            if (cfg_.first_moment) s.push_back({"exp_avg", &s0_});
+            s.push_back({"exp_avg_sq", &view0_});
+            s.push_back({"exp_avg_sq_row", &view1_});
+            s.push_back({"exp_avg_sq_col", &view2_});
+            return s;
+        }
         case Kind::Adam8bit: {
             view0_.resize(owned_elems_), view1_.resize(owned_elems_);
             move_8bit_state(true);
@@ -132,23 +177,50 @@ void Optimizer::move_8bit_state(bool to_views) {
 }
 
 void Optimizer::state_loaded() {
-    if (cfg_.kind == Kind::Adam8bit) {
+    if (cfg_.kind == Kind::Adam8bit || cfg_.kind == Kind::Adafactor)
         SHARDLM_CHECK(view0_.size() == owned_elems_, "Optimizer::state_loaded() without state() first");
-        move_8bit_state(false);
-    }
+    if (cfg_.kind == Kind::Adam8bit) move_8bit_state(false);
+    if (cfg_.kind == Kind::Adafactor) load_adafactor_state();
     release_state_views();
+}
+
+void Optimizer::load_adafactor_state() {
+    // Vectors: their v. Matrices: every element of row r holds R_r (column c: C_c), the same value
+    // wherever it was written; a rank holds only some rows' elements, so sums and counts over the
+    // shards give each statistic whole on every rank: sum / count is the value, exactly (n equal
+    // floats sum exactly in double for n < 2^29).
+    std::vector<double> sums(2 * rc_.size(), 0.0);  // sums, then counts
+    for (const Piece& pc : pieces_) {
+        const Factor& f = factors_[pc.param];
+        const size_t i0 = pc.begin - layout_.params[pc.param].offset;
+        for (size_t i = i0; i < i0 + (pc.end - pc.begin); i++) {
+            const size_t at = pc.state + (i - i0), r = i / f.cols, c = i % f.cols;
+            if (!f.factored) {
+                s1_.data()[pc.f32 + (i - i0)] = view0_.data()[at];
+            } else if (r < f.real_rows) {
+                sums[f.rc + r] += view1_.data()[at], sums[rc_.size() + f.rc + r] += 1;
+                sums[f.rc + f.rows + c] += view2_.data()[at], sums[rc_.size() + f.rc + f.rows + c] += 1;
+            }
+        }
+    }
+    if (shard_sum_) shard_sum_(sums.data(), sums.size());
+    for (size_t k = 0; k < rc_.size(); k++) {
+        const double count = sums[rc_.size() + k];
+        rc_.data()[k] = count > 0 ? float(sums[k] / count) : 0.0f;
+    }
 }
 
 void Optimizer::release_state_views() {
     view0_ = AlignedBuffer<float>();
     view1_ = AlignedBuffer<float>();
+    view2_ = AlignedBuffer<float>();
 }
 
 size_t Optimizer::state_bytes() const {
     size_t codes = 0;  // adam8bit: the bytes of the quantised pieces (q0_/q1_ also span the small ones)
     for (const Piece& pc : pieces_)
         if (cfg_.kind == Kind::Adam8bit && !pc.small) codes += 2 * (pc.end - pc.begin);
-    return s0_.bytes() + s1_.bytes() + codes + a0_.bytes() + a1_.bytes();
+    return s0_.bytes() + s1_.bytes() + codes + a0_.bytes() + a1_.bytes() + rc_.bytes();
 }
 
 double Optimizer::state_bytes_per_param(const OptimConfig& cfg) {
@@ -161,6 +233,7 @@ double Optimizer::state_bytes_per_param(const OptimConfig& cfg) {
         case Kind::AdamW:
         case Kind::RAdam: return 8;
         case Kind::Adam8bit: return 2.0 + 8.0 / cfg.block;  // codes + absmax (small tensors apart)
+        case Kind::Adafactor: return cfg.first_moment ? 4 : 0;  // + rows + columns per matrix, and the vectors
     }
     return 8;
 }
@@ -177,6 +250,7 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
                   params.size(), " parameter ranges for ", owned_.size(), " owned ranges");
     step_++;
     if (cfg_.kind == Kind::Adam8bit) return step_adam8bit(params, grads, lr, gs);
+    if (cfg_.kind == Kind::Adafactor) return step_adafactor(params, grads, lr, gs);
     for (const Piece& pc : pieces_) {
         const model::ParamSpec& p = layout_.params[pc.param];
         const size_t off = pc.begin - owned_[pc.range].begin, n = pc.end - pc.begin, s = pc.state;
@@ -200,8 +274,75 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
                                       step_, gs);
                 break;
             case Kind::Lion: kernels::lion_update(w, g, s0_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, wd, gs); break;
-            case Kind::Adam8bit: break;  // step_adam8bit
+            case Kind::Adam8bit:
+            case Kind::Adafactor: break;  // step_adam8bit, step_adafactor
         }
+    }
+}
+
+void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
+                               float gs) {
+    const float eps1 = cfg_.eps, eps2 = OptimConfig::kAdafactorEps2;
+    const float beta2t = float(1.0 - std::pow(double(step_), double(cfg_.decay_rate)));
+    auto where = [&](const Piece& pc) {  // the piece's parameters and gradients, its first element's index
+        const size_t off = pc.begin - owned_[pc.range].begin;
+        return std::tuple{params[pc.range] + off, grads[pc.range] + off, pc.begin - layout_.params[pc.param].offset};
+    };
+    // 1. sums of g^2 along rows and columns, and of p^2, over this rank's pieces; then over the shards
+    std::fill(stats_.begin(), stats_.end(), 0.0);
+    for (const Piece& pc : pieces_) {
+        const Factor& f = factors_[pc.param];
+        const auto [w, g, i0] = where(pc);
+        if (f.factored)
+            kernels::adafactor_square_sums(g, gs, i0, pc.end - pc.begin, f.cols, f.real_rows, &stats_[f.stat],
+                                           &stats_[f.stat + f.rows]);
+        stats_[f.stat + (f.factored ? f.rows + f.cols : 0)] += kernels::sum_squares(w, pc.end - pc.begin);
+    }
+    if (shard_sum_) shard_sum_(stats_.data(), stats_.size());
+    // 2. the matrices' statistics (whole, every rank alike) and their rsqrt factors; each step size
+    std::vector<float> lr_of(factors_.size());
+    for (size_t pi = 0; pi < factors_.size(); pi++) {
+        const Factor& f = factors_[pi];
+        const double psq = stats_[f.stat + (f.factored ? f.rows + f.cols : 0)];
+        float step_size = cfg_.relative_step ? float(std::min(1e-2, 1.0 / std::sqrt(double(step_)))) : lr;
+        if (cfg_.scale_parameter) step_size = std::max(eps2, float(std::sqrt(psq / double(f.real)))) * step_size;
+        lr_of[pi] = step_size;
+        if (!f.factored) continue;
+        float* R = rc_.data() + f.rc;
+        float* C = R + f.rows;
+        double rsum = 0;
+        for (size_t r = 0; r < f.real_rows; r++) {
+            R[r] = beta2t * R[r] + (1.0f - beta2t) * float(stats_[f.stat + r] / double(f.cols) + eps1);
+            rsum += R[r];
+        }
+        for (size_t c = 0; c < f.cols; c++)
+            C[c] = beta2t * C[c] + (1.0f - beta2t) * float(stats_[f.stat + f.rows + c] / double(f.real_rows) + eps1);
+        const float rmean = float(rsum / double(f.real_rows));
+        float* rf = rf_.data() + f.rc;
+        for (size_t r = 0; r < f.real_rows; r++) rf[r] = 1.0f / std::sqrt(R[r] / rmean);
+        for (size_t c = 0; c < f.cols; c++) rf[f.rows + c] = 1.0f / std::sqrt(C[c]);
+    }
+    // 3. the update's sum of squares (the vectors' v updated on the way), over the shards; 4. apply it
+    std::fill(usq_.begin(), usq_.end(), 0.0);
+    for (int pass = 0; pass < 2; pass++) {
+        for (const Piece& pc : pieces_) {
+            const Factor& f = factors_[pc.param];
+            const auto [w, g, i0] = where(pc);
+            kernels::AdafactorApply a;
+            a.lr = lr_of[pc.param];
+            a.wd = layout_.params[pc.param].decay ? cfg_.weight_decay : 0.0f;
+            const double rms = std::sqrt(usq_[pc.param] / double(f.real));
+            a.clip_div = cfg_.clip_threshold > 0 ? std::max(1.0f, float(rms) / cfg_.clip_threshold) : 1.0f;
+            a.beta1 = cfg_.beta1, a.first_moment = cfg_.first_moment;
+            float* m = cfg_.first_moment ? s0_.data() + pc.state : nullptr;
+            const kernels::AdafactorApply* apply = pass == 1 ? &a : nullptr;
+            const double s = f.factored ? kernels::adafactor_factored(w, g, m, i0, pc.end - pc.begin, f.cols, f.real_rows,
+                                                                      rf_.data() + f.rc, rf_.data() + f.rc + f.rows, gs, apply)
+                                        : kernels::adafactor_vector(w, g, s1_.data() + pc.f32, m, pc.end - pc.begin, beta2t,
+                                                                    eps1, gs, apply);
+            if (pass == 0) usq_[pc.param] += s;
+        }
+        if (pass == 0 && shard_sum_) shard_sum_(usq_.data(), usq_.size());
     }
 }
 

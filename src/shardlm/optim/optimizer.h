@@ -1,5 +1,5 @@
-// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW, RAdam, Lion and 8-bit AdamW
-// over the flat parameter buffer.
+// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW, RAdam, Lion, 8-bit AdamW and
+// Adafactor over the flat parameter buffer.
 //
 // The optimiser owns its state for a list of ranges of the flat buffer (the whole buffer in one
 // process; this rank's shard of every unit under ZeRO), stored one after another, and walks the
@@ -11,9 +11,17 @@
 // elements of each parameter (counted from the parameter's first element); a piece of a parameter
 // (a ZeRO slice boundary inside a block) quantises its part of the block as a block of its own.
 // Parameters of fewer than kSmallTensor elements (of the whole tensor) keep fp32 m and v.
+//
+// Adafactor factors the second moment of each matrix into row and column statistics, which are sums
+// over the whole matrix: every rank keeps them whole, and under ZeRO (a rank owns slices) its partial
+// sums are summed over the ranks that share the model by the callback set_shard_sum() (the data-
+// parallel layer's all-reduce; optim/ does not know the communicator). So are the sums of squares
+// behind the RMS of the parameters and of the update. Tensor parallelism is refused (a rank would hold
+// a shard of a matrix; train/train_config.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,11 +32,11 @@
 
 namespace shardlm::optim {
 
-enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam, Lion, Adam8bit };
-inline constexpr EnumName<Kind> kKindNames[] = {{Kind::SGD, "sgd"},     {Kind::Momentum, "momentum"},
-                                                {Kind::AdaGrad, "adagrad"}, {Kind::Adam, "adam"},
-                                                {Kind::AdamW, "adamw"}, {Kind::RAdam, "radam"},
-                                                {Kind::Lion, "lion"},   {Kind::Adam8bit, "adam8bit"}};
+enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam, Lion, Adam8bit, Adafactor };
+inline constexpr EnumName<Kind> kKindNames[] = {
+    {Kind::SGD, "sgd"},     {Kind::Momentum, "momentum"}, {Kind::AdaGrad, "adagrad"},  {Kind::Adam, "adam"},
+    {Kind::AdamW, "adamw"}, {Kind::RAdam, "radam"},       {Kind::Lion, "lion"},        {Kind::Adam8bit, "adam8bit"},
+    {Kind::Adafactor, "adafactor"}};
 constexpr const auto& enum_names(Kind) { return kKindNames; }
 Kind parse_kind(const std::string& name);  // one of the names above, or a clear error
 std::string kind_name(Kind k);
@@ -41,12 +49,20 @@ inline constexpr size_t kSmallTensor = 4096;  // adam8bit: smaller tensors keep 
 
 struct OptimConfig {
     Kind kind = Kind::AdamW;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam, adam8bit; Lion's betas (no eps)
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam, adam8bit; Lion's betas (no eps);
+                                                     // Adafactor's beta1 and eps1 (transformers': 1e-30)
     float momentum = 0.9f;                           // Momentum
     float adagrad_eps = 1e-10f;                      // AdaGrad (PyTorch's default)
     float weight_decay = 0.0f;                       // on 2-D tensors only
     int block = 2048;                                // adam8bit: elements per quantisation block
     QuantCode code = QuantCode::Dynamic;             // adam8bit
+    // Adafactor (transformers' names; eps1 is `eps`): a first moment with beta1 only if first_moment; the second
+    // moment's decay beta2_t = 1 - t^decay_rate; the update divided by max(1, RMS(u) / clip_threshold)
+    // (0: off); relative_step: min(1e-2, 1/sqrt(t)) instead of lr; scale_parameter: times max(eps2, RMS(p)).
+    bool first_moment = true;
+    float clip_threshold = 1.0f, decay_rate = -0.8f;
+    bool relative_step = false, scale_parameter = false;
+    static constexpr float kAdafactorEps2 = 1e-3f;
 };
 
 struct Range {
@@ -68,6 +84,10 @@ public:
     // Same, with every range stored at its own offset of full flat buffers.
     void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 
+    // Sums a vector over the ranks whose owned ranges together make the whole layout (ZeRO's
+    // data-parallel group), in place; unset: this rank owns everything. Adafactor needs it.
+    void set_shard_sum(std::function<void(double*, size_t)> f) { shard_sum_ = std::move(f); }
+
     const OptimConfig& config() const { return cfg_; }
     int steps_done() const { return step_; }
     void set_steps_done(int s) { step_ = s; }
@@ -75,8 +95,10 @@ public:
     size_t owned_elems() const { return owned_elems_; }
     // Named state buffers over the owned ranges, concatenated, one fp32 value per owned element
     // ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum"): checkpoints save them per HF piece.
-    // adam8bit's are views, dequantised here: after writing into them (a checkpoint's load), call
-    // state_loaded() to quantise them back; after reading them, release_state_views().
+    // adam8bit's are views, dequantised here, and so are Adafactor's second moments ("exp_avg_sq" of
+    // vectors, "exp_avg_sq_row"/"exp_avg_sq_col": each element holds its row's / column's statistic):
+    // after writing into them (a checkpoint's load), call state_loaded() to take them back (collective
+    // for Adafactor under ZeRO: it sums over the shards); after reading them, release_state_views().
     std::vector<std::pair<std::string, AlignedBuffer<float>*>> state();
     void state_loaded();
     void release_state_views();
@@ -96,6 +118,15 @@ private:
     };
     // adam8bit: dequantise the state into view0_/view1_ (to_views), or quantise them back
     void move_8bit_state(bool to_views);
+    // Adafactor: per parameter of the layout, its factored statistics at `rc` of rc_ (rows, then
+    // columns; kept whole on every rank) and its slots at `stat` of stats_ (row and column sums, then
+    // the sum of p^2)
+    struct Factor {
+        bool factored = false;
+        size_t rows = 1, cols = 1, real_rows = 1, real = 0, rc = 0, stat = 0;
+    };
+    void step_adafactor(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs);
+    void load_adafactor_state();
     void step_adam8bit(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs);
 
     OptimConfig cfg_;
@@ -109,8 +140,13 @@ private:
     AlignedBuffer<float> s0_, s1_;
     // adam8bit: codes, blocks' absmax, the code tables, scratch per thread, checkpoint views
     AlignedBuffer<uint8_t> q0_, q1_;
-    AlignedBuffer<float> a0_, a1_, scratch_, view0_, view1_;
+    AlignedBuffer<float> a0_, a1_, scratch_, view0_, view1_, view2_;
     kernels::Code8 code_m_{}, code_v_{};
+    // adafactor: the vectors' v (s1_ at Piece::f32), m in s0_, the whole matrices' statistics
+    std::vector<Factor> factors_;
+    AlignedBuffer<float> rc_, rf_;  // statistics; their rsqrt factors (scratch)
+    std::vector<double> stats_, usq_;
+    std::function<void(double*, size_t)> shard_sum_;
     int step_ = 0;
 };
 

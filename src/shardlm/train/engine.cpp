@@ -90,6 +90,10 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     }
     e.exec = std::make_unique<parallel::PipelineExecutor>(*e.part, g.pp(), e.dp->hooks());
     e.optimizer = std::make_unique<optim::Optimizer>(cfg.optim_config(), e.part->layout(), e.dp->owned_ranges());
+    if (e.dp->zero() >= 1 && dp > 1) {  // the optimiser owns slices: whole-tensor sums (Adafactor) over the dp group
+        comm::Group* dpg = &g.dp();
+        e.optimizer->set_shard_sum([dpg](double* x, size_t n) { dpg->all_reduce_sum(x, n); });
+    }
     return e;
 }
 

@@ -18,10 +18,15 @@ optim::OptimConfig TrainConfig::optim_config() const {
     o.kind = optimizer;
     o.beta1 = beta1 >= 0 ? beta1 : 0.9f;
     o.beta2 = beta2 >= 0 ? beta2 : optimizer == optim::Kind::Lion ? 0.99f : 0.95f;
-    o.eps = eps;
+    o.eps = eps >= 0 ? eps : optimizer == optim::Kind::Adafactor ? 1e-30f : 1e-8f;
     o.momentum = momentum;
     o.block = optim_block;
     o.code = optim_code;
+    o.first_moment = optimizer != optim::Kind::Adafactor || beta1 >= 0;
+    o.clip_threshold = clip_threshold;
+    o.decay_rate = decay_rate;
+    o.relative_step = relative_step;
+    o.scale_parameter = scale_parameter;
     o.weight_decay = weight_decay;
     return o;
 }
@@ -114,7 +119,24 @@ void TrainConfig::validate() const {
                   ")\n---> HINT: -1 (the default) takes the optimiser's own");
     SHARDLM_CHECK(beta2 == -1.0f || (beta2 >= 0 && beta2 < 1), "--beta2 must be in [0, 1) (got ", beta2,
                   ")\n---> HINT: -1 (the default) takes the optimiser's own");
-    SHARDLM_CHECK(eps > 0, "--eps must be > 0 (got ", eps, ")");
+    SHARDLM_CHECK(eps == -1.0f || eps > 0, "--eps must be > 0 (got ", eps,
+                  ")\n---> HINT: -1 (the default) takes the optimiser's own");
+    const bool adafactor = optimizer == optim::Kind::Adafactor;
+    SHARDLM_CHECK(!adafactor || beta2 == -1.0f, "--beta2 does not apply to --optimizer adafactor: its second moment decays "
+                  "with beta2_t = 1 - t^decay_rate\n---> HINT: drop --beta2, or set --decay-rate (default -0.8)");
+    SHARDLM_CHECK(!adafactor || tp == 1, "--optimizer adafactor needs --tp 1 (got --tp ", tp,
+                  "): its row and column statistics are sums over whole matrices, and a tensor-parallel rank holds a "
+                  "shard of each\n---> HINT: use data parallelism (--dp, any --zero) and pipeline stages with adafactor, "
+                  "or --optimizer adamw with --tp");
+    SHARDLM_CHECK(adafactor || (!relative_step && !scale_parameter),
+                  "--relative-step and --scale-parameter apply to --optimizer adafactor only");
+    SHARDLM_CHECK(!relative_step || lr_schedule == optim::LrKind::Constant,
+                  "--relative-step replaces --lr and its schedule by min(1e-2, 1/sqrt(t))\n---> HINT: drop --lr-schedule ",
+                  setting_text(lr_schedule), ", or --relative-step");
+    SHARDLM_CHECK(decay_rate >= -1.0f && decay_rate < 0.0f, "--decay-rate must be in [-1, 0) (got ", decay_rate,
+                  ")\n---> HINT: -0.8 (the default, the paper's)");
+    SHARDLM_CHECK(clip_threshold >= 0 && std::isfinite(clip_threshold), "--clip-threshold must be >= 0 (0 = off; got ",
+                  clip_threshold, ")");
     SHARDLM_CHECK(optim_block >= 16 && optim_block <= (1 << 20), "--optim-block must be in [16, 1048576] elements (got ",
                   optim_block, ")\n---> HINT: 2048 (the default) or another power of two, e.g. 256 or 4096");
     SHARDLM_CHECK(warmup >= 0, "--warmup must be >= 0 (got ", warmup, ")");

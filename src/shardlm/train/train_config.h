@@ -73,10 +73,12 @@ struct TrainConfig {
     float lr_min = 0.0f;
     float weight_decay = 0.0f;
     float beta1 = -1.0f, beta2 = -1.0f;  // -1: the optimiser's own (optim_config())
-    float eps = 1e-8f;
+    float eps = -1.0f;  // -1: the optimiser's own (1e-8; adafactor's eps1 1e-30)
     float momentum = 0.9f;
     int optim_block = 2048;                              // adam8bit: elements per quantisation block
     optim::QuantCode optim_code = optim::QuantCode::Dynamic;  // adam8bit
+    float clip_threshold = 1.0f, decay_rate = -0.8f;     // adafactor
+    bool relative_step = false, scale_parameter = false; // adafactor
     float grad_clip = 0.0f;  // 0 = off
     // evaluation, output, checkpoints
     int val_every = 0;       // 0 = only at the end (if val_data is set)
@@ -173,15 +175,24 @@ void for_each_field(Cfg& c, F&& f) {
     f("warmup", c.warmup, "Warm-up steps (cosine schedule)");
     f("lr_min", c.lr_min, "Final learning rate (cosine schedule)");
     f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
-    f("beta1", c.beta1, "beta1 of adam, adamw, radam, lion, adam8bit (-1: the optimiser's default, 0.9)");
+    f("beta1", c.beta1,
+      "beta1 of adam, adamw, radam, lion, adam8bit, adafactor (-1: the optimiser's default, 0.9; adafactor: no first moment)");
     f("beta2", c.beta2, "beta2 of adam, adamw, radam, lion, adam8bit (-1: the optimiser's default, 0.95; lion 0.99)");
-    f("eps", c.eps, "epsilon of adam, adamw, radam, adam8bit");
+    f("eps", c.eps,
+      "epsilon of adam, adamw, radam, adam8bit, and adafactor's eps1 (added to g^2) (-1: the optimiser's default, 1e-8; "
+      "adafactor 1e-30)");
     f("momentum", c.momentum, "SGD momentum");
     f("optim_block", c.optim_block,
       "adam8bit: elements per quantisation block of m and v (one fp32 absmax each; a ZeRO slice boundary "
       "inside a block makes two blocks of it); tensors under 4096 elements keep fp32 state");
     f("optim_code", c.optim_code,
       "adam8bit: the 8-bit code of m (signed) and v (unsigned): dynamic (bitsandbytes' dynamic tree) or linear");
+    f("clip_threshold", c.clip_threshold,
+      "adafactor: divide the update by max(1, RMS(update) / this) (update clipping; 0 = off)");
+    f("decay_rate", c.decay_rate, "adafactor: the second moment's decay beta2_t = 1 - t^decay_rate, in [-1, 0)");
+    f("relative_step", c.relative_step,
+      "adafactor: step size min(1e-2, 1/sqrt(t)) instead of --lr (needs --lr-schedule constant)");
+    f("scale_parameter", c.scale_parameter, "adafactor: multiply the step size by max(1e-3, RMS of the parameter)");
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
     f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
     f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation (0 = the whole shard)");
