@@ -101,8 +101,11 @@ struct OptimizerState {
     const char* name;
     double bytes;  // per parameter; adam8bit's absmax added by block
 };
-constexpr OptimizerState kOptimizerState[] = {{"sgd", 0},  {"momentum", 4}, {"adagrad", 4}, {"adam", 8},
-                                              {"adamw", 8}, {"radam", 8},    {"lion", 4},    {"adam8bit", 2}};
+// adafactor: its factored second moment is a row and a column per matrix (about 0 per parameter), and
+// no first moment unless beta1 is given (then 4)
+constexpr OptimizerState kOptimizerState[] = {{"sgd", 0},   {"momentum", 4}, {"adagrad", 4},  {"adam", 8},
+                                              {"adamw", 8},  {"radam", 8},    {"lion", 4},     {"adam8bit", 2},
+                                              {"adafactor", 0}};
 }  // namespace
 
 double optimizer_state_bytes(std::string_view optimizer, int block) {

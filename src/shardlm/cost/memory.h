@@ -47,7 +47,8 @@ inline constexpr StateBytes kAdamPure16{2, 2, 4};
 // Bytes of optimiser state per parameter (fp32 state; the engine's optim::Optimizer, by its
 // `--optimizer` name): sgd 0; momentum, adagrad, lion 4 (one buffer); adam, adamw, radam 8 (two);
 // adam8bit 2 + 8 / block (one byte each for m and v, an fp32 absmax per block of each; tensors under
-// 4096 elements stay fp32: a fraction of a model). -1 for a name it does not know.
+// 4096 elements stay fp32: a fraction of a model); adafactor 0 (a row and a column per matrix; 4 more
+// with a first moment). -1 for a name it does not know.
 double optimizer_state_bytes(std::string_view optimizer, int block = 2048);
 // The optimisers optimizer_state_bytes knows, "a, b or c", for errors.
 std::string optimizer_names();

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "shardlm/core/check.h"
+#include "shardlm/cost/memory.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 
 namespace shardlm::optim {
@@ -224,18 +225,10 @@ size_t Optimizer::state_bytes() const {
 }
 
 double Optimizer::state_bytes_per_param(const OptimConfig& cfg) {
-    switch (cfg.kind) {
-        case Kind::SGD: return 0;
-        case Kind::Momentum:
-        case Kind::AdaGrad:
-        case Kind::Lion: return 4;
-        case Kind::Adam:
-        case Kind::AdamW:
-        case Kind::RAdam: return 8;
-        case Kind::Adam8bit: return 2.0 + 8.0 / cfg.block;  // codes + absmax (small tensors apart)
-        case Kind::Adafactor: return cfg.first_moment ? 4 : 0;  // + rows + columns per matrix, and the vectors
-    }
-    return 8;
+    // the planner's table (cost/memory.h): one count for the engine's memory check and the planner
+    const double bytes = cost::optimizer_state_bytes(kind_name(cfg.kind), cfg.block);
+    SHARDLM_CHECK(bytes >= 0, "optimiser '", kind_name(cfg.kind), "' has no entry in cost::optimizer_state_bytes");
+    return bytes + (cfg.kind == Kind::Adafactor && cfg.first_moment ? 4 : 0);
 }
 
 void Optimizer::step(float* params, const float* grads, float lr, float gs) {
