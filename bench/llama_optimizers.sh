@@ -62,7 +62,7 @@ if [ "$WHAT" = optim ] || [ "$WHAT" = all ]; then
   for o in $OPTIMIZERS; do
     var=LR_$o; lr=${!var:-}
     if [ -z "$lr" ]; then
-      case $o in lion) lr=0.0004 ;; momentum|sgd) lr=0.5 ;; adagrad) lr=0.02 ;; adafactor) lr=0.004 ;; *) lr=0.004 ;; esac
+      case $o in lion) lr=0.0004 ;; momentum|sgd) lr=0.1 ;; adagrad) lr=0.02 ;; adafactor) lr=0.004 ;; *) lr=0.004 ;; esac
     fi
     [ "$o" = adamw ] && [ -d "$OUT/gpt" ] && [ "${RERUN:-0}" != 1 ] && { names+=(gpt); continue; }
     if [ -f "$OUT/opt-$o/summary.json" ] && [ "${RERUN:-0}" != 1 ]; then names+=("opt-$o"); continue; fi  # done before

@@ -167,4 +167,24 @@ TEST_F(PlanCli, SaysWhyNothingFitsAndRefusesImpossibleRestrictions) {
     EXPECT_EQ(plan("--model llama2-70b --gpu H100-SXM --nodes 8 --global-batch 512 --seq 8192 --top 1", &out), 0) << out;
 }
 
+// --optimizer counts that optimiser's state as `train --memory-report` does: adam8bit's 2 bytes
+// (+ absmax) per parameter instead of Adam's 8, Adafactor's none (no first moment by default).
+TEST_F(PlanCli, TheOptimiserStateFollowsOptimizer) {
+    const std::string policy = write("policy.json", R"({"tp": 8, "pp": 8, "zero_stage": 0, "micro_batch": 1,
+        "recompute": "selective", "sequence_parallel": true, "precision": "fp32"})");
+    auto optimizer_gb = [&](const std::string& opt) {
+        std::string out;
+        EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
+                           " --global-batch 1536 --seq 2048 --json --optimizer " + opt, &out), 0) << out;
+        return nlohmann::json::parse(out)["memory_gb_per_gpu"]["optimizer"].get<double>();
+    };
+    const double adamw = optimizer_gb("adamw"), q8 = optimizer_gb("adam8bit"), af = optimizer_gb("adafactor");
+    EXPECT_GT(adamw, 1.0);
+    EXPECT_NEAR(q8 / adamw, (2.0 + 8.0 / 2048) / 8.0, 1e-6);
+    EXPECT_EQ(af, 0.0);
+    std::string out;
+    EXPECT_NE(plan("--model " + model() + " --cluster " + cluster() + " --global-batch 1536 --optimizer adamz", &out), 0);
+    EXPECT_NE(out.find("--optimizer 'adamz' is not known"), std::string::npos) << out;
+}
+
 }  // namespace

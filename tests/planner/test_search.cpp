@@ -179,8 +179,6 @@ TEST(Simulator, ZeroShardsStatesOverDataParallelRanks) {
 // The optimiser's state in the memory: bytes per parameter as the engine keeps them (cost/memory.h,
 // shared with optim::Optimizer), plus the fp32 master copy of mixed precision.
 TEST(Simulator, OptimizerStateFollowsTheOptimizer) {
-    EXPECT_EQ(cost::state_bytes_for("adam", true).total(), cost::kAdamMixed.total());
-    EXPECT_EQ(cost::state_bytes_for("adamw", false).total(), cost::kAdamFp32.total());
     EXPECT_EQ(cost::optimizer_state_bytes("sgd"), 0);
     EXPECT_EQ(cost::optimizer_state_bytes("lion"), 4);
     EXPECT_NEAR(cost::optimizer_state_bytes("adam8bit"), 2.0039, 1e-4);
@@ -192,7 +190,7 @@ TEST(Simulator, OptimizerStateFollowsTheOptimizer) {
     const char* names[3] = {"adam", "lion", "adam8bit"};
     for (int i = 0; i < 3; i++) {
         const planner::Estimate e = planner::evaluate(m, planner::make_cluster(planner::find_gpu("A100-80GB"), 8, 1),
-                                                      {64, 2048, names[i]}, p);
+                                                      {64, 2048, cost::optimizer_state_bytes(names[i])}, p);
         ASSERT_TRUE(e.consistent) << e.reason;
         optim[i] = e.memory.optimizer;
     }

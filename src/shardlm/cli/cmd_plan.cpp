@@ -14,6 +14,7 @@
 #include "shardlm/planner/model_presets.h"
 #include "shardlm/planner/plan_io.h"
 #include "shardlm/planner/plan_report.h"
+#include "shardlm/train/train_config.h"
 
 namespace shardlm::cli {
 
@@ -21,7 +22,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
-    std::string optimizer = "adam";
+    optim::Kind optimizer = optim::Kind::AdamW;
     int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
@@ -59,7 +60,7 @@ cost::ModelShape base_model(const PlanArgs& a) {
     if (a.model.ends_with(".json") || std::filesystem::is_regular_file(a.model)) return planner::load_model_file(a.model);
     if (const cost::ModelShape* m = planner::find_model_preset(a.model)) return *m;
     if (const model::GptConfig* g = engine_preset(a.model))
-        return model::cost_shape(*g, g->n_ctx);
+        return cost::gpt_shape(g->name, g->n_layer, g->n_embd, g->n_head, g->vocab_size, g->n_ctx);
     fail("unknown model '", a.model, "'\n---> HINT: use a JSON model file or one of ", preset_names());
 }
 
@@ -137,7 +138,8 @@ nlohmann::json problem_json(const cost::ModelShape& m, const planner::Cluster& c
     return {{"model", planner::model_to_json(m)},
             {"cluster", planner::cluster_to_json(c)},
             {"global_batch", job.global_batch},
-            {"seq", job.seq}};
+            {"seq", job.seq},
+            {"optimizer_state_bytes_per_param", job.optimizer_state}};
 }
 
 void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
@@ -239,9 +241,11 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--vocab", a->vocab, "Shape: vocabulary");
     c->add_option("--arch", a->arch, "Shape: gpt or llama");
     c->add_option("--precision", a->precision, "bf16, fp16 or fp32 (search)")->capture_default_str();
-    c->add_option("--optimizer", a->optimizer,
-                  "Optimiser whose state the memory counts (" + cost::optimizer_names() + "; as train's --optimizer)")
-        ->capture_default_str();
+    c->add_option_function<std::string>(
+           "--optimizer", [a](const std::string& s) { train::parse_setting("--optimizer", s, &a->optimizer); },
+           "The optimiser whose state is counted (as `train --optimizer` with its defaults): " +
+               setting_choices(&a->optimizer))
+        ->default_str("adamw");
     c->add_option("--tp", a->tp, "Search only this tensor-parallel size");
     c->add_option("--pp", a->pp, "Search only this pipeline size");
     c->add_option("--cp", a->cp, "Search only this context-parallel size");
@@ -260,9 +264,9 @@ void add_plan_command(CLI::App& app) {
         SHARDLM_CHECK(a->global_batch > 0, "--global-batch G is required and must be > 0 (got ", a->global_batch,
                       ")\n---> HINT: the number of sequences per optimiser step, e.g. --global-batch 1536");
         SHARDLM_CHECK(a->top > 0, "--top must be > 0 (got ", a->top, ")");
-        SHARDLM_CHECK(cost::optimizer_state_bytes(a->optimizer) >= 0, "plan: --optimizer '", a->optimizer,
-                      "' is not known\n---> HINT: use ", cost::optimizer_names());
-        const planner::Job job{a->global_batch, m.seq_len, a->optimizer};
+        train::TrainConfig t;  // the optimiser's state per parameter with `train`'s defaults
+        t.optimizer = a->optimizer;
+        const planner::Job job{a->global_batch, m.seq_len, optim::Optimizer::state_bytes_per_param(t.optim_config())};
         if (!a->policy.empty()) run_policy(*a, m, cl, job);
         else run_search(*a, m, cl, job);
     });

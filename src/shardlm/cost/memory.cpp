@@ -114,16 +114,4 @@ double optimizer_state_bytes(std::string_view optimizer, int block) {
     return -1;
 }
 
-std::string optimizer_names() {
-    std::string out;
-    const size_t n = std::size(kOptimizerState);
-    for (size_t i = 0; i < n; i++) out += std::string(i ? (i + 1 == n ? " or " : ", ") : "") + kOptimizerState[i].name;
-    return out;
-}
-
-StateBytes state_bytes_for(std::string_view optimizer, bool mixed, int block) {
-    const double state = std::max(0.0, optimizer_state_bytes(optimizer, block));
-    return mixed ? StateBytes{2, 2, state + 4} : StateBytes{4, 4, state};
-}
-
 }  // namespace shardlm::cost

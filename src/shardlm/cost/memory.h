@@ -50,11 +50,6 @@ inline constexpr StateBytes kAdamPure16{2, 2, 4};
 // 4096 elements stay fp32: a fraction of a model); adafactor 0 (a row and a column per matrix; 4 more
 // with a first moment). -1 for a name it does not know.
 double optimizer_state_bytes(std::string_view optimizer, int block = 2048);
-// The optimisers optimizer_state_bytes knows, "a, b or c", for errors.
-std::string optimizer_names();
-// Per parameter: the parameters and gradients in fp32 (4, 4) or 16-bit (2, 2 with mixed precision),
-// the optimiser state, plus an fp32 master copy with mixed precision. kAdamFp32 / kAdamMixed for adam.
-StateBytes state_bytes_for(std::string_view optimizer, bool mixed, int block = 2048);
 
 struct ModelStateBytes {
     double params = 0, grads = 0, optimizer = 0;

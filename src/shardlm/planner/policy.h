@@ -36,7 +36,9 @@ std::string describe(const Policy& p);
 struct Job {
     int64_t global_batch = 0;  // sequences per step
     int seq = 0;               // tokens per sequence
-    std::string optimizer = "adam";  // its state bytes per parameter: cost::optimizer_state_bytes
+    // Bytes of optimiser state per parameter beside any fp32 master copy: Adam's m and v 8; `plan
+    // --optimizer` sets another optimiser's (optim::Optimizer::state_bytes_per_param).
+    double optimizer_state = 8;
 };
 
 // Checks the policy against the model, cluster and job; fills p.dp when it is 0. Returns "" if

@@ -18,7 +18,11 @@ struct StageModel {
     StageModel(const cost::ModelShape& m, const Cluster& c, const Job& job, const Policy& p);
 
     double value_bytes() const { return p.precision == Precision::Fp32 ? 4 : 2; }
-    cost::StateBytes state_bytes() const { return cost::state_bytes_for(job.optimizer, p.precision != Precision::Fp32); }
+    // Adam: cost::kAdamFp32 / kAdamMixed; another optimiser's state in place of Adam's 8 bytes
+    cost::StateBytes state_bytes() const {
+        return p.precision == Precision::Fp32 ? cost::StateBytes{4, 4, job.optimizer_state}
+                                              : cost::StateBytes{2, 2, 4 + job.optimizer_state};
+    }
     int layers_per_stage() const { return m.layers / p.pp; }
     int zero_group() const { return p.dp * p.cp; }  // ZeRO shards over data and context ranks
     double padded_vocab() const;                     // a multiple of 128 t (Megatron pads the vocabulary)
