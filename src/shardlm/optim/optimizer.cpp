@@ -58,7 +58,7 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
             const bool linear = cfg_.code == QuantCode::Linear;
             code_m_ = linear ? kernels::linear_code(true) : kernels::dynamic_code(true);
             code_v_ = linear ? kernels::linear_code(false) : kernels::dynamic_code(false);
-            size_t f32 = 0;
+            size_t f32 = 0, codes = 0;
             const size_t B = size_t(cfg_.block);
             for (Piece& pc : pieces_) {
                 const model::ParamSpec& p = layout_.params[pc.param];
@@ -69,6 +69,7 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
                     pc.f32 = f32, f32 += pc.end - pc.begin;
                     continue;
                 }
+                pc.q = codes, codes += pc.end - pc.begin;
                 pc.block = blocks_.size();
                 for (size_t b = pc.begin; b < pc.end;) {
                     const size_t e = std::min(pc.end, p.offset + ((b - p.offset) / B + 1) * B);
@@ -79,9 +80,7 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
             }
             const size_t blocks = blocks_.size();
             s0_.resize(f32), s1_.resize(f32);
-            // codes at the pieces' state offsets (the small pieces' bytes stay unused: simpler
-            // addressing for 1 byte per small element)
-            q0_.resize(n), q1_.resize(n);
+            q0_.resize(codes), q1_.resize(codes);
             a0_.resize(blocks), a1_.resize(blocks);
             // every block starts as zeros: 0's code, absmax 0
             const uint8_t zm = kernels::nearest_code(code_m_, 0.0f), zv = kernels::nearest_code(code_v_, 0.0f);
@@ -165,13 +164,13 @@ void Optimizer::move_8bit_state(bool to_views) {
         }
         for (size_t k = pc.block; k < pc.block + pc.blocks; k++) {
             const auto [b, e] = blocks_[k];
-            const size_t at = pc.state + (b - pc.begin);
+            const size_t at = pc.state + (b - pc.begin), q = pc.q + (b - pc.begin);
             if (to_views) {
-                kernels::dequantize_block(q0_.data() + at, e - b, code_m_, a0_.data()[k], view0_.data() + at);
-                kernels::dequantize_block(q1_.data() + at, e - b, code_v_, a1_.data()[k], view1_.data() + at);
+                kernels::dequantize_block(q0_.data() + q, e - b, code_m_, a0_.data()[k], view0_.data() + at);
+                kernels::dequantize_block(q1_.data() + q, e - b, code_v_, a1_.data()[k], view1_.data() + at);
             } else {
-                a0_.data()[k] = kernels::quantize_block(view0_.data() + at, e - b, code_m_, q0_.data() + at);
-                a1_.data()[k] = kernels::quantize_block(view1_.data() + at, e - b, code_v_, q1_.data() + at);
+                a0_.data()[k] = kernels::quantize_block(view0_.data() + at, e - b, code_m_, q0_.data() + q);
+                a1_.data()[k] = kernels::quantize_block(view1_.data() + at, e - b, code_v_, q1_.data() + q);
             }
         }
     }
@@ -218,10 +217,7 @@ void Optimizer::release_state_views() {
 }
 
 size_t Optimizer::state_bytes() const {
-    size_t codes = 0;  // adam8bit: the bytes of the quantised pieces (q0_/q1_ also span the small ones)
-    for (const Piece& pc : pieces_)
-        if (cfg_.kind == Kind::Adam8bit && !pc.small) codes += 2 * (pc.end - pc.begin);
-    return s0_.bytes() + s1_.bytes() + codes + a0_.bytes() + a1_.bytes() + rc_.bytes();
+    return s0_.bytes() + s1_.bytes() + q0_.bytes() + q1_.bytes() + a0_.bytes() + a1_.bytes() + rc_.bytes();
 }
 
 double Optimizer::state_bytes_per_param(const OptimConfig& cfg) {
@@ -356,9 +352,9 @@ void Optimizer::step_adam8bit(const std::vector<float*>& params, const std::vect
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (size_t k = pc.block; k < pc.block + pc.blocks; k++) {
             const auto [b, e] = blocks_[k];
-            const size_t at = pc.state + (b - pc.begin), o = b - pc.begin;
+            const size_t o = b - pc.begin, q = pc.q + o;
             float* scratch = scratch_.data() + size_t(omp_get_thread_num()) * 2 * size_t(cfg_.block);
-            kernels::adam8bit_block(w + o, g + o, q0_.data() + at, q1_.data() + at, a0_.data() + k, a1_.data() + k,
+            kernels::adam8bit_block(w + o, g + o, q0_.data() + q, q1_.data() + q, a0_.data() + k, a1_.data() + k,
                                     e - b, code_m_, code_v_, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, step_, gs,
                                     scratch);
         }

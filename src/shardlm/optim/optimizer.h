@@ -102,7 +102,8 @@ public:
     std::vector<std::pair<std::string, AlignedBuffer<float>*>> state();
     void state_loaded();
     void release_state_views();
-    // The bytes of state kept (8-bit codes and absmax for adam8bit; views not counted).
+    // The bytes of state allocated (adam8bit: its codes, absmax and fp32 small tensors; Adafactor:
+    // its statistics too; the checkpoint views not counted).
     size_t state_bytes() const;
     // Optimiser-state bytes per parameter this kind keeps (the planner's and the memory check's k).
     static double state_bytes_per_param(const OptimConfig& cfg);
@@ -111,10 +112,10 @@ private:
     // A parameter's part of an owned range: flat [begin, end), at `state` in the concatenated state.
     struct Piece {
         size_t range = 0, param = 0, begin = 0, end = 0, state = 0;
-        // adam8bit: fp32 state at `f32` of s0_/s1_ (small tensors), or codes at `state` of q0_/q1_
-        // in blocks_[block, block + blocks) (absmax: a0_/a1_ at the same indices)
+        // adam8bit: fp32 state at `f32` of s0_/s1_ (small tensors), or codes at `q` of q0_/q1_ in
+        // blocks_[block, block + blocks) (absmax: a0_/a1_ at the same indices)
         bool small = false;
-        size_t f32 = 0, block = 0, blocks = 0;
+        size_t f32 = 0, q = 0, block = 0, blocks = 0;
     };
     // adam8bit: dequantise the state into view0_/view1_ (to_views), or quantise them back
     void move_8bit_state(bool to_views);
