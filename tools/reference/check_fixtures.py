@@ -243,6 +243,23 @@ def check_optimizers_ext(d):
                   and (c.min() == -1.0 if sg == "signed" else c.min() == 0.0), f"code.{kind}.{sg}: 256 sorted values, 0 and 1 in it")
 
 
+def replay(m, opt, tt, hp):
+    """The fixture's training steps (expected.json "hyper": G rows of T + 1 tokens in order, global
+    norm clipping): the first batch, and every step's loss and gradient norm."""
+    Gr, T = hp["global_batch_rows"], hp["T"]
+    first, losses, norms = None, [], []
+    for k in range(hp["steps"]):
+        b = torch.stack([tt[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
+        first = b if first is None else first
+        opt.zero_grad(set_to_none=True)
+        _, loss = m(b[:, :T], b[:, 1:])
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), hp["grad_clip"]).item())
+        losses.append(loss.item())
+        opt.step()
+    return first, losses, norms
+
+
 def check_e2e(d):
     print(f"[{d}]")
     cfg, w, m = load_dir(d)
@@ -259,19 +276,9 @@ def check_e2e(d):
     opt = torch.optim.AdamW(G.param_groups(m, hp["weight_decay"]), lr=hp["lr"],
                             betas=tuple(hp["betas"]), eps=hp["eps"], foreach=False)
     tt = torch.from_numpy(toks)
-    losses, norms = [], []
-    for k in range(hp["steps"]):
-        b = torch.stack([tt[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
-        opt.zero_grad(set_to_none=True)
-        _, loss = m(b[:, :T], b[:, 1:])
-        loss.backward()
-        norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), hp["grad_clip"]).item())
-        losses.append(loss.item())
-        opt.step()
-        if k == 0:
-            close("step-0 loss vs numpy forward",
-                  [np_ce(numpy_forward(cfg, w, b[:, :T].numpy()), b[:, 1:].numpy())],
-                  [losses[0]], rtol=1e-5)
+    first, losses, norms = replay(m, opt, tt, hp)
+    close("step-0 loss vs numpy forward", [np_ce(numpy_forward(cfg, w, first[:, :T].numpy()), first[:, 1:].numpy())],
+          [losses[0]], rtol=1e-5)
     close("losses", losses, exp["losses"])
     close("grad_norms", norms, exp["grad_norms"])
     check(exp["losses"][-1] < exp["losses"][0] - 0.2, "loss decreases over training")
@@ -341,19 +348,10 @@ def check_llama(d):
     tt = torch.from_numpy(np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64))
     opt = torch.optim.AdamW(LT.param_groups(m, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]),
                             eps=hp["eps"], foreach=False)
-    Gr, T = hp["global_batch_rows"], hp["T"]
-    losses, norms = [], []
-    for k in range(hp["steps"]):
-        b = torch.stack([tt[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
-        opt.zero_grad(set_to_none=True)
-        _, loss = m(b[:, :T], b[:, 1:])
-        loss.backward()
-        norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), hp["grad_clip"]).item())
-        losses.append(loss.item())
-        opt.step()
-        if k == 0:
-            close("step-0 loss vs the numpy LLaMA", [numpy_llama_loss(cfg, w, b[:, :T].numpy(), b[:, 1:].numpy())],
-                  [losses[0]], rtol=1e-12, atol=0)
+    T = hp["T"]
+    first, losses, norms = replay(m, opt, tt, hp)
+    close("step-0 loss vs the numpy LLaMA", [numpy_llama_loss(cfg, w, first[:, :T].numpy(), first[:, 1:].numpy())],
+          [losses[0]], rtol=1e-12, atol=0)
     close("losses (float64)", losses, exp["losses"], rtol=1e-10, atol=0)
     close("grad_norms (float64)", norms, exp["grad_norms"], rtol=1e-10, atol=0)
     check(exp["losses"][-1] < exp["losses"][0] - 0.2, "loss decreases over training")

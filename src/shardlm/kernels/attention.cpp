@@ -38,6 +38,15 @@ void softmax_row(float* p, int n, int end) {
     for (int j = n; j < end; j++) p[j] = 0.0f;
 }
 
+// The T rows (stride ld) of one key/value head's dk and dv, HS columns each, zeroed: the query heads
+// that share the head accumulate into them.
+void zero_head_rows(float* dk, float* dv, int T, int ld, int HS) {
+    for (int t = 0; t < T; t++) {
+        std::memset(dk + size_t(t) * ld, 0, sizeof(float) * HS);
+        std::memset(dv + size_t(t) * ld, 0, sizeof(float) * HS);
+    }
+}
+
 // ds[0..n) <- scale * p * (dp - sum(dp * p)); ds[n..end) <- 0. ds may alias dp.
 void softmax_backward_row(float* ds, const float* dp, const float* p, int n, int end, float scale) {
     using namespace simd;
@@ -97,10 +106,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       const float* v = k + KVC;
       float* dk = dqkv + size_t(b) * T * C3 + C + kvh * HS;
       float* dv = dk + KVC;
-      for (int t = 0; t < T; t++) {
-          std::memset(dk + size_t(t) * C3, 0, sizeof(float) * HS);
-          std::memset(dv + size_t(t) * C3, 0, sizeof(float) * HS);
-      }
+      zero_head_rows(dk, dv, T, C3, HS);
       for (int h = kvh * G; h < (kvh + 1) * G; h++) {
         const int bh = b * NH + h;
         const float* q = qkv + size_t(b) * T * C3 + h * HS;
@@ -245,10 +251,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const vo
           float* ds = scratch + size_t(omp_get_thread_num()) * kAttnBlock * T;
           float* dk = dqkv + size_t(b) * T * C3 + C + kvh * HS;
           float* dv = dk + KVC;
-          for (int i = 0; i < T; i++) {
-              std::memset(dk + size_t(i) * C3, 0, sizeof(float) * HS);
-              std::memset(dv + size_t(i) * C3, 0, sizeof(float) * HS);
-          }
+          zero_head_rows(dk, dv, T, C3, HS);
           for (int h = kvh * G; h < (kvh + 1) * G; h++) {
             const int bh = b * NH + h;
             widen_head(q, h == kvh * G ? k : nullptr, v, qkv, t, b, h, T, C, HS, G, KVC);

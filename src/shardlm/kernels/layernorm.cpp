@@ -128,7 +128,7 @@ void layernorm_backward_params(float* dweight, float* dbias, const float* dout, 
             if (in_t == DType::F32) x = static_cast<const float*>(inp) + size_t(n) * C + b0;
             else load_row(xb, at(inp, in_t, size_t(n) * C + b0), in_t, size_t(w));
             const float* g = dout + size_t(n) * C + b0;
-            const float m = mean[n], r = rstd[n];
+            const float m = mean ? mean[n] : 0.0f, r = rstd[n];
 #pragma omp simd
             for (int i = 0; i < w; i++) {
                 dw[i] += g[i] * (x[i] - m) * r;
@@ -188,23 +188,8 @@ void rmsnorm_backward_input(float* dinp, const float* dout, const void* inp, DTy
 
 void rmsnorm_backward_params(float* dweight, const float* dout, const void* inp, DType in_t, const float* rstd, int N,
                              int C, int c0, int c1) {
-    constexpr int kCols = 64;
-    const int nblk = (c1 - c0 + kCols - 1) / kCols;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int blk = 0; blk < nblk; blk++) {
-        const int b0 = c0 + blk * kCols, w = std::min(kCols, c1 - b0);
-        float dw[kCols] = {}, xb[kCols];
-        for (int n = 0; n < N; n++) {
-            const float* x = xb;
-            if (in_t == DType::F32) x = static_cast<const float*>(inp) + size_t(n) * C + b0;
-            else load_row(xb, at(inp, in_t, size_t(n) * C + b0), in_t, size_t(w));
-            const float* g = dout + size_t(n) * C + b0;
-            const float r = rstd[n];
-#pragma omp simd
-            for (int i = 0; i < w; i++) dw[i] += g[i] * (x[i] * r);
-        }
-        for (int i = 0; i < w; i++) dweight[b0 + i] += dw[i];
-    }
+    // LayerNorm's weight gradient with no mean to subtract (x - 0 is x: the same sums) and no bias
+    layernorm_backward_params(dweight, nullptr, dout, inp, in_t, nullptr, rstd, N, C, c0, c1);
 }
 
 }  // namespace shardlm::kernels

@@ -26,7 +26,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 // The two halves of layernorm_backward, for lanes (model/units.h) that each run the row-local half on
 // their own rows and split the other by columns: dinp += over N rows; and dweight[c0:c1], dbias[c0:c1]
-// += sums over all N rows, in order (the same sums as layernorm_backward's).
+// += sums over all N rows, in order (the same sums as layernorm_backward's). mean null: 0 (RMSNorm's).
 void layernorm_backward_input(float* dinp, const float* dout, const void* inp, DType in_t, const float* weight,
                               const float* mean, const float* rstd, int N, int C);
 void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t,
