@@ -38,6 +38,13 @@ protected:
         return write("model.json", R"({"layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96, "ffn_hidden": 49152,
                                        "vocab": 50257, "seq_len": 2048, "arch": "gpt"})");
     }
+    // The JSON of `plan --policy` for the test model and cluster, G 1536, T 2048, with --optimizer opt.
+    nlohmann::json plan_policy(const std::string& policy, const std::string& opt) {
+        std::string out;
+        EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
+                           " --global-batch 1536 --seq 2048 --json --optimizer " + opt, &out), 0) << out;
+        return nlohmann::json::parse(out);
+    }
     std::string cluster() {
         return write("cluster.json", R"({"gpu": "A100-80GB", "num_gpus": 1024, "gpus_per_node": 8, "peak_tflops": 312,
                                          "memory_gb": 80, "intra_node_GBps": 300, "inter_node_GBps": 25})");
@@ -173,18 +180,34 @@ TEST_F(PlanCli, TheOptimiserStateFollowsOptimizer) {
     const std::string policy = write("policy.json", R"({"tp": 8, "pp": 8, "zero_stage": 0, "micro_batch": 1,
         "recompute": "selective", "sequence_parallel": true, "precision": "fp32"})");
     auto optimizer_gb = [&](const std::string& opt) {
-        std::string out;
-        EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
-                           " --global-batch 1536 --seq 2048 --json --optimizer " + opt, &out), 0) << out;
-        return nlohmann::json::parse(out)["memory_gb_per_gpu"]["optimizer"].get<double>();
+        return plan_policy(policy, opt)["memory_gb_per_gpu"]["optimizer"].get<double>();
     };
     const double adamw = optimizer_gb("adamw"), q8 = optimizer_gb("adam8bit"), af = optimizer_gb("adafactor");
     EXPECT_GT(adamw, 1.0);
     EXPECT_NEAR(q8 / adamw, (2.0 + 8.0 / 2048) / 8.0, 1e-6);
     EXPECT_EQ(af, 0.0);
+    EXPECT_EQ(optimizer_gb("sophia"), adamw);  // m and the Hessian estimate h
     std::string out;
     EXPECT_NE(plan("--model " + model() + " --cluster " + cluster() + " --global-batch 1536 --optimizer adamz", &out), 0);
     EXPECT_NE(out.find("--optimizer 'adamz' is not known"), std::string::npos) << out;
+}
+
+// Sophia runs one more forward and backward (its Hessian estimate) every 10 steps, with that pass's
+// communication and bubble: on average 1.1 times every term of the step but the optimiser's own.
+TEST_F(PlanCli, SophiaAddsItsHessianPassToTheStep) {
+    const std::string policy = write("policy.json", R"({"tp": 8, "pp": 8, "zero_stage": 1, "micro_batch": 1,
+        "recompute": "selective", "sequence_parallel": true, "precision": "bf16"})");
+    const nlohmann::json a = plan_policy(policy, "adamw"), s = plan_policy(policy, "sophia");
+    for (const char* k : {"compute", "tp_comm", "pp_bubble", "pp_comm", "dp_comm"})
+        EXPECT_NEAR(s["time_s"][k].get<double>(), 1.1 * a["time_s"][k].get<double>(), 1e-9) << k;
+    EXPECT_EQ(s["time_s"]["optimizer"], a["time_s"]["optimizer"]);
+    EXPECT_GT(a["time_s"]["compute"].get<double>(), 0.0);
+    EXPECT_NEAR(s["tflops_per_gpu"].get<double>() * s["step_time_s"].get<double>(),
+                a["tflops_per_gpu"].get<double>() * a["step_time_s"].get<double>(), 1e-6);  // the same model FLOPs
+    std::string out;
+    EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
+                       " --global-batch 1536 --seq 2048 --optimizer sophia", &out), 0) << out;
+    EXPECT_NE(out.find("a Hessian forward and backward every 10 steps"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The model and every optimiser against PyTorch (tests/fixtures/gpt2_tiny, made by
 // tools/reference/make_fixtures.py): logits, loss, every parameter gradient, and parameters after
 // 3 steps of SGD, momentum, AdaGrad, Adam and AdamW; and 8 steps of each later optimiser
-// (optimizers.json: RAdam, Lion, 8-bit AdamW, Adafactor) set up through the `train` settings they name. Awkward sizes:
+// (optimizers.json: RAdam, Lion, 8-bit AdamW, Adafactor, Sophia) set up through the `train` settings they name. Awkward sizes:
 // V = 101 (padded to 128), head dim 20, T = 13, 3 layers.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +16,7 @@
 #include "shardlm/io/atomic_file.h"
 #include "shardlm/io/safetensors.h"
 #include "shardlm/kernels/optimizer_kernels.h"
+#include "shardlm/kernels/sample_labels.h"
 #include "shardlm/model/gpt.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/optim/optimizer.h"
@@ -165,20 +166,35 @@ struct ExtFixture : Fixture {
     optim::OptimConfig run(const std::string& name) {
         train::TrainConfig tc;
         train::apply_config_json(tc, ext_hyper["settings"][name], "optimizers.json: " + name);
+        tc.global_batch = B, tc.seq = T;  // the batch: Sophia's B is its B x T tokens
         const optim::OptimConfig oc = tc.optim_config();
         optim::Optimizer opt(oc, gpt.layout(), {0, gpt.layout().total});
         const std::vector<double> losses = ext_hyper["losses_per_optimizer"][name];
         const int steps = ext_hyper["steps"];
         bool exact_key_bias = false;  // the key bias's gradient set to its exact 0 (make_fixtures.py)
         for (const auto& n : ext_hyper["exact_key_bias"]) exact_key_bias |= n == name;
-        for (int s = 0; s < steps; s++) {
-            float loss = train_forward_backward();
+        auto exact_bias = [&] {
             if (exact_key_bias)
                 for (const model::ParamSpec& p : gpt.layout().params)
                     if (p.name.ends_with("attn.c_attn.bias"))
                         std::fill_n(grads.data() + p.offset + cfg.n_embd, cfg.n_embd, 0.0f);
+        };
+        std::vector<int> keys(size_t(B) * size_t(T));  // Sophia's Hessian passes: token b, t is key b T + t
+        for (size_t i = 0; i < keys.size(); i++) keys[i] = int(i);
+        for (int s = 0; s < steps; s++) {
+            float loss = train_forward_backward();
+            exact_bias();
             EXPECT_NEAR(loss, losses[size_t(s)], 1e-5 * losses[size_t(s)]) << name << " step " << s;
             opt.step(params.data(), grads.data(), tc.lr);
+            if (!opt.hessian_due(s)) continue;
+            // the trainer's Hessian pass in one process: labels drawn from the model by the head
+            grads.zero();
+            gpt.part().set_label_sampling(true, kernels::label_sample_seed(tc.seed, s));
+            gpt.forward(inputs.data(), keys.data(), B, T, 1.0f / float(B * T));
+            gpt.backward();
+            gpt.part().set_label_sampling(false);
+            exact_bias();
+            opt.update_hessian(grads.data());
         }
         float after = gpt.forward(inputs.data(), targets.data(), B, T, 0.0f);
         EXPECT_NEAR(after, losses.back(), 1e-5 * losses.back()) << name << " after the last step";
@@ -301,5 +317,29 @@ TEST_P(AdafactorReference, EightSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Settings, AdafactorReference, ::testing::Values("adafactor", "adafactor_rel"));
+
+// Sophia-G: the authors' step with the Hessian estimate refreshed after steps 2, 4, 6 and 8 from labels
+// the head draws from the model's own softmax (kernels/sample_labels.h), which optim_torch.py draws by
+// the same hash: the labels, and so the estimates, are the reference's. rho 40 makes about half of the
+// later steps m / (rho B h) and half clipped to lr (make_fixtures.py prints the share). The key bias's
+// gradient is its exact 0 on both sides. Parameters O(0.1): 1e-6 absolute after 8 steps.
+TEST(OptimizerExtReference, SophiaEightSteps) {
+    ExtFixture f;
+    const optim::OptimConfig oc = f.run("sophia");
+    EXPECT_EQ(oc.hess_interval, 2);
+    EXPECT_EQ(oc.hess_batch, double(f.B) * f.T);
+    f.compare_params(f.prefix("sophia"), f.params.data(), 1e-6f, 1.0f, &f.ext);
+}
+
+// Sophia's defaults are the authors': betas (0.965, 0.99), rho 0.04, the Hessian every 10 steps.
+TEST(OptimizerExtReference, SophiaDefaultsAreTheAuthors) {
+    train::TrainConfig tc;
+    tc.optimizer = optim::Kind::Sophia;
+    const optim::OptimConfig oc = tc.optim_config();
+    EXPECT_EQ(oc.beta1, 0.965f);
+    EXPECT_EQ(oc.beta2, 0.99f);
+    EXPECT_EQ(oc.rho, 0.04f);
+    EXPECT_EQ(oc.hess_interval, 10);
+}
 
 }  // namespace

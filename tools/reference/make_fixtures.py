@@ -98,7 +98,8 @@ EXT_STEPS = 8
 # exactly: softmax is shift-invariant) is set to 0 on both sides, else the two implementations' key
 # biases walk apart by +-lr a step, and although the key bias does not change the function, its size
 # changes the scores' rounding, which these optimisers amplify.
-EXACT_KEY_BIAS = ("adafactor", "adafactor_rel")
+EXACT_KEY_BIAS = ("adafactor", "adafactor_rel", "sophia")
+SOPHIA_RHO = 40.0
 OPTIMISERS_EXT = {
     # torch.optim.RAdam, coupled L2 weight decay as PyTorch 1.13 applies it
     "radam": dict(optimizer="radam", lr=1e-3, beta1=0.9, beta2=0.9, eps=1e-6, weight_decay=0.01),
@@ -119,6 +120,11 @@ OPTIMISERS_EXT = {
     "adafactor": dict(optimizer="adafactor", lr=1e-3, weight_decay=0.01),
     "adafactor_rel": dict(optimizer="adafactor", beta1=0.9, weight_decay=0.1, relative_step=True,
                           scale_parameter=True, clip_threshold=1.0, decay_rate=-0.8),
+    # optim_torch.SophiaG with the Hessian refreshed after steps 2, 4, 6, 8 (hess_interval 2) from
+    # labels drawn by shardlm's hash (seed: the run's); rho large enough that the tiny model's steps
+    # are partly clipped and partly m / (rho B h) (train_steps prints the clipped share)
+    "sophia": dict(optimizer="sophia", lr=2e-4, beta1=0.9, beta2=0.9, rho=SOPHIA_RHO, hess_interval=2,
+                   weight_decay=0.1, seed=1337),
 }
 
 
@@ -137,26 +143,48 @@ def make_optimizer_ext(model, name):
                            scale_parameter=h.get("scale_parameter", False))
     if kind == "lion":
         return O.Lion(groups, lr=h["lr"], betas=(h.get("beta1", 0.9), h.get("beta2", 0.99)))
+    if kind == "sophia":
+        return O.SophiaG(groups, lr=h["lr"], betas=(h.get("beta1", 0.965), h.get("beta2", 0.99)),
+                         rho=h.get("rho", 0.04))
     raise ValueError(name)
 
 
-def train_steps(cfg, init_hf, inputs, targets, make_opt, steps, exact_key_bias=False):
+def train_steps(cfg, init_hf, inputs, targets, make_opt, steps, exact_key_bias=False, sophia=None):
     """`steps` optimiser steps from init_hf on one batch: (losses before each step and after the
     last, the model). exact_key_bias: the key bias's gradient set to its exact value, 0 (softmax is
-    shift-invariant), instead of the rounding noise the backward computes."""
+    shift-invariant), instead of the rounding noise the backward computes. sophia: the settings of a
+    SophiaG run: after every hess_interval-th step, the Hessian estimate from labels sampled with
+    shardlm's hash (the run's seed and the step), and the step's B = the batch's tokens."""
     m = G.GPT(cfg)
     G.from_hf(m, init_hf)
     opt = make_opt(m)
     losses = []
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        _, l = m(inputs, targets)
-        l.backward()
+
+    def exact_bias():
         if exact_key_bias:
             for b in m.transformer.h:
                 b.attn.c_attn.bias.grad[cfg.n_embd:2 * cfg.n_embd] = 0
+
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        _, l = m(inputs, targets)
+        l.backward()
+        exact_bias()
         losses.append(l.item())
-        opt.step()
+        if sophia is None:
+            opt.step()
+            continue
+        opt.step(bs=inputs.numel())
+        if (step + 1) % sophia["hess_interval"] == 0:
+            opt.zero_grad(set_to_none=True)
+            logits, _ = m(inputs, None)
+            flat = logits.reshape(-1, logits.shape[-1])
+            labels = O.sample_labels(flat, O.label_sample_seed(sophia["seed"], step))
+            torch.nn.functional.cross_entropy(flat, labels).backward()
+            exact_bias()
+            opt.update_hessian()
+    if sophia is not None:
+        print(f"  sophia: {opt.clipped} of {opt.total} element steps clipped to lr")
     with torch.no_grad():
         losses.append(m(inputs, targets)[1].item())
     return losses, m
@@ -242,8 +270,9 @@ def fixture_tiny(outdir):
 
 def run_ext(cfg, init_hf, inputs, targets, name, steps=EXT_STEPS):
     """EXT_STEPS steps of OPTIMISERS_EXT[name] on the tiny model."""
+    h = OPTIMISERS_EXT[name]
     return train_steps(cfg, init_hf, inputs, targets, lambda m: make_optimizer_ext(m, name), steps,
-                       exact_key_bias=name in EXACT_KEY_BIAS)
+                       exact_key_bias=name in EXACT_KEY_BIAS, sophia=h if h["optimizer"] == "sophia" else None)
 
 
 def fixture_optimizers_ext(outdir, init_hf, inputs, targets):

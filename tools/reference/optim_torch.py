@@ -15,6 +15,12 @@ fixtures of shardlm's optimisers (make_fixtures.py: OPTIMISERS_EXT).
   beta2_t = 1 - t^decay_rate; update clipping by its RMS (clip_threshold); optional relative step
   min(1e-2, 1/sqrt(t)) and parameter scale max(eps2, RMS(p)); optional first moment (beta1).
 
+- SophiaG (Liu et al. 2023, "Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
+  Pre-training", Algorithm 3, as the authors' sophia.py writes it): p <- p (1 - lr wd);
+  m <- b1 m + (1 - b1) g; p <- p - lr sign(m) min(|m| / (rho B h + 1e-15), 1), with h refreshed every k
+  steps by update_hessian(): h <- b2 h + (1 - b2) g_hat^2, g_hat the gradient of the mean loss on labels
+  sampled from the model (sample_labels: shardlm's draw, the same hash, so both sample the same labels).
+
 The 8-bit code tables are bitsandbytes' constructions (create_dynamic_map with 7 exponent bits, its
 most negative value set to -1; create_linear_map with a zero), computed in float64 and rounded once to
 float32, sorted: shardlm builds the same 256 values (its test compares them bit for bit).
@@ -215,3 +221,74 @@ class Adafactor(torch.optim.Optimizer):
                 if group["weight_decay"] != 0:
                     p.add_(p, alpha=-group["weight_decay"] * lr)
                 p.add_(-update)
+
+
+# ---------------------------------------------------------------------------
+# Sophia-G
+
+M64 = (1 << 64) - 1
+
+
+def mix64(z):
+    """splitmix64's finaliser (kernels/sample_labels.h)."""
+    z &= M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def label_sample_seed(run_seed, step):
+    return mix64(mix64(run_seed ^ 0x50484941534F53) + step)
+
+
+def label_uniform(seed, key):
+    return (mix64(seed + 0x9E3779B97F4A7C15 * (key + 1)) >> 11) * 2.0 ** -53
+
+
+def sample_labels(logits, seed):
+    """Labels [N] drawn from softmax(logits [N, V]) by inverse CDF in vocabulary order with the uniform
+    of each row's key (its index n: row b of T tokens, position t -> b T + t), in float64."""
+    x = logits.detach().double()
+    e = torch.exp(x - x.max(dim=1, keepdim=True).values)
+    cum = torch.cumsum(e, dim=1)
+    labels = torch.empty(x.shape[0], dtype=torch.int64)
+    for n in range(x.shape[0]):
+        target = label_uniform(seed, n) * float(cum[n, -1])
+        labels[n] = min(int(torch.searchsorted(cum[n], torch.tensor([target], dtype=torch.float64), right=True)),
+                        x.shape[1] - 1)
+    return labels
+
+
+class SophiaG(torch.optim.Optimizer):
+    def __init__(self, params, lr, betas=(0.965, 0.99), rho=0.04, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, rho=rho, weight_decay=weight_decay))
+        self.clipped = 0  # elements whose step was clipped to lr (statistics for the fixture)
+        self.total = 0
+
+    def _state(self, p):
+        st = self.state[p]
+        if not st:
+            st["exp_avg"] = torch.zeros_like(p)
+            st["hessian"] = torch.zeros_like(p)
+        return st
+
+    @torch.no_grad()
+    def update_hessian(self):
+        for group in self.param_groups:
+            b2 = group["betas"][1]
+            for p in group["params"]:
+                self._state(p)["hessian"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+
+    @torch.no_grad()
+    def step(self, bs):
+        for group in self.param_groups:
+            lr, (b1, _), rho, wd = group["lr"], group["betas"], group["rho"], group["weight_decay"]
+            for p in group["params"]:
+                st = self._state(p)
+                m, h = st["exp_avg"], st["hessian"]
+                p.mul_(1 - lr * wd)
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                ratio = (m.abs() / (rho * bs * h + 1e-15)).clamp(None, 1)
+                self.clipped += int((ratio == 1).sum())
+                self.total += ratio.numel()
+                p.addcmul_(m.sign(), ratio, value=-lr)

@@ -243,7 +243,8 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--precision", a->precision, "bf16, fp16 or fp32 (search)")->capture_default_str();
     c->add_option_function<std::string>(
            "--optimizer", [a](const std::string& s) { train::parse_setting("--optimizer", s, &a->optimizer); },
-           "The optimiser whose state is counted (as `train --optimizer` with its defaults): " +
+           "The optimiser whose state is counted (as `train --optimizer` with its defaults; sophia also adds its "
+           "Hessian pass, a forward and backward every 10 steps): " +
                setting_choices(&a->optimizer))
         ->default_str("adamw");
     c->add_option("--tp", a->tp, "Search only this tensor-parallel size");
@@ -266,7 +267,9 @@ void add_plan_command(CLI::App& app) {
         SHARDLM_CHECK(a->top > 0, "--top must be > 0 (got ", a->top, ")");
         train::TrainConfig t;  // the optimiser's state per parameter with `train`'s defaults
         t.optimizer = a->optimizer;
-        const planner::Job job{a->global_batch, m.seq_len, optim::Optimizer::state_bytes_per_param(t.optim_config())};
+        const optim::OptimConfig oc = t.optim_config();
+        const planner::Job job{a->global_batch, m.seq_len, optim::Optimizer::state_bytes_per_param(oc),
+                               oc.kind == optim::Kind::Sophia ? oc.hess_interval : 0};
         if (!a->policy.empty()) run_policy(*a, m, cl, job);
         else run_search(*a, m, cl, job);
     });

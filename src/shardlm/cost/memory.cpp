@@ -102,10 +102,10 @@ struct OptimizerState {
     double bytes;  // per parameter; adam8bit's absmax added by block
 };
 // adafactor: its factored second moment is a row and a column per matrix (about 0 per parameter), and
-// no first moment unless beta1 is given (then 4)
+// no first moment unless beta1 is given (then 4); sophia: m and the diagonal Hessian estimate h
 constexpr OptimizerState kOptimizerState[] = {{"sgd", 0},   {"momentum", 4}, {"adagrad", 4},  {"adam", 8},
                                               {"adamw", 8},  {"radam", 8},    {"lion", 4},     {"adam8bit", 2},
-                                              {"adafactor", 0}};
+                                              {"adafactor", 0}, {"sophia", 8}};
 }  // namespace
 
 double optimizer_state_bytes(std::string_view optimizer, int block) {

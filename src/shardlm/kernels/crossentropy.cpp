@@ -10,16 +10,6 @@ namespace shardlm::kernels {
 
 namespace {
 
-float row_max(const float* x, int V) {
-    using namespace simd;
-    V16 mx = set1(-INFINITY);
-    for (int j = 0; j < V; j += 16) {
-        const M16 m = mask_below(size_t(j), size_t(V));
-        mx = mask_max(mx, m, mx, load(m, x + j));
-    }
-    return reduce_max(mx);
-}
-
 // sum_j exp(x_j - mx); if `store`, also writes the exponentials to out (which may be x).
 template <bool store>
 float row_sum_exp(const float* x, float* out, int V, float mx) {

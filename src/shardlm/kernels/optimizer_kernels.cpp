@@ -148,6 +148,28 @@ void lion_update(float* p, const float* g, float* m, size_t n, float lr, float b
     }
 }
 
+void sophia_update(float* p, const float* g, float* m, const float* h, size_t n, float lr, float beta1, float rho_bs,
+                   float wd, float gs) {
+    const float decay = float(1.0 - double(lr) * wd), a1 = 1.0f - beta1;
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
+    for (size_t i = 0; i < n; i++) {
+        const float mi = beta1 * m[i] + a1 * (g[i] * gs);
+        m[i] = mi;
+        const float ratio = std::min(std::fabs(mi) / (rho_bs * h[i] + kSophiaEps), 1.0f);
+        const float sign = float(mi > 0.0f) - float(mi < 0.0f);
+        p[i] = p[i] * decay - lr * (sign * ratio);
+    }
+}
+
+void sophia_hessian_update(float* h, const float* g, size_t n, float beta2, float gs) {
+    const float a2 = 1.0f - beta2;
+#pragma omp parallel for simd schedule(simd : dynamic, 32768)
+    for (size_t i = 0; i < n; i++) {
+        const float gi = g[i] * gs;
+        h[i] = beta2 * h[i] + a2 * (gi * gi);
+    }
+}
+
 namespace {
 
 // numpy.linspace(start, stop, n)[k]: k * step + start, two roundings (volatile: not fused into one

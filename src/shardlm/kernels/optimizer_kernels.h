@@ -2,7 +2,7 @@
 // so they apply to a whole buffer or to one rank's ZeRO slice alike. Each follows PyTorch's
 // single-tensor algorithm (torch.optim, foreach=False) operation for operation. `wd` is the weight
 // decay of this slice (0 for biases and norm gains): coupled L2 (g += wd p) for SGD, momentum,
-// AdaGrad, Adam and RAdam (as PyTorch 1.13 applies it); decoupled (p *= 1 - lr wd) for AdamW and Lion. `step` counts from 1. `gs` scales each
+// AdaGrad, Adam and RAdam (as PyTorch 1.13 applies it); decoupled (p *= 1 - lr wd) for AdamW, Lion and Sophia. `step` counts from 1. `gs` scales each
 // gradient as it is read (gradient clipping), exactly as if the gradient had been scaled in place.
 // Adam and AdamW are memory-bound (7 streams): they are AVX-512 loops with non-temporal stores.
 #pragma once
@@ -27,6 +27,15 @@ void radam_update(float* p, const float* g, float* m, float* v, size_t n, float 
 // m <- beta2 m + (1 - beta2) g. sign(0) = 0.
 void lion_update(float* p, const float* g, float* m, size_t n, float lr, float beta1, float beta2, float wd,
                  float gs = 1.0f);
+// Sophia-G (Liu et al. 2023, Algorithm 3, as the authors' SophiaG writes it): p <- p (1 - lr wd);
+// m <- beta1 m + (1 - beta1) g; p <- p - lr sign(m) min(|m| / (rho_bs h + kSophiaEps), 1), where
+// rho_bs = rho B (B: the tokens of the step, the batch of the Hessian estimate) and h the EMA of the
+// Gauss-Newton-Bartlett estimates (sophia_hessian_update: h <- beta2 h + (1 - beta2) (g gs)^2, with g
+// the gradient of the loss on labels sampled from the model).
+inline constexpr float kSophiaEps = 1e-15f;
+void sophia_update(float* p, const float* g, float* m, const float* h, size_t n, float lr, float beta1, float rho_bs,
+                   float wd, float gs = 1.0f);
+void sophia_hessian_update(float* h, const float* g, size_t n, float beta2, float gs = 1.0f);
 // 8-bit block-wise quantisation (Dettmers et al. 2022). A code is 256 sorted values: signed in
 // [-1, 1] (first moments), unsigned in [0, 1] (second moments). Dynamic: bitsandbytes'
 // create_dynamic_map (7 exponent bits; the signed one's most negative value made -1, so a block's

@@ -1,7 +1,10 @@
-// kernels/vec_math.h: vector exp and tanh (core/simd.h) for the softmax, cross-entropy and GELU kernels.
+// kernels/vec_math.h: vector exp and tanh (core/simd.h) for the softmax, cross-entropy and GELU kernels, and a row's max.
 // Accuracy ~1-2 ulp over the range we use (Cephes expf polynomial); kernels/reference/ uses std::exp
 // and std::tanh, and tests/kernels/test_kernels.cpp bounds the difference.
 #pragma once
+#include <cmath>
+#include <cstddef>
+
 #include "shardlm/core/simd.h"
 
 namespace shardlm::kernels {
@@ -33,6 +36,17 @@ inline V16 tanh16(V16 x) {
     using namespace simd;
     const V16 e = exp16(x + x), one = set1(1.0f);
     return one - set1(2.0f) / (e + one);
+}
+
+// The largest of x[0, V) (-inf for V = 0): a softmax row's maximum.
+inline float row_max(const float* x, int V) {
+    using namespace simd;
+    V16 mx = set1(-INFINITY);
+    for (int j = 0; j < V; j += 16) {
+        const M16 m = mask_below(size_t(j), size_t(V));
+        mx = mask_max(mx, m, mx, load(m, x + j));
+    }
+    return reduce_max(mx);
 }
 
 }  // namespace shardlm::kernels

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/crossentropy.h"
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/sample_labels.h"
 #include "shardlm/model/unit_ops.h"
 
 namespace shardlm::model {
@@ -33,6 +35,8 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
         norm_forward(u, lnf, stat_rows(a.lnf_mean, r0), a.lnf_rstd.data() + r0, at(xL, u.prec.activation, r0 * C), lnf_w,
                      lnf_b, u.rows(n));
         if (targets) std::memcpy(a.targets.data() + r0, targets + r0, sizeof(int) * size_t(n));
+        // the labels the loss uses: the targets, or (sampling) drawn below from the logits into a.targets
+        const int* labels = targets ? a.targets.data() : nullptr;
         if (a.logits.size() == 0) {
             // chunked head: the fp32 logits of kHeadRows rows at a time in scratch (the lane's own),
             // and from them the loss and the bf16 gradient of those rows
@@ -40,10 +44,11 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
             for (size_t r = r0; r < r0 + size_t(n); r += kHeadRows) {
                 const int rows = int(std::min(size_t(kHeadRows), r0 + size_t(n) - r));
                 linear(u, lg, DType::F32, at(a.lnf.data(), u.prec.activation, r * C), wte, nullptr, rows, C, Vt);
+                if (u.sample_labels) sample_labels(a.targets.data() + r, lg, targets + r, rows, V, Vt, u.sample_seed);
                 if (dloss != 0.0f)
-                    crossentropy_forward_backward(lg, a.losses.data() + r, targets + r, rows, V, Vt, dloss, d16 + r * Vt);
+                    crossentropy_forward_backward(lg, a.losses.data() + r, labels + r, rows, V, Vt, dloss, d16 + r * Vt);
                 else
-                    crossentropy_forward(a.losses.data() + r, lg, targets + r, rows, V, Vt);
+                    crossentropy_forward(a.losses.data() + r, lg, labels + r, rows, V, Vt);
             }
             continue;
         }
@@ -51,11 +56,12 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
         float* logits = a.logits.data() + r0 * Vt;
         linear(u, logits, DType::F32, gather_input(u, lnf, n, u.prec.activation), wte, nullptr, n, C, Vt);
         if (!targets || tp > 1) continue;
+        if (u.sample_labels) sample_labels(a.targets.data() + r0, logits, targets + r0, n, V, Vt, u.sample_seed);
         if (dloss != 0.0f)
-            crossentropy_forward_backward(logits, a.losses.data() + r0, targets + r0, n, V, Vt, dloss,
+            crossentropy_forward_backward(logits, a.losses.data() + r0, labels + r0, n, V, Vt, dloss,
                                           d16 ? d16 + r0 * Vt : nullptr);
         else
-            crossentropy_forward(a.losses.data() + r0, logits, targets + r0, n, V, Vt);
+            crossentropy_forward(a.losses.data() + r0, logits, labels + r0, n, V, Vt);
     }
     if (!targets || tp == 1 || a.logits.size() == 0) return;
     // vocabulary-parallel cross-entropy (one lane, all N rows)
@@ -64,10 +70,21 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
     float* stats = mx + N;  // [sum of exp | target logit]
     vocab_parallel_max(mx, a.logits.data(), N, Vreal, Vt);
     u.tp->all_reduce_max(mx, size_t(N));
-    vocab_parallel_sums(stats, a.logits.data(), targets, mx, N, Vreal, Vt, v0, dloss != 0.0f);
+    if (u.sample_labels) {  // each rank's share of the softmax's sum, then the rank whose share holds u draws
+        const size_t n = static_cast<size_t>(N);
+        std::vector<float> sums(n), all(n * static_cast<size_t>(tp)), claims(n);
+        sample_local_sums(sums.data(), a.logits.data(), mx, N, Vreal, Vt);
+        u.tp->all_gather(sums.data(), all.data(), size_t(N));
+        sample_claim(claims.data(), a.logits.data(), mx, all.data(), tp, u.tp->rank(), targets, N, Vreal, Vt, v0,
+                     u.sample_seed);
+        u.tp->all_reduce_sum(claims.data(), size_t(N));
+        for (int i = 0; i < N; i++) a.targets[size_t(i)] = int(claims[size_t(i)]) - 1;
+    }
+    const int* labels = a.targets.data();
+    vocab_parallel_sums(stats, a.logits.data(), labels, mx, N, Vreal, Vt, v0, dloss != 0.0f);
     u.tp->all_reduce_sum(stats, 2 * size_t(N));
     vocab_parallel_loss(a.losses.data(), mx, stats, N);
-    if (dloss != 0.0f) vocab_parallel_grad(a.logits.data(), targets, stats, N, Vreal, Vt, v0, dloss, d16);
+    if (dloss != 0.0f) vocab_parallel_grad(a.logits.data(), labels, stats, N, Vreal, Vt, v0, dloss, d16);
 }
 
 double head_loss_sum(const HeadActs& a, int N) {

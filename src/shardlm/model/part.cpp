@@ -274,7 +274,10 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
                           " is outside the vocabulary [0, ", V, ")");
         std::memcpy(s.tokens.data(), inputs, sizeof(int) * size_t(N));
     }
-    if (targets && ch.last == head)
+    if (targets && ch.last == head && ctx_.sample_labels)
+        for (int i = 0; i < N; i++)
+            SHARDLM_CHECK(targets[i] >= 0, "label sampling: negative token key ", targets[i], " at position ", i);
+    else if (targets && ch.last == head)
         for (int i = 0; i < N; i++)
             SHARDLM_CHECK(targets[i] >= 0 && targets[i] < V, "target id ", targets[i], " at position ", i,
                           " is outside the vocabulary [0, ", V, ")");

@@ -85,6 +85,10 @@ public:
     void bind_unit(int unit, void* params, float* grads);
     // the parameters bind() is given are of precision().param, the activations of .activation
     const PrecisionPolicy& precision() const { return ctx_.prec; }
+    // Sophia's Hessian passes: while on, the head draws each token's label from the model's softmax
+    // (kernels/sample_labels.h) with `seed`, and forward's targets are the tokens' keys (>= 0).
+    void set_label_sampling(bool on, uint64_t seed = 0) { ctx_.sample_labels = on, ctx_.sample_seed = seed; }
+    bool samples_labels() const { return ctx_.sample_labels; }
     // fp32 storage only: bf16 products (the policy fp32-bf16-products) or fp32 ones
     void set_matmul_precision(kernels::MatmulPrecision p);
     kernels::MatmulPrecision matmul_precision() const { return ctx_.matmul(); }

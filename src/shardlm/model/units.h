@@ -29,6 +29,7 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "shardlm/core/aligned_buffer.h"
@@ -116,6 +117,10 @@ struct UnitContext {
         return prec.rounds_fp32_products() ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp32;
     }
     bool chunked_head() const { return bf16_products() && tp->size() == 1; }
+    // Sophia's Hessian passes: the head draws each token's label from the model's softmax
+    // (kernels/sample_labels.h) with this seed; the targets it is given are then the tokens' keys
+    bool sample_labels = false;
+    uint64_t sample_seed = 0;
 };
 
 // Saved activations of one block for one micro-batch (act type; statistics fp32).
@@ -207,7 +212,8 @@ struct HeadActs {
 // Final LayerNorm, logits over this rank's vocabulary rows (lnf @ wte^T), and with targets the
 // cross-entropy (vocabulary-parallel across the group: the full (N, V) logits never exist on one
 // rank) into a.losses. With dloss != 0 leaves d(loss_sum * dloss)/dlogits for head_backward. Without
-// targets only the logits are computed; head_loss_sum gives the loss.
+// targets only the logits are computed; head_loss_sum gives the loss. With u.sample_labels the
+// targets are the tokens' keys and the labels are drawn from the logits first (a.targets keeps them).
 void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, const void* wte, HeadActs& a,
                   const void* xL, const int* targets, int B, int T, float dloss);
 // The sum of the N losses of the last head_forward, in row order (the same on every tensor-parallel

@@ -50,6 +50,7 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
         case Kind::Adam:
         case Kind::AdamW:
         case Kind::RAdam:
+        case Kind::Sophia:
             s0_.resize(n);
             s1_.resize(n);
             break;
@@ -126,6 +127,7 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
         case Kind::Adam:
         case Kind::AdamW:
         case Kind::RAdam: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
+        case Kind::Sophia: return {{"exp_avg", &s0_}, {"hessian", &s1_}};
         case Kind::Adafactor: {
             view0_.resize(owned_elems_), view1_.resize(owned_elems_), view2_.resize(owned_elems_);
             for (const Piece& pc : pieces_) {
@@ -263,10 +265,29 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
                                       step_, gs);
                 break;
             case Kind::Lion: kernels::lion_update(w, g, s0_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, wd, gs); break;
+            case Kind::Sophia:
+                kernels::sophia_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1,
+                                       float(double(cfg_.rho) * cfg_.hess_batch), wd, gs);
+                break;
             case Kind::Adam8bit:
             case Kind::Adafactor: break;  // step_adam8bit, step_adafactor
         }
     }
+}
+
+void Optimizer::update_hessian(const float* grads, float gs) {
+    std::vector<const float*> g;
+    for (const Range& r : owned_) g.push_back(grads + r.begin);
+    update_hessian(g, gs);
+}
+
+void Optimizer::update_hessian(const std::vector<const float*>& grads, float gs) {
+    SHARDLM_CHECK(cfg_.kind == Kind::Sophia, "update_hessian: --optimizer ", kind_name(cfg_.kind), " keeps no Hessian");
+    SHARDLM_CHECK(grads.size() == owned_.size(), "Optimizer::update_hessian: ", grads.size(), " gradient ranges for ",
+                  owned_.size(), " owned ranges");
+    for (const Piece& pc : pieces_)
+        kernels::sophia_hessian_update(s1_.data() + pc.state, grads[pc.range] + (pc.begin - owned_[pc.range].begin),
+                                       pc.end - pc.begin, cfg_.beta2, gs);
 }
 
 void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,

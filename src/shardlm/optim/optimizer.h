@@ -1,5 +1,5 @@
-// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW, RAdam, Lion, 8-bit AdamW and
-// Adafactor over the flat parameter buffer.
+// optim/optimizer.h: SGD, SGD with momentum, AdaGrad, Adam, AdamW, RAdam, Lion, 8-bit AdamW,
+// Adafactor and Sophia-G over the flat parameter buffer.
 //
 // The optimiser owns its state for a list of ranges of the flat buffer (the whole buffer in one
 // process; this rank's shard of every unit under ZeRO), stored one after another, and walks the
@@ -18,6 +18,11 @@
 // parallel layer's all-reduce; optim/ does not know the communicator). So are the sums of squares
 // behind the RMS of the parameters and of the update. Tensor parallelism is refused (a rank would hold
 // a shard of a matrix; train/train_config.cpp).
+//
+// Sophia keeps m and the diagonal Hessian estimate h, elementwise like Adam's m and v (so ZeRO shards
+// them for free). h is refreshed by update_hessian() from the gradient of the loss on labels sampled
+// from the model (the Gauss-Newton-Bartlett estimator), which the trainer computes every
+// hess_interval steps (train/trainer.cpp); step() itself never touches h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -32,11 +37,11 @@
 
 namespace shardlm::optim {
 
-enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam, Lion, Adam8bit, Adafactor };
+enum class Kind { SGD, Momentum, AdaGrad, Adam, AdamW, RAdam, Lion, Adam8bit, Adafactor, Sophia };
 inline constexpr EnumName<Kind> kKindNames[] = {
     {Kind::SGD, "sgd"},     {Kind::Momentum, "momentum"}, {Kind::AdaGrad, "adagrad"},  {Kind::Adam, "adam"},
     {Kind::AdamW, "adamw"}, {Kind::RAdam, "radam"},       {Kind::Lion, "lion"},        {Kind::Adam8bit, "adam8bit"},
-    {Kind::Adafactor, "adafactor"}};
+    {Kind::Adafactor, "adafactor"}, {Kind::Sophia, "sophia"}};
 constexpr const auto& enum_names(Kind) { return kKindNames; }
 Kind parse_kind(const std::string& name);  // one of the names above, or a clear error
 std::string kind_name(Kind k);
@@ -49,7 +54,7 @@ inline constexpr size_t kSmallTensor = 4096;  // adam8bit: smaller tensors keep 
 
 struct OptimConfig {
     Kind kind = Kind::AdamW;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam, adam8bit; Lion's betas (no eps);
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // Adam, AdamW, RAdam, adam8bit; Lion's, Sophia's betas (no eps);
                                                      // Adafactor's beta1 and eps1 (transformers': 1e-30)
     float momentum = 0.9f;                           // Momentum
     float adagrad_eps = 1e-10f;                      // AdaGrad (PyTorch's default)
@@ -63,6 +68,11 @@ struct OptimConfig {
     float clip_threshold = 1.0f, decay_rate = -0.8f;
     bool relative_step = false, scale_parameter = false;
     static constexpr float kAdafactorEps2 = 1e-3f;
+    // Sophia: the clip's rho, the tokens B of each Hessian estimate (the step's G x T), and how often
+    // the trainer refreshes the estimate
+    float rho = 0.04f;
+    double hess_batch = 1;
+    int hess_interval = 10;
 };
 
 struct Range {
@@ -84,6 +94,15 @@ public:
     // Same, with every range stored at its own offset of full flat buffers.
     void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 
+    // Sophia: h <- beta2 h + (1 - beta2) (grad_scale g)^2 from gradients of the loss on sampled labels
+    // (same storage as step()'s).
+    void update_hessian(const std::vector<const float*>& grads, float grad_scale = 1.0f);
+    void update_hessian(const float* grads, float grad_scale = 1.0f);
+    bool needs_hessian() const { return cfg_.kind == Kind::Sophia; }
+    // Whether the trainer refreshes the Hessian estimate after optimiser step `step` (0-based): every
+    // hess_interval steps, at steps k-1, 2k-1, ... (the authors' iter_num % k == k - 1).
+    bool hessian_due(int step) const { return needs_hessian() && (step + 1) % cfg_.hess_interval == 0; }
+
     // Sums a vector over the ranks whose owned ranges together make the whole layout (ZeRO's
     // data-parallel group), in place; unset: this rank owns everything. Adafactor needs it.
     void set_shard_sum(std::function<void(double*, size_t)> f) { shard_sum_ = std::move(f); }
@@ -94,7 +113,7 @@ public:
     const std::vector<Range>& owned() const { return owned_; }
     size_t owned_elems() const { return owned_elems_; }
     // Named state buffers over the owned ranges, concatenated, one fp32 value per owned element
-    // ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum"): checkpoints save them per HF piece.
+    // ("exp_avg", "exp_avg_sq", "momentum_buffer", "sum", "hessian"): checkpoints save them per HF piece.
     // adam8bit's are views, dequantised here, and so are Adafactor's second moments ("exp_avg_sq" of
     // vectors, "exp_avg_sq_row"/"exp_avg_sq_col": each element holds its row's / column's statistic):
     // after writing into them (a checkpoint's load), call state_loaded() to take them back (collective

@@ -82,7 +82,7 @@ double pipeline_bubble_s(const Policy& p, int64_t m, const MicroBatch& first, co
     return r.idle[slowest];
 }
 
-void fill_time(const detail::StageModel& sm, const Policy& p, Estimate& e) {
+void fill_time(const detail::StageModel& sm, const Policy& p, const Job& job, Estimate& e) {
     // The slowest stage sets the pace of the pipeline; the bubble is its idle time (balanced stages:
     // (p - 1) x a stage's time / v for 1F1B, GPipe and interleaving; ZB-H1 (p - 1) F, ZBV half that
     // once m >= 2p - 1, Qi et al. 2023; less when the head makes the last stage the slow one).
@@ -99,6 +99,12 @@ void fill_time(const detail::StageModel& sm, const Policy& p, Estimate& e) {
         t.dp_comm = std::max(t.dp_comm, sm.dp_exposed_s(stage, sm.micro_batch_time(stage)));
         t.optimizer = std::max(t.optimizer, sm.optimizer_s(stage));
     }
+    // Sophia: one more forward and backward of the step's batch every hessian_interval steps, with its
+    // communication and bubble (not the optimiser step): on average 1/k of a step's passes
+    if (job.hessian_interval > 0) {
+        const double f = 1.0 + 1.0 / job.hessian_interval;
+        for (double* x : {&t.compute, &t.tp_comm, &t.cp_comm, &t.pp_bubble, &t.pp_comm, &t.dp_comm}) *x *= f;
+    }
 }
 
 void fill_rates(const cost::ModelShape& m, const Cluster& c, const Job& job, Estimate& e) {
@@ -108,7 +114,8 @@ void fill_rates(const cost::ModelShape& m, const Cluster& c, const Job& job, Est
     e.tokens_per_s = tokens / e.step_time_s;
     e.tokens_per_s_per_gpu = e.tokens_per_s / gpus;
     e.tflops_per_gpu = cost::model_flops_per_token(m, job.seq) * e.tokens_per_s_per_gpu / 1e12;
-    e.hfu_tflops_per_gpu = cost::hardware_flops_per_token(m, job.seq, p.recompute) * e.tokens_per_s_per_gpu / 1e12;
+    e.hfu_tflops_per_gpu = cost::hardware_flops_per_token(m, job.seq, p.recompute) * e.tokens_per_s_per_gpu / 1e12 *
+                           (job.hessian_interval > 0 ? 1.0 + 1.0 / job.hessian_interval : 1.0);
     e.mfu = e.tflops_per_gpu * 1e12 / peak_flops(c, p.precision);
 }
 
@@ -129,7 +136,7 @@ Estimate evaluate(const cost::ModelShape& m, const Cluster& c, const Job& job, P
     e.dp_in_node = fits_in_node(c, p.tp * p.cp * p.dp);
     e.pp_in_node = fits_in_node(c, p.tp * p.cp * p.dp * p.pp);
     fill_memory(sm, c, e);
-    fill_time(sm, e.policy, e);
+    fill_time(sm, e.policy, job, e);
     fill_rates(m, c, job, e);
     e.feasible = e.reason.empty();
     return e;

@@ -48,7 +48,10 @@ std::string describe_problem(const cost::ModelShape& m, const Cluster& c, const 
     if (m.kv_heads != m.heads) out += cat(" (", m.kv_heads, " KV)");
     out += cat(", ffn ", m.ffn_hidden, ", vocab ", m.vocab, ", ", human_count(double(cost::total_params(m))),
                " parameters; global batch ", job.global_batch, " x ", job.seq, " tokens, ", precision_name(precision),
-               " (optimiser state ", job.optimizer_state, " bytes per parameter)\n");
+               " (optimiser state ", job.optimizer_state, " bytes per parameter",
+               job.hessian_interval > 0 ? cat("; a Hessian forward and backward every ", job.hessian_interval, " steps")
+                                        : std::string(),
+               ")\n");
     out += cat("cluster: ", c.num_gpus, " x ", c.gpu.name, " (", c.nodes(), c.nodes() == 1 ? " node x " : " nodes x ",
                c.gpus_per_node, "; ",
                c.gpu.peak_tflops, " TFLOP/s 16-bit, ", c.gpu.memory_gb, " GB, NVLink ", c.gpu.intra_node_GBps,

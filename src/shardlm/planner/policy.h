@@ -39,6 +39,8 @@ struct Job {
     // Bytes of optimiser state per parameter beside any fp32 master copy: Adam's m and v 8; `plan
     // --optimizer` sets another optimiser's (optim::Optimizer::state_bytes_per_param).
     double optimizer_state = 8;
+    // Sophia: one more forward and backward every this many steps (its Hessian estimate); 0: none.
+    int hessian_interval = 0;
 };
 
 // Checks the policy against the model, cluster and job; fills p.dp when it is 0. Returns "" if

@@ -44,6 +44,8 @@ std::string stats_json(const StepStats& s) {
     if (s.loss_scale > 0)  // loss scaling: the scale this step used, and whether it was skipped (overflow)
         j += ", \"loss_scale\": " + json_number(s.loss_scale, "%.9g") + ", \"skipped\": " + (s.skipped ? "true" : "false");
     else if (s.skipped) j += ", \"skipped\": true";
+    // sophia: the Hessian estimate was refreshed after this step (false: its pass was not finite)
+    if (s.hessian != 0) j += std::string(", \"hessian\": ") + (s.hessian > 0 ? "true" : "false");
     return j + "}";
 }
 

@@ -16,8 +16,9 @@ namespace shardlm::train {
 optim::OptimConfig TrainConfig::optim_config() const {
     optim::OptimConfig o;
     o.kind = optimizer;
-    o.beta1 = beta1 >= 0 ? beta1 : 0.9f;
-    o.beta2 = beta2 >= 0 ? beta2 : optimizer == optim::Kind::Lion ? 0.99f : 0.95f;
+    const bool sophia = optimizer == optim::Kind::Sophia;
+    o.beta1 = beta1 >= 0 ? beta1 : sophia ? 0.965f : 0.9f;
+    o.beta2 = beta2 >= 0 ? beta2 : optimizer == optim::Kind::Lion || sophia ? 0.99f : 0.95f;
     o.eps = eps >= 0 ? eps : optimizer == optim::Kind::Adafactor ? 1e-30f : 1e-8f;
     o.momentum = momentum;
     o.block = optim_block;
@@ -28,6 +29,9 @@ optim::OptimConfig TrainConfig::optim_config() const {
     o.relative_step = relative_step;
     o.scale_parameter = scale_parameter;
     o.weight_decay = weight_decay;
+    o.rho = rho;
+    o.hess_batch = double(global_batch) * double(seq);
+    o.hess_interval = hess_interval;
     return o;
 }
 
@@ -135,6 +139,14 @@ void TrainConfig::validate() const {
                   setting_text(lr_schedule), ", or --relative-step");
     SHARDLM_CHECK(decay_rate >= -1.0f && decay_rate < 0.0f, "--decay-rate must be in [-1, 0) (got ", decay_rate,
                   ")\n---> HINT: -0.8 (the default, the paper's)");
+    SHARDLM_CHECK(rho > 0 && std::isfinite(rho), "--rho must be > 0 (got ", rho, ")\n---> HINT: 0.04, the authors' default");
+    SHARDLM_CHECK(hess_interval >= 1, "--hess-interval must be >= 1 step (got ", hess_interval, ")\n---> HINT: 10, the "
+                  "authors' default");
+    SHARDLM_CHECK(optimizer != optim::Kind::Sophia || eps == -1.0f, "--eps does not apply to --optimizer sophia: its "
+                  "denominator rho B h + 1e-15 has the authors' fixed 1e-15\n---> HINT: drop --eps");
+    SHARDLM_CHECK(optimizer != optim::Kind::Sophia || int64_t(global_batch) * seq < (int64_t(1) << 31),
+                  "--optimizer sophia samples a label per token of the step, numbered within the step: global_batch x "
+                  "seq (", int64_t(global_batch) * seq, ") must be below 2^31");
     SHARDLM_CHECK(clip_threshold >= 0 && std::isfinite(clip_threshold), "--clip-threshold must be >= 0 (0 = off; got ",
                   clip_threshold, ")");
     SHARDLM_CHECK(optim_block >= 16 && optim_block <= (1 << 20), "--optim-block must be in [16, 1048576] elements (got ",

@@ -79,6 +79,8 @@ struct TrainConfig {
     optim::QuantCode optim_code = optim::QuantCode::Dynamic;  // adam8bit
     float clip_threshold = 1.0f, decay_rate = -0.8f;     // adafactor
     bool relative_step = false, scale_parameter = false; // adafactor
+    float rho = 0.04f;                                   // sophia: the clip's rho
+    int hess_interval = 10;                              // sophia: steps between Hessian estimates
     float grad_clip = 0.0f;  // 0 = off
     // evaluation, output, checkpoints
     int val_every = 0;       // 0 = only at the end (if val_data is set)
@@ -176,8 +178,10 @@ void for_each_field(Cfg& c, F&& f) {
     f("lr_min", c.lr_min, "Final learning rate (cosine schedule)");
     f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
     f("beta1", c.beta1,
-      "beta1 of adam, adamw, radam, lion, adam8bit, adafactor (-1: the optimiser's default, 0.9; adafactor: no first moment)");
-    f("beta2", c.beta2, "beta2 of adam, adamw, radam, lion, adam8bit (-1: the optimiser's default, 0.95; lion 0.99)");
+      "beta1 of adam, adamw, radam, lion, adam8bit, adafactor, sophia (-1: the optimiser's default, 0.9; sophia 0.965; "
+      "adafactor: no first moment)");
+    f("beta2", c.beta2, "beta2 of adam, adamw, radam, lion, adam8bit, sophia (the Hessian estimate's EMA) (-1: the optimiser's default, "
+      "0.95; lion and sophia 0.99)");
     f("eps", c.eps,
       "epsilon of adam, adamw, radam, adam8bit, and adafactor's eps1 (added to g^2) (-1: the optimiser's default, 1e-8; "
       "adafactor 1e-30)");
@@ -193,6 +197,12 @@ void for_each_field(Cfg& c, F&& f) {
     f("relative_step", c.relative_step,
       "adafactor: step size min(1e-2, 1/sqrt(t)) instead of --lr (needs --lr-schedule constant)");
     f("scale_parameter", c.scale_parameter, "adafactor: multiply the step size by max(1e-3, RMS of the parameter)");
+    f("rho", c.rho,
+      "sophia: the update is lr sign(m) min(|m| / (rho B h + 1e-15), 1), B = global_batch x seq tokens (the authors' "
+      "default 0.04)");
+    f("hess_interval", c.hess_interval,
+      "sophia: every N steps one more forward/backward of the step's batch on labels sampled from the model refreshes "
+      "the diagonal Hessian estimate h (Gauss-Newton-Bartlett)");
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
     f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
     f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation (0 = the whole shard)");

@@ -18,6 +18,7 @@
 #include "shardlm/core/trace.h"
 #include "shardlm/data/token_shard.h"
 #include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/sample_labels.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/parallel/stages.h"
 #include "shardlm/train/checkpoint.h"
@@ -228,11 +229,52 @@ StepStats Trainer::train_step(int step) {
         e_.dp->after_step();
     };
     const parallel::PipelineExecutor::Result r = e_.exec->run(e_.schedule, batch, M, T, dloss, reduce, update);
+    if (!s.skipped && e_.optimizer->hessian_due(step)) s.hessian = hessian_pass(step) ? 1 : -1;
     if (faults_) faults_->after_update(step, owned(false));
     s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
     return s;
+}
+
+// Sophia-G's Gauss-Newton-Bartlett estimate (Liu et al. 2023, Algorithm 2): one more forward/backward
+// of the step's batch through the same schedule, on labels the head draws from the model's own softmax
+// (kernels/sample_labels.h: keyed by each token's place in the global batch and the step, so every
+// layout draws the same labels), reduced like any gradient; then h <- beta2 h + (1 - beta2) g^2 on the
+// owned ranges. The gradient is of the mean loss over the G x T tokens (the optimiser's rho B h with
+// B = G T undoes the mean, as the authors' bs does). Returns false (no update) if it is not finite.
+bool Trainer::hessian_pass(int step) {
+    const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
+    const int dp = e_.grid->dp_size(), row0 = e_.grid->dp_rank() * (G / dp);
+    const float scale = scaler_.scale();
+    parallel::PipelineExecutor::Batch batch;
+    batch.rows = [M](int) { return M; };
+    batch.fill = [&](int i, int* inputs, int* keys) {
+        for (int j = 0; j < M; j++) {
+            const int row = row0 + i * M + j;
+            int* k = keys + size_t(j) * T;
+            loader_->fill(step, G, row, inputs + size_t(j) * T, k);
+            for (int t = 0; t < T; t++) k[t] = row * T + t;
+        }
+    };
+    bool finite = true;
+    auto reduce = [&](const parallel::PipelineExecutor::Result&) {
+        e_.dp->finish_step();
+        if (e_.embedding_group) e_.dp->sum_tied_grads(*e_.embedding_group);
+        double sq = e_.dp->grad_norm_sq_local();
+        world_->all_reduce_sum(&sq, 1);
+        finite = std::isfinite(sq);
+    };
+    auto update = [&] {
+        if (finite) e_.optimizer->update_hessian(e_.dp->owned_grads(), 1.0f / scale);
+    };
+    e_.part->set_label_sampling(true, kernels::label_sample_seed(cfg_.seed, step));
+    e_.exec->run(e_.schedule, batch, M, T, scale / float(G * T), reduce, update);
+    e_.part->set_label_sampling(false);
+    if (!finite && is_root())
+        std::printf("warning: step %d: the Hessian estimate's gradient is not finite%s: the estimate keeps its last value\n",
+                    step + 1, scaler_.enabled() ? " (a loss-scale overflow)" : "");
+    return finite;
 }
 
 double Trainer::evaluate() {

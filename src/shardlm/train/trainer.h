@@ -37,6 +37,7 @@ struct StepStats {
     bool nonfinite = false;  // the loss or the gradient norm is NaN/inf (the same on every rank)
     bool skipped = false;    // no optimiser update at this step (non-finite, or a loss-scale overflow)
     int stop_signal = 0;     // SIGINT/SIGTERM reached some rank before this step's reduction
+    int hessian = 0;         // sophia: 1 the Hessian estimate was refreshed after this step, -1 its pass was not finite
 };
 
 class Trainer {
@@ -52,6 +53,7 @@ public:
 
     StepStats train_step(int step);  // one optimiser step on global batch `step` (collective)
     double evaluate();               // mean validation loss over val_batches micro-batches (collective)
+    bool hessian_pass(int step);     // sophia: refresh the Hessian estimate on step's batch (collective)
     // Steps [start, cfg.steps) with everything around them. Returns the exit status: 0, 1 after a
     // non-finite step (--on-nan stop), 128 + signal after SIGINT/SIGTERM (a checkpoint was written).
     int run();
