@@ -7,10 +7,13 @@
 #          3.2 M-parameter embedding would double the model).
 #   optim: AdamW against every other optimiser on the default GPT (OPTIMIZERS; each with its own
 #          learning rate, LR_<name>, since they do not share a scale).
+#   sophia: Sophia-G's claim (Liu et al. 2023: the loss of AdamW in half the steps): AdamW and Sophia
+#          (SOPHIA_LRS, rho SOPHIA_RHO) each at STEPS and STEPS/2 steps, their own cosine schedules,
+#          validated every STEPS/16 steps; bench/sophia.svg.
 # Prints each run's parameter count, final training loss, final validation loss (the last five
 # speeches), optimiser state bytes (--memory-report) and step time; draws the curves
 # (bench/llama_vs_gpt.svg, bench/optimizers.svg).
-#   bash bench/llama_optimizers.sh [build=build] [arch|optim|all=all]    (hold /tmp/shardlm-build.lock)
+#   bash bench/llama_optimizers.sh [build=build] [arch|optim|sophia|all=all]    (hold /tmp/shardlm-build.lock)
 # Environment: STEPS (400), THREADS (2), OUT (runs/llama_optimizers), PRECISION (bf16 where the CPU
 # has AVX512_BF16, else fp32), OPTIMIZERS ("adamw adam sgd momentum adagrad" + what the build has).
 set -euo pipefail
@@ -21,8 +24,9 @@ if [ -z "${PRECISION:-}" ]; then grep -qw avx512_bf16 /proc/cpuinfo && PRECISION
 unset OPENBLAS_CORETYPE
 [ -f data/sotu/sotu_train.bin ] || { echo "llama_optimizers: data/sotu missing: run tools/quickstart.sh first"; exit 2; }
 mkdir -p "$OUT"
-common=(--config configs/sotu.json --steps "$STEPS" --warmup $((STEPS / 50)) --val-every $((STEPS / 4))
-        --ckpt-every 0 --sample-tokens 0 --threads "$THREADS" --precision "$PRECISION" --memory-report)
+base=(--config configs/sotu.json --ckpt-every 0 --sample-tokens 0 --threads "$THREADS" --precision "$PRECISION"
+      --memory-report)
+common=("${base[@]}" --steps "$STEPS" --warmup $((STEPS / 50)) --val-every $((STEPS / 4)))
 run() {  # name, flags...
   local name=$1; shift
   echo "llama_optimizers: $name: $BUILD/shardlm train ${common[*]} $*"
@@ -62,7 +66,8 @@ if [ "$WHAT" = optim ] || [ "$WHAT" = all ]; then
   for o in $OPTIMIZERS; do
     var=LR_$o; lr=${!var:-}
     if [ -z "$lr" ]; then
-      case $o in lion) lr=0.0004 ;; momentum|sgd) lr=0.1 ;; adagrad) lr=0.02 ;; adafactor) lr=0.004 ;; *) lr=0.004 ;; esac
+      case $o in lion) lr=0.0004 ;; momentum|sgd) lr=0.1 ;; adagrad) lr=0.02 ;; adafactor) lr=0.004 ;; sophia) lr=0.002 ;;
+                 *) lr=0.004 ;; esac
     fi
     [ "$o" = adamw ] && [ -d "$OUT/gpt" ] && [ "${RERUN:-0}" != 1 ] && { names+=(gpt); continue; }
     if [ -f "$OUT/opt-$o/summary.json" ] && [ "${RERUN:-0}" != 1 ]; then names+=("opt-$o"); continue; fi  # done before
@@ -72,4 +77,39 @@ if [ "$WHAT" = optim ] || [ "$WHAT" = all ]; then
   args=(); for n in "${names[@]}"; do args+=("$n=$OUT/$n/metrics.jsonl"); done
   /usr/bin/python3 bench/plot_curves.py --out bench/optimizers.svg \
     --title "default corpus, $STEPS steps: optimisers on the default GPT" "${args[@]}"
+fi
+if [ "$WHAT" = sophia ] || [ "$WHAT" = all ]; then
+  SOPHIA_LRS=${SOPHIA_LRS:-"0.001 0.002 0.004"}; SOPHIA_RHO=${SOPHIA_RHO:-0.05}
+  half=$((STEPS / 2)); names=(); args=()
+  srun() {  # name, steps, flags...
+    local name=$1 n=$2; shift 2
+    local common=("${base[@]}")  # (run reads it) the steps, warm-up and validation of this run
+    if [ ! -f "$OUT/$name/summary.json" ] || [ "${RERUN:-0}" = 1 ]; then
+      run "$name" --steps "$n" --warmup $((n / 50)) --val-every $((STEPS / 16)) "$@" || return 0
+    fi
+    names+=("$name"); args+=("$name=$OUT/$name/metrics.jsonl")
+  }
+  srun "adamw-$STEPS" "$STEPS" --optimizer adamw
+  srun "adamw-$half" "$half" --optimizer adamw
+  for lr in $SOPHIA_LRS; do srun "sophia-lr$lr-$STEPS" "$STEPS" --optimizer sophia --lr "$lr" --rho "$SOPHIA_RHO"; done
+  # Sophia's half-length run at the learning rate whose full-length run ended lowest
+  best=$(/usr/bin/python3 -c "
+import json, sys
+runs = {lr: json.load(open(f'$OUT/sophia-lr{lr}-$STEPS/summary.json')).get('final_val_loss', 1e9) for lr in sys.argv[1:]}
+print(min(runs, key=runs.get))" $SOPHIA_LRS)
+  srun "sophia-lr$best-$half" "$half" --optimizer sophia --lr "$best" --rho "$SOPHIA_RHO"
+  table "${names[@]}"
+  /usr/bin/python3 - "$OUT" "$STEPS" "${names[@]}" <<'PY'
+import json, sys
+out, steps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def vals(n):
+    return [(r["step"] + 1, r["val_loss"]) for r in map(json.loads, open(f"{out}/{n}/metrics.jsonl")) if "val_loss" in r]
+ref = vals(f"adamw-{steps}")[-1][1]
+print(f"AdamW's final validation loss after {steps} steps: {ref:.4f}; the first validation at or below it:")
+for n in names:
+    hit = next((s for s, v in vals(n) if v <= ref), None)
+    print(f"  {n:24} {'step ' + str(hit) if hit else 'not reached':>14}")
+PY
+  /usr/bin/python3 bench/plot_curves.py --out bench/sophia.svg \
+    --title "default corpus: Sophia-G against AdamW, $STEPS and $half steps" "${args[@]}"
 fi

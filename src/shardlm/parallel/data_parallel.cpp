@@ -7,14 +7,14 @@
 namespace shardlm::parallel {
 
 DataParallel::DataParallel(comm::Collectives& dp, model::ModelPart& part, int zero, double bucket_mb,
-                           bool single_stage, DType reduce_dtype, bool gather_per_chunk)
+                           bool single_stage, DType reduce_dtype, bool gather_per_chunk, bool reduce_grads)
     : dp_(dp),
       part_(part),
       store_(part.layout(), dp.rank(), dp.size(), ZeroStrategy::residency(zero, part.precision().param),
              part.precision().param, reduce_dtype) {
     SHARDLM_CHECK(!gather_per_chunk || zero == 3, "gathering parameters per chunk is ZeRO-3's (got --zero ", zero, ")");
     gather_per_chunk_ = gather_per_chunk;
-    zero_ = make_zero_strategy(zero, {dp, part, store_, bucket_mb, single_stage, gather_per_chunk});
+    zero_ = make_zero_strategy(zero, {dp, part, store_, bucket_mb, single_stage, gather_per_chunk, reduce_grads});
     const model::Layout& layout = part.layout();
     wte_unit_ = layout.unit_of(model::UnitKind::TokenEmbedding);
     for (size_t u = 0; u < layout.units.size(); u++)  // the head's tied copy beside the embedding (ZBV)

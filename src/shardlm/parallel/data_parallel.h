@@ -41,8 +41,9 @@ public:
     // its forward, so ZeRO-3 keeps the units still gathered at the end of the forward.
     // reduce_dtype: the type gradients are reduced in (F32, or BF16/F16: half the bytes).
     // gather_per_chunk: ZeRO-3 gathers a chunk at the schedule's Unshard actions (ZeroStrategy::Setup).
+    // reduce_grads false: stages 0-1 leave each rank its own gradient (parallel/dp_algo.h combines them).
     DataParallel(comm::Collectives& dp, model::ModelPart& part, int zero, double bucket_mb, bool single_stage,
-                 DType reduce_dtype = DType::F32, bool gather_per_chunk = false);
+                 DType reduce_dtype = DType::F32, bool gather_per_chunk = false, bool reduce_grads = true);
     ~DataParallel();
 
     int zero() const { return zero_->stage(); }
@@ -73,6 +74,11 @@ public:
     void sum_tied_grads(comm::Group& embedding_group);
     // This rank's share of the squared gradient norm (sum it over every rank).
     double grad_norm_sq_local() const { return store_.grad_norm_sq_local(); }
+    // The squared norm of this rank's whole gradient (counted elements): a replica's own, where the
+    // replicas' gradients are not reduced (ZeRO-0/1 keep whole gradients).
+    double grad_norm_sq_whole() const { return store_.grad_norm_sq_local(true); }
+    float* whole_grads() { return store_.residency().grads_whole ? store_.grads() : nullptr; }
+    float* whole_params() { return store_.residency().master_whole ? store_.master() : nullptr; }
     // Optimiser over this rank's ranges; then after_step() restores what the model reads.
     std::vector<optim::Range> owned_ranges() const { return store_.owned_ranges(); }
     std::vector<float*> owned_params() { return store_.owned_params(); }

@@ -99,13 +99,14 @@ std::pair<float*, size_t> ParamStore::owned_grad(int unit) {
     return {const_cast<float*>(grad_slice(unit)), shard_elems(unit)};
 }
 
-double ParamStore::grad_norm_sq_local() const {
+double ParamStore::grad_norm_sq_local(bool whole) const {
     const auto& params = layout_.params;
+    SHARDLM_CHECK(!whole || where_.grads_whole, "grad_norm_sq_local(whole): the gradients are sliced");
     double s = 0;
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const model::Unit& unit = layout_.units[u];
-        const optim::Range r = shard(int(u));
-        const float* g = grad_slice(int(u));
+        const optim::Range r = whole ? optim::Range{unit.offset, unit.offset + unit.numel} : shard(int(u));
+        const float* g = whole ? grads_.data() + unit.offset : grad_slice(int(u));
         for (int i = 0; i < unit.num_params; i++) {
             const model::ParamSpec& p = params[size_t(unit.first_param + i)];
             const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);

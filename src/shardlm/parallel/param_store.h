@@ -91,8 +91,9 @@ public:
     // layout, else its slice.
     std::pair<float*, size_t> owned_grad(int unit);
     // The squared norm of this rank's owned gradients, parameters counted once over the
-    // tensor-parallel group (model::ParamSpec::counted).
-    double grad_norm_sq_local() const;
+    // tensor-parallel group (model::ParamSpec::counted). whole: the whole gradient instead of this
+    // rank's data-parallel slices (whole gradients only).
+    double grad_norm_sq_local(bool whole = false) const;
 
     // ---- the optimiser's view ----------------------------------------------------------------
     std::vector<optim::Range> owned_ranges() const;

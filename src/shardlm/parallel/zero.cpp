@@ -23,7 +23,9 @@ Residency ZeroStrategy::residency(int stage, DType param) {
 
 ZeroStrategy::ZeroStrategy(const Setup& s)
     : dp_(s.dp), part_(s.part), store_(s.store), units_(s.store.units()), pt_(s.store.param_type()),
-      rt_(s.store.reduce_type()) {
+      rt_(s.store.reduce_type()), reduce_(s.reduce) {
+    SHARDLM_CHECK(s.reduce || s.store.residency().grads_whole, "a data-parallel algorithm without gradient reduction "
+                  "needs whole gradients (ZeRO-0 or 1)");
     wte_unit_ = store_.layout().unit_of(model::UnitKind::TokenEmbedding);
 }
 
@@ -102,6 +104,7 @@ void Replicated::after_backward(int unit) {
     if (!last_micro()) return;  // reduced once, after the last micro-batch
     const model::Unit& u = units_[size_t(unit)];
     if (pre_reduce_) pre_reduce_(unit, store_.grads() + u.offset);
+    if (!reduce_) return;
     const int b = closes_bucket_[size_t(unit)];
     if (b < 0) return;
     const optim::Range range = buckets_[size_t(b)];
@@ -129,6 +132,7 @@ void ShardedOptimizer::after_backward(int unit) {
     if (!last_micro()) return;  // reduced once, after the last micro-batch
     const model::Unit& u = units_[size_t(unit)];
     if (pre_reduce_) pre_reduce_(unit, store_.grads() + u.offset);
+    if (!reduce_) return;
     const optim::Range mine = store_.shard(unit);  // what this rank keeps
     const size_t n = store_.shard_elems(unit);
     if (rt_ == DType::F32) {

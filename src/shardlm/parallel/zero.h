@@ -69,6 +69,9 @@ public:
         // stage 3: parameters gathered a chunk at a time by the schedule's Unshard/Reshard actions
         // (a backward's B and W apart need them between), not a unit at a time around each pass
         bool gather_per_chunk = false;
+        // stages 0-1: reduce the gradients over the group (false: each rank keeps its own, for a
+        // data-parallel algorithm that combines them otherwise, parallel/dp_algo.h)
+        bool reduce = true;
     };
     // Where the stage keeps what (param: the type the model reads).
     static Residency residency(int stage, DType param);
@@ -111,6 +114,7 @@ protected:
     int wte_unit_ = -1;
     DType pt_, rt_;
     int micro_index_ = 0, micro_count_ = 1;
+    bool reduce_ = true;
     std::function<void(int, float*)> pre_reduce_;
     double exposed_s_ = 0;
     struct PendingReduce {

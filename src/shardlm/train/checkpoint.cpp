@@ -87,7 +87,8 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
                                                        const model::GptConfig& mc, const model::Layout& layout,
                                                        const parallel::DataParallel& dp, optim::Optimizer& opt, int keep,
                                                        comm::Group& world, const nlohmann::json& writer,
-                                                       const nlohmann::json& extra) {
+                                                       const nlohmann::json& extra,
+                                                       const std::vector<RankTensor>& rank_tensors) {
     auto p = std::unique_ptr<PendingCheckpoint>(new PendingCheckpoint);
     p->run_dir_ = run_dir;
     p->step_ = step;
@@ -116,6 +117,10 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
             p->optimizer_.add_f32(sname + "/" + name, piece_shape(pc), box.data());
         }
     });
+    // (before the optimiser's views are released: rank_tensors may point into them)
+    p->has_state_ = !rank_tensors.empty();  // (the same on every rank: one algorithm)
+    for (const RankTensor& t : rank_tensors) p->state_.add_f32(t.name, {int64_t(t.n)}, t.data);
+    p->state_.set_metadata("layout", "this rank's own flat tensors (train/checkpoint.h: state.rank<r>-of-<n>)");
     opt.release_state_views();  // adam8bit's dequantised views: copied into the writer
     p->model_.set_metadata("format", "pt");
     p->model_.set_metadata("layout", "pieces of HF GPT-2 tensors: name or name[rows,cols] boxes in HF coordinates");
@@ -125,9 +130,11 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
         p->hf_config_ = model::hf_config_json(mc);
         const optim::OptimConfig& oc = opt.config();
         nlohmann::json files = {{"model", nlohmann::json::array()}, {"optimizer", nlohmann::json::array()}};
+        if (p->has_state_) files["state"] = nlohmann::json::array();
         for (int r = 0; r < p->n_; r++) {
             files["model"].push_back(rank_file("model", r, p->n_));
             files["optimizer"].push_back(rank_file("optimizer", r, p->n_));
+            if (p->has_state_) files["state"].push_back(rank_file("state", r, p->n_));
         }
         p->meta_ = {
             {"format", "shardlm-checkpoint"},
@@ -149,20 +156,23 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
     return p;
 }
 
-size_t PendingCheckpoint::bytes() const { return model_.size_bytes() + optimizer_.size_bytes(); }
+size_t PendingCheckpoint::bytes() const { return model_.size_bytes() + optimizer_.size_bytes() + state_.size_bytes(); }
 
 void PendingCheckpoint::write() {
     const fs::path tmp = tmp_;
     model_.write((tmp / rank_file("model", rank_, n_)).string());
     optimizer_.write((tmp / rank_file("optimizer", rank_, n_)).string());
+    if (has_state_) state_.write((tmp / rank_file("state", rank_, n_)).string());
     // checksums of this rank's files (read back from the page cache), collected on rank 0 for meta.json
     sums_.clear();
-    for (const char* kind : {"model", "optimizer"}) {
+    for (const char* kind : {"model", "optimizer", "state"}) {
+        if (std::string(kind) == "state" && !has_state_) continue;
         const std::string f = rank_file(kind, rank_, n_);
         sums_ += f + " " + io::hex64(io::xxh64_file((tmp / f).string())) + "\n";
     }
     model_ = io::SafetensorsWriter{};  // the snapshot's memory back
     optimizer_ = io::SafetensorsWriter{};
+    state_ = io::SafetensorsWriter{};
 }
 
 std::string PendingCheckpoint::commit(comm::Group& world, FaultInjector* faults) {
@@ -196,8 +206,9 @@ std::string PendingCheckpoint::commit(comm::Group& world, FaultInjector* faults)
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
                             const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
                             int keep, comm::Group& world, const nlohmann::json& writer, const nlohmann::json& extra,
-                            FaultInjector* faults) {
-    std::unique_ptr<PendingCheckpoint> p = snapshot_checkpoint(run_dir, step, cfg, mc, layout, dp, opt, keep, world, writer, extra);
+                            FaultInjector* faults, const std::vector<RankTensor>& rank_tensors) {
+    std::unique_ptr<PendingCheckpoint> p =
+        snapshot_checkpoint(run_dir, step, cfg, mc, layout, dp, opt, keep, world, writer, extra, rank_tensors);
     p->write();
     return p->commit(world, faults);
 }
@@ -243,7 +254,8 @@ std::vector<std::pair<std::string, std::string>> listed_files(const nlohmann::js
         }
         out.emplace_back(f, want);
     };
-    for (const char* what : {"model", "optimizer"}) {
+    for (const char* what : {"model", "optimizer", "state"}) {
+        if (std::string(what) == "state" && meta.contains("files") && !meta["files"].contains(what)) continue;  // optional
         SHARDLM_CHECK(meta.contains("files") && meta["files"].contains(what) && meta["files"][what].is_array(), path,
                       ": field 'files.", what, "' missing or not a list");
         for (const auto& f : meta["files"][what]) {
@@ -343,6 +355,28 @@ nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& m
     opt.state_loaded();  // adam8bit: quantised from the loaded fp32 views
     opt.set_steps_done(meta["optimizer"].value("steps_done", 0));
     return meta;
+}
+
+bool load_rank_tensors(const std::string& dir, const nlohmann::json& writer, int rank,
+                       const std::vector<RankTensor>& targets, std::string* why) {
+    const nlohmann::json meta = read_checkpoint_meta(dir);
+    const std::string path = (fs::path(dir) / "meta.json").string();
+    if (!meta.contains("files") || !meta["files"].contains("state")) {
+        *why = "the checkpoint keeps no per-rank state";
+        return false;
+    }
+    if (meta.value("writer", nlohmann::json::object()) != writer) {
+        *why = "it was written by another layout (" + meta.value("writer", nlohmann::json::object()).dump() + ", this run " +
+               writer.dump() + ")";
+        return false;
+    }
+    const nlohmann::json& files = meta["files"]["state"];
+    SHARDLM_CHECK(files.is_array() && size_t(rank) < files.size() && files[size_t(rank)].is_string(), path,
+                  ": field 'files.state' does not list rank ", rank, "'s file");
+    const std::string file = (fs::path(dir) / files[size_t(rank)].get<std::string>()).string();
+    io::SafetensorsReader r(file);
+    for (const RankTensor& t : targets) r.read_f32(t.name, {int64_t(t.n)}, t.data);
+    return true;
 }
 
 }  // namespace shardlm::train

@@ -9,6 +9,11 @@
 //                    HF GPT-2 names and HF shapes (Conv1D weights [in, out], true vocabulary); a whole
 //                    tensor is named as in HF, a piece "<name>[r0:r1,c0:c1]" (1-D: "[r0:r1]")
 //   optimizer.rank<r>-of-<n>.safetensors  the same pieces of the optimiser state, "<state>/<name>[box]"
+//   state.rank<r>-of-<n>.safetensors      (only with a data-parallel algorithm that keeps state per rank,
+//                    parallel/dp_algo.h) this rank's own flat tensors: where replicas differ its replica's
+//                    parameters and optimiser state ("params", "optimizer/<state>"), and the algorithm's
+//                    buffers (error feedback, DiLoCo's anchor and momentum, PowerSGD's Q). They resume in
+//                    the layout that wrote them (load_rank_tensors); another layout starts them afresh.
 // Every element is written once, by the rank that owns it: each data-parallel rank writes its ZeRO
 // slice of every unit (at every ZeRO stage: replicas are written once), replicated tensors come from
 // tensor-parallel rank 0 only, and the last pipeline stage's tied copy of wte is never written. No rank
@@ -37,13 +42,21 @@ namespace shardlm::train {
 
 inline constexpr int kCheckpointVersion = 4;  // 4: meta.json "checksums"; 3 (none) still loads
 
+// One of this rank's own flat tensors (not a piece of the model): see state.rank<r>-of-<n> above.
+struct RankTensor {
+    std::string name;
+    float* data;
+    size_t n;
+};
+
 // Writes RUN_DIR/ckpt_<step>/ and keeps the newest `keep` complete checkpoints. Returns its path.
 // Collective over `world` (every rank writes its own pieces). writer: the layout, for meta.json;
 // extra: more top-level keys of meta.json (the loss scaler's state); faults: the tests' (or null).
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
                             const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
                             int keep, comm::Group& world, const nlohmann::json& writer,
-                            const nlohmann::json& extra = nlohmann::json::object(), FaultInjector* faults = nullptr);
+                            const nlohmann::json& extra = nlohmann::json::object(), FaultInjector* faults = nullptr,
+                            const std::vector<RankTensor>& rank_tensors = {});
 
 // The same in three phases, so that the files can be written while training goes on (--async-ckpt):
 //   snapshot_checkpoint (collective): creates the hidden temporary directory and copies this rank's
@@ -65,18 +78,21 @@ private:
     friend std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string&, int, const TrainConfig&,
                                                                   const model::GptConfig&, const model::Layout&,
                                                                   const parallel::DataParallel&, optim::Optimizer&, int,
-                                                                  comm::Group&, const nlohmann::json&, const nlohmann::json&);
+                                                                  comm::Group&, const nlohmann::json&, const nlohmann::json&,
+                                                                  const std::vector<RankTensor>&);
     PendingCheckpoint() = default;
     std::string run_dir_, final_dir_, tmp_, sums_, hf_config_;
     int step_ = 0, keep_ = 1, rank_ = 0, n_ = 1;
-    io::SafetensorsWriter model_, optimizer_;
+    io::SafetensorsWriter model_, optimizer_, state_;
+    bool has_state_ = false;
     nlohmann::json meta_;  // rank 0
 };
 std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg,
                                                        const model::GptConfig& mc, const model::Layout& layout,
                                                        const parallel::DataParallel& dp, optim::Optimizer& opt, int keep,
                                                        comm::Group& world, const nlohmann::json& writer,
-                                                       const nlohmann::json& extra = nlohmann::json::object());
+                                                       const nlohmann::json& extra = nlohmann::json::object(),
+                                                       const std::vector<RankTensor>& rank_tensors = {});
 
 // Removes hidden temporary checkpoint directories left by a killed run.
 void remove_stale_checkpoint_temps(const std::string& run_dir);
@@ -100,6 +116,11 @@ void check_checkpoint_files(const std::string& dir, comm::Group* g = nullptr);
 // steps).
 nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& mc, const model::Layout& layout,
                                parallel::DataParallel& dp, optim::Optimizer& opt);
+
+// This rank's own tensors (state.rank<r>-of-<n>) into targets, if the checkpoint has them and was
+// written by this layout (writer: this run's, as meta.json's "writer"); else returns false and says why.
+bool load_rank_tensors(const std::string& dir, const nlohmann::json& writer, int rank,
+                       const std::vector<RankTensor>& targets, std::string* why);
 
 // Reads meta.json of a checkpoint, with clear errors.
 nlohmann::json read_checkpoint_meta(const std::string& dir);

@@ -76,7 +76,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     e.part = std::make_unique<model::ModelPart>(model, po, cfg.micro_batch, cfg.seq);
 
     e.dp = std::make_unique<parallel::DataParallel>(g.dp(), *e.part, cfg.zero, cfg.bucket_mb, pp == 1, precision.reduce,
-                                                    gather_per_chunk);
+                                                    gather_per_chunk, cfg.dp_algo == parallel::DpAlgo::AllReduce);
     if (cfg.sequence_parallel && tp > 1) {
         comm::Group* tpg = &g.tp();
         const model::Layout* layout = &e.part->layout();
@@ -93,6 +93,11 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     if (e.dp->zero() >= 1 && dp > 1) {  // the optimiser owns slices: whole-tensor sums (Adafactor) over the dp group
         comm::Group* dpg = &g.dp();
         e.optimizer->set_shard_sum([dpg](double* x, size_t n) { dpg->all_reduce_sum(x, n); });
+    }
+    e.dp_algo = parallel::DpAlgorithm::make(cfg.dp_algo_config(), g.dp(), e.part->layout());
+    if (e.dp_algo->replicas_differ()) {
+        e.dp_metrics = std::make_unique<comm::Group>(g.dp().split(0, g.dp().rank()));
+        e.dp_metrics->set_name("dp-metrics");
     }
     return e;
 }

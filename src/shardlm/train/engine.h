@@ -2,7 +2,7 @@
 // (torchtitan's parallelize step): the dp x tp x pp grid and its groups (the tied embedding's too),
 // the pipeline schedule and the model chunks this rank holds, its ModelPart (tensor parallelism,
 // lanes, recomputation, precision, deferred W), data parallelism and ZeRO, the pipeline executor,
-// and the optimiser over this rank's ranges. The Trainer keeps the loop, metrics and checkpoints.
+// the optimiser over this rank's ranges, and the data-parallel algorithm. The Trainer keeps the loop, metrics and checkpoints.
 #pragma once
 #include <memory>
 #include <utility>
@@ -12,6 +12,7 @@
 #include "shardlm/model/part.h"
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/dp_algo.h"
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
@@ -30,6 +31,9 @@ struct Engine {
     std::unique_ptr<parallel::DataParallel> dp;
     std::unique_ptr<parallel::PipelineExecutor> exec;
     std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<parallel::DpAlgorithm> dp_algo;  // how the dp group combines its work (--dp-algo)
+    // the dp group's ranks again, for measurements whose traffic is not the algorithm's (consensus)
+    std::unique_ptr<comm::Group> dp_metrics;
 };
 
 // Collective over world. cfg validated; model: cfg.model_config(). Throws a clear error for a layout

@@ -75,10 +75,11 @@ std::string compare(comm::Group& g, const model::Layout& layout, const std::vect
 }  // namespace
 
 void check_replicas(comm::Group& world, comm::Grid& grid, const model::Layout& layout, const float* full_params,
-                    int step) {
+                    int step, bool dp_differ) {
     std::string problem;
     if (full_params) {
-        problem = compare(grid.dp(), layout, param_hashes(layout, full_params, false), "data-parallel", step);
+        if (!dp_differ)
+            problem = compare(grid.dp(), layout, param_hashes(layout, full_params, false), "data-parallel", step);
         const std::string tp = compare(grid.tp(), layout, param_hashes(layout, full_params, true), "tensor-parallel", step);
         if (problem.empty()) problem = tp;
     }

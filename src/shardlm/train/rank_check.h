@@ -19,8 +19,10 @@ namespace shardlm::train {
 
 void check_same_config(comm::Group& world, const TrainConfig& cfg);
 
-// full_params: this rank's replicated parameter buffer (layout.total floats), null under ZeRO-3.
+// full_params: this rank's replicated parameter buffer (layout.total floats), null under ZeRO-3. dp_differ: the
+// data-parallel replicas differ by design (--dp-algo local-sgd, diloco, gossip): only the tensor-parallel copies are compared.
 void check_replicas(comm::Group& world, comm::Grid& grid, const model::Layout& layout, const float* full_params,
-                    int step);
+                    int step,
+                    bool dp_differ = false);
 
 }  // namespace shardlm::train

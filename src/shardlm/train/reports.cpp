@@ -126,10 +126,24 @@ std::string Trainer::comm_report() const {
                    std::string(comm::op_name(k)).c_str(), (unsigned long long)o.calls,
                    (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
     };
-    const auto dpb = e_.dp->expected_step_bytes(e_.micro);
-    row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0]);
-    row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1]);
-    row("dp", g.dp(), comm::OpKind::AllGather, dpb[2]);
+    const parallel::DpAlgorithm& algo = *e_.dp_algo;
+    const int last = cfg_.steps - 1;
+    if (algo.algo() == parallel::DpAlgo::AllReduce) {
+        const auto dpb = e_.dp->expected_step_bytes(e_.micro);
+        row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0]);
+        row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1]);
+        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2]);
+    } else {  // the algorithm's own traffic, beside its formula
+        const comm::CommStats& st = g.dp().stats();
+        out += fmt("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  (%s)\n", "dp",
+                   setting_text(cfg_.dp_algo).c_str(),
+                   (unsigned long long)(st[comm::OpKind::AllReduce].calls + st[comm::OpKind::AllGather].calls +
+                                        st[comm::OpKind::SendRecv].calls),
+                   (unsigned long long)st.total_bytes_sent(), algo.expected_bytes(last), algo.formula().c_str());
+        if (e_.dp_metrics && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
+            row("dp-metric", *e_.dp_metrics, comm::OpKind::AllReduce,
+                comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, e_.part->layout().total, 4, g.dp_size(), g.dp_rank()));
+    }
     const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.micro_batch, cfg_.seq, cfg_.zero);
     row("tp", g.tp(), comm::OpKind::AllReduce, tpb[0]);
     row("tp", g.tp(), comm::OpKind::ReduceScatter, tpb[1]);
@@ -146,9 +160,15 @@ std::string Trainer::comm_report() const {
         row("embedding", *e_.embedding_group, comm::OpKind::AllReduce,
             comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, e_.embedding_group->size(), e_.embedding_group->rank()));
     }
-    // the loss and the squared gradient norm: one all-reduce of two doubles over every rank
-    row("world", *world_, comm::OpKind::AllReduce,
-        comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, kStepSums, 8, world_->size(), world_->rank()));
+    // the loss, the squared gradient norm (each replica's where they differ) and the stop signals: one
+    // all-reduce of doubles over every rank; and the consensus distance's parts, where measured
+    const bool differ = algo.replicas_differ();
+    size_t world_bytes = comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, size_t(kStepSums + (differ ? g.dp_size() : 0)),
+                                                      8, world_->size(), world_->rank());
+    if (differ && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
+        world_bytes += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, size_t(g.dp_size() + 1), 8, world_->size(),
+                                                    world_->rank());
+    row("world", *world_, comm::OpKind::AllReduce, world_bytes);
     const comm::CommStats& st = g.dp().stats();
     double busy = 0;
     for (auto k : {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather})

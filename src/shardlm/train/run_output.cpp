@@ -46,6 +46,8 @@ std::string stats_json(const StepStats& s) {
     else if (s.skipped) j += ", \"skipped\": true";
     // sophia: the Hessian estimate was refreshed after this step (false: its pass was not finite)
     if (s.hessian != 0) j += std::string(", \"hessian\": ") + (s.hessian > 0 ? "true" : "false");
+    j += ", \"bytes_sent\": " + std::to_string(s.bytes_sent);  // this rank's, in its data-parallel group
+    if (s.consensus >= 0) j += ", \"consensus\": " + json_number(s.consensus, "%.6g");
     return j + "}";
 }
 
@@ -145,7 +147,7 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
 nlohmann::json Trainer::writer_json() const {
     return {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", cfg_.zero},
             {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
-            {"world", e_.grid->world_size()}};
+            {"world", e_.grid->world_size()}, {"dp_algo", setting_text(cfg_.dp_algo)}};
 }
 
 std::string Trainer::sample_text() {

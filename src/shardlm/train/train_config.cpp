@@ -35,6 +35,48 @@ optim::OptimConfig TrainConfig::optim_config() const {
     return o;
 }
 
+parallel::DpAlgoConfig TrainConfig::dp_algo_config() const {
+    parallel::DpAlgoConfig d;
+    d.algo = dp_algo;
+    d.local_steps = local_steps;
+    d.average_optimizer = average_optimizer;
+    d.outer_lr = outer_lr, d.outer_momentum = outer_momentum;
+    d.outer_dtype = outer_dtype == ReduceType::BF16 ? DType::BF16 : outer_dtype == ReduceType::F16 ? DType::F16 : DType::F32;
+    d.topology = topology;
+    d.global_avg_every = global_avg_every;
+    if (dp_algo == parallel::DpAlgo::Compressed) d.compress = parallel::parse_compress(compress);
+    d.error_feedback = error_feedback;
+    d.seed = seed;
+    return d;
+}
+
+void TrainConfig::validate_dp_algo() const {
+    using parallel::DpAlgo;
+    const std::string algo = setting_text(dp_algo);
+    SHARDLM_CHECK(local_steps >= 1, "--local-steps must be >= 1 (got ", local_steps, ")");
+    SHARDLM_CHECK(outer_lr > 0 && std::isfinite(outer_lr), "--outer-lr must be > 0 (got ", outer_lr, ")");
+    SHARDLM_CHECK(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum must be in [0, 1) (got ", outer_momentum, ")");
+    SHARDLM_CHECK(global_avg_every >= 0, "--global-avg-every must be >= 0 (0 = never; got ", global_avg_every, ")");
+    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || compress.empty(), "--compress ", compress, " applies to --dp-algo "
+                  "compressed (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress ", compress);
+    if (dp_algo == DpAlgo::Compressed) {
+        SHARDLM_CHECK(!compress.empty(), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
+                      "the elements), qsgd:8, randk:0.01, sign, sign:vote or powersgd:4");
+        const parallel::CompressSpec c = parallel::parse_compress(compress);
+        SHARDLM_CHECK(!(c.kind == parallel::CompressKind::PowerSgd && error_feedback == parallel::ErrorFeedback::Ef21),
+                      "--error-feedback ef21 needs each rank's own compressed message, and PowerSGD sends only the "
+                      "all-reduced factors\n---> HINT: --error-feedback ef (Vogels et al.'s) with powersgd");
+    }
+    SHARDLM_CHECK(!parallel::replicas_differ(dp_algo) || zero == 0, "--dp-algo ", algo, " keeps a replica per data-parallel "
+                  "rank that differs from the others between synchronisations, and --zero ", zero, " shards one replica "
+                  "over those ranks\n---> HINT: --zero 0 with --dp-algo ", algo, " (or --dp-algo compressed with --zero 1)");
+    SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || zero <= 1, "--dp-algo ", algo, " with --zero ", zero, ": ZeRO-", zero,
+                  " keeps only this rank's slices of the reduced gradient, and a rank's error feedback, compressor and "
+                  "local step need its whole gradient\n---> HINT: --zero 1 (optimiser state sharded) or 0");
+    SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || optimizer != optim::Kind::Sophia, "--optimizer sophia with --dp-algo ",
+                  algo, ": its Hessian pass reduces gradients by the all-reduce\n---> HINT: --dp-algo allreduce");
+}
+
 model::GptConfig TrainConfig::model_config() const {
     if (!init.empty()) return model::load_hf_dir_config(init);
     model::GptConfig c = model::find_preset(model);
@@ -139,6 +181,7 @@ void TrainConfig::validate() const {
                   setting_text(lr_schedule), ", or --relative-step");
     SHARDLM_CHECK(decay_rate >= -1.0f && decay_rate < 0.0f, "--decay-rate must be in [-1, 0) (got ", decay_rate,
                   ")\n---> HINT: -0.8 (the default, the paper's)");
+    validate_dp_algo();
     SHARDLM_CHECK(rho > 0 && std::isfinite(rho), "--rho must be > 0 (got ", rho, ")\n---> HINT: 0.04, the authors' default");
     SHARDLM_CHECK(hess_interval >= 1, "--hess-interval must be >= 1 step (got ", hess_interval, ")\n---> HINT: 10, the "
                   "authors' default");

@@ -19,6 +19,7 @@
 #include "shardlm/model/config.h"
 #include "shardlm/optim/loss_scaler.h"
 #include "shardlm/optim/optimizer.h"
+#include "shardlm/parallel/dp_algo_config.h"
 
 namespace shardlm::train {
 
@@ -105,6 +106,17 @@ struct TrainConfig {
     bool sequence_parallel = false;
     std::string trace;       // Chrome trace / Perfetto timeline file (empty: none)
     int zero = 0;            // ZeRO stage 0-3
+    // communication-efficient data parallelism (parallel/dp_algo.h)
+    parallel::DpAlgo dp_algo = parallel::DpAlgo::AllReduce;
+    int local_steps = 4;              // local-sgd, diloco: H
+    bool average_optimizer = false;   // local-sgd, diloco: average the optimiser state with the parameters
+    float outer_lr = 0.7f, outer_momentum = 0.9f;  // diloco
+    ReduceType outer_dtype = ReduceType::Default;  // diloco: the delta on the wire (default fp32)
+    parallel::Topology topology = parallel::Topology::Ring;  // gossip
+    int global_avg_every = 0;         // gossip
+    std::string compress;             // compressed: topk:F | randk:F | qsgd:S | sign | sign:vote | powersgd:R
+    parallel::ErrorFeedback error_feedback = parallel::ErrorFeedback::Ef;  // compressed
+    int consensus_every = 1;          // local-sgd, diloco, gossip: measure the consensus distance every N steps
     float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
     bool memory_report = false;
     bool comm_report = false;
@@ -129,10 +141,13 @@ struct TrainConfig {
 
     // The optimiser's settings, with the defaults of the chosen optimiser where beta1/beta2 are -1.
     optim::OptimConfig optim_config() const;
+    // The data-parallel algorithm's settings (validated).
+    parallel::DpAlgoConfig dp_algo_config() const;
     // The model to build: the HF directory's config (init) or the preset with the shape overrides.
     model::GptConfig model_config() const;
     // Throws a clear error for values out of range.
     void validate() const;
+    void validate_dp_algo() const;  // (part of validate())
     // What is stored and multiplied in what: --precision's policy, with --matmul-precision bf16 (the
     // policy fp32-bf16-products) and --reduce-dtype (core/precision.h). Validated first.
     PrecisionPolicy precision_policy() const;
@@ -228,6 +243,23 @@ void for_each_field(Cfg& c, F&& f) {
       "Split LayerNorm/residual regions along the sequence over the tensor-parallel ranks (all-gather and reduce-scatter instead of all-reduce)");
     f("trace", c.trace, "Write a Chrome trace / Perfetto timeline of the last step to this JSON file");
     f("zero", c.zero, "ZeRO stage: 0 replicate, 1 shard optimiser state, 2 + gradients, 3 + parameters (FSDP)");
+    f("dp_algo", c.dp_algo,
+      "Data-parallel algorithm: allreduce (every step) | local-sgd (average every --local-steps) | diloco (outer Nesterov "
+      "step every --local-steps) | gossip (neighbours on --topology) | compressed (--compress, --error-feedback)");
+    f("local_steps", c.local_steps, "local-sgd, diloco: H, the local steps between synchronisations");
+    f("average_optimizer", c.average_optimizer, "local-sgd, diloco: also average the optimiser's state every H steps");
+    f("outer_lr", c.outer_lr, "diloco: the outer SGD's learning rate");
+    f("outer_momentum", c.outer_momentum, "diloco: the outer SGD's Nesterov momentum");
+    f("outer_dtype", c.outer_dtype, "diloco: the averaged delta's type on the wire: fp32 | bf16 | fp16 (default fp32)");
+    f("topology", c.topology, "gossip: ring | torus | exp (peers at distance 2^k) | one-peer-exp (one peer per step)");
+    f("global_avg_every", c.global_avg_every, "gossip: a global average every K steps instead of the neighbours' (0 = never)");
+    f("compress", c.compress,
+      "compressed: topk:F | randk:F (a fraction F of the elements) | qsgd:S (S levels) | sign (scaled) | sign:vote "
+      "(majority vote) | powersgd:R (rank R)");
+    f("error_feedback", c.error_feedback, "compressed: none | ef (error feedback) | ef21 (EF21)");
+    f("consensus_every", c.consensus_every,
+      "local-sgd, diloco, gossip: write the replicas' consensus distance to metrics.jsonl every N steps (an all-reduce "
+      "of the parameters not counted in bytes_sent; 0 = never)");
     f("bucket_mb", c.bucket_mb, "Gradient all-reduce bucket size in MiB (ZeRO-0)");
     f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas (after the last step)");
     f("comm_report", c.comm_report, "Print each rank's bytes sent in the last step beside the ring formulas, and how much was hidden");

@@ -101,6 +101,7 @@ void Trainer::init(comm::Group& world) {
 void Trainer::load_or_init() {
     const model::Layout& layout = e_.part->layout();
     if (cfg_.resume && resume_from_checkpoint()) {
+        load_rank_state();
         e_.dp->params_loaded();  // mixed precision: the 16-bit copy from the fp32 master weights
         return;
     }
@@ -113,7 +114,36 @@ void Trainer::load_or_init() {
         model::check_model_tensors(store, model_cfg_, cfg_.init);
         for (auto& [range, storage] : e_.dp->param_storage()) store.load(storage, layout, range);
     }
+    if (e_.dp_algo->replicas_differ()) e_.dp_algo->start(e_.dp->whole_params());
     e_.dp->params_loaded();
+}
+
+std::vector<RankTensor> Trainer::rank_tensors() {
+    std::vector<RankTensor> t;
+    if (e_.dp_algo->replicas_differ()) {  // this replica's parameters and optimiser state (ZeRO-0: whole)
+        t.push_back({"params", e_.dp->whole_params(), e_.part->layout().total});
+        for (auto& [name, buf] : e_.optimizer->state()) t.push_back({"optimizer/" + name, buf->data(), buf->size()});
+    }
+    for (const parallel::StateBuffer& b : e_.dp_algo->state()) t.push_back({b.name, b.buf->data(), b.buf->size()});
+    return t;
+}
+
+void Trainer::load_rank_state() {
+    std::vector<RankTensor> targets = rank_tensors();
+    if (targets.empty()) return;
+    std::string why;
+    const bool ok = load_rank_tensors(resumed_from_, writer_json(), world_->rank(), targets, &why);
+    // adam8bit, adafactor: from the views (loaded, or as the checkpoint's pieces left them)
+    if (e_.dp_algo->replicas_differ()) e_.optimizer->state_loaded();
+    if (ok) {
+        e_.dp_algo->state_loaded();
+        return;
+    }
+    if (e_.dp_algo->replicas_differ()) e_.dp_algo->start(e_.dp->whole_params());
+    if (is_root())
+        std::printf("warning: --dp-algo %s: %s, so each rank's own state (%s) starts afresh from the checkpoint's model\n",
+                    setting_text(cfg_.dp_algo).c_str(), why.c_str(),
+                    e_.dp_algo->replicas_differ() ? "its replica and optimiser state" : "error feedback and the like");
 }
 
 bool Trainer::resume_from_checkpoint() {
@@ -131,6 +161,7 @@ bool Trainer::resume_from_checkpoint() {
             continue;
         }
         nlohmann::json meta = load_checkpoint(all[i], model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer);
+        resumed_from_ = all[i];
         start_step_ = meta["step"];
         if (meta.contains("loss_scaler"))
             scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
@@ -179,10 +210,14 @@ StepStats Trainer::train_step(int step) {
     double t0 = now_s();
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
     const int dp = e_.grid->dp_size(), row0 = e_.grid->dp_rank() * (G / dp);
-    // the global mean (summing over ranks gives the full gradient), times the loss scale
-    const float dloss = scaler_.scale() / float(G * T);
+    // the global mean (summing over ranks gives the full gradient), times the loss scale; where each
+    // replica steps on its own gradient (--dp-algo other than allreduce), its own rows' mean
+    parallel::DpAlgorithm& algo = *e_.dp_algo;
+    const bool local = algo.local_gradients(), differ = algo.replicas_differ();
+    const float dloss = scaler_.scale() / float(G * T) * float(local ? dp : 1);
     for (comm::Group* g : {&e_.grid->dp(), &e_.grid->tp(), &e_.grid->pp(), world_}) g->reset_stats();
     if (e_.embedding_group) e_.embedding_group->reset_stats();
+    if (e_.dp_metrics) e_.dp_metrics->reset_stats();
     e_.dp->reset_exposed();
     parallel::PipelineExecutor::Batch batch;
     batch.rows = [M](int) { return M; };
@@ -193,20 +228,29 @@ StepStats Trainer::train_step(int step) {
     StepStats s;
     s.step = step;
     s.lr = lr_schedule_.at(step);
+    double clip_norm = 0;  // the norm the clipping reads: the global one, or this replica's own
     auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
         e_.dp->finish_step();
         if (e_.embedding_group) e_.dp->sum_tied_grads(*e_.embedding_group);
+        if (local && !differ) algo.reduce_gradients(e_.dp->whole_grads(), step);  // compressed
         if (faults_) faults_->on_reduced_grads(step, owned(true));
         // the loss (ranks holding the head, once per tensor-parallel group), the squared gradient
         // norm (every rank's share) and the stop signals, summed over the world in one message: every
-        // rank sees a NaN, an overflow, or a signal any rank got, at the same step
+        // rank sees a NaN, an overflow, or a signal any rank got, at the same step. Replicas that
+        // differ: each replica's squared norm in a slot of its own (its ranks' whole gradients).
         const int sig = stop_signal();
-        double sums[kStepSums] = {0.0, e_.dp->grad_norm_sq_local(), double(sig), sig ? 1.0 : 0.0};
+        std::vector<double> sums(size_t(kStepSums + (differ ? dp : 0)), 0.0);
+        sums[2] = double(sig), sums[3] = sig ? 1.0 : 0.0;
+        if (differ) sums[size_t(kStepSums + e_.grid->dp_rank())] = e_.dp->grad_norm_sq_whole();
+        else sums[1] = e_.dp->grad_norm_sq_local();
         if (holds_head() && e_.grid->tp_rank() == 0)
             for (double x : r.loss_sum) sums[0] += x;
-        world_->all_reduce_sum(sums, kStepSums);
+        world_->all_reduce_sum(sums.data(), sums.size());
         s.loss = sums[0] / (double(G) * T);  // the losses of G rows of T tokens
+        if (differ)  // reported: the replicas' root mean square norm; clipped: each replica by its own
+            for (int i = 0; i < dp; i++) sums[1] += sums[size_t(kStepSums + i)] / dp;
         s.grad_norm = std::sqrt(sums[1]) / scaler_.scale();
+        clip_norm = differ ? std::sqrt(sums[size_t(kStepSums + e_.grid->dp_rank())]) / scaler_.scale() : s.grad_norm;
         s.stop_signal = sums[3] > 0 ? int(sums[2] / sums[3] + 0.5) : 0;
         // With loss scaling, non-finite gradients under a finite loss are an overflow: the scaler
         // skips the step (and a dynamic scale halves). Anything else non-finite is divergence.
@@ -224,17 +268,35 @@ StepStats Trainer::train_step(int step) {
         // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
         // applies the scale (and undoes the loss scale) as it reads each gradient.
         float grad_scale = 1.0f;
-        if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (s.grad_norm + 1e-6)));
+        if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (clip_norm + 1e-6)));
         e_.optimizer->step(e_.dp->owned_params(), e_.dp->owned_grads(), s.lr, grad_scale / used);
+        if (differ) algo.after_step(e_.dp->whole_params(), *e_.optimizer, step);  // average, mix, outer step
         e_.dp->after_step();
     };
     const parallel::PipelineExecutor::Result r = e_.exec->run(e_.schedule, batch, M, T, dloss, reduce, update);
     if (!s.skipped && e_.optimizer->hessian_due(step)) s.hessian = hessian_pass(step) ? 1 : -1;
+    s.bytes_sent = e_.grid->dp().stats().total_bytes_sent();
+    if (differ && cfg_.consensus_every > 0 && (step + 1) % cfg_.consensus_every == 0) s.consensus = consensus();
     if (faults_) faults_->after_update(step, owned(false));
     s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
     return s;
+}
+
+// mean over replicas of ||x_i - x_bar|| / ||x_bar|| (collective): each rank's part of its replica's
+// squared distance in that replica's slot, the mean's squared norm once per model position (dp rank
+// 0), summed over the world; the mean's all-reduce on dp_metrics, not counted as the algorithm's bytes.
+double Trainer::consensus() {
+    const int dp = e_.grid->dp_size();
+    const auto [d, b] = parallel::consensus_parts(*e_.dp_metrics, e_.part->layout(), e_.dp->whole_params());
+    std::vector<double> sums(size_t(dp) + 1, 0.0);
+    sums[size_t(e_.grid->dp_rank())] = d;
+    if (e_.grid->dp_rank() == 0) sums[size_t(dp)] = b;
+    world_->all_reduce_sum(sums.data(), sums.size());
+    double c = 0;
+    for (int i = 0; i < dp; i++) c += std::sqrt(sums[size_t(i)]);
+    return sums[size_t(dp)] > 0 ? c / dp / std::sqrt(sums[size_t(dp)]) : 0.0;
 }
 
 // Sophia-G's Gauss-Newton-Bartlett estimate (Liu et al. 2023, Algorithm 2): one more forward/backward
@@ -356,7 +418,8 @@ int Trainer::run() {
         if (!s.nonfinite) write_metrics(s);
         log_step(s, now_s() - t_start);
         if (cfg_.check_replicas > 0 && (step + 1) % cfg_.check_replicas == 0)
-            check_replicas(*world_, *e_.grid, e_.part->layout(), e_.dp->full_params(), step + 1);
+            check_replicas(*world_, *e_.grid, e_.part->layout(), e_.dp->full_params(), step + 1,
+                           e_.dp_algo->replicas_differ());
         done = step + 1;
         last = s;
         if (async_ckpt_.pending()) publish_async_checkpoint(false);
@@ -436,11 +499,12 @@ bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
     if (async_ckpt_.pending()) publish_async_checkpoint(true);  // one in flight at a time, in order
     if (background) {
         async_ckpt_.start(snapshot_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp,
-                                              *e_.optimizer, cfg_.keep_ckpts, *world_, writer_json(), extra));
+                                              *e_.optimizer, cfg_.keep_ckpts, *world_, writer_json(), extra,
+                                              rank_tensors()));
         return true;
     }
     save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer, cfg_.keep_ckpts, *world_,
-                    writer_json(), extra, faults_.get());
+                    writer_json(), extra, faults_.get(), rank_tensors());
     if (faults_) faults_->after_checkpoint(steps_done);
     return true;
 }

@@ -17,6 +17,7 @@
 #include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
 #include "shardlm/train/async_checkpoint.h"
+#include "shardlm/train/checkpoint.h"
 #include "shardlm/train/engine.h"
 #include "shardlm/train/fault_injection.h"
 #include "shardlm/train/numerics.h"
@@ -38,6 +39,8 @@ struct StepStats {
     bool skipped = false;    // no optimiser update at this step (non-finite, or a loss-scale overflow)
     int stop_signal = 0;     // SIGINT/SIGTERM reached some rank before this step's reduction
     int hessian = 0;         // sophia: 1 the Hessian estimate was refreshed after this step, -1 its pass was not finite
+    uint64_t bytes_sent = 0; // bytes this rank sent in its data-parallel group during the step
+    double consensus = -1;   // replicas that differ: mean_i ||x_i - x_bar|| / ||x_bar|| after the step (< 0: not measured)
 };
 
 class Trainer {
@@ -54,6 +57,7 @@ public:
     StepStats train_step(int step);  // one optimiser step on global batch `step` (collective)
     double evaluate();               // mean validation loss over val_batches micro-batches (collective)
     bool hessian_pass(int step);     // sophia: refresh the Hessian estimate on step's batch (collective)
+    double consensus();              // the replicas' consensus distance (collective)
     // Steps [start, cfg.steps) with everything around them. Returns the exit status: 0, 1 after a
     // non-finite step (--on-nan stop), 128 + signal after SIGINT/SIGTERM (a checkpoint was written).
     int run();
@@ -73,6 +77,10 @@ private:
     void init(comm::Group& world);
     void load_or_init();
     bool resume_from_checkpoint();  // loads the newest good checkpoint of --out; false if there is none
+    // the data-parallel algorithm's per-rank state (train/checkpoint.h: state.rank<r>-of-<n>): what a
+    // checkpoint keeps, and its load from the checkpoint resumed (afresh if another layout wrote it)
+    std::vector<RankTensor> rank_tensors();
+    void load_rank_state();
     void open_run_dir();
     void print_header();
     void write_metrics(const StepStats& s);
@@ -107,6 +115,7 @@ private:
     std::string metrics_path_;
     AsyncCheckpoint async_ckpt_;  // --async-ckpt: the checkpoint being written in the background
     int start_step_ = 0;
+    std::string resumed_from_;    // the checkpoint resumed, if any
     bool nothing_to_do_ = false;  // resumed at exactly --steps
     bool tty_ = false;
     double last_val_ = -1;

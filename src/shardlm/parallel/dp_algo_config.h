@@ -1,0 +1,46 @@
+// parallel/dp_algo_config.h: the settings of the data-parallel algorithms (parallel/dp_algo.h), apart
+// from their machinery so that train/train_config.h can hold them without MPI's headers.
+#pragma once
+#include <cstdint>
+
+#include "shardlm/core/dtype.h"
+#include "shardlm/core/enum_names.h"
+#include "shardlm/parallel/compress.h"
+
+namespace shardlm::parallel {
+
+enum class DpAlgo { AllReduce, Compressed, LocalSgd, Diloco, Gossip };
+inline constexpr EnumName<DpAlgo> kDpAlgoNames[] = {{DpAlgo::AllReduce, "allreduce"},
+                                                    {DpAlgo::Compressed, "compressed"},
+                                                    {DpAlgo::LocalSgd, "local-sgd"},
+                                                    {DpAlgo::Diloco, "diloco"},
+                                                    {DpAlgo::Gossip, "gossip"}};
+constexpr const auto& enum_names(DpAlgo) { return kDpAlgoNames; }
+
+enum class Topology { Ring, Torus, Exp, OnePeerExp };
+inline constexpr EnumName<Topology> kTopologyNames[] = {
+    {Topology::Ring, "ring"}, {Topology::Torus, "torus"}, {Topology::Exp, "exp"}, {Topology::OnePeerExp, "one-peer-exp"}};
+constexpr const auto& enum_names(Topology) { return kTopologyNames; }
+
+enum class ErrorFeedback { None, Ef, Ef21 };
+inline constexpr EnumName<ErrorFeedback> kErrorFeedbackNames[] = {
+    {ErrorFeedback::None, "none"}, {ErrorFeedback::Ef, "ef"}, {ErrorFeedback::Ef21, "ef21"}};
+constexpr const auto& enum_names(ErrorFeedback) { return kErrorFeedbackNames; }
+
+// Whether the replicas of a dp group hold different parameters between synchronisations.
+inline bool replicas_differ(DpAlgo a) { return a == DpAlgo::LocalSgd || a == DpAlgo::Diloco || a == DpAlgo::Gossip; }
+
+struct DpAlgoConfig {
+    DpAlgo algo = DpAlgo::AllReduce;
+    int local_steps = 1;             // local-sgd, diloco: H
+    bool average_optimizer = false;  // local-sgd: also average the optimiser's state every H steps
+    float outer_lr = 0.7f, outer_momentum = 0.9f;  // diloco (Douillard et al.'s Nesterov outer step)
+    DType outer_dtype = DType::F32;  // diloco: the averaged delta's type on the wire
+    Topology topology = Topology::Ring;
+    int global_avg_every = 0;        // gossip: every K steps a global average instead (0: never)
+    CompressSpec compress;           // compressed
+    ErrorFeedback error_feedback = ErrorFeedback::Ef;
+    uint64_t seed = 0;               // compressors' randomness
+};
+
+}  // namespace shardlm::parallel
