@@ -85,7 +85,10 @@ TEST_F(CalibrateCli, TwoRanksWriteAClusterFileThePlannerReads) {
     EXPECT_EQ(c.num_gpus, 2);
     EXPECT_EQ(c.gpus_per_node, 2);
     EXPECT_GT(c.gpu.peak_tflops_fp32, 0);
-    EXPECT_GE(c.gpu.peak_tflops, c.gpu.peak_tflops_fp32);  // bf16 dot >= fp32 FMA, or equal without it
+    // the bf16 dot product's peak: twice the fp32 FMA's on Zen 4/5, half of it on the Intel Xeons seen
+    // (vdpbf16ps at 0.5 a cycle, ../shared/MACHINE.md), equal where there is none
+    EXPECT_GE(c.gpu.peak_tflops, 0.25 * c.gpu.peak_tflops_fp32);
+    EXPECT_LE(c.gpu.peak_tflops, 4.0 * c.gpu.peak_tflops_fp32);
     EXPECT_GT(c.efficiency.gemm_max, 0);
     EXPECT_LE(c.efficiency.gemm_max, 1);
     EXPECT_GT(c.gpu.intra_node_GBps, 0);

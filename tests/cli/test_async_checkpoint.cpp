@@ -59,8 +59,9 @@ TEST_F(AsyncCheckpoint, WritesTheSameCheckpointsAsSynchronousOnes) {
 }
 
 TEST_F(AsyncCheckpoint, CkptEverySecondsCheckpointsByTheClock) {
-    // every step takes longer than a millisecond: a checkpoint after each
-    CmdResult r = sh(train(tmp / "fast", "--steps 4 --ckpt-every-seconds 0.001"), tmp / "a.txt");
+    // every step takes longer than a microsecond (a step of this tiny model takes under a millisecond on
+    // a fast CPU): a checkpoint after each
+    CmdResult r = sh(train(tmp / "fast", "--steps 4 --ckpt-every-seconds 0.000001"), tmp / "a.txt");
     ASSERT_EQ(r.code, 0) << r.out;
     for (int s = 1; s <= 4; s++) EXPECT_TRUE(fs::exists(tmp / "fast" / ("ckpt_0000000" + std::to_string(s)))) << s;
     // an hour: only the run's last

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "shardlm/io/atomic_file.h"
@@ -208,6 +209,40 @@ TEST_F(PlanCli, SophiaAddsItsHessianPassToTheStep) {
     EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
                        " --global-batch 1536 --seq 2048 --optimizer sophia", &out), 0) << out;
     EXPECT_NE(out.find("a Hessian forward and backward every 10 steps"), std::string::npos) << out;
+}
+
+// --dp-algos: the data-parallel algorithms beside the policy's all-reduce, by their bytes on the dp
+// group's link. GPT-2 on 4 nodes x 8 GPUs, data parallelism across the nodes: on a 25 GB/s network the
+// all-reduce (overlapped with the backward) is the fastest but for the rarest synchronisations; on
+// 1 Gbit/s (0.125 GB/s) averaging every 16 steps, DiLoCo and PowerSGD beat it, gossip on a ring does
+// not (a whole replica to each of two neighbours every step).
+TEST_F(PlanCli, DpAlgosShowWhenEachBeatsTheAllReduce) {
+    const std::string policy = write("dp.json", R"({"tp": 1, "pp": 1, "zero_stage": 0, "micro_batch": 4,
+        "recompute": "none", "sequence_parallel": false, "precision": "bf16"})");
+    auto table = [&](double gbps) {
+        const std::string cl = write("net.json", R"({"gpu": "A100-80GB", "num_gpus": 32, "gpus_per_node": 8,
+            "peak_tflops": 312, "memory_gb": 80, "intra_node_GBps": 300, "inter_node_GBps": )" + std::to_string(gbps) + "}");
+        std::string out;
+        EXPECT_EQ(plan("--model gpt2 --cluster " + cl + " --policy " + policy + " --global-batch 512 --seq 1024 --dp-algos",
+                       &out), 0) << out;
+        return out;
+    };
+    auto verdict = [](const std::string& out, const std::string& algo) {
+        const size_t at = out.find("\n  " + algo + " ");
+        EXPECT_NE(at, std::string::npos) << algo << "\n" << out;
+        const std::string line = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+        return line.find("faster") != std::string::npos;
+    };
+    const std::string fast = table(25), slow = table(0.125);
+    EXPECT_NE(fast.find("data-parallel algorithms over 32 ranks (across the network)"), std::string::npos) << fast;
+    for (const char* a : {"local-sgd H=4", "gossip ring", "topk 1% + EF", "qsgd 8 levels (4 bits)"}) EXPECT_FALSE(verdict(fast, a)) << a;
+    for (const char* a : {"local-sgd H=16", "diloco H=50", "diloco H=100", "powersgd R=4 + EF"}) EXPECT_TRUE(verdict(slow, a)) << a;
+    EXPECT_FALSE(verdict(slow, "gossip ring"));
+    // the bytes are the engine's formulas: local SGD every 16 steps sends 2(N-1)/N 4P / 16 per step
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(slow, m, std::regex("local-sgd H=16 +([0-9.]+)"))) << slow;
+    const double P = 124439808;  // GPT-2's parameters
+    EXPECT_NEAR(std::stod(m[1].str()), 2.0 * 31 / 32 * 4 * P / 16 / 1e6, 0.01);
 }
 
 }  // namespace

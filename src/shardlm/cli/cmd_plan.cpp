@@ -11,6 +11,7 @@
 #include "shardlm/cli/commands.h"
 #include "shardlm/core/check.h"
 #include "shardlm/model/config.h"
+#include "shardlm/planner/dp_algos.h"
 #include "shardlm/planner/model_presets.h"
 #include "shardlm/planner/plan_io.h"
 #include "shardlm/planner/plan_report.h"
@@ -28,7 +29,7 @@ struct PlanArgs {
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
     int tp = 0, pp = 0, cp = 0, zero = -1, virtual_stages = 0;
     int64_t micro_batch = 0;
-    bool json = false, list = false;
+    bool json = false, list = false, dp_algos = false;
 };
 
 // The engine's GPT-2/GPT-3 presets as planner shapes (one table of numbers: model/config.cpp).
@@ -142,6 +143,16 @@ nlohmann::json problem_json(const cost::ModelShape& m, const planner::Cluster& c
             {"optimizer_state_bytes_per_param", job.optimizer_state}};
 }
 
+// --dp-algos: the data-parallel algorithms' bytes and time beside the policy's all-reduce
+void print_dp_algos(const cost::ModelShape& m, const planner::Cluster& c, const planner::Estimate& e) {
+    if (!e.feasible || e.policy.dp <= 1) {
+        std::printf("\n--dp-algos: %s\n", e.feasible ? "the policy has one data-parallel rank: nothing to compare"
+                                                        : "the policy does not fit: nothing to compare");
+        return;
+    }
+    std::printf("\n%s", planner::dp_algos_table(planner::compare_dp_algos(m, c, e), e.policy.dp, e.dp_in_node).c_str());
+}
+
 void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
     const planner::Estimate e = planner::evaluate(m, c, job, planner::load_policy_file(a.policy));
     if (a.json) {
@@ -151,6 +162,7 @@ void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
     } else {
         std::printf("%s\n%s", planner::describe_problem(m, c, job, e.policy.precision).c_str(),
                     planner::format_estimate(e, c).c_str());
+        if (a.dp_algos) print_dp_algos(m, c, e);
     }
     if (!a.svg.empty()) write_svg(a.svg, planner::plan_svg({e}, c, m.name + ": " + planner::describe(e.policy)));
 }
@@ -202,6 +214,7 @@ void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
         } else {
             std::printf(". Top %zu by predicted throughput:\n\n%s\nwhy #1: %s\n", r.top.size(),
                         planner::format_table(r.top, c).c_str(), r.explanation.c_str());
+            if (a.dp_algos) print_dp_algos(m, c, r.top.front());
         }
     }
     if (!a.svg.empty())
@@ -233,6 +246,9 @@ void add_plan_command(CLI::App& app) {
     c->add_flag("--json", a->json, "Print JSON");
     c->add_option("--svg", a->svg, "Write an SVG: memory and step-time bars per policy");
     c->add_flag("--list", a->list, "List GPU and model presets");
+    c->add_flag("--dp-algos", a->dp_algos,
+                "Also show what train --dp-algo local-sgd, diloco, gossip and compressed would send and cost beside the "
+                "(best) policy's all-reduce on this cluster's data-parallel link");
     c->add_option("--layers", a->layers, "Shape: layers");
     c->add_option("--hidden", a->hidden, "Shape: hidden size");
     c->add_option("--heads", a->heads, "Shape: attention heads");

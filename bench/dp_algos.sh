@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# bench/dp_algos.sh: issue 23's experiment. Four data-parallel ranks (mpirun, one thread each) train the
+# default model on the default corpus (configs/sotu.json: 16 x 128 tokens a step, AdamW, cosine
+# schedule, cut to STEPS steps) with every data-parallel algorithm, the same token budget for all:
+# validation loss against steps and against the bytes one rank sent in its data-parallel group
+# (metrics.jsonl's bytes_sent, summed), the table of final validation loss and bytes, and the plot
+# bench/dp_algos.svg.
+#   bash bench/dp_algos.sh [build=build]          (hold /tmp/shardlm-build.lock; about 1 s a step here)
+# Environment: STEPS (800), OUT (runs/dp_algos), RANKS (4), PRECISION (bf16 where the CPU has
+# AVX512_BF16, else fp32), ALGOS (the names below, a subset), RERUN=1 to run again what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+STEPS=${STEPS:-800}; OUT=${OUT:-runs/dp_algos}; RANKS=${RANKS:-4}
+if [ -z "${PRECISION:-}" ]; then grep -qw avx512_bf16 /proc/cpuinfo && PRECISION=bf16 || PRECISION=fp32; fi
+unset OPENBLAS_CORETYPE
+[ -f data/sotu/sotu_train.bin ] || { echo "dp_algos: data/sotu missing: run tools/quickstart.sh first"; exit 2; }
+mkdir -p "$OUT"
+declare -A FLAGS=(
+  [allreduce]="--dp-algo allreduce"
+  [local-sgd-h4]="--dp-algo local-sgd --local-steps 4"
+  [local-sgd-h16]="--dp-algo local-sgd --local-steps 16"
+  [diloco-h50]="--dp-algo diloco --local-steps 50 --outer-lr 0.7 --outer-momentum 0.9"
+  [diloco-h100]="--dp-algo diloco --local-steps 100 --outer-lr 0.7 --outer-momentum 0.9"
+  [gossip-ring]="--dp-algo gossip --topology ring"
+  [gossip-one-peer-exp]="--dp-algo gossip --topology one-peer-exp"
+  [topk-1%-ef]="--dp-algo compressed --compress topk:0.01 --error-feedback ef"
+  [qsgd-4bit]="--dp-algo compressed --compress qsgd:8 --error-feedback none"
+  [powersgd-r4]="--dp-algo compressed --compress powersgd:4 --error-feedback ef"
+  [sign-ef]="--dp-algo compressed --compress sign --error-feedback ef"
+)
+ORDER="allreduce local-sgd-h4 local-sgd-h16 diloco-h50 diloco-h100 gossip-ring gossip-one-peer-exp topk-1%-ef qsgd-4bit powersgd-r4 sign-ef"
+ALGOS=${ALGOS:-$ORDER}
+root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+args=()
+for name in $ALGOS; do
+  dir="$OUT/${name//%/pc}"
+  if [ ! -f "$dir/summary.json" ] || [ "${RERUN:-0}" = 1 ]; then
+    cmd=(mpirun "${root[@]}" --oversubscribe -np "$RANKS" "$BUILD/shardlm" train --config configs/sotu.json
+         --steps "$STEPS" --warmup $((STEPS / 50)) --val-every $((STEPS / 16)) --ckpt-every 0 --sample-tokens 0
+         --threads 1 --precision "$PRECISION" --consensus-every 10 ${FLAGS[$name]} --out "$dir" --overwrite)
+    echo "dp_algos: $name: ${cmd[*]}"
+    "${cmd[@]}" > "$dir.log" 2>&1 || { echo "dp_algos: $name failed: see $dir.log"; tail -3 "$dir.log"; continue; }
+  fi
+  args+=("$name=$dir/metrics.jsonl")
+done
+/usr/bin/python3 bench/plot_dp_algos.py --out bench/dp_algos.svg \
+  --title "default corpus, $RANKS data-parallel ranks, $STEPS steps of 16 x 128 tokens" "${args[@]}"

@@ -1,0 +1,119 @@
+#include "shardlm/planner/dp_algos.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "shardlm/cost/comm.h"
+#include "shardlm/cost/memory.h"
+
+namespace shardlm::planner {
+
+namespace {
+
+// sum over the model's matrices of (rows + cols), one rank's share (tensor and pipeline parallel)
+double matrix_sides(const cost::ModelShape& m, int tp, int pp) {
+    const double h = m.hidden, f = m.ffn_hidden, kv = double(m.kv_dim());
+    const double attn = (h + (h + 2 * kv)) + (h + h);  // qkv, the output projection
+    const double mlp = m.arch == cost::Arch::Llama ? (h + 2 * f) + (f + h) : (h + f) + (f + h);
+    double s = m.layers * (attn + mlp) + (m.vocab + h) * (m.tied_embeddings ? 1 : 2);
+    if (m.learned_positions) s += m.seq_len + h;
+    return s / (double(tp) * pp);
+}
+
+}  // namespace
+
+std::vector<DpAlgoCost> compare_dp_algos(const cost::ModelShape& m, const Cluster& c, const Estimate& e) {
+    const Policy& p = e.policy;
+    const int n = p.dp;
+    const double P = double(cost::total_params(m)) / (double(p.tp) * p.pp);
+    const cost::Link link = group_link(c, p.tp * p.cp * p.dp);
+    const double others = e.step_time_s - e.time.dp_comm;
+    std::vector<DpAlgoCost> rows;
+    auto add = [&](std::string name, double bytes, double seconds) {
+        rows.push_back({std::move(name), bytes, seconds, others + seconds, false});
+    };
+    using cost::Collective;
+    auto all_reduce = [&](double buffer, double every) {
+        return std::pair{cost::ring_bytes_per_rank(Collective::AllReduce, buffer, n) / every,
+                         cost::collective_time_s(Collective::AllReduce, buffer, n, link) / every};
+    };
+    auto all_gather = [&](double msg) {  // every rank's message of msg bytes to every rank
+        return std::pair{cost::ring_bytes_per_rank(Collective::AllGather, msg * n, n),
+                         cost::collective_time_s(Collective::AllGather, msg * n, n, link)};
+    };
+    auto neighbours = [&](int d) {
+        return std::pair{d * 4 * P, d * cost::collective_time_s(Collective::SendRecv, 4 * P, 2, link)};
+    };
+    // the all-reduce: the policy's own ZeRO traffic and its exposed time
+    const cost::DpTraffic t = cost::dp_traffic_per_step(p.zero_stage, P, p.precision == Precision::Fp32
+                                                                           ? cost::StateBytes{4, 4, 0}
+                                                                           : cost::StateBytes{2, 2, 0},
+                                                        e.micro_batches);
+    rows.push_back({"allreduce (the policy's ZeRO-" + std::to_string(p.zero_stage) + ")", cost::dp_bytes_per_rank(t, n),
+                    e.time.dp_comm, e.step_time_s, false});
+    for (int h : {4, 16}) {
+        auto [b, s] = all_reduce(4 * P, h);
+        add("local-sgd H=" + std::to_string(h), b, s);
+    }
+    for (int h : {50, 100}) {
+        auto [b, s] = all_reduce(4 * P, h);
+        add("diloco H=" + std::to_string(h), b, s);
+    }
+    const int ring = n > 2 ? 2 : 1;
+    std::set<int> peers;  // rank 0's exponential-graph neighbours: +- 2^k mod n, deduplicated (as the engine's)
+    for (int k = 1; k < n; k *= 2) peers.insert(k % n), peers.insert((n - k) % n);
+    peers.erase(0);
+    const int exp = int(peers.size());
+    {
+        auto [b, s] = neighbours(ring);
+        add("gossip ring", b, s);
+    }
+    {
+        auto [b, s] = neighbours(exp);
+        add("gossip exp", b, s);
+    }
+    {
+        auto [b, s] = neighbours(1);
+        add("gossip one-peer-exp", b, s);
+    }
+    {
+        auto [b, s] = all_gather(8 * 0.01 * P);
+        add("topk 1% + EF", b, s);
+    }
+    {
+        auto [b, s] = all_gather(P * (1 + 3) / 8 + 4 * P / 512);
+        add("qsgd 8 levels (4 bits)", b, s);
+    }
+    {
+        auto [b, s] = all_gather(P / 8 + 4);
+        add("sign + EF", b, s);
+    }
+    {
+        auto [b, s] = all_reduce(4 * 4 * matrix_sides(m, p.tp, p.pp), 1);
+        add("powersgd R=4 + EF", b, s);
+    }
+    for (size_t i = 1; i < rows.size(); i++) rows[i].beats_allreduce = rows[i].step_s < rows[0].step_s;
+    return rows;
+}
+
+std::string dp_algos_table(const std::vector<DpAlgoCost>& rows, int dp, bool in_node) {
+    std::string out = "data-parallel algorithms over " + std::to_string(dp) + " ranks (" +
+                      (in_node ? "within a node" : "across the network") +
+                      "): bytes and time only, not the loss each reaches (bench/dp_algos.sh)\n";
+    char line[256];
+    std::snprintf(line, sizeof(line), "  %-34s %14s %12s %10s  %s\n", "algorithm", "MB/step/rank", "dp comm s", "step s",
+                  "vs allreduce");
+    out += line;
+    for (const DpAlgoCost& r : rows) {
+        const double ratio = rows[0].step_s / r.step_s;
+        std::snprintf(line, sizeof(line), "  %-34s %14.2f %12.4f %10.4f  %s\n", r.name.c_str(), r.bytes_per_step / 1e6,
+                      r.comm_s, r.step_s,
+                      &r == &rows[0] ? "-" : (std::string(r.beats_allreduce ? "faster" : "slower") +
+                                              (ratio != 1 ? " (" + std::to_string(ratio).substr(0, 5) + "x)" : "")).c_str());
+        out += line;
+    }
+    return out;
+}
+
+}  // namespace shardlm::planner
