@@ -95,7 +95,8 @@ def main():
     ylo, yhi = min(tail), max(tail)
     pad = 0.05 * (yhi - ylo or 1)
     ylo, yhi = ylo - pad, yhi + pad
-    W, H, pw, ph = 900, 380, 360, 270
+    W, pw, ph = 900, 360, 270
+    H = 362 + 18 * ((len(runs) + 3) // 4)  # the legend: four runs a row
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif">',
            f'<rect width="{W}" height="{H}" fill="white"/>',
            f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="15">{a.title}</text>']
@@ -104,8 +105,9 @@ def main():
     for i, r in enumerate(runs):
         c = COLOURS[i % len(COLOURS)]
         last = f" (val {r[4][-1]:.4f})" if r[4] else ""
-        svg.append(f'<rect x="{60 + i * 200}" y="{H - 22}" width="12" height="12" fill="{c}"/>')
-        svg.append(f'<text x="{76 + i * 200}" y="{H - 12}" font-size="12">{r[0]}{last}</text>')
+        x, y = 60 + (i % 4) * 210, 358 + 18 * (i // 4)
+        svg.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{c}"/>')
+        svg.append(f'<text x="{x + 16}" y="{y + 10}" font-size="12">{r[0]}{last}</text>')
     svg.append("</svg>")
     open(a.out, "w").write("\n".join(svg) + "\n")
 

@@ -42,7 +42,7 @@ const Algo kAlgos[] = {
     {"gossip_one_peer", "--dp-algo gossip --topology one-peer-exp --global-avg-every 4", true, true},
     {"gossip_torus", "--dp-algo gossip --topology torus", true, true},
     {"topk_ef", "--dp-algo compressed --compress topk:0.05 --error-feedback ef", false, true},
-    {"randk", "--dp-algo compressed --compress randk:0.25 --error-feedback none", false, false},
+    {"randk_auto", "--dp-algo compressed --compress randk:0.25", false, false},  // auto: no error feedback (unbiased)
     {"qsgd", "--dp-algo compressed --compress qsgd:8 --error-feedback none", false, false},
     {"sign_ef21", "--dp-algo compressed --compress sign --error-feedback ef21", false, true},
     {"sign_vote", "--dp-algo compressed --compress sign:vote --error-feedback ef", false, true},
@@ -173,6 +173,9 @@ TEST_F(DpAlgos, RefusedCombinationsSayWhy) {
         {"--dp-algo local-sgd --optimizer sophia", "Hessian pass"},
         {"--dp-algo local-sgd --local-steps 0", "--local-steps must be >= 1"},
         {"--dp-algo gossip --topology star", "star"},
+        {"--dp-algo compressed --compress randk:0.01 --error-feedback ef", "not contractive"},
+        {"--dp-algo compressed --compress qsgd:8 --error-feedback ef21", "not contractive"},
+        {"--dp-algo compressed --compress sign:vote --error-feedback ef21", "majority vote is not their mean"},
     };
     for (const auto& c : cases) {
         const CmdResult r = sh(train(std::string(c.flags) + " --steps 1"), tmp / "refused.log");

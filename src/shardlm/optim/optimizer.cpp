@@ -129,7 +129,8 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
         case Kind::RAdam: return {{"exp_avg", &s0_}, {"exp_avg_sq", &s1_}};
         case Kind::Sophia: return {{"exp_avg", &s0_}, {"hessian", &s1_}};
         case Kind::Adafactor: {
-            view0_.resize(owned_elems_), view1_.resize(owned_elems_), view2_.resize(owned_elems_);
+            for (AlignedBuffer<float>* v : {&view0_, &view1_, &view2_})
+                if (v->size() != owned_elems_) v->resize(owned_elems_);  // kept: views handed out stay valid
             for (const Piece& pc : pieces_) {
                 const Factor& f = factors_[pc.param];
                 const size_t i0 = pc.begin - layout_.params[pc.param].offset;
@@ -148,7 +149,8 @@ std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {
             return s;
         }
         case Kind::Adam8bit: {
-            view0_.resize(owned_elems_), view1_.resize(owned_elems_);
+            for (AlignedBuffer<float>* v : {&view0_, &view1_})
+                if (v->size() != owned_elems_) v->resize(owned_elems_);  // kept: views handed out stay valid
             move_8bit_state(true);
             return {{"exp_avg", &view0_}, {"exp_avg_sq", &view1_}};
         }

@@ -118,6 +118,7 @@ public:
     // vectors, "exp_avg_sq_row"/"exp_avg_sq_col": each element holds its row's / column's statistic):
     // after writing into them (a checkpoint's load), call state_loaded() to take them back (collective
     // for Adafactor under ZeRO: it sums over the shards); after reading them, release_state_views().
+    // Calling state() again before the release refreshes the same views (pointers stay valid).
     std::vector<std::pair<std::string, AlignedBuffer<float>*>> state();
     void state_loaded();
     void release_state_views();

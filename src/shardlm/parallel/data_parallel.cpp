@@ -14,6 +14,7 @@ DataParallel::DataParallel(comm::Collectives& dp, model::ModelPart& part, int ze
              part.precision().param, reduce_dtype) {
     SHARDLM_CHECK(!gather_per_chunk || zero == 3, "gathering parameters per chunk is ZeRO-3's (got --zero ", zero, ")");
     gather_per_chunk_ = gather_per_chunk;
+    reduce_grads_ = reduce_grads;
     zero_ = make_zero_strategy(zero, {dp, part, store_, bucket_mb, single_stage, gather_per_chunk, reduce_grads});
     const model::Layout& layout = part.layout();
     wte_unit_ = layout.unit_of(model::UnitKind::TokenEmbedding);
@@ -41,20 +42,43 @@ void DataParallel::gather_params(float* out) {
             .wait();
 }
 
+std::pair<float*, size_t> DataParallel::tied_grad(int unit) {
+    if (reduce_grads_) return store_.owned_grad(unit);
+    // not reduced over the group (a data-parallel algorithm combines whole local gradients): all of it
+    const model::Unit& u = part_.layout().units[size_t(unit)];
+    return {store_.grads() + u.offset, u.numel};
+}
+
 void DataParallel::sum_tied_grads(comm::Group& g) {
     if (wte_unit_ < 0) return;
     // the embedding's wte and the head's tied copy on this one rank (ZBV's first rank): sum here
     if (local_copy_unit_ >= 0) {
-        const std::pair<float*, size_t> mine = store_.owned_grad(wte_unit_);  // (no structured bindings: OpenMP)
-        float *a = mine.first, *b = store_.owned_grad(local_copy_unit_).first;
+        const std::pair<float*, size_t> mine = tied_grad(wte_unit_);  // (no structured bindings: OpenMP)
+        float *a = mine.first, *b = tied_grad(local_copy_unit_).first;
         const size_t n = mine.second;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) b[i] = a[i] = a[i] + b[i];
         return;
     }
     if (g.size() == 1) return;
-    const std::pair<float*, size_t> mine = store_.owned_grad(wte_unit_);
+    const std::pair<float*, size_t> mine = tied_grad(wte_unit_);
     g.all_reduce_sum(mine.first, mine.second);
+}
+
+void DataParallel::sync_tied_params(comm::Group& g) {
+    if (wte_unit_ < 0) return;
+    const model::Unit& u = part_.layout().units[size_t(wte_unit_)];
+    if (!store_.residency().master_whole) {  // this rank's slice: the same slice of the copy on the other stage
+        if (g.size() > 1) g.broadcast(store_.master_slice(wte_unit_), store_.shard_elems(wte_unit_), 0);
+        return;
+    }
+    float* w = store_.master() + u.offset;
+    if (local_copy_unit_ >= 0) {  // both on this rank (ZBV)
+        const model::Unit& c = part_.layout().units[size_t(local_copy_unit_)];
+        std::memcpy(store_.master() + c.offset, w, u.numel * sizeof(float));
+        return;
+    }
+    if (g.size() > 1) g.broadcast(w, u.numel, 0);  // rank 0 of the group: the embedding's stage
 }
 
 }  // namespace shardlm::parallel

@@ -72,6 +72,11 @@ public:
     // summed over `embedding_group` (those two ranks), on this rank's slice; where one rank holds both
     // (ZBV), summed on the rank. Both then take the same optimiser step and stay equal.
     void sum_tied_grads(comm::Group& embedding_group);
+    // The tied embedding's parameters made equal again on its two stages: the embedding stage's fp32
+    // master (or this rank's slice of it) broadcast to the head's copy. For data-parallel algorithms whose
+    // averages round the two copies differently (their sums' order follows a buffer position that
+    // differs between the stages).
+    void sync_tied_params(comm::Group& embedding_group);
     // This rank's share of the squared gradient norm (sum it over every rank).
     double grad_norm_sq_local() const { return store_.grad_norm_sq_local(); }
     // The squared norm of this rank's whole gradient (counted elements): a replica's own, where the
@@ -106,6 +111,8 @@ private:
     int wte_unit_ = -1;
     int local_copy_unit_ = -1;  // a tied copy of wte on this rank beside wte itself (ZBV), or -1
     bool gather_per_chunk_ = false;
+    bool reduce_grads_ = true;
+    std::pair<float*, size_t> tied_grad(int unit);  // what sum_tied_grads sums of a unit's gradient
 };
 
 }  // namespace shardlm::parallel

@@ -94,26 +94,25 @@ std::vector<double> mixing_matrix(Topology t, int n, int step) {
 
 // ---- the algorithms -----------------------------------------------------------------------------
 
-namespace {
-
-size_t all_reduce_bytes(const comm::Group& g, size_t n, size_t elem) {
-    return comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, elem, g.size(), g.rank());
-}
-
-// x <- mean over the group of x (fp32 sums in the ring's fixed order: the same bits on every rank)
 void average(comm::Group& g, float* x, size_t n) {
     g.all_reduce_sum(x, n);
     const float inv = 1.0f / float(g.size());
     for (size_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-// The optimiser's state averaged over the group, buffer by buffer; returns the elements averaged.
 size_t average_optimizer(comm::Group& g, optim::Optimizer& opt) {
     size_t n = 0;
     for (auto& [name, buf] : opt.state()) average(g, buf->data(), buf->size()), n += buf->size();
     opt.state_loaded();  // adam8bit: requantised from the averaged views
     return n;
 }
+
+namespace {
+
+size_t all_reduce_bytes(const comm::Group& g, size_t n, size_t elem) {
+    return comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, elem, g.size(), g.rank());
+}
+
 
 class AllReduceAlgo final : public DpAlgorithm {
 public:
@@ -210,7 +209,7 @@ public:
         recv_.resize(m.recv_from.size());
         std::vector<comm::Request> pending;
         for (size_t j = 0; j < m.recv_from.size(); j++) {
-            recv_[j].resize(n_);
+            if (recv_[j].size() != n_) recv_[j].resize(n_);
             pending.push_back(dp_.irecv(recv_[j].data(), n_ * sizeof(float), m.recv_from[j], kTag));
         }
         for (int dst : m.send_to) pending.push_back(dp_.isend(params, n_ * sizeof(float), dst, kTag));
@@ -264,9 +263,12 @@ public:
         work_.resize(n_);
         if (c.kind == CompressKind::PowerSgd) {
             std::vector<PowerSgdMatrix> mats;
-            for (const model::ParamSpec& p : layout.params)
+            for (const model::ParamSpec& p : layout.params) {
                 if (p.shape.size() >= 2)
                     mats.push_back({p.offset, size_t(p.shape[0]), p.numel / size_t(p.shape[0]), name_key(p.name)});
+                else
+                    vectors_.push_back({p.offset, p.numel});
+            }
             power_ = std::make_unique<PowerSgd>(c.rank, std::move(mats), n_, cfg_.seed);
             return;
         }
@@ -280,12 +282,16 @@ public:
         all_.resize(at * size_t(dp_.size()));
         cx_.resize(n_);
     }
-    void reduce_gradients(float* g, int step) override {
+    void reduce_gradients(float* g, int step, float scale) override {
         const CompressSpec& c = cfg_.compress;
         const ErrorFeedback ef = cfg_.error_feedback;
         float *p = work_.data(), *e = err_.data();
-        // p: what is compressed
-        for (size_t i = 0; i < n_; i++) p[i] = ef == ErrorFeedback::None ? g[i] : ef == ErrorFeedback::Ef21 ? g[i] - e[i] : g[i] + e[i];
+        // p: what is compressed, in the gradient's own units (the buffers outlive a change of loss scale)
+        const float inv = 1.0f / scale;
+        for (size_t i = 0; i < n_; i++) {
+            const float gi = g[i] * inv;
+            p[i] = ef == ErrorFeedback::None ? gi : ef == ErrorFeedback::Ef21 ? gi - e[i] : gi + e[i];
+        }
         if (power_) {
             // out: the aggregate P^ Q^T (the rank-mean elsewhere); error feedback e = p - out
             calls_.clear();
@@ -293,8 +299,14 @@ public:
                 calls_.push_back(k);
                 dp_.all_reduce_sum(x, k);
             });
-            if (ef == ErrorFeedback::Ef)
+            if (ef == ErrorFeedback::Ef) {
                 for (size_t i = 0; i < n_; i++) e[i] = p[i] - g[i];
+                // the vectors went uncompressed (averaged exactly): no error of theirs to carry, or each
+                // rank's buffer would add up its own deviation from the mean, step after step
+                for (auto [b, n] : vectors_) std::fill_n(e + b, n, 0.0f);
+            }
+            if (scale != 1.0f)
+                for (size_t i = 0; i < n_; i++) g[i] *= scale;
             return;
         }
         const int N = dp_.size(), me = dp_.rank();
@@ -323,6 +335,9 @@ public:
             for (const Tensor& t : tensors_)
                 for (size_t i = t.offset; i < t.offset + t.numel; i++) a[i] += g[i], g[i] = a[i];
         }
+        if (scale != 1.0f)  // back in the loss scale's units, as the rest of the step reads gradients
+            for (const Tensor& t : tensors_)
+                for (size_t i = t.offset; i < t.offset + t.numel; i++) g[i] *= scale;
     }
     std::vector<StateBuffer> state() override {
         std::vector<StateBuffer> s;
@@ -367,6 +382,7 @@ private:
     std::vector<Tensor> tensors_;
     std::vector<unsigned char> msg_, all_;
     std::unique_ptr<PowerSgd> power_;
+    std::vector<std::pair<size_t, size_t>> vectors_;  // PowerSGD: the 1-D tensors (offset, elements), uncompressed
     std::vector<size_t> calls_;
 };
 

@@ -75,12 +75,21 @@ public:
     // Each replica steps on its own gradient (no reduction in backward).
     bool local_gradients() const { return cfg_.algo != DpAlgo::AllReduce; }
     bool replicas_differ() const { return parallel::replicas_differ(cfg_.algo); }
+    // Whether the two pipeline copies of a tied embedding can drift apart: averages whose rounding
+    // follows a buffer position that differs between the stages (ring sums), so the trainer
+    // re-syncs them after the step. Elementwise compressors treat the copies alike (tensor by tensor).
+    bool may_desync_tied() const {
+        return replicas_differ() || (cfg_.algo == DpAlgo::Compressed && cfg_.compress.kind == CompressKind::PowerSgd);
+    }
     // Before the first step when no checkpointed state of this algorithm was loaded (DiLoCo: its anchor
     // is the starting parameters).
     virtual void start(const float* params) {}
     // compressed: grads (the whole local gradient: this replica's mean over its rows) -> the mean of
     // the ranks' compressed gradients, identical on every rank of the group. step: the optimiser step (the compressors' randomness).
-    virtual void reduce_gradients(float* grads, int step) {}
+    // scale: the loss scale the gradients carry (the algorithm's buffers keep unscaled values, so a
+    // dynamic scale's change does not corrupt them; grads come back in the same scale). The caller
+    // calls it only when every rank's gradient is finite (an overflow would poison the buffers).
+    virtual void reduce_gradients(float* grads, int step, float scale) {}
     // After the optimiser stepped this rank's replica (params: the fp32 master, whole).
     virtual void after_step(float* params, optim::Optimizer& opt, int step) {}
     // This rank's state that checkpoints keep (error-feedback buffers, DiLoCo's anchor and momentum,
@@ -102,6 +111,11 @@ protected:
     const model::Layout& layout_;
     size_t n_;
 };
+
+// x <- the mean over the group of x (fp32 sums in the ring's fixed order: the same bits on every rank).
+void average(comm::Group& g, float* x, size_t n);
+// The optimiser's state averaged over the group, buffer by buffer; returns the elements averaged.
+size_t average_optimizer(comm::Group& g, optim::Optimizer& opt);
 
 // mean_i ||x_i - mean x|| / ||mean x|| over the replicas of the dp group, on this rank's part (the
 // caller sums the parts of a replica over its tensor- and pipeline-parallel ranks): returns

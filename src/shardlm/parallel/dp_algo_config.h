@@ -22,9 +22,10 @@ inline constexpr EnumName<Topology> kTopologyNames[] = {
     {Topology::Ring, "ring"}, {Topology::Torus, "torus"}, {Topology::Exp, "exp"}, {Topology::OnePeerExp, "one-peer-exp"}};
 constexpr const auto& enum_names(Topology) { return kTopologyNames; }
 
-enum class ErrorFeedback { None, Ef, Ef21 };
+// Auto: ef for the biased (contractive) compressors, none for the unbiased ones (TrainConfig resolves it).
+enum class ErrorFeedback { Auto, None, Ef, Ef21 };
 inline constexpr EnumName<ErrorFeedback> kErrorFeedbackNames[] = {
-    {ErrorFeedback::None, "none"}, {ErrorFeedback::Ef, "ef"}, {ErrorFeedback::Ef21, "ef21"}};
+    {ErrorFeedback::Auto, "auto"}, {ErrorFeedback::None, "none"}, {ErrorFeedback::Ef, "ef"}, {ErrorFeedback::Ef21, "ef21"}};
 constexpr const auto& enum_names(ErrorFeedback) { return kErrorFeedbackNames; }
 
 // Whether the replicas of a dp group hold different parameters between synchronisations.
@@ -39,7 +40,7 @@ struct DpAlgoConfig {
     Topology topology = Topology::Ring;
     int global_avg_every = 0;        // gossip: every K steps a global average instead (0: never)
     CompressSpec compress;           // compressed
-    ErrorFeedback error_feedback = ErrorFeedback::Ef;
+    ErrorFeedback error_feedback = ErrorFeedback::None;  // resolved (never Auto)
     uint64_t seed = 0;               // compressors' randomness
 };
 

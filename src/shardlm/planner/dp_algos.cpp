@@ -11,14 +11,20 @@ namespace shardlm::planner {
 
 namespace {
 
-// sum over the model's matrices of (rows + cols), one rank's share (tensor and pipeline parallel)
-double matrix_sides(const cost::ModelShape& m, int tp, int pp) {
-    const double h = m.hidden, f = m.ffn_hidden, kv = double(m.kv_dim());
-    const double attn = (h + (h + 2 * kv)) + (h + h);  // qkv, the output projection
-    const double mlp = m.arch == cost::Arch::Llama ? (h + 2 * f) + (f + h) : (h + f) + (f + h);
-    double s = m.layers * (attn + mlp) + (m.vocab + h) * (m.tied_embeddings ? 1 : 2);
-    if (m.learned_positions) s += m.seq_len + h;
-    return s / (double(tp) * pp);
+// PowerSGD's floats per round on one rank: rank R times (rows + cols) of each of its matrices (tensor
+// parallelism splits one side of each: column-parallel the outputs, row-parallel the inputs, the
+// embedding its vocabulary), plus its vectors sent whole (biases, norms); pipeline stages split the layers.
+double powersgd_floats(const cost::ModelShape& m, int tp, int pp, int rank) {
+    const double h = m.hidden, f = m.ffn_hidden, kv = double(m.kv_dim()), t = tp;
+    const bool swiglu = m.arch == cost::Arch::Llama;
+    const double sides = (h + (h + 2 * kv) / t) + (h / t + h)                        // qkv, output projection
+                         + (h + (swiglu ? 2 * f : f) / t) + (f / t + h);             // MLP in, out
+    const double vectors = (m.biases ? (h + 2 * kv) / t + h + f / t + h : 0)         // biases
+                           + (m.biases ? 4 * h : 2 * h);                             // norms (LayerNorm: gain and bias)
+    double s = m.layers * (rank * sides + vectors) / pp;
+    s += rank * (m.vocab / t + h) * (m.tied_embeddings ? 1 : 2) / (pp > 1 && m.tied_embeddings ? 1 : pp);
+    if (m.learned_positions) s += rank * (m.seq_len + h) / pp;
+    return s + (m.biases ? 2 * h : h) / pp;                                          // the final norm
 }
 
 }  // namespace
@@ -90,8 +96,21 @@ std::vector<DpAlgoCost> compare_dp_algos(const cost::ModelShape& m, const Cluste
         add("sign + EF", b, s);
     }
     {
-        auto [b, s] = all_reduce(4 * 4 * matrix_sides(m, p.tp, p.pp), 1);
+        auto [b, s] = all_reduce(4 * powersgd_floats(m, p.tp, p.pp, 4), 1);
         add("powersgd R=4 + EF", b, s);
+    }
+    // ZeRO-1 with compressed gradients gathers the updated slices every step as the all-reduce does;
+    // local SGD, DiLoCo and gossip need ZeRO-0 (and its memory)
+    for (size_t i = 1; i < rows.size(); i++) {
+        const bool compressed = i >= rows.size() - 4;
+        if (p.zero_stage == 1 && compressed) {
+            const double param_bytes = p.precision == Precision::Fp32 ? 4 : 2;
+            rows[i].bytes_per_step += cost::ring_bytes_per_rank(Collective::AllGather, param_bytes * P, n);
+            rows[i].comm_s += cost::collective_time_s(Collective::AllGather, param_bytes * P, n, link);
+            rows[i].step_s = others + rows[i].comm_s;
+        }
+        if (p.zero_stage >= 1 && !compressed) rows[i].name += " (ZeRO-0)";
+        if (p.zero_stage >= 2 && compressed) rows[i].name += " (ZeRO-1)";
     }
     for (size_t i = 1; i < rows.size(); i++) rows[i].beats_allreduce = rows[i].step_s < rows[0].step_s;
     return rows;

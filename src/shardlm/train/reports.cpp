@@ -128,18 +128,22 @@ std::string Trainer::comm_report() const {
     };
     const parallel::DpAlgorithm& algo = *e_.dp_algo;
     const int last = cfg_.steps - 1;
+    const auto dpb = e_.dp->expected_step_bytes(e_.micro);
     if (algo.algo() == parallel::DpAlgo::AllReduce) {
-        const auto dpb = e_.dp->expected_step_bytes(e_.micro);
-        row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0]);
-        row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1]);
-        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2]);
-    } else {  // the algorithm's own traffic, beside its formula
+        // Sophia's Hessian pass after this step: its backward's reductions again (and ZeRO-3's gathers)
+        const size_t passes = e_.optimizer->hessian_due(last) ? 2 : 1;
+        row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0] * passes);
+        row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1] * passes);
+        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2] * (cfg_.zero == 3 ? passes : 1));
+    } else {  // the algorithm's own traffic (and ZeRO-1's gather of the updated slices), beside its formula
         const comm::CommStats& st = g.dp().stats();
-        out += fmt("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  (%s)\n", "dp",
+        const size_t gather = cfg_.zero == 1 ? dpb[2] : 0;
+        out += fmt("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  (%s%s)\n", "dp",
                    setting_text(cfg_.dp_algo).c_str(),
                    (unsigned long long)(st[comm::OpKind::AllReduce].calls + st[comm::OpKind::AllGather].calls +
                                         st[comm::OpKind::SendRecv].calls),
-                   (unsigned long long)st.total_bytes_sent(), algo.expected_bytes(last), algo.formula().c_str());
+                   (unsigned long long)st.total_bytes_sent(), algo.expected_bytes(last) + gather, algo.formula().c_str(),
+                   gather ? "; and ZeRO-1's all-gather of the updated slices, (N-1)/N of the parameters" : "");
         if (e_.dp_metrics && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
             row("dp-metric", *e_.dp_metrics, comm::OpKind::AllReduce,
                 comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, e_.part->layout().total, 4, g.dp_size(), g.dp_rank()));
@@ -165,6 +169,8 @@ std::string Trainer::comm_report() const {
     const bool differ = algo.replicas_differ();
     size_t world_bytes = comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, size_t(kStepSums + (differ ? g.dp_size() : 0)),
                                                       8, world_->size(), world_->rank());
+    if (algo.local_gradients() && !differ)  // compressed: the finiteness check before compressing
+        world_bytes += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, world_->size(), world_->rank());
     if (differ && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
         world_bytes += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, size_t(g.dp_size() + 1), 8, world_->size(),
                                                     world_->rank());

@@ -45,7 +45,9 @@ parallel::DpAlgoConfig TrainConfig::dp_algo_config() const {
     d.topology = topology;
     d.global_avg_every = global_avg_every;
     if (dp_algo == parallel::DpAlgo::Compressed) d.compress = parallel::parse_compress(compress);
-    d.error_feedback = error_feedback;
+    d.error_feedback = error_feedback != parallel::ErrorFeedback::Auto ? error_feedback
+                       : parallel::is_unbiased(d.compress)            ? parallel::ErrorFeedback::None
+                                                                      : parallel::ErrorFeedback::Ef;
     d.seed = seed;
     return d;
 }
@@ -63,6 +65,16 @@ void TrainConfig::validate_dp_algo() const {
         SHARDLM_CHECK(!compress.empty(), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
                       "the elements), qsgd:8, randk:0.01, sign, sign:vote or powersgd:4");
         const parallel::CompressSpec c = parallel::parse_compress(compress);
+        const bool with_ef = error_feedback == parallel::ErrorFeedback::Ef || error_feedback == parallel::ErrorFeedback::Ef21;
+        SHARDLM_CHECK(!(with_ef && parallel::is_unbiased(c)), "--error-feedback ", setting_text(error_feedback),
+                      " with --compress ", compress, ": error feedback needs a contractive compressor (|C(x) - x| < |x|), "
+                      "and ", compress, " is unbiased but not contractive (rand-k scales what it keeps by n/k, QSGD's "
+                      "rounding variance exceeds |x|^2 on large buckets), so the carried error grows step after step"
+                      "\n---> HINT: --error-feedback none (or auto) with ", compress, ", or a biased compressor (topk, sign) with ef");
+        SHARDLM_CHECK(!(c.kind == parallel::CompressKind::SignVote && error_feedback == parallel::ErrorFeedback::Ef21),
+                      "--error-feedback ef21 with --compress sign:vote: EF21's aggregate is the mean of the ranks' "
+                      "compressed messages, and a majority vote is not their mean (the estimate would drift)"
+                      "\n---> HINT: --compress sign with ef21, or sign:vote with ef");
         SHARDLM_CHECK(!(c.kind == parallel::CompressKind::PowerSgd && error_feedback == parallel::ErrorFeedback::Ef21),
                       "--error-feedback ef21 needs each rank's own compressed message, and PowerSGD sends only the "
                       "all-reduced factors\n---> HINT: --error-feedback ef (Vogels et al.'s) with powersgd");

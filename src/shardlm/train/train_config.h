@@ -115,7 +115,7 @@ struct TrainConfig {
     parallel::Topology topology = parallel::Topology::Ring;  // gossip
     int global_avg_every = 0;         // gossip
     std::string compress;             // compressed: topk:F | randk:F | qsgd:S | sign | sign:vote | powersgd:R
-    parallel::ErrorFeedback error_feedback = parallel::ErrorFeedback::Ef;  // compressed
+    parallel::ErrorFeedback error_feedback = parallel::ErrorFeedback::Auto;  // compressed
     int consensus_every = 1;          // local-sgd, diloco, gossip: measure the consensus distance every N steps
     float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
     bool memory_report = false;
@@ -256,7 +256,9 @@ void for_each_field(Cfg& c, F&& f) {
     f("compress", c.compress,
       "compressed: topk:F | randk:F (a fraction F of the elements) | qsgd:S (S levels) | sign (scaled) | sign:vote "
       "(majority vote) | powersgd:R (rank R)");
-    f("error_feedback", c.error_feedback, "compressed: none | ef (error feedback) | ef21 (EF21)");
+    f("error_feedback", c.error_feedback,
+      "compressed: auto (ef for the biased compressors topk, sign, sign:vote, powersgd; none for the unbiased randk, qsgd) "
+      "| none | ef (error feedback) | ef21 (EF21)");
     f("consensus_every", c.consensus_every,
       "local-sgd, diloco, gossip: write the replicas' consensus distance to metrics.jsonl every N steps (an all-reduce "
       "of the parameters not counted in bytes_sent; 0 = never)");

@@ -18,7 +18,7 @@
 #include "shardlm/core/trace.h"
 #include "shardlm/data/token_shard.h"
 #include "shardlm/kernels/matmul.h"
-#include "shardlm/kernels/sample_labels.h"
+#include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/parallel/stages.h"
 #include "shardlm/train/checkpoint.h"
@@ -118,34 +118,6 @@ void Trainer::load_or_init() {
     e_.dp->params_loaded();
 }
 
-std::vector<RankTensor> Trainer::rank_tensors() {
-    std::vector<RankTensor> t;
-    if (e_.dp_algo->replicas_differ()) {  // this replica's parameters and optimiser state (ZeRO-0: whole)
-        t.push_back({"params", e_.dp->whole_params(), e_.part->layout().total});
-        for (auto& [name, buf] : e_.optimizer->state()) t.push_back({"optimizer/" + name, buf->data(), buf->size()});
-    }
-    for (const parallel::StateBuffer& b : e_.dp_algo->state()) t.push_back({b.name, b.buf->data(), b.buf->size()});
-    return t;
-}
-
-void Trainer::load_rank_state() {
-    std::vector<RankTensor> targets = rank_tensors();
-    if (targets.empty()) return;
-    std::string why;
-    const bool ok = load_rank_tensors(resumed_from_, writer_json(), world_->rank(), targets, &why);
-    // adam8bit, adafactor: from the views (loaded, or as the checkpoint's pieces left them)
-    if (e_.dp_algo->replicas_differ()) e_.optimizer->state_loaded();
-    if (ok) {
-        e_.dp_algo->state_loaded();
-        return;
-    }
-    if (e_.dp_algo->replicas_differ()) e_.dp_algo->start(e_.dp->whole_params());
-    if (is_root())
-        std::printf("warning: --dp-algo %s: %s, so each rank's own state (%s) starts afresh from the checkpoint's model\n",
-                    setting_text(cfg_.dp_algo).c_str(), why.c_str(),
-                    e_.dp_algo->replicas_differ() ? "its replica and optimiser state" : "error feedback and the like");
-}
-
 bool Trainer::resume_from_checkpoint() {
     // the newest checkpoint whose files match their checksums; damaged ones are set aside
     const std::vector<std::string> all = checkpoints_newest_first(cfg_.out);
@@ -232,7 +204,14 @@ StepStats Trainer::train_step(int step) {
     auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
         e_.dp->finish_step();
         if (e_.embedding_group) e_.dp->sum_tied_grads(*e_.embedding_group);
-        if (local && !differ) algo.reduce_gradients(e_.dp->whole_grads(), step);  // compressed
+        bool overflow = false;  // compressed: some rank's gradient is not finite (a loss-scale overflow)
+        if (local && !differ) {
+            float* g = e_.dp->whole_grads();
+            double bad = std::isfinite(kernels::sum_squares(g, e_.part->layout().total)) ? 0.0 : 1.0;
+            world_->all_reduce_sum(&bad, 1);  // every rank decides alike, before any error-feedback buffer moves
+            overflow = bad > 0;
+            if (!overflow) algo.reduce_gradients(g, step, scaler_.scale());
+        }
         if (faults_) faults_->on_reduced_grads(step, owned(true));
         // the loss (ranks holding the head, once per tensor-parallel group), the squared gradient
         // norm (every rank's share) and the stop signals, summed over the world in one message: every
@@ -242,7 +221,7 @@ StepStats Trainer::train_step(int step) {
         std::vector<double> sums(size_t(kStepSums + (differ ? dp : 0)), 0.0);
         sums[2] = double(sig), sums[3] = sig ? 1.0 : 0.0;
         if (differ) sums[size_t(kStepSums + e_.grid->dp_rank())] = e_.dp->grad_norm_sq_whole();
-        else sums[1] = e_.dp->grad_norm_sq_local();
+        else sums[1] = overflow ? double(INFINITY) : e_.dp->grad_norm_sq_local();
         if (holds_head() && e_.grid->tp_rank() == 0)
             for (double x : r.loss_sum) sums[0] += x;
         world_->all_reduce_sum(sums.data(), sums.size());
@@ -256,6 +235,13 @@ StepStats Trainer::train_step(int step) {
         // skips the step (and a dynamic scale halves). Anything else non-finite is divergence.
         s.nonfinite = !std::isfinite(s.loss) || (!scaler_.enabled() && !std::isfinite(s.grad_norm));
     };
+    // after the optimiser: the data-parallel algorithm (average, mix, outer step), the tied embedding's
+    // copies made equal again where that algorithm's sums could round them apart, what the model reads
+    auto after_update = [&] {
+        if (differ) algo.after_step(e_.dp->whole_params(), *e_.optimizer, step);
+        if (e_.embedding_group && algo.may_desync_tied()) e_.dp->sync_tied_params(*e_.embedding_group);
+        e_.dp->after_step();
+    };
     auto update = [&] {
         const float used = scaler_.scale();
         if (scaler_.enabled()) s.loss_scale = used;
@@ -263,6 +249,7 @@ StepStats Trainer::train_step(int step) {
         // norm, so every rank skips (or not) together
         if (s.nonfinite || !scaler_.update(std::isfinite(s.grad_norm))) {
             s.skipped = true;
+            if (differ && !s.nonfinite) after_update();  // an overflow skips the replicas' steps, not their synchronisation
             return;
         }
         // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
@@ -270,8 +257,7 @@ StepStats Trainer::train_step(int step) {
         float grad_scale = 1.0f;
         if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (clip_norm + 1e-6)));
         e_.optimizer->step(e_.dp->owned_params(), e_.dp->owned_grads(), s.lr, grad_scale / used);
-        if (differ) algo.after_step(e_.dp->whole_params(), *e_.optimizer, step);  // average, mix, outer step
-        e_.dp->after_step();
+        after_update();
     };
     const parallel::PipelineExecutor::Result r = e_.exec->run(e_.schedule, batch, M, T, dloss, reduce, update);
     if (!s.skipped && e_.optimizer->hessian_due(step)) s.hessian = hessian_pass(step) ? 1 : -1;
@@ -282,61 +268,6 @@ StepStats Trainer::train_step(int step) {
     s.step_ms = (now_s() - t0) * 1e3;
     s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
     return s;
-}
-
-// mean over replicas of ||x_i - x_bar|| / ||x_bar|| (collective): each rank's part of its replica's
-// squared distance in that replica's slot, the mean's squared norm once per model position (dp rank
-// 0), summed over the world; the mean's all-reduce on dp_metrics, not counted as the algorithm's bytes.
-double Trainer::consensus() {
-    const int dp = e_.grid->dp_size();
-    const auto [d, b] = parallel::consensus_parts(*e_.dp_metrics, e_.part->layout(), e_.dp->whole_params());
-    std::vector<double> sums(size_t(dp) + 1, 0.0);
-    sums[size_t(e_.grid->dp_rank())] = d;
-    if (e_.grid->dp_rank() == 0) sums[size_t(dp)] = b;
-    world_->all_reduce_sum(sums.data(), sums.size());
-    double c = 0;
-    for (int i = 0; i < dp; i++) c += std::sqrt(sums[size_t(i)]);
-    return sums[size_t(dp)] > 0 ? c / dp / std::sqrt(sums[size_t(dp)]) : 0.0;
-}
-
-// Sophia-G's Gauss-Newton-Bartlett estimate (Liu et al. 2023, Algorithm 2): one more forward/backward
-// of the step's batch through the same schedule, on labels the head draws from the model's own softmax
-// (kernels/sample_labels.h: keyed by each token's place in the global batch and the step, so every
-// layout draws the same labels), reduced like any gradient; then h <- beta2 h + (1 - beta2) g^2 on the
-// owned ranges. The gradient is of the mean loss over the G x T tokens (the optimiser's rho B h with
-// B = G T undoes the mean, as the authors' bs does). Returns false (no update) if it is not finite.
-bool Trainer::hessian_pass(int step) {
-    const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
-    const int dp = e_.grid->dp_size(), row0 = e_.grid->dp_rank() * (G / dp);
-    const float scale = scaler_.scale();
-    parallel::PipelineExecutor::Batch batch;
-    batch.rows = [M](int) { return M; };
-    batch.fill = [&](int i, int* inputs, int* keys) {
-        for (int j = 0; j < M; j++) {
-            const int row = row0 + i * M + j;
-            int* k = keys + size_t(j) * T;
-            loader_->fill(step, G, row, inputs + size_t(j) * T, k);
-            for (int t = 0; t < T; t++) k[t] = row * T + t;
-        }
-    };
-    bool finite = true;
-    auto reduce = [&](const parallel::PipelineExecutor::Result&) {
-        e_.dp->finish_step();
-        if (e_.embedding_group) e_.dp->sum_tied_grads(*e_.embedding_group);
-        double sq = e_.dp->grad_norm_sq_local();
-        world_->all_reduce_sum(&sq, 1);
-        finite = std::isfinite(sq);
-    };
-    auto update = [&] {
-        if (finite) e_.optimizer->update_hessian(e_.dp->owned_grads(), 1.0f / scale);
-    };
-    e_.part->set_label_sampling(true, kernels::label_sample_seed(cfg_.seed, step));
-    e_.exec->run(e_.schedule, batch, M, T, scale / float(G * T), reduce, update);
-    e_.part->set_label_sampling(false);
-    if (!finite && is_root())
-        std::printf("warning: step %d: the Hessian estimate's gradient is not finite%s: the estimate keeps its last value\n",
-                    step + 1, scaler_.enabled() ? " (a loss-scale overflow)" : "");
-    return finite;
 }
 
 double Trainer::evaluate() {
@@ -497,14 +428,17 @@ bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
     nlohmann::json extra = nlohmann::json::object();
     if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
     if (async_ckpt_.pending()) publish_async_checkpoint(true);  // one in flight at a time, in order
+    std::vector<AlignedBuffer<float>> replica;  // where replicas differ: this rank's own, while the mean is written
+    const std::vector<RankTensor> rank = checkpoint_rank_tensors(replica);
     if (background) {
         async_ckpt_.start(snapshot_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp,
-                                              *e_.optimizer, cfg_.keep_ckpts, *world_, writer_json(), extra,
-                                              rank_tensors()));
+                                              *e_.optimizer, cfg_.keep_ckpts, *world_, writer_json(), extra, rank));
+        restore_replica(replica);
         return true;
     }
     save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer, cfg_.keep_ckpts, *world_,
-                    writer_json(), extra, faults_.get(), rank_tensors());
+                    writer_json(), extra, faults_.get(), rank);
+    restore_replica(replica);
     if (faults_) faults_->after_checkpoint(steps_done);
     return true;
 }

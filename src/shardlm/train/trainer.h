@@ -81,6 +81,12 @@ private:
     // checkpoint keeps, and its load from the checkpoint resumed (afresh if another layout wrote it)
     std::vector<RankTensor> rank_tensors();
     void load_rank_state();
+    // For a checkpoint (collective): where replicas differ, the shared model and optimiser pieces hold
+    // the replicas' mean (one model: what export, generate and a resume in another layout read), so the
+    // parameters and optimiser state are averaged in place, and the rank tensors point at copies of this
+    // rank's own (kept in `replica`); restore_replica puts them back after the snapshot.
+    std::vector<RankTensor> checkpoint_rank_tensors(std::vector<AlignedBuffer<float>>& replica);
+    void restore_replica(std::vector<AlignedBuffer<float>>& replica);
     void open_run_dir();
     void print_header();
     void write_metrics(const StepStats& s);
