@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     if (world.rank() == 0) {
         const cost::Link link{alpha_us * 1e-6, gbps * 1e9};
         const double B = double(n) * 4;
-        std::printf("planner (alpha-beta, %.0f GB/s, %.0f us per step): ms per synchronisation of the same replica\n",
+        std::printf("planner (alpha-beta, %g GB/s, %g us per step): ms per synchronisation of the same replica\n",
                     gbps, alpha_us);
         std::printf("  %6s %12s %12s %12s\n", "ranks", "allreduce", "gossip ring", "one-peer");
         for (int r : {2, 4, 8, 16, 32, 64, 128, 256}) {

@@ -7,7 +7,8 @@
 # bench/dp_algos.svg.
 #   bash bench/dp_algos.sh [build=build]          (hold /tmp/shardlm-build.lock; about 1 s a step here)
 # Environment: STEPS (800), OUT (runs/dp_algos), RANKS (4), PRECISION (bf16 where the CPU has
-# AVX512_BF16, else fp32), ALGOS (the names below, a subset), RERUN=1 to run again what is there.
+# AVX512_BF16, else fp32), ALGOS (the names below, a subset; "all" adds the EXTRA ones), RERUN=1 to run
+# again what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -28,9 +29,18 @@ declare -A FLAGS=(
   [qsgd-4bit]="--dp-algo compressed --compress qsgd:8 --error-feedback none"
   [powersgd-r4]="--dp-algo compressed --compress powersgd:4 --error-feedback ef"
   [sign-ef]="--dp-algo compressed --compress sign --error-feedback ef"
+  # beyond the issue's list (ALGOS="..." to run them): lower PowerSGD ranks, and the local algorithms with
+  # each replica's clipping threshold scaled for its 4x smaller batch (sqrt 4: its gradient's noise)
+  [powersgd-r2]="--dp-algo compressed --compress powersgd:2 --error-feedback ef"
+  [powersgd-r1]="--dp-algo compressed --compress powersgd:1 --error-feedback ef"
+  [local-sgd-h16-clip2]="--dp-algo local-sgd --local-steps 16 --grad-clip 2"
+  [local-sgd-h64-clip2-lr8e-3]="--dp-algo local-sgd --local-steps 64 --grad-clip 2 --lr 0.008"
+  [diloco-h100-clip2]="--dp-algo diloco --local-steps 100 --outer-lr 0.7 --outer-momentum 0.9 --grad-clip 2"
 )
+EXTRA="powersgd-r2 powersgd-r1 local-sgd-h16-clip2 local-sgd-h64-clip2-lr8e-3 diloco-h100-clip2"
 ORDER="allreduce local-sgd-h4 local-sgd-h16 diloco-h50 diloco-h100 gossip-ring gossip-one-peer-exp topk-1%-ef qsgd-4bit powersgd-r4 sign-ef"
 ALGOS=${ALGOS:-$ORDER}
+[ "$ALGOS" = all ] && ALGOS="$ORDER $EXTRA"
 root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
 args=()
 for name in $ALGOS; do
