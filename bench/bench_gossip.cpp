@@ -5,7 +5,7 @@
 //                   every all-reduce step send: 2(N-1)/N of it per rank)
 //   gossip ring     the replica to both ring neighbours and theirs received (point to point), mixed
 //   one-peer        the replica to one peer (i XOR 2^k, or i + 2^k) and the peer's received, mixed
-// (the exchanges of parallel/dp_algo.h, with the same calls). Rank 0 prints one line per kind with the
+// (parallel::gossip_round, what --dp-algo gossip runs). Rank 0 prints one line per kind with the
 // bytes each rank sent, and then the planner's alpha-beta model (cost/comm.h) of the same
 // synchronisations for N = 2 ... 256 ranks across a network link (--gbps GB/s per rank, --alpha-us).
 //   mpirun --allow-run-as-root --oversubscribe -np N ./bench_gossip [--mib 16] [--iters 9] [--gbps 25]
@@ -34,24 +34,6 @@ namespace {
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
-}
-
-// one gossip round of `t` at `step`: the replica to the peers, theirs mixed in (as parallel/dp_algo.cpp)
-void gossip(comm::Group& g, parallel::Topology t, int step, float* x, size_t n, std::vector<AlignedBuffer<float>>& recv) {
-    const parallel::Mixing m = parallel::gossip_mixing(t, g.size(), g.rank(), step);
-    recv.resize(m.recv_from.size());
-    std::vector<comm::Request> pending;
-    for (size_t j = 0; j < m.recv_from.size(); j++) {
-        recv[j].resize(n);
-        pending.push_back(g.irecv(recv[j].data(), n * sizeof(float), m.recv_from[j], 7));
-    }
-    for (int dst : m.send_to) pending.push_back(g.isend(x, n * sizeof(float), dst, 7));
-    for (auto& r : pending) r.wait();
-    for (size_t i = 0; i < n; i++) {
-        float v = float(m.w_self) * x[i];
-        for (size_t j = 0; j < recv.size(); j++) v += float(m.w_recv[j]) * recv[j].data()[i];
-        x[i] = v;
-    }
 }
 
 }  // namespace
@@ -83,8 +65,8 @@ int main(int argc, char** argv) {
     };
     const Kind kinds[] = {
         {"allreduce", [&](int) { world.all_reduce_sum(x.data(), n); }},
-        {"gossip ring", [&](int s) { gossip(world, parallel::Topology::Ring, s, x.data(), n, recv); }},
-        {"one-peer", [&](int s) { gossip(world, parallel::Topology::OnePeerExp, s, x.data(), n, recv); }},
+        {"gossip ring", [&](int s) { parallel::gossip_round(world, parallel::Topology::Ring, s, x.data(), n, recv); }},
+        {"one-peer", [&](int s) { parallel::gossip_round(world, parallel::Topology::OnePeerExp, s, x.data(), n, recv); }},
     };
     if (world.rank() == 0)
         std::printf("bench_gossip: %d ranks, a replica of %.1f MiB (fp32), median of %d synchronisations\n", N, mib, iters);

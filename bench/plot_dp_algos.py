@@ -10,9 +10,13 @@ Also prints the table: final validation loss, total bytes per rank, and each aga
 import argparse
 import json
 import math
+import os
+import sys
 
-COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#000000", "#aec7e8"]
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_curves import COLOURS, nice_ticks as ticks  # noqa: E402
+
 
 
 def load(path):
@@ -28,20 +32,6 @@ def load(path):
             vals.append(r["val_loss"])
             sent.append(total)
     return steps, vals, sent, total
-
-
-def ticks(lo, hi, n=5):
-    span = hi - lo or 1.0
-    step = 10 ** math.floor(math.log10(span / n))
-    for m in (1, 2, 5, 10):
-        if span / (step * m) <= n:
-            step *= m
-            break
-    t, out = math.ceil(lo / step) * step, []
-    while t <= hi + 1e-12:
-        out.append(round(t, 10))
-        t += step
-    return out
 
 
 def panel(x0, y0, w, h, title, xlabel, series, xlo, xhi, ylo, yhi, logx):

@@ -100,6 +100,25 @@ void average(comm::Group& g, float* x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+void gossip_round(comm::Group& g, Topology t, int step, float* x, size_t n, std::vector<AlignedBuffer<float>>& recv) {
+    constexpr int kTag = 23001;
+    const Mixing m = gossip_mixing(t, g.size(), g.rank(), step);
+    recv.resize(m.recv_from.size());
+    std::vector<comm::Request> pending;
+    for (size_t j = 0; j < m.recv_from.size(); j++) {
+        if (recv[j].size() != n) recv[j].resize(n);
+        pending.push_back(g.irecv(recv[j].data(), n * sizeof(float), m.recv_from[j], kTag));
+    }
+    for (int dst : m.send_to) pending.push_back(g.isend(x, n * sizeof(float), dst, kTag));
+    for (auto& r : pending) r.wait();  // the sends read x: mixed into only after they completed
+    const float ws = float(m.w_self);
+    for (size_t i = 0; i < n; i++) {
+        float v = ws * x[i];
+        for (size_t j = 0; j < recv.size(); j++) v += float(m.w_recv[j]) * recv[j].data()[i];
+        x[i] = v;
+    }
+}
+
 size_t average_optimizer(comm::Group& g, optim::Optimizer& opt) {
     size_t n = 0;
     for (auto& [name, buf] : opt.state()) average(g, buf->data(), buf->size()), n += buf->size();
@@ -205,21 +224,7 @@ public:
     void after_step(float* params, optim::Optimizer&, int step) override {
         if (dp_.size() == 1) return;
         if (global(step)) return average(dp_, params, n_);
-        const Mixing m = gossip_mixing(cfg_.topology, dp_.size(), dp_.rank(), step);
-        recv_.resize(m.recv_from.size());
-        std::vector<comm::Request> pending;
-        for (size_t j = 0; j < m.recv_from.size(); j++) {
-            if (recv_[j].size() != n_) recv_[j].resize(n_);
-            pending.push_back(dp_.irecv(recv_[j].data(), n_ * sizeof(float), m.recv_from[j], kTag));
-        }
-        for (int dst : m.send_to) pending.push_back(dp_.isend(params, n_ * sizeof(float), dst, kTag));
-        for (auto& r : pending) r.wait();
-        const float ws = float(m.w_self);
-        for (size_t i = 0; i < n_; i++) {
-            float x = ws * params[i];
-            for (size_t j = 0; j < recv_.size(); j++) x += float(m.w_recv[j]) * recv_[j].data()[i];
-            params[i] = x;
-        }
+        gossip_round(dp_, cfg_.topology, step, params, n_, recv_);
     }
     size_t expected_bytes(int step) const override {
         if (dp_.size() == 1) return 0;
@@ -232,7 +237,6 @@ public:
     }
 
 private:
-    static constexpr int kTag = 23001;
     std::vector<AlignedBuffer<float>> recv_;
 };
 
@@ -311,7 +315,7 @@ public:
         }
         const int N = dp_.size(), me = dp_.rank();
         const uint64_t step_seed = kernels::label_sample_seed(cfg_.seed, step);
-        std::vector<uint64_t> seeds(static_cast<size_t>(N));
+        seeds_.resize(size_t(N));
         float* cx = cx_.data();  // C(p), decoded
         for (const Tensor& t : tensors_)
             compress(c, p + t.offset, t.numel, seed(step_seed, t.key, me), msg_.data() + t.msg, cx + t.offset);
@@ -321,14 +325,13 @@ public:
                 if (ef == ErrorFeedback::Ef21) e[i] += cx[i];  // g_i <- g_i + C(g - g_i)
             }
         dp_.all_gather_bytes(msg_.data(), all_.data(), msg_.size());
-        std::vector<unsigned char> one;
         for (const Tensor& t : tensors_) {
-            one.resize(t.bytes * size_t(N));  // the ranks' messages of this tensor, rank-major
+            one_.resize(t.bytes * size_t(N));  // the ranks' messages of this tensor, rank-major
             for (int r = 0; r < N; r++) {
-                std::memcpy(one.data() + size_t(r) * t.bytes, all_.data() + size_t(r) * msg_.size() + t.msg, t.bytes);
-                seeds[size_t(r)] = seed(step_seed, t.key, r);
+                std::memcpy(one_.data() + size_t(r) * t.bytes, all_.data() + size_t(r) * msg_.size() + t.msg, t.bytes);
+                seeds_[size_t(r)] = seed(step_seed, t.key, r);
             }
-            aggregate(c, one.data(), N, t.numel, seeds.data(), g + t.offset);
+            aggregate(c, one_.data(), N, t.numel, seeds_.data(), g + t.offset);
         }
         if (ef == ErrorFeedback::Ef21) {
             float* a = agg_.data();
@@ -380,7 +383,8 @@ private:
     }
     AlignedBuffer<float> err_, agg_, work_, cx_, q_;
     std::vector<Tensor> tensors_;
-    std::vector<unsigned char> msg_, all_;
+    std::vector<unsigned char> msg_, all_, one_;  // this rank's message, every rank's, one tensor's (scratch)
+    std::vector<uint64_t> seeds_;                  // one tensor's seed per rank (scratch)
     std::unique_ptr<PowerSgd> power_;
     std::vector<std::pair<size_t, size_t>> vectors_;  // PowerSGD: the 1-D tensors (offset, elements), uncompressed
     std::vector<size_t> calls_;

@@ -114,6 +114,9 @@ protected:
 
 // x <- the mean over the group of x (fp32 sums in the ring's fixed order: the same bits on every rank).
 void average(comm::Group& g, float* x, size_t n);
+// One D-PSGD round of `t` at `step` on the group: x (n floats) to the round's peers, theirs received
+// into recv (kept between rounds), x <- W_ii x + sum_j W_ij x_j, summed in a fixed order.
+void gossip_round(comm::Group& g, Topology t, int step, float* x, size_t n, std::vector<AlignedBuffer<float>>& recv);
 // The optimiser's state averaged over the group, buffer by buffer; returns the elements averaged.
 size_t average_optimizer(comm::Group& g, optim::Optimizer& opt);
 

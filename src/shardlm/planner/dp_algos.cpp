@@ -36,8 +36,12 @@ std::vector<DpAlgoCost> compare_dp_algos(const cost::ModelShape& m, const Cluste
     const cost::Link link = group_link(c, p.tp * p.cp * p.dp);
     const double others = e.step_time_s - e.time.dp_comm;
     std::vector<DpAlgoCost> rows;
-    auto add = [&](std::string name, double bytes, double seconds) {
+    // compressed: the gradients' exchange (ZeRO-1 allowed) rather than the replicas' (ZeRO-0 only)
+    std::vector<bool> compressed;
+    auto add = [&](std::string name, double bytes, double seconds, bool is_compressed = false) {
         rows.push_back({std::move(name), bytes, seconds, others + seconds, false});
+        compressed.resize(rows.size(), false);
+        compressed.back() = is_compressed;
     };
     using cost::Collective;
     auto all_reduce = [&](double buffer, double every) {
@@ -85,32 +89,32 @@ std::vector<DpAlgoCost> compare_dp_algos(const cost::ModelShape& m, const Cluste
     }
     {
         auto [b, s] = all_gather(8 * 0.01 * P);
-        add("topk 1% + EF", b, s);
+        add("topk 1% + EF", b, s, true);
     }
     {
         auto [b, s] = all_gather(P * (1 + 3) / 8 + 4 * P / 512);
-        add("qsgd 8 levels (4 bits)", b, s);
+        add("qsgd 8 levels (4 bits)", b, s, true);
     }
     {
         auto [b, s] = all_gather(P / 8 + 4);
-        add("sign + EF", b, s);
+        add("sign + EF", b, s, true);
     }
     {
         auto [b, s] = all_reduce(4 * powersgd_floats(m, p.tp, p.pp, 4), 1);
-        add("powersgd R=4 + EF", b, s);
+        add("powersgd R=4 + EF", b, s, true);
     }
     // ZeRO-1 with compressed gradients gathers the updated slices every step as the all-reduce does;
     // local SGD, DiLoCo and gossip need ZeRO-0 (and its memory)
+    compressed.resize(rows.size(), false);
     for (size_t i = 1; i < rows.size(); i++) {
-        const bool compressed = i >= rows.size() - 4;
-        if (p.zero_stage == 1 && compressed) {
+        if (p.zero_stage == 1 && compressed[i]) {
             const double param_bytes = p.precision == Precision::Fp32 ? 4 : 2;
             rows[i].bytes_per_step += cost::ring_bytes_per_rank(Collective::AllGather, param_bytes * P, n);
             rows[i].comm_s += cost::collective_time_s(Collective::AllGather, param_bytes * P, n, link);
             rows[i].step_s = others + rows[i].comm_s;
         }
-        if (p.zero_stage >= 1 && !compressed) rows[i].name += " (ZeRO-0)";
-        if (p.zero_stage >= 2 && compressed) rows[i].name += " (ZeRO-1)";
+        if (p.zero_stage >= 1 && !compressed[i]) rows[i].name += " (ZeRO-0)";
+        if (p.zero_stage >= 2 && compressed[i]) rows[i].name += " (ZeRO-1)";
     }
     for (size_t i = 1; i < rows.size(); i++) rows[i].beats_allreduce = rows[i].step_s < rows[0].step_s;
     return rows;
