@@ -83,8 +83,8 @@ TEST(Contract, InconsistentPoliciesGiveAReasonNotAnException) {
         {{{"tp", 0}}, "tp, pp and cp"},
         {{{"tp", -2}}, "tp, pp and cp"},
         {{{"tp", 8}, {"dp", 4}}, "dp*tp*pp*cp"},      // 32 GPUs of 1024
-        {{{"tp", 8}, {"pp", 64}}, "layers"},          // 96 layers over 64 stages
-        {{{"pp", 4}, {"virtual_stages", 5}}, "layers"},
+        {{{"tp", 8}, {"pp", 128}}, "layers"},         // 96 layers over 128 stages (64 would be uneven: allowed)
+        {{{"pp", 32}, {"virtual_stages", 4}}, "layers"},
         {{{"tp", 8}, {"virtual_stages", 2}}, "pp > 1"},
         {{{"tp", 8}, {"micro_batch", 5}}, "global batch"},
         {{{"zero_stage", 4}}, "zero_stage"},

@@ -44,6 +44,7 @@ TEST(MegatronTable, TflopsPerGpuWithin15PercentOfThePublishedFigures) {
         space.tp = {r.tp}, space.pp = {r.pp}, space.zero_stage = {0};
         space.recompute = {cost::Recompute::Full}, space.sequence_parallel = {false};
         space.precision = planner::Precision::Fp16;
+        space.attention = cost::Attention::Naive;  // 2021: no fused attention (Megatron's fused softmax)
         const planner::SearchResult res = planner::search(m, c, {r.batch, 2048}, space, 1);
         ASSERT_FALSE(res.top.empty()) << r.billions << "B: no feasible policy";
         const planner::Estimate& e = res.top[0];

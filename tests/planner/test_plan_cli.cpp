@@ -221,7 +221,8 @@ TEST_F(PlanCli, DpAlgosShowWhenEachBeatsTheAllReduce) {
         "recompute": "none", "sequence_parallel": false, "precision": "bf16"})");
     auto table = [&](double gbps) {
         const std::string cl = write("net.json", R"({"gpu": "A100-80GB", "num_gpus": 32, "gpus_per_node": 8,
-            "peak_tflops": 312, "memory_gb": 80, "intra_node_GBps": 300, "inter_node_GBps": )" + std::to_string(gbps) + "}");
+            "peak_tflops": 312, "memory_gb": 80, "intra_node_GBps": 300, "inter_node_link_efficiency": 1,
+            "inter_node_GBps": )" + std::to_string(gbps) + "}");
         std::string out;
         EXPECT_EQ(plan("--model gpt2 --cluster " + cl + " --policy " + policy + " --global-batch 512 --seq 1024 --dp-algos",
                        &out), 0) << out;

@@ -98,34 +98,73 @@ GemmPoint gemm_point(comm::Group& world, const Options& o, int M, int K, int N) 
     return {M, N, K, 6.0 * M * N * K / s / 1e9};
 }
 
+// Lanes (cost::runs_lanes): every thread at once runs its share of the M rows through single-threaded
+// products, as ModelPart::run_lanes does (omp_set_num_threads(1) inside one parallel region); the
+// point is the whole shape's rate per rank.
+GemmPoint lanes_gemm_point(comm::Group& world, const Options& o, int threads, int M, int K, int N) {
+    const int Ml = (M + threads - 1) / threads;
+    AlignedBuffer<float> w(size_t(N) * K);
+    for (size_t i = 0; i < w.size(); i++) w[i] = float(i % 89) * 1e-3f;
+    std::vector<AlignedBuffer<float>> x, y, dy, dx, dw;
+    for (int t = 0; t < threads; t++) {
+        x.emplace_back(size_t(Ml) * K), y.emplace_back(size_t(Ml) * N), dy.emplace_back(size_t(Ml) * N);
+        dx.emplace_back(size_t(Ml) * K), dw.emplace_back(size_t(N) * K);
+        for (size_t i = 0; i < x.back().size(); i++) x.back()[i] = float(i % 97) * 1e-3f;
+        for (size_t i = 0; i < dy.back().size(); i++) dy.back()[i] = float(i % 83) * 1e-3f;
+    }
+    const kernels::MatmulPrecision mp =
+        o.precision == planner::Precision::Fp32 ? kernels::MatmulPrecision::fp32 : kernels::MatmulPrecision::bf16;
+    const double s = timed(world, o.min_seconds, [&] {
+#pragma omp parallel num_threads(threads)
+        {
+            omp_set_num_threads(1);
+            const size_t t = size_t(omp_get_thread_num());
+            kernels::matmul_forward(y[t].data(), x[t].data(), w.data(), nullptr, Ml, K, N, false, mp);
+            kernels::matmul_backward(dx[t].data(), dw[t].data(), nullptr, dy[t].data(), x[t].data(), w.data(), Ml, K, N,
+                                     false, mp);
+        }
+    });
+    return {M, N, K, 6.0 * double(Ml) * threads * N * K / s / 1e9};
+}
+
 }  // namespace
 
+namespace {
+
 // Least squares in log space of eff(d) = gmax d / (d + half) over half in [0, 4096]; gmax closed-form.
-void fit_gemm_curve(Calibration& c, double peak_gflops) {
+void fit_curve(const std::vector<GemmPoint>& points, double peak_gflops, double* gmax, double* half_dim, double* rms_out) {
     double best = 1e30;
     for (double half = 0; half <= 4096; half += 1) {
         double sum = 0;
-        for (const GemmPoint& g : c.gemm) {
+        for (const GemmPoint& g : points) {
             const double d = std::min({g.M, g.N, g.K});
             sum += std::log(g.gflops / peak_gflops) - std::log(d / (d + half));
         }
-        const double log_gmax = sum / double(c.gemm.size());
+        const double log_gmax = sum / double(points.size());
         double err = 0;
-        for (const GemmPoint& g : c.gemm) {
+        for (const GemmPoint& g : points) {
             const double d = std::min({g.M, g.N, g.K});
             const double r = std::log(g.gflops / peak_gflops) - log_gmax - std::log(d / (d + half));
             err += r * r;
         }
-        if (err < best) best = err, c.gemm_half_dim = half, c.gemm_max = std::exp(log_gmax);
+        if (err < best) best = err, *half_dim = half, *gmax = std::exp(log_gmax);
     }
-    c.gemm_max = std::min(c.gemm_max, 1.0);  // a cluster file's gemm_max is a fraction of peak
+    *gmax = std::min(*gmax, 1.0);  // a cluster file's gemm_max is a fraction of peak
     double rms = 0;
-    for (const GemmPoint& g : c.gemm) {
+    for (const GemmPoint& g : points) {
         const double d = std::min({g.M, g.N, g.K});
-        const double model = peak_gflops * c.gemm_max * d / (d + c.gemm_half_dim);
+        const double model = peak_gflops * *gmax * d / (d + *half_dim);
         rms += std::pow(model / g.gflops - 1, 2);
     }
-    c.gemm_fit_rms = std::sqrt(rms / double(c.gemm.size()));
+    *rms_out = std::sqrt(rms / double(points.size()));
+}
+
+}  // namespace
+
+void fit_gemm_curve(Calibration& c, double peak_gflops) {
+    fit_curve(c.gemm, peak_gflops, &c.gemm_max, &c.gemm_half_dim, &c.gemm_fit_rms);
+    if (!c.lanes_gemm.empty())
+        fit_curve(c.lanes_gemm, peak_gflops, &c.lanes_gemm_max, &c.lanes_gemm_half_dim, &c.lanes_gemm_fit_rms);
 }
 
 namespace {
@@ -331,6 +370,10 @@ Calibration run(comm::Group& world, const Options& o) {
                                       {512, 512}, {512, 2048}, {1024, 1024}, {128, 8192}, {256, 8192}, {32, 256}};
     for (int M : {256, 1024})
         for (auto [K, N] : io) c.gemm.push_back(gemm_point(world, o, M, K, N));
+    // the same shapes as lanes run them (more than one thread: a run with lanes uses these)
+    if (c.threads > 1)
+        for (int M : {256, 1024})
+            for (auto [K, N] : io) c.lanes_gemm.push_back(lanes_gemm_point(world, o, c.threads, M, K, N));
     fit_gemm_curve(c, o.precision == planner::Precision::Fp32 ? c.fp32_peak_gflops : c.bf16_peak_gflops);
 
     c.triad_GBps = triad_GBps(world, o);
@@ -372,6 +415,9 @@ planner::Cluster to_cluster(const Calibration& c) {
     cl.comm_overlap = c.overlap;
     cl.efficiency.gemm_max = c.gemm_max;
     cl.efficiency.gemm_half_dim = c.gemm_half_dim;
+    cl.threads_per_rank = c.threads;
+    cl.efficiency.lanes_gemm_max = c.lanes_gemm_max;
+    cl.efficiency.lanes_gemm_half_dim = c.lanes_gemm_half_dim;
     cl.efficiency.memory = std::clamp(c.memory_bound_GBps / c.triad_GBps, 0.01, 1.0);
     return cl;
 }
@@ -379,7 +425,9 @@ planner::Cluster to_cluster(const Calibration& c) {
 nlohmann::json to_json(const Calibration& c) {
     nlohmann::json j = planner::cluster_to_json(to_cluster(c));
     nlohmann::json gemm = nlohmann::json::array(), mem = nlohmann::json::array(), links = nlohmann::json::array();
+    nlohmann::json lanes = nlohmann::json::array();
     for (const GemmPoint& g : c.gemm) gemm.push_back({{"M", g.M}, {"N", g.N}, {"K", g.K}, {"gflops", g.gflops}});
+    for (const GemmPoint& g : c.lanes_gemm) lanes.push_back({{"M", g.M}, {"N", g.N}, {"K", g.K}, {"gflops", g.gflops}});
     for (const MemoryPoint& m : c.memory)
         mem.push_back({{"kernel", m.kernel}, {"bytes", m.bytes}, {"seconds", m.seconds}, {"GBps", m.bytes / m.seconds / 1e9}});
     for (const CommPoint& p : c.comm)
@@ -391,6 +439,8 @@ nlohmann::json to_json(const Calibration& c) {
                      {"bf16_peak_gflops", c.bf16_peak_gflops},
                      {"gemm", gemm},
                      {"gemm_fit_rms_relative_error", c.gemm_fit_rms},
+                     {"lanes_gemm", lanes},
+                     {"lanes_gemm_fit_rms_relative_error", c.lanes_gemm_fit_rms},
                      {"triad_GBps", c.triad_GBps},
                      {"memory_bound_kernels", mem},
                      {"memory_bound_GBps", c.memory_bound_GBps},
@@ -414,6 +464,12 @@ std::string summary(const Calibration& c) {
          planner::precision_name(c.precision).c_str(), c.gemm.size(), c.gemm_max, c.gemm_half_dim, 100 * c.gemm_fit_rms);
     for (const GemmPoint& g : c.gemm)
         line("      M %5d  N %5d  K %5d  %7.1f GFLOP/s", g.M, g.N, g.K, g.gflops);
+    if (!c.lanes_gemm.empty()) {
+        line("  lanes GEMMs         %d single-threaded products at once; fit lanes_gemm_max %.3f, lanes_gemm_half_dim "
+             "%.0f (rms error %.1f %%)", c.threads, c.lanes_gemm_max, c.lanes_gemm_half_dim, 100 * c.lanes_gemm_fit_rms);
+        for (const GemmPoint& g : c.lanes_gemm)
+            line("      M %5d  N %5d  K %5d  %7.1f GFLOP/s", g.M, g.N, g.K, g.gflops);
+    }
     line("  memory              triad %.1f GB/s; the engine's memory-bound kernels %.1f GB/s (efficiency %.2f)",
          c.triad_GBps, c.memory_bound_GBps, c.memory_bound_GBps / c.triad_GBps);
     for (const MemoryPoint& m : c.memory) line("      %-34s %6.1f GB/s", m.kernel.c_str(), m.bytes / m.seconds / 1e9);

@@ -12,7 +12,9 @@
 //   GEMMs        the engine's matmul forward + backward (kernels/matmul.h, 6 M N K FLOPs) over a grid
 //                of shapes in the precision asked for; gemm_max and gemm_half_dim are the least-squares
 //                fit (in log space) of the planner's curve gemm_max d / (d + gemm_half_dim) against
-//                the smallest dimension d
+//                the smallest dimension d; with more than one thread per rank, the same shapes as lanes
+//                run them (every thread a single-threaded product of its share of the rows, at once):
+//                lanes_gemm_max, lanes_gemm_half_dim, used for policies that run lanes (cost::runs_lanes)
 //   memory       a STREAM triad: hbm_GBps; the engine's memory-bound kernels (LayerNorm, GELU, fused
 //                cross-entropy, AdamW; bytes read + written): memory_efficiency = their rate / triad
 //   links        the engine's ring collectives (comm/group.h: all-reduce, reduce-scatter, all-gather,
@@ -66,6 +68,9 @@ struct Calibration {
     double fp32_peak_gflops = 0, bf16_peak_gflops = 0;  // per rank, all its threads
     std::vector<GemmPoint> gemm;
     double gemm_max = 0, gemm_half_dim = 0, gemm_fit_rms = 0;  // rms of the relative error
+    // threads > 1: the same shapes as lanes run them (single-threaded products on every thread at once)
+    std::vector<GemmPoint> lanes_gemm;
+    double lanes_gemm_max = 0, lanes_gemm_half_dim = 0, lanes_gemm_fit_rms = 0;
     double triad_GBps = 0;
     std::vector<MemoryPoint> memory;
     double memory_bound_GBps = 0;

@@ -12,6 +12,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/model/config.h"
 #include "shardlm/planner/dp_algos.h"
+#include "shardlm/planner/explain.h"
 #include "shardlm/planner/model_presets.h"
 #include "shardlm/planner/plan_io.h"
 #include "shardlm/planner/plan_report.h"
@@ -23,13 +24,14 @@ namespace {
 
 struct PlanArgs {
     std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
+    std::string attention = "flash", framework = "megatron";
     optim::Kind optimizer = optim::Kind::AdamW;
     int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
     int tp = 0, pp = 0, cp = 0, zero = -1, virtual_stages = 0;
     int64_t micro_batch = 0;
-    bool json = false, list = false, dp_algos = false;
+    bool json = false, list = false, dp_algos = false, explain = false;
 };
 
 // The engine's GPT-2/GPT-3 presets as planner shapes (one table of numbers: model/config.cpp).
@@ -42,7 +44,8 @@ const model::GptConfig* engine_preset(const std::string& name) {
 std::string preset_names() {
     std::string s;
     for (const auto& c : model::presets()) s += (s.empty() ? "" : ", ") + c.name;
-    for (const auto& m : planner::model_presets()) s += ", " + m.name;
+    for (const auto& m : planner::model_presets())
+        if (!engine_preset(m.name)) s += ", " + m.name;  // a name both know is listed once
     return s;
 }
 
@@ -102,7 +105,11 @@ planner::Cluster resolve_cluster(const PlanArgs& a) {
 planner::SearchSpace resolve_space(const PlanArgs& a) {
     planner::SearchSpace s;
     SHARDLM_CHECK(planner::precision_from_name(a.precision, &s.precision), "--precision '", a.precision,
-                  "' is not known\n---> HINT: use bf16, fp16 or fp32");
+                  "' is not known\n---> HINT: use bf16, fp16, fp32 or fp8");
+    SHARDLM_CHECK(cost::attention_from_name(a.attention, &s.attention), "--attention '", a.attention,
+                  "' is not known\n---> HINT: use flash or naive");
+    SHARDLM_CHECK(planner::framework_from_name(a.framework, &s.framework), "--framework '", a.framework,
+                  "' is not known\n---> HINT: use megatron, megatron-core, pytorch or shardlm");
     if (a.tp) s.tp = {a.tp};
     if (a.pp) s.pp = {a.pp};
     if (a.cp) s.cp = {a.cp};
@@ -158,10 +165,13 @@ void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
     if (a.json) {
         nlohmann::json j = planner::estimate_to_json(e);
         j.update(problem_json(m, c, job));
+        if (a.explain) j["explanation"] = planner::dominant_terms(e);
         std::printf("%s\n", j.dump(2).c_str());
     } else {
         std::printf("%s\n%s", planner::describe_problem(m, c, job, e.policy.precision).c_str(),
                     planner::format_estimate(e, c).c_str());
+        if (e.consistent) std::printf("%s: %s\n", a.explain ? "explain" : "dominant terms",
+                                      (a.explain ? planner::dominant_terms(e) : planner::dominant_summary(e)).c_str());
         if (a.dp_algos) print_dp_algos(m, c, e);
     }
     if (!a.svg.empty()) write_svg(a.svg, planner::plan_svg({e}, c, m.name + ": " + planner::describe(e.policy)));
@@ -181,6 +191,10 @@ void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
     SHARDLM_CHECK(why.empty(), "model ", m.name, ": ", why,
                   "\n---> HINT: fix the shape (model file keys, or --layers --hidden --heads --kv-heads --ffn-hidden --vocab)");
     const planner::SearchSpace space = resolve_space(a);
+    SHARDLM_CHECK(space.precision != planner::Precision::Fp8 || c.gpu.peak_tflops_fp8 > 0, "--precision fp8: the ",
+                  c.gpu.name, " has no FP8 tensor cores (peak_tflops_fp8 0)",
+                  "\n---> HINT: --precision bf16, a GPU with FP8 (--gpu H100-SXM or H200), or peak_tflops_fp8 in a "
+                  "--cluster file");
     // a restriction no policy can meet is said before searching, with its reason
     if (a.tp) {
         const char* what = m.heads % a.tp ? "attention heads" : m.kv_heads % a.tp ? "KV heads" : m.ffn_hidden % a.tp ? "MLP columns" : "";
@@ -201,7 +215,10 @@ void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
         j["evaluated"] = r.evaluated, j["feasible"] = r.feasible, j["search_time_s"] = r.seconds;
         j["explanation"] = r.explanation;
         j["policies"] = nlohmann::json::array();
-        for (const auto& e : r.top) j["policies"].push_back(planner::estimate_to_json(e));
+        for (const auto& e : r.top) {
+            j["policies"].push_back(planner::estimate_to_json(e));
+            if (a.explain) j["policies"].back()["explanation"] = planner::dominant_terms(e);
+        }
         if (r.top.empty()) j["reason"] = no_fit_reason(r, c);
         std::printf("%s\n", j.dump(2).c_str());
     } else {
@@ -214,6 +231,9 @@ void run_search(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
         } else {
             std::printf(". Top %zu by predicted throughput:\n\n%s\nwhy #1: %s\n", r.top.size(),
                         planner::format_table(r.top, c).c_str(), r.explanation.c_str());
+            if (a.explain)
+                for (size_t i = 0; i < r.top.size(); i++)
+                    std::printf("explain #%zu: %s\n", i + 1, planner::dominant_terms(r.top[i]).c_str());
             if (a.dp_algos) print_dp_algos(m, c, r.top.front());
         }
     }
@@ -246,6 +266,9 @@ void add_plan_command(CLI::App& app) {
     c->add_flag("--json", a->json, "Print JSON");
     c->add_option("--svg", a->svg, "Write an SVG: memory and step-time bars per policy");
     c->add_flag("--list", a->list, "List GPU and model presets");
+    c->add_flag("--explain", a->explain,
+                "Name every term of the step time and of memory, largest first, with its share (the dominant one is "
+                "what to attack)");
     c->add_flag("--dp-algos", a->dp_algos,
                 "Also show what train --dp-algo local-sgd, diloco, gossip and compressed would send and cost beside the "
                 "(best) policy's all-reduce on this cluster's data-parallel link");
@@ -256,7 +279,16 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--ffn-hidden", a->ffn_hidden, "Shape: MLP inner size");
     c->add_option("--vocab", a->vocab, "Shape: vocabulary");
     c->add_option("--arch", a->arch, "Shape: gpt or llama");
-    c->add_option("--precision", a->precision, "bf16, fp16 or fp32 (search)")->capture_default_str();
+    c->add_option("--precision", a->precision,
+                  "bf16, fp16, fp32 or fp8 (search; fp8: the linear layers' GEMMs at the GPU's FP8 peak, the rest in bf16)")
+        ->capture_default_str();
+    c->add_option("--framework", a->framework,
+                  "The software style whose costs apply (search): megatron (2021), megatron-core (TP and pipeline "
+                  "transfers overlapped, fused attention, FP8), pytorch (FSDP-style: FlashAttention-2, float8), shardlm")
+        ->capture_default_str();
+    c->add_option("--attention", a->attention,
+                  "flash (fused kernel: no s x s activations, the causal half computed) or naive (search)")
+        ->capture_default_str();
     c->add_option_function<std::string>(
            "--optimizer", [a](const std::string& s) { train::parse_setting("--optimizer", s, &a->optimizer); },
            "The optimiser whose state is counted (as `train --optimizer` with its defaults; sophia also adds its "

@@ -6,6 +6,8 @@ namespace shardlm::cost {
 
 std::string recompute_name(Recompute r) { return enum_name(kRecomputeNames, r); }
 bool recompute_from_name(const std::string& s, Recompute* out) { return enum_from_name(kRecomputeNames, s, out); }
+std::string attention_name(Attention a) { return enum_name(kAttentionNames, a); }
+bool attention_from_name(const std::string& s, Attention* out) { return enum_from_name(kAttentionNames, s, out); }
 
 BlockFlops block_forward_flops_per_token(const ModelShape& m, int seq) {
     const double h = m.hidden, f = m.ffn_hidden, kv = double(m.kv_dim());
@@ -24,11 +26,13 @@ double forward_flops_per_token(const ModelShape& m, int seq) {
 
 double model_flops_per_token(const ModelShape& m, int seq) { return 3 * forward_flops_per_token(m, seq); }
 
-double hardware_flops_per_token(const ModelShape& m, int seq, Recompute r) {
+double hardware_flops_per_token(const ModelShape& m, int seq, Recompute r, Attention a) {
     const BlockFlops b = block_forward_flops_per_token(m, seq);
     double extra = 0;
     if (r == Recompute::Full) extra = m.layers * b.total();
-    if (r == Recompute::Selective) extra = m.layers * b.attention;
+    if (r == Recompute::Selective && a == Attention::Naive) extra = m.layers * b.attention;
+    // the flash backward recomputes Q K^T (half the core's forward) from the saved row statistics
+    if (a == Attention::Flash) extra += m.layers * b.attention / 2;
     return model_flops_per_token(m, seq) + extra;
 }
 

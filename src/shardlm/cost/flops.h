@@ -12,6 +12,9 @@
 // adds forward work that the hardware does but the model does not need (HFU counts it):
 //   full       the forward of every block again
 //   selective  the attention core again (Korthikanti et al. 2022: only Q K^T, softmax, P V)
+//   flash      (attention kernel) Q K^T again in the backward, whatever the recomputation
+// These count the whole s x s square for attention, as the papers' MFU does; a causal flash kernel
+// skips the masked tiles, so the planner times it at half (planner/stage_model.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +31,15 @@ constexpr const auto& enum_names(Recompute) { return kRecomputeNames; }
 std::string recompute_name(Recompute r);  // "none" | "selective" | "full"
 bool recompute_from_name(const std::string& s, Recompute* out);
 
+// How attention's core runs: Flash (fused kernel: tiles, online softmax, no s x s tensor kept; the
+// backward recomputes the scores from saved row statistics) or Naive (Q K^T, softmax, dropout and P V
+// as separate kernels over the whole s x s square, the probabilities kept for backward).
+enum class Attention { Flash, Naive };
+inline constexpr EnumName<Attention> kAttentionNames[] = {{Attention::Flash, "flash"}, {Attention::Naive, "naive"}};
+constexpr const auto& enum_names(Attention) { return kAttentionNames; }
+std::string attention_name(Attention a);  // "flash" | "naive"
+bool attention_from_name(const std::string& s, Attention* out);
+
 struct BlockFlops {
     double matmul = 0;     // weight matrices
     double attention = 0;  // Q K^T and P V
@@ -37,7 +49,9 @@ BlockFlops block_forward_flops_per_token(const ModelShape& m, int seq);
 double head_forward_flops_per_token(const ModelShape& m);         // 2 h V
 double forward_flops_per_token(const ModelShape& m, int seq);     // l blocks + head
 double model_flops_per_token(const ModelShape& m, int seq);       // 3 x forward
-double hardware_flops_per_token(const ModelShape& m, int seq, Recompute r);  // + recomputed forward
+// + recomputed forward; flash attention's backward also recomputes Q K^T (selective recomputation is
+// then already done: the core keeps nothing to drop)
+double hardware_flops_per_token(const ModelShape& m, int seq, Recompute r, Attention a = Attention::Naive);
 
 // Narayanan et al. 2021 (Megatron-LM, the table of seed 002), eq. 3: FLOPs of one iteration with
 // full recomputation, counting only the GEMMs: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).

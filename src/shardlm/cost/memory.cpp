@@ -23,6 +23,7 @@ struct SavedTensors {
     double replicated_values = 0, replicated_masks = 0;  // split only by sequence parallelism
     double split_values = 0;                             // split t ways
     double core_values = 0, core_masks = 0;              // attention core, split t ways
+    double core_stats = 0;                               // flash: fp32 row statistics (bytes), split t ways
 };
 
 SavedTensors saved_tensors(const ModelShape& m, const ActivationSpec& a) {
@@ -34,6 +35,10 @@ SavedTensors saved_tensors(const ModelShape& m, const ActivationSpec& a) {
     t.split_values = sbh + 2 * sb * double(m.kv_dim()) + sbh;  // Q, K, V, projection input
     t.split_values += (m.arch == Arch::Llama ? 3 : 2) * sb * m.ffn_hidden;
     const double scores = double(m.heads) * s_local * s_full * b;  // a s^2 b
+    if (a.attention == Attention::Flash) {
+        t.core_stats = 4.0 * m.heads * s_local * b;  // the log-sum-exp of each query row, per head
+        return t;
+    }
     t.core_values = m.dropout ? 2 * scores : scores;   // softmax output (+ dropout output)
     t.core_masks = m.dropout ? scores : 0;
     return t;
@@ -43,7 +48,7 @@ SavedTensors saved_tensors(const ModelShape& m, const ActivationSpec& a) {
 
 double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
     const SavedTensors t = saved_tensors(m, a);
-    return (t.core_values * a.value_bytes + t.core_masks) / a.tp;
+    return (t.core_values * a.value_bytes + t.core_masks + t.core_stats) / a.tp;
 }
 
 double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
@@ -55,8 +60,18 @@ double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
     const SavedTensors t = saved_tensors(m, a);
     double bytes = (t.replicated_values * a.value_bytes + t.replicated_masks) / sp_div;
     bytes += t.split_values * a.value_bytes / a.tp;
-    if (a.recompute == Recompute::None) bytes += attention_core_activation_bytes(m, a);
+    if (a.recompute == Recompute::None || a.attention == Attention::Flash) bytes += attention_core_activation_bytes(m, a);
+    if (a.recompute == Recompute::Selective && a.attention == Attention::Flash) bytes -= op_selective_recomputed_bytes(m, a);
     return bytes;
+}
+
+double op_selective_recomputed_bytes(const ModelShape& m, const ActivationSpec& a) {
+    const double b = double(a.micro_batch), s_local = double(a.seq) / a.cp;
+    const double sbh = s_local * b * m.hidden, sbf = s_local * b * m.ffn_hidden;
+    const double sp_div = a.sequence_parallel ? a.tp : 1;
+    // the two norms' outputs (the QKV and MLP inputs), and the MLP activation's output (GELU's, or
+    // SwiGLU's product)
+    return (2 * sbh / sp_div + sbf / a.tp) * a.value_bytes;
 }
 
 double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, double value_bytes) {

@@ -88,10 +88,19 @@ struct ActivationSpec {
     bool sequence_parallel = false;
     Recompute recompute = Recompute::None;
     double value_bytes = 2;  // 2: bf16/fp16 activations, 4: fp32
+    // Flash: the attention core keeps no s x s tensor, only its fp32 row statistics (a s b x 4 bytes,
+    // split t ways), and selective recomputation has nothing more to drop. Naive: Korthikanti's.
+    Attention attention = Attention::Naive;
 };
 // Bytes one block keeps for its backward, for one micro-batch, on one rank.
 double block_activation_bytes(const ModelShape& m, const ActivationSpec& a);
-// Bytes the attention core alone keeps (the part selective recomputation drops), same conventions.
+// Selective recomputation with flash attention (whose core keeps nothing to drop) is op-level, as
+// PyTorch's selective activation checkpointing (torchtitan's "op" policy) does it: the GEMMs' outputs
+// are kept, the cheap element-wise results are recomputed: the two norms' outputs and the MLP
+// activation's output. These are the bytes it drops (block_activation_bytes leaves them out).
+double op_selective_recomputed_bytes(const ModelShape& m, const ActivationSpec& a);
+// Bytes the attention core alone keeps (the part selective recomputation drops), same conventions;
+// with flash attention its row statistics.
 double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec& a);
 
 // Seed 002's statement for a whole model without recomputation: b l (2 s^2 a + 14 s h) values

@@ -1,5 +1,6 @@
 #include "shardlm/cost/shape.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "shardlm/core/check.h"
@@ -81,6 +82,16 @@ int64_t total_params(const ModelShape& m) { return unit_params(m).total(m.layers
 int64_t estimate_params_12lh2_2vh(const ModelShape& m) {
     const int64_t h = m.hidden;
     return 12 * int64_t(m.layers) * h * h + 2 * int64_t(m.vocab) * h;
+}
+
+LaneGroups lane_groups(int B, int T, int lanes, int rows) {
+    if (lanes <= 1) return {B, 1};
+    const int g = std::clamp((rows + T - 1) / T, 1, (B + lanes - 1) / lanes);
+    return {g, (B + g - 1) / g};
+}
+
+bool runs_lanes(int B, int T, int threads, int tp) {
+    return tp == 1 && threads > 1 && lane_groups(B, T, std::min(threads, B)).count >= 2 * threads;
 }
 
 }  // namespace shardlm::cost

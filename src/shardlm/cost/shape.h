@@ -69,6 +69,16 @@ int64_t total_params(const ModelShape& m);
 // the rest (norms, row-parallel biases) is replicated on every tensor-parallel rank.
 int64_t block_params_split(const ModelShape& m);
 
+// Lanes (docs/DESIGN.md "Threads: lanes"): a rank's threads run whole groups of sequences through
+// single-threaded kernels. A micro-batch of B sequences of T tokens splits into groups of
+// clamp(ceil(rows / T), 1, ceil(B / lanes)) sequences (rows: about 256); the engine takes lanes (its
+// --thread-split auto) when tensor parallelism is off and there are at least two groups per thread.
+struct LaneGroups {
+    int size = 0, count = 0;  // sequences per group, groups
+};
+LaneGroups lane_groups(int B, int T, int lanes, int rows = 256);
+bool runs_lanes(int B, int T, int threads, int tp);
+
 // Seed 002's estimate 12 l h^2 + 2 V h (blocks without their small terms, embedding and an untied head).
 int64_t estimate_params_12lh2_2vh(const ModelShape& m);
 

@@ -1,5 +1,7 @@
 #include "shardlm/model/units.h"
 
+#include "shardlm/cost/shape.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -206,10 +208,9 @@ int env_int(const char* name, int def, int lo, int hi) {
 }  // namespace
 
 Groups sequence_groups(int B, int T, int lanes) {
-    if (lanes == 1) return {B, 1};
     static const int rows = env_int("SHARDLM_LANE_ROWS", 256, 1, 1 << 20);
-    const int g = std::clamp((rows + T - 1) / T, 1, (B + lanes - 1) / lanes);
-    return {g, (B + g - 1) / g};
+    const cost::LaneGroups g = cost::lane_groups(B, T, lanes, rows);  // the planner's rule too
+    return {g.size, g.count};
 }
 
 OutputItems::OutputItems(const UnitContext& u, const int* sizes, int n_tasks) {

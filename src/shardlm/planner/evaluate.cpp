@@ -114,7 +114,7 @@ void fill_rates(const cost::ModelShape& m, const Cluster& c, const Job& job, Est
     e.tokens_per_s = tokens / e.step_time_s;
     e.tokens_per_s_per_gpu = e.tokens_per_s / gpus;
     e.tflops_per_gpu = cost::model_flops_per_token(m, job.seq) * e.tokens_per_s_per_gpu / 1e12;
-    e.hfu_tflops_per_gpu = cost::hardware_flops_per_token(m, job.seq, p.recompute) * e.tokens_per_s_per_gpu / 1e12 *
+    e.hfu_tflops_per_gpu = cost::hardware_flops_per_token(m, job.seq, p.recompute, p.attention) * e.tokens_per_s_per_gpu / 1e12 *
                            (job.hessian_interval > 0 ? 1.0 + 1.0 / job.hessian_interval : 1.0);
     e.mfu = e.tflops_per_gpu * 1e12 / peak_flops(c, p.precision);
 }

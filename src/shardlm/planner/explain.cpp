@@ -1,5 +1,6 @@
 #include "shardlm/planner/explain.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "shardlm/core/check.h"
@@ -55,7 +56,48 @@ std::string zero_sentence(const Estimate& b) {
                " s of DP/ZeRO traffic left exposed");
 }
 
+using Terms = std::vector<std::pair<const char*, double>>;
+
+Terms time_terms(const TimeBreakdown& t) {
+    Terms v = {{"compute", t.compute},          {"TP communication", t.tp_comm},
+               {"CP communication", t.cp_comm}, {"pipeline bubble", t.pp_bubble},
+               {"pipeline send/recv", t.pp_comm}, {"exposed DP communication", t.dp_comm},
+               {"optimizer", t.optimizer}};
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return v;
+}
+
+Terms memory_terms(const MemoryBreakdown& m) {
+    Terms v = {{"parameters", m.params}, {"gradients", m.grads}, {"optimizer state", m.optimizer},
+               {"activations", m.activations}, {"buffers", m.buffers}};
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return v;
+}
+
+std::string list_terms(const Terms& v, double total, double scale, const char* unit) {
+    std::string out;
+    for (const auto& [name, x] : v)
+        if (x >= 0.01 * total)
+            out += (out.empty() ? "" : ", ") + cat(name, " ", fmt("%.3g", x / scale), unit, " (",
+                                                   fmt("%.0f", 100 * x / total), " %)");
+    return out;
+}
+
 }  // namespace
+
+std::string dominant_terms(const Estimate& e) {
+    if (!e.consistent) return "";
+    const double step = e.time.total(), mem = e.memory.total();
+    return cat("step ", fmt("%.3g", step), " s: ", list_terms(time_terms(e.time), step, 1, " s"), "; memory ",
+               fmt("%.3g", mem / 1e9), " GB: ", list_terms(memory_terms(e.memory), mem, 1e9, " GB"));
+}
+
+std::string dominant_summary(const Estimate& e) {
+    if (!e.consistent) return "";
+    const auto t = time_terms(e.time).front(), m = memory_terms(e.memory).front();
+    return cat("step: ", t.first, " ", fmt("%.0f", 100 * t.second / e.time.total()), " %; memory: ", m.first, " ",
+               fmt("%.0f", 100 * m.second / e.memory.total()), " %");
+}
 
 std::string policy_diff(const Policy& a, const Policy& b) {
     std::string out;
@@ -102,6 +144,7 @@ std::string explain_best(const std::vector<Estimate>& ranked, const std::vector<
     else
         parts.push_back("pp=1: no pipeline bubble");
     parts.push_back(zero_sentence(best));
+    parts.push_back("dominant terms: " + dominant_summary(best));
     if (ranked.size() > 1)
         parts.push_back(cat("#2 (", policy_diff(best.policy, ranked[1].policy), ") is ", slower(best, ranked[1])));
     std::string out;

@@ -15,6 +15,14 @@ namespace shardlm::planner {
 // policy needing the least memory (feasible or not). Empty if nothing is feasible.
 std::string explain_best(const std::vector<Estimate>& ranked, const std::vector<Estimate>& leanest, const Cluster& c);
 
+// The dominant terms of one estimate's step time and memory, largest first, each with its share:
+//   "step 12.3 s: compute 9.1 s (74 %), exposed DP communication 1.9 s (15 %), pipeline bubble 1.2 s (10 %);
+//    memory 71.2 GB: activations 38.0 GB (53 %), optimizer 18.2 GB (26 %), ..."
+// (terms under 1 % are left out). The first term of each is the one to attack.
+std::string dominant_terms(const Estimate& e);
+// Just the two leaders: "step: compute 74 %; memory: activations 53 %".
+std::string dominant_summary(const Estimate& e);
+
 // The fields in which b differs from a: "tp 8 -> 4, pp 16 -> 32".
 std::string policy_diff(const Policy& a, const Policy& b);
 // The step-time component where b loses most against a: "exposed DP communication +1.20 s".

@@ -10,7 +10,7 @@ namespace shardlm::planner {
 
 namespace {
 constexpr EnumName<Precision> kPrecisionNames[] = {
-    {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}, {Precision::Fp32, "fp32"}};
+    {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}, {Precision::Fp32, "fp32"}, {Precision::Fp8, "fp8"}};
 }  // namespace
 
 std::string precision_name(Precision p) { return enum_name(kPrecisionNames, p); }
@@ -22,17 +22,40 @@ bool precision_from_name(const std::string& s, Precision* out) { return enum_fro
 //     40 GB HBM2 at 1,555 GB/s or 80 GB HBM2e at 2,039 GB/s; NVLink 3 600 GB/s (both directions).
 //     Network: DGX A100 datasheet, 8 x 200 Gb/s HDR InfiniBand per 8-GPU node = 25 GB/s per GPU.
 //   H100 SXM5: NVIDIA H100 Tensor Core GPU datasheet: BF16/FP16 989 TFLOPS (1,979 with sparsity),
-//     TF32 494.5, FP32 67; 80 GB HBM3 at 3.35 TB/s; NVLink 4 900 GB/s (both directions).
+//     FP8 1,979 (3,958 with sparsity), TF32 494.5, FP32 67; 80 GB HBM3 at 3.35 TB/s; NVLink 4 900 GB/s
+//     (both directions).
 //     Network: DGX H100 datasheet, 8 x 400 Gb/s ConnectX-7 (NDR) per node = 50 GB/s per GPU.
 //   H200 SXM: NVIDIA H200 product page/datasheet: compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s;
 //     NVLink 900 GB/s; DGX H200 networking as DGX H100 (8 x 400 Gb/s).
+// A100 has no FP8 tensor cores (peak_tflops_fp8 0: precision fp8 is refused).
+//
+// Each generation's efficiency constants (Efficiency; docs/PLANNER.md "Per-generation constants"):
+//   links (sources): the bus bandwidth NCCL reaches over the datasheet's line rate. NVLink: NCCL's
+//     maintainer (NVIDIA/nccl-tests#212, 2024-05-06): "450GB/s is the line rate. With the protocol
+//     overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (H100/H200: 0.82); A100
+//     rings reach ~230 of 300 GB/s (nccl-tests#149, #178: busbw 200-230 GB/s; 0.77). Network: the same
+//     ~20 % protocol overhead on the NICs' line rate (0.80, both generations).
+//   flash attention, Megatron-style runs (source): the fused kernel's share of the 16-bit peak, forward
+//     and backward: A100 0.60 (FlashAttention-2, Dao 2023: "50-73% of the theoretical maximum FLOPs/s
+//     on A100"); H100 0.60 (FlashAttention-3 / cuDNN, Shah et al. 2024: up to 75 % forward, the
+//     backward lower).
+//   fitted on the "fit" half of tests/planner/published_runs.json only (bench/fit_planner.cpp --fit;
+//     planner::fit_constants; the test checks these equal its output): gemm_max, gemm_half_dim,
+//     flash_pytorch (PyTorch-style runs' FlashAttention-2/Triton/SDPA kernels: A100 0.39, H100 0.17),
+//     fp8_gemm_max (Transformer Engine) and fp8_gemm_max_pytorch (torchao float8), and the allocator's
+//     overhead (kGpuAllocatorOverhead). The held-out half's error is in docs/PLANNER.md. memory 0.8:
+//     Megatron-LM's table (docs/PLANNER.md).
 const std::vector<GpuSpec>& gpu_presets() {
+    // gemm_max, gemm_half_dim, memory, fp8_gemm_max, flash, fp8_gemm_max_pytorch, flash_pytorch,
+    // intra_link, inter_link
+    const Efficiency ampere{0.67, 16, 0.80, 0.0, 0.60, 0.0, 0.39, 0.77, 0.80};
+    const Efficiency hopper{0.53, 256, 0.80, 0.77, 0.60, 0.76, 0.17, 0.82, 0.80};
     static const std::vector<GpuSpec> p = {
-        // name         16-bit  TF32   FP32  HBM GB  HBM GB/s NVLink GB/s  net GB/s
-        {"A100-40GB",     312,  156,  19.5,    40,    1555,     300,        25},
-        {"A100-80GB",     312,  156,  19.5,    80,    2039,     300,        25},
-        {"H100-SXM",      989,  494.5,  67,    80,    3350,     450,        50},
-        {"H200",          989,  494.5,  67,   141,    4800,     450,        50},
+        // name         16-bit  TF32   FP32   FP8  HBM GB  HBM GB/s NVLink GB/s  net GB/s
+        {"A100-40GB",     312,  156,  19.5,     0,    40,    1555,     300,        25, ampere},
+        {"A100-80GB",     312,  156,  19.5,     0,    80,    2039,     300,        25, ampere},
+        {"H100-SXM",      989,  494.5,  67,  1979,    80,    3350,     450,        50, hopper},
+        {"H200",          989,  494.5,  67,  1979,   141,    4800,     450,        50, hopper},
     };
     return p;
 }
@@ -58,6 +81,8 @@ GpuSpec find_gpu(const std::string& name) {
 Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes) {
     Cluster c;
     c.gpu = gpu;
+    c.efficiency = gpu.efficiency;
+    c.allocator_overhead = kGpuAllocatorOverhead;
     c.gpus_per_node = gpus_per_node;
     c.num_gpus = gpus_per_node * nodes;
     return c;
@@ -77,6 +102,20 @@ std::string check_cluster(const Cluster& c) {
     const Efficiency& e = c.efficiency;
     if (!(e.gemm_max > 0 && e.gemm_max <= 1) || !(e.memory > 0 && e.memory <= 1) || !(e.gemm_half_dim >= 0))
         return "efficiency: gemm_max and memory must be in (0, 1], gemm_half_dim >= 0";
+    for (auto [key, v] : {std::pair{"flash_efficiency", e.flash}, {"flash_efficiency_pytorch", e.flash_pytorch},
+                          {"intra_node_link_efficiency", e.intra_link},
+                          {"inter_node_link_efficiency", e.inter_link}})
+        if (!(v > 0 && v <= 1)) return cat(key, " must be in (0, 1] (got ", v, ")");
+    if (!(e.lanes_gemm_max >= 0 && e.lanes_gemm_max <= 1) || !(e.lanes_gemm_half_dim >= 0))
+        return "lanes_gemm_max must be in [0, 1], lanes_gemm_half_dim >= 0";
+    if (c.threads_per_rank < 0) return cat("threads_per_rank must be >= 0 (got ", c.threads_per_rank, ")");
+    if (!(c.allocator_overhead >= 0 && c.allocator_overhead < 1))
+        return cat("allocator_overhead must be in [0, 1) (got ", c.allocator_overhead, ")");
+    if (!(g.peak_tflops_fp8 >= 0)) return cat("peak_tflops_fp8 must be >= 0 (got ", g.peak_tflops_fp8, ")");
+    if (g.peak_tflops_fp8 > 0 && !(e.fp8_gemm_max > 0 && e.fp8_gemm_max <= 1 && e.fp8_gemm_max_pytorch > 0 &&
+                                   e.fp8_gemm_max_pytorch <= 1))
+        return cat("fp8_gemm_max and fp8_gemm_max_pytorch must be in (0, 1] (got ", e.fp8_gemm_max, ", ",
+                   e.fp8_gemm_max_pytorch, ")");
     if (c.intra_node_alpha_us < 0 || c.inter_node_alpha_us < 0 || c.reserve_gb < 0)
         return "latencies and reserve_gb must be >= 0";
     if (!(c.comm_overlap >= 0 && c.comm_overlap <= 1)) return cat("comm_overlap must be in [0, 1] (got ", c.comm_overlap, ")");
@@ -84,12 +123,21 @@ std::string check_cluster(const Cluster& c) {
 }
 
 double peak_flops(const Cluster& c, Precision p) {
-    return 1e12 * (p == Precision::Fp32 ? c.gpu.peak_tflops_tf32 : c.gpu.peak_tflops);
+    switch (p) {
+        case Precision::Fp32: return 1e12 * c.gpu.peak_tflops_tf32;
+        case Precision::Fp8: return 1e12 * c.gpu.peak_tflops_fp8;
+        default: return 1e12 * c.gpu.peak_tflops;
+    }
 }
 
-double gemm_flops(const Cluster& c, Precision p, double min_dim) {
+Precision compute_precision(Precision p) { return p == Precision::Fp8 ? Precision::Bf16 : p; }
+
+double gemm_flops(const Cluster& c, Precision p, double min_dim, bool lanes, bool pytorch) {
     const Efficiency& e = c.efficiency;
-    return peak_flops(c, p) * e.gemm_max * min_dim / (min_dim + e.gemm_half_dim);
+    if (lanes && e.lanes_gemm_max > 0)
+        return peak_flops(c, p) * e.lanes_gemm_max * min_dim / (min_dim + e.lanes_gemm_half_dim);
+    const double top = p == Precision::Fp8 ? (pytorch ? e.fp8_gemm_max_pytorch : e.fp8_gemm_max) : e.gemm_max;
+    return peak_flops(c, p) * top * min_dim / (min_dim + e.gemm_half_dim);
 }
 
 double hbm_bytes_per_s(const Cluster& c) { return c.gpu.hbm_GBps * 1e9 * c.efficiency.memory; }
@@ -99,8 +147,9 @@ bool fits_in_node(const Cluster& c, int span) {
 }
 
 cost::Link group_link(const Cluster& c, int span) {
-    if (fits_in_node(c, span)) return {c.intra_node_alpha_us * 1e-6, c.gpu.intra_node_GBps * 1e9};
-    return {c.inter_node_alpha_us * 1e-6, c.gpu.inter_node_GBps * 1e9};
+    const Efficiency& e = c.efficiency;
+    if (fits_in_node(c, span)) return {c.intra_node_alpha_us * 1e-6, c.gpu.intra_node_GBps * 1e9 * e.intra_link};
+    return {c.inter_node_alpha_us * 1e-6, c.gpu.inter_node_GBps * 1e9 * e.inter_link};
 }
 
 }  // namespace shardlm::planner

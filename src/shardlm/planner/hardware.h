@@ -20,14 +20,29 @@
 
 namespace shardlm::planner {
 
-enum class Precision { Bf16, Fp16, Fp32 };
-std::string precision_name(Precision p);  // "bf16" | "fp16" | "fp32"
+// Fp8: Transformer Engine / torchao float8 style: the linear layers' GEMMs in FP8 (per-tensor scaled) at
+// the GPU's FP8 peak; attention, the head, norms and activations in bf16; master weights and optimiser
+// state as bf16 runs keep them.
+enum class Precision { Bf16, Fp16, Fp32, Fp8 };
+std::string precision_name(Precision p);  // "bf16" | "fp16" | "fp32" | "fp8"
 bool precision_from_name(const std::string& s, Precision* out);
 
+// One GPU generation's achieved fractions of its datasheet peaks (docs/PLANNER.md: each preset's with
+// its source). The defaults are the A100's.
 struct Efficiency {
     double gemm_max = 0.66;       // fraction of peak a large GEMM reaches
     double gemm_half_dim = 32;    // smallest dimension at which a GEMM reaches half of gemm_max
     double memory = 0.80;         // fraction of HBM bandwidth memory-bound kernels reach
+    double fp8_gemm_max = 0.55;   // fraction of the FP8 peak a large FP8 GEMM reaches (same curve)
+    double flash = 0.60;          // fraction of the 16-bit peak a fused (flash) attention kernel reaches
+    // the same two in PyTorch-style runs (policy framework "pytorch": FlashAttention-2 / SDPA kernels,
+    // torchao's dynamically scaled float8 linears)
+    double fp8_gemm_max_pytorch = 0.55, flash_pytorch = 0.60;
+    double intra_link = 1.0;      // achieved fraction of intra_node_GBps (NCCL bus bandwidth / datasheet)
+    double inter_link = 1.0;      // achieved fraction of inter_node_GBps
+    // CPU ranks that run lanes (cost::runs_lanes): the GEMM curve of single-threaded products on every
+    // thread at once, per rank (calibrate measures it); 0: the curve above serves every policy
+    double lanes_gemm_max = 0, lanes_gemm_half_dim = 0;
 };
 
 struct GpuSpec {
@@ -35,10 +50,12 @@ struct GpuSpec {
     double peak_tflops = 0;       // dense bf16/fp16 tensor-core peak
     double peak_tflops_tf32 = 0;  // dense TF32 (fp32 training runs its matmuls as TF32)
     double peak_tflops_fp32 = 0;  // plain fp32 (CUDA cores)
+    double peak_tflops_fp8 = 0;   // dense FP8 tensor-core peak; 0: the GPU has no FP8 (A100)
     double memory_gb = 0;         // HBM, 1e9 bytes
     double hbm_GBps = 0;          // HBM bandwidth
     double intra_node_GBps = 0;   // NVLink per GPU, one direction
     double inter_node_GBps = 0;   // network per GPU, one direction
+    Efficiency efficiency;        // this generation's constants (make_cluster copies them)
 };
 const std::vector<GpuSpec>& gpu_presets();
 // Case-insensitive; nullptr if unknown.
@@ -57,15 +74,28 @@ struct Cluster {
     // GPUs (copy engines, NVLink/NIC DMA); measured by `calibrate` on CPUs, where communication needs
     // the same cores (0 when ranks outnumber them).
     double comm_overlap = 1.0;
+    // The framework's caching allocator: it reserves this fraction more than the tensors it holds at
+    // the peak (PyTorch's reserved over allocated; docs/PLANNER.md: fitted to torchtitan's reported
+    // peaks); 0 for this engine's CPU runs (calibrate measures resident memory).
+    double allocator_overhead = 0;
+    int threads_per_rank = 0;  // CPU ranks (calibrate): their threads, for the lanes rule; 0 on GPUs
     Efficiency efficiency;
     int nodes() const { return gpus_per_node > 0 ? (num_gpus + gpus_per_node - 1) / gpus_per_node : 0; }
 };
+// The GPU presets' allocator_overhead (PyTorch's caching allocator, reserved over allocated at the
+// peak): fitted on the fit half of the published memory figures (hardware.cpp).
+inline constexpr double kGpuAllocatorOverhead = 0.27;
 Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes);
 // Empty if usable, else what is wrong.
 std::string check_cluster(const Cluster& c);
 
-double peak_flops(const Cluster& c, Precision p);           // FLOP/s of one GPU
-double gemm_flops(const Cluster& c, Precision p, double min_dim);  // achieved FLOP/s for that shape
+// FLOP/s of one GPU in that precision (fp8: its FP8 peak; fp32: TF32). MFU divides by it.
+double peak_flops(const Cluster& c, Precision p);
+// Achieved FLOP/s of a GEMM with that smallest dimension (fp8: the linear layers' FP8 GEMMs; lanes:
+// the ranks' threads each run whole sequences single-threaded, the lanes curve where measured).
+double gemm_flops(const Cluster& c, Precision p, double min_dim, bool lanes = false, bool pytorch = false);
+// The 16-bit (or fp32) precision the rest of the step runs in: bf16 for fp8, else p.
+Precision compute_precision(Precision p);
 double hbm_bytes_per_s(const Cluster& c);                    // achieved, memory-bound kernels
 // The link a group uses whose members lie within `span` consecutive ranks (span <= gpus_per_node:
 // NVLink; otherwise the network).

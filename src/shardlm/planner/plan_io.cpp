@@ -90,14 +90,16 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
                    {"gpu", "num_gpus", "gpus_per_node", "peak_tflops", "memory_gb", "intra_node_GBps",
                     "inter_node_GBps", "hbm_GBps", "peak_tflops_tf32", "peak_tflops_fp32", "intra_node_alpha_us",
                     "inter_node_alpha_us", "reserve_gb", "gemm_max", "gemm_half_dim", "memory_efficiency", "comm_overlap",
-                    "measured"});  // "measured": what `shardlm calibrate` fitted the constants to (not read)
+                    "peak_tflops_fp8", "fp8_gemm_max", "flash_efficiency", "intra_node_link_efficiency",
+                    "inter_node_link_efficiency", "allocator_overhead", "fp8_gemm_max_pytorch", "flash_efficiency_pytorch", "threads_per_rank", "lanes_gemm_max",
+                    "lanes_gemm_half_dim", "measured"});  // "measured": what `shardlm calibrate` fitted the constants to (not read)
     f.require("num_gpus");
     f.require("gpus_per_node");
     Cluster c;
     const std::string name = f.get<std::string>("gpu", "custom");
     const GpuSpec* known = gpu_preset(name);
     const bool preset = known != nullptr;
-    if (preset) c.gpu = *known;
+    if (preset) c.gpu = *known, c.efficiency = known->efficiency, c.allocator_overhead = kGpuAllocatorOverhead;
     else
         for (const char* key : {"peak_tflops", "memory_gb", "intra_node_GBps", "inter_node_GBps"}) f.require(key);
     GpuSpec& g = c.gpu;
@@ -109,6 +111,7 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     g.hbm_GBps = f.get<double>("hbm_GBps", preset ? g.hbm_GBps : 6.5 * g.peak_tflops);
     g.peak_tflops_tf32 = f.get<double>("peak_tflops_tf32", preset ? g.peak_tflops_tf32 : g.peak_tflops / 2);
     g.peak_tflops_fp32 = f.get<double>("peak_tflops_fp32", preset ? g.peak_tflops_fp32 : g.peak_tflops / 16);
+    g.peak_tflops_fp8 = f.get<double>("peak_tflops_fp8", g.peak_tflops_fp8);
     c.num_gpus = f.get<int>("num_gpus", 0);
     c.gpus_per_node = f.get<int>("gpus_per_node", 0);
     c.intra_node_alpha_us = f.get<double>("intra_node_alpha_us", c.intra_node_alpha_us);
@@ -118,6 +121,16 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     c.efficiency.gemm_max = f.get<double>("gemm_max", c.efficiency.gemm_max);
     c.efficiency.gemm_half_dim = f.get<double>("gemm_half_dim", c.efficiency.gemm_half_dim);
     c.efficiency.memory = f.get<double>("memory_efficiency", c.efficiency.memory);
+    c.efficiency.fp8_gemm_max = f.get<double>("fp8_gemm_max", c.efficiency.fp8_gemm_max);
+    c.efficiency.flash = f.get<double>("flash_efficiency", c.efficiency.flash);
+    c.efficiency.intra_link = f.get<double>("intra_node_link_efficiency", c.efficiency.intra_link);
+    c.efficiency.inter_link = f.get<double>("inter_node_link_efficiency", c.efficiency.inter_link);
+    c.allocator_overhead = f.get<double>("allocator_overhead", c.allocator_overhead);
+    c.efficiency.fp8_gemm_max_pytorch = f.get<double>("fp8_gemm_max_pytorch", c.efficiency.fp8_gemm_max_pytorch);
+    c.efficiency.flash_pytorch = f.get<double>("flash_efficiency_pytorch", c.efficiency.flash_pytorch);
+    c.threads_per_rank = f.get<int>("threads_per_rank", c.threads_per_rank);
+    c.efficiency.lanes_gemm_max = f.get<double>("lanes_gemm_max", c.efficiency.lanes_gemm_max);
+    c.efficiency.lanes_gemm_half_dim = f.get<double>("lanes_gemm_half_dim", c.efficiency.lanes_gemm_half_dim);
     const std::string why = check_cluster(c);
     SHARDLM_CHECK(why.empty(), source, ": ", why, "\n---> HINT: fix the value in the cluster file");
     return c;
@@ -126,7 +139,7 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
 Policy policy_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "policy",
                    {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
-                    "sequence_parallel", "precision", "schedule"});
+                    "sequence_parallel", "precision", "schedule", "attention", "grad_accum_fp32", "framework"});
     Policy p;
     p.tp = f.get<int>("tp", 1), p.pp = f.get<int>("pp", 1), p.dp = f.get<int>("dp", 0), p.cp = f.get<int>("cp", 1);
     p.zero_stage = f.get<int>("zero_stage", 0);
@@ -141,7 +154,13 @@ Policy policy_from_json(const json& j, const std::string& source) {
     const std::string r = f.get<std::string>("recompute", "none");
     if (!cost::recompute_from_name(r, &p.recompute)) f.bad_value("recompute", r, "\"none\", \"selective\", \"full\"");
     const std::string prec = f.get<std::string>("precision", "bf16");
-    if (!precision_from_name(prec, &p.precision)) f.bad_value("precision", prec, "\"bf16\", \"fp16\", \"fp32\"");
+    if (!precision_from_name(prec, &p.precision))
+        f.bad_value("precision", prec, "\"bf16\", \"fp16\", \"fp32\", \"fp8\"");
+    p.grad_accum_fp32 = f.get<bool>("grad_accum_fp32", false);
+    const std::string fw = f.get<std::string>("framework", "megatron");
+    if (!framework_from_name(fw, &p.framework)) f.bad_value("framework", fw, "\"megatron\", \"megatron-core\", \"pytorch\", \"shardlm\"");
+    const std::string att = f.get<std::string>("attention", "flash");
+    if (!cost::attention_from_name(att, &p.attention)) f.bad_value("attention", att, "\"flash\", \"naive\"");
     return p;
 }
 
@@ -168,13 +187,24 @@ json cluster_to_json(const Cluster& c) {
             {"hbm_GBps", g.hbm_GBps},
             {"peak_tflops_tf32", g.peak_tflops_tf32},
             {"peak_tflops_fp32", g.peak_tflops_fp32},
+            {"peak_tflops_fp8", g.peak_tflops_fp8},
             {"intra_node_alpha_us", c.intra_node_alpha_us},
             {"inter_node_alpha_us", c.inter_node_alpha_us},
             {"reserve_gb", c.reserve_gb},
             {"comm_overlap", c.comm_overlap},
             {"gemm_max", c.efficiency.gemm_max},
             {"gemm_half_dim", c.efficiency.gemm_half_dim},
-            {"memory_efficiency", c.efficiency.memory}};
+            {"memory_efficiency", c.efficiency.memory},
+            {"fp8_gemm_max", c.efficiency.fp8_gemm_max},
+            {"flash_efficiency", c.efficiency.flash},
+            {"intra_node_link_efficiency", c.efficiency.intra_link},
+            {"inter_node_link_efficiency", c.efficiency.inter_link},
+            {"allocator_overhead", c.allocator_overhead},
+            {"fp8_gemm_max_pytorch", c.efficiency.fp8_gemm_max_pytorch},
+            {"flash_efficiency_pytorch", c.efficiency.flash_pytorch},
+            {"threads_per_rank", c.threads_per_rank},
+            {"lanes_gemm_max", c.efficiency.lanes_gemm_max},
+            {"lanes_gemm_half_dim", c.efficiency.lanes_gemm_half_dim}};
 }
 
 json policy_to_json(const Policy& p) {
@@ -188,6 +218,9 @@ json policy_to_json(const Policy& p) {
             {"recompute", cost::recompute_name(p.recompute)},
             {"sequence_parallel", p.sequence_parallel},
             {"precision", precision_name(p.precision)},
+            {"attention", cost::attention_name(p.attention)},
+            {"grad_accum_fp32", p.grad_accum_fp32},
+            {"framework", framework_name(p.framework)},
             {"schedule", p.schedule == cost::Schedule::OneFOneB && p.virtual_stages > 1 ? "interleaved"
                                                                                        : cost::schedule_name(p.schedule)}};
 }

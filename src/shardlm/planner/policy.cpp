@@ -3,8 +3,26 @@
 #include <algorithm>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/enum_names.h"
 
 namespace shardlm::planner {
+
+namespace {
+constexpr EnumName<Framework> kFrameworkNames[] = {
+    {Framework::Megatron, "megatron"}, {Framework::MegatronCore, "megatron-core"}, {Framework::Pytorch, "pytorch"},
+    {Framework::Shardlm, "shardlm"}};
+}  // namespace
+
+std::string framework_name(Framework f) { return enum_name(kFrameworkNames, f); }
+bool framework_from_name(const std::string& s, Framework* out) { return enum_from_name(kFrameworkNames, s, out); }
+
+double logits_bytes(Framework f) {
+    switch (f) {
+        case Framework::Pytorch: return 10;  // bf16 logits, their fp32 upcast, its fp32 gradient
+        case Framework::Shardlm: return 4;   // fp32 logits, the gradient written in place
+        default: return 6;                   // bf16 logits and the fused cross-entropy's fp32 softmax
+    }
+}
 
 std::string describe(const Policy& p) {
     return cat("tp=", p.tp, " pp=", p.pp, " dp=", p.dp, " cp=", p.cp, " v=", p.virtual_stages, " mb=", p.micro_batch,
@@ -12,7 +30,9 @@ std::string describe(const Policy& p) {
                " sp=", p.sequence_parallel ? "on" : "off", " ", precision_name(p.precision),
                p.schedule == cost::Schedule::ZeroBubbleH1 || p.schedule == cost::Schedule::ZeroBubbleV
                    ? cat(" ", cost::schedule_name(p.schedule))
-                   : std::string());
+                   : std::string(),
+               p.attention == cost::Attention::Naive ? " naive-attention" : "",
+               p.framework == Framework::Megatron ? "" : " " + framework_name(p.framework));
 }
 
 int64_t micro_batches(const Job& job, const Policy& p) { return job.global_batch / (int64_t(p.dp) * p.micro_batch); }
@@ -60,7 +80,7 @@ std::string check_model_split(const cost::ModelShape& m, const Job& job, const P
     if (m.kv_heads % p.tp != 0) return cat("tp=", p.tp, " does not divide the ", m.kv_heads, " KV heads");
     if (m.ffn_hidden % p.tp != 0) return cat("tp=", p.tp, " does not divide ffn_hidden ", m.ffn_hidden);
     const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
-    if (m.layers % chunks != 0) return cat("pp*virtual_stages = ", chunks, " does not divide the ", m.layers, " layers");
+    if (chunks > m.layers) return cat("pp*virtual_stages = ", chunks, " exceeds the ", m.layers, " layers");
     if (p.virtual_stages > 1 && p.pp == 1) return "virtual_stages > 1 interleaves pipeline stages: it needs pp > 1";
     if (job.seq % p.cp != 0) return cat("cp=", p.cp, " does not divide the sequence of ", job.seq, " tokens");
     if (p.sequence_parallel && p.tp > 1 && (job.seq / p.cp) % p.tp != 0)
@@ -89,6 +109,10 @@ std::string resolve_policy(const cost::ModelShape& m, const Cluster& c, const Jo
     if (job.global_batch < 1 || job.seq < 1) return "global batch and sequence length must be >= 1";
     if (std::string r = check_ranges(p); !r.empty()) return r;
     if (std::string r = check_grid(c, p); !r.empty()) return r;
+    if (p.precision == Precision::Fp8 && !(c.gpu.peak_tflops_fp8 > 0))
+        return cat("precision fp8 needs FP8 tensor cores: the ", c.gpu.name,
+                   " has none (peak_tflops_fp8 0); use bf16, a GPU with FP8 (H100-SXM, H200), or set peak_tflops_fp8 in "
+                   "the cluster file");
     if (std::string r = check_model_split(m, job, p); !r.empty()) return r;
     return check_batch(job, p);
 }

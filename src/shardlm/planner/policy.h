@@ -15,6 +15,22 @@
 
 namespace shardlm::planner {
 
+// The software a run uses, as far as its cost differs (docs/PLANNER.md "Framework styles"):
+//   megatron       Megatron-LM as of Narayanan et al. 2021 / Megatron-DeepSpeed: fused kernels, the
+//                  vocabulary-parallel fused cross-entropy (bf16 logits and their fp32 softmax: 6 bytes
+//                  a logit); tensor- and pipeline-parallel transfers exposed
+//   megatron-core  Megatron-Core / NeMo (2023 on): the same, plus Transformer Engine's or cuDNN's fused
+//                  attention and FP8, tensor-parallel communication overlapped with the GEMMs
+//                  (--tp-comm-overlap) and the interleaved schedule's transfers with compute
+//                  (--overlap-p2p-comm)
+//   pytorch   PyTorch FSDP-style runs (torchtitan, llm-foundry): FlashAttention-2 / SDPA, torchao's
+//             float8, bf16 logits upcast to fp32 with an fp32 gradient (10 bytes a logit)
+//   shardlm   this engine (CPU): fp32 logits (4 bytes), resident memory as calibrate measures it
+enum class Framework { Megatron, MegatronCore, Pytorch, Shardlm };
+std::string framework_name(Framework f);
+bool framework_from_name(const std::string& s, Framework* out);
+double logits_bytes(Framework f);  // bytes one logit takes at the loss's peak
+
 struct Policy {
     int tp = 1;
     int pp = 1;
@@ -29,8 +45,13 @@ struct Policy {
     cost::Recompute recompute = cost::Recompute::None;
     bool sequence_parallel = false;
     Precision precision = Precision::Bf16;
+    cost::Attention attention = cost::Attention::Flash;  // the attention kernel (cost/flops.h)
+    // 16-bit runs: the gradients accumulate (and are reduced) in an fp32 buffer, 4 bytes a parameter in
+    // place of 2 (Megatron's main_grad, DeepSpeed's bf16 optimiser); false: 16-bit gradients (FSDP's)
+    bool grad_accum_fp32 = false;
+    Framework framework = Framework::Megatron;
 };
-// "tp=8 pp=16 dp=8 cp=1 v=3 mb=1 zero=1 recompute=selective sp=on bf16"
+// "tp=8 pp=16 dp=8 cp=1 v=3 mb=1 zero=1 recompute=selective sp=on bf16" (+ " naive-attention")
 std::string describe(const Policy& p);
 
 struct Job {

@@ -83,8 +83,12 @@ struct Searcher {
     }
 
     void policies_of_grid(Policy p) {
-        const int layers_per_stage = m.layers / p.pp;
-        std::vector<int> vs = p.pp == 1 ? std::vector<int>{1} : divisors(layers_per_stage, space.max_virtual_stages);
+        // layers that divide evenly: the divisors of a stage's layers; otherwise (explicit pp) any v with
+        // a layer per chunk (the fullest chunk paces: stage_model.h)
+        std::vector<int> vs{1};
+        if (p.pp > 1 && m.layers % p.pp == 0) vs = divisors(m.layers / p.pp, space.max_virtual_stages);
+        else if (p.pp > 1)
+            for (int v = 2; v <= space.max_virtual_stages && p.pp * v <= m.layers; v++) vs.push_back(v);
         const std::vector<bool> sps = p.tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
         // with one data-parallel rank there is nothing to shard: stages 1-3 equal stage 0
         const std::vector<int> zero_stages = p.dp * p.cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
@@ -110,6 +114,8 @@ struct Searcher {
     void run() {
         Policy p;
         p.precision = space.precision;
+        p.attention = space.attention;
+        p.framework = space.framework, p.grad_accum_fp32 = space.grad_accum_fp32;
         const int64_t n = c.num_gpus;
         for (int tp : or_default(space.tp, tp_candidates(m, c))) {
             if (n % tp) continue;

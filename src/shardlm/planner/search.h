@@ -24,6 +24,9 @@ struct SearchSpace {
     // empty: 1F1B and its interleaving (Megatron's); the zero-bubble ones when named
     std::vector<cost::Schedule> schedule;
     Precision precision = Precision::Bf16;
+    cost::Attention attention = cost::Attention::Flash;
+    Framework framework = Framework::Megatron;
+    bool grad_accum_fp32 = false;
     int64_t max_micro_batch = 16;  // when micro_batch is empty
     int max_virtual_stages = 8;    // when virtual_stages is empty
 };

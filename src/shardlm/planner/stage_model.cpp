@@ -24,6 +24,7 @@ cost::ActivationSpec StageModel::activation_spec(Recompute r) const {
     a.sequence_parallel = p.sequence_parallel && p.tp > 1;
     a.recompute = r;
     a.value_bytes = value_bytes();
+    a.attention = p.attention;
     return a;
 }
 
@@ -54,12 +55,12 @@ MemoryBreakdown StageModel::memory(int stage) const {
 
     const double per_layer = cost::block_activation_bytes(m, activation_spec(p.recompute));
     const int64_t chunks = cost::in_flight_chunks(p.schedule, stage, p.pp, p.virtual_stages, micro_batches);
-    const double layers_per_chunk = double(m.layers) / (p.pp * p.virtual_stages);
-    mem.activations = double(chunks) * layers_per_chunk * per_layer;
+    mem.activations = double(chunks) * layers_per_chunk() * per_layer;
     // full recomputation rebuilds one block's activations at a time during backward
     if (p.recompute == Recompute::Full) mem.activations += cost::block_activation_bytes(m, activation_spec(Recompute::None));
     const double tokens = double(p.micro_batch) * job.seq / p.cp;
-    if (stage == p.pp - 1) mem.activations += tokens * padded_vocab() / p.tp * 4;  // fp32 logits for the loss
+    // the logits and the loss's copies of them (bytes an element by framework: policy.h)
+    if (stage == p.pp - 1) mem.activations += tokens * padded_vocab() / p.tp * logits_bytes(p.framework);
 
     mem.buffers = c.reserve_gb * 1e9;
     if (p.pp > 1) mem.buffers += 2 * cost::pp_bytes_per_microbatch(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp);
@@ -79,29 +80,66 @@ MemoryBreakdown StageModel::memory(int stage) const {
     zb.dp = zero_group(), zb.zero_stage = p.zero_stage;
     // the zero-bubble schedules gather ZeRO-3's parameters a chunk at a time (the engine's Unshard)
     zb.gathered_per_chunk = p.schedule == cost::Schedule::ZeroBubbleH1 || p.schedule == cost::Schedule::ZeroBubbleV;
+    if (p.zero_stage == 3 && p.pp > 1) {
+        // with pipelining, FSDP keeps a stage's parameters gathered from its first forward to its last
+        // backward and its gradients unsharded until the step's one reduce-scatter (torchtitan:
+        // reshard_after_forward off; the engine's Unshard actions): the whole stage in 16 bits, twice
+        zb.gathered_per_chunk = true;
+        mem.buffers += stage_params(stage) * sb.grads;
+    }
     zb.param_bytes = sb.params, zb.grad_bytes = zb.reduce_bytes = sb.grads;
     mem.buffers += cost::zero_buffer_bytes(zb);
+    mem.buffers += fp8_weight_bytes(stage);
+    // the caching allocator's reserve over what the tensors take (not over the CUDA context)
+    mem.buffers += c.allocator_overhead * (mem.total() - c.reserve_gb * 1e9);
     return mem;
+}
+
+// The linear layers' weights cast to FP8 (1 byte each), cached from the first micro-batch's forward to
+// the last backward: the stage's blocks, or under ZeRO-3 the units gathered at once (two slots).
+double StageModel::fp8_weight_bytes(int /*stage*/) const {
+    if (p.precision != Precision::Fp8) return 0;
+    const double linear = double(cost::block_params_split(m)) / p.tp;
+    return (p.zero_stage == 3 ? 2 : layers_per_stage()) * linear;
 }
 
 // ---- time -------------------------------------------------------------------------------------------
 
-double StageModel::gemm_s(double M, double N, double K) const {
-    return 2 * M * N * K / gemm_flops(c, p.precision, std::min({M, N, K}));
+double StageModel::gemm_s(double M, double N, double K, Precision prec) const {
+    const bool lanes = c.threads_per_rank > 1 &&
+                       cost::runs_lanes(int(p.micro_batch), job.seq / p.cp, c.threads_per_rank, p.tp);
+    return 2 * M * N * K / gemm_flops(c, prec, std::min({M, N, K}), lanes, p.framework == Framework::Pytorch);
 }
 
 double StageModel::block_gemm_s() const {
     const double M = double(p.micro_batch) * job.seq / p.cp, h = m.hidden, t = p.tp;
     const double f = double(m.ffn_hidden) / t, qkv = (h + 2 * double(m.kv_dim())) / t;
-    double s = gemm_s(M, qkv, h) + gemm_s(M, h, h / t);
-    s += (m.arch == cost::Arch::Llama ? 2 : 1) * gemm_s(M, f, h) + gemm_s(M, h, f);
+    const Precision q = p.precision;
+    double s = gemm_s(M, qkv, h, q) + gemm_s(M, h, h / t, q);
+    s += (m.arch == cost::Arch::Llama ? 2 : 1) * gemm_s(M, f, h, q) + gemm_s(M, h, f, q);
     return s;
+}
+
+// FP8 GEMMs read per-tensor scaled casts: each linear's input (forward) and output gradient
+// (backward) is read in 16 bits and written in 8 (3 bytes an element, plus its amax pass folded in),
+// and its weight once per micro-batch.
+double StageModel::fp8_cast_s(bool backward) const {
+    if (p.precision != Precision::Fp8) return 0;
+    const double M = double(p.micro_batch) * job.seq / p.cp, h = m.hidden, t = p.tp;
+    const double f = double(m.ffn_hidden) / t, qkv = (h + 2 * double(m.kv_dim())) / t;
+    const double inputs = M * (2 * h + h / t + f);                                 // QKV, proj, MLP in, MLP out
+    const double grads = M * (qkv + h + (m.arch == cost::Arch::Llama ? 2 : 1) * f + h);  // their outputs
+    const double weights = double(cost::block_params_split(m)) / t;
+    return 3 * (backward ? grads : inputs + weights) / hbm_bytes_per_s(c);
 }
 
 double StageModel::attention_gemm_s() const {
     const double q = double(job.seq) / p.cp, s = job.seq, d = m.head_dim();
     const double heads = double(m.heads) / p.tp * double(p.micro_batch);
-    return heads * (gemm_s(q, s, d) + gemm_s(q, d, s));  // Q K^T, then P V, per head and sequence
+    const Precision prec = compute_precision(p.precision);
+    const double flash_eff = p.framework == Framework::Pytorch ? c.efficiency.flash_pytorch : c.efficiency.flash;
+    if (flash()) return heads * 0.5 * 4 * q * s * d / (peak_flops(c, prec) * flash_eff);
+    return heads * (gemm_s(q, s, d, prec) + gemm_s(q, d, s, prec));  // Q K^T, then P V, per head and sequence
 }
 
 // Each saved tensor is written once by its producer and read once by its consumer: forward traffic is
@@ -116,7 +154,8 @@ double StageModel::attention_memory_bound_s() const {
 
 double StageModel::head_forward_s() const {
     const double M = double(p.micro_batch) * job.seq / p.cp, v = padded_vocab() / p.tp;
-    return gemm_s(M, v, m.hidden) + 2 * M * v * 4 / hbm_bytes_per_s(c);  // fp32 logits written and read
+    // fp32 logits written and read
+    return gemm_s(M, v, m.hidden, compute_precision(p.precision)) + 2 * M * v * 4 / hbm_bytes_per_s(c);
 }
 
 StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
@@ -126,14 +165,23 @@ StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
     MicroBatch t;
     t.forward = L * block_fwd;
     t.backward = 2 * L * block_fwd;
-    if (p.recompute == Recompute::Full) t.backward += L * block_fwd;
-    if (p.recompute == Recompute::Selective) t.backward += L * attn;
+    if (flash()) t.backward += 0.5 * L * attention_gemm_s();  // the fused backward recomputes Q K^T
+    t.forward += L * fp8_cast_s(false), t.backward += L * fp8_cast_s(true);
+    if (p.recompute == Recompute::Full) t.backward += L * (block_fwd + fp8_cast_s(false));
+    if (p.recompute == Recompute::Selective && !flash()) t.backward += L * attn;
+    // op-level selective recomputation (with flash): the dropped element-wise results rebuilt, read and written
+    if (p.recompute == Recompute::Selective && flash())
+        t.backward += L * 2 * cost::op_selective_recomputed_bytes(m, activation_spec(Recompute::None)) / hbm_bytes_per_s(c);
     if (stage == p.pp - 1) t.forward += head_forward_s(), t.backward += 2 * head_forward_s();
 
     const cost::Link tp_link = group_link(c, p.tp);
     const double tp_one = cost::tp_block_time_s(
         cost::tp_block_comm(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp, p.sequence_parallel), p.tp, tp_link);
     t.tp = L * tp_one * (p.recompute == Recompute::Full ? 3 : 2);  // forward, backward, recomputed forward
+    // Megatron-Core's --tp-comm-overlap pipelines each collective with the GEMM next to it: what exceeds
+    // the block's GEMMs stays exposed
+    if (p.framework == Framework::MegatronCore && p.tp > 1)
+        t.tp = std::max(0.0, t.tp - L * (p.recompute == Recompute::Full ? 4 : 3) * block_gemm_s());
 
     if (p.cp > 1) {
         // K and V of the whole sequence: gathered forward, gathered again and reduce-scattered backward
@@ -171,6 +219,8 @@ double StageModel::dp_exposed_s(int stage, const MicroBatch& mb) const {
             return m_count * exposed(time(Collective::ReduceScatter, grads), bwd) +
                    exposed(time(Collective::AllGather, params), fwd);
         default:
+            if (p.pp > 1)  // the stage gathered once, its gradients reduce-scattered once (memory() above)
+                return exposed(time(Collective::AllGather, params), fwd) + exposed(time(Collective::ReduceScatter, grads), bwd);
             return m_count * (exposed(time(Collective::AllGather, params), fwd) +
                               exposed(time(Collective::AllGather, params) + time(Collective::ReduceScatter, grads), bwd));
     }
@@ -188,6 +238,9 @@ double StageModel::pp_comm_s() const {
     const cost::Link link = group_link(c, p.tp * p.cp * p.dp * p.pp);
     const double bytes = cost::pp_bytes_per_microbatch(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp);
     const double one = cost::collective_time_s(Collective::SendRecv, bytes, 2, link);
+    // Megatron-Core's --overlap-p2p-comm (interleaved schedule): the transfers hide behind the next
+    // chunk's compute but for the warm-up's and the cool-down's
+    if (p.framework == Framework::MegatronCore && p.virtual_stages > 1) return 2 * double(p.pp - 1) * one;
     return 2 * double(micro_batches * p.virtual_stages + p.pp - 1) * one;
 }
 

@@ -21,9 +21,13 @@ struct StageModel {
     // Adam: cost::kAdamFp32 / kAdamMixed; another optimiser's state in place of Adam's 8 bytes
     cost::StateBytes state_bytes() const {
         return p.precision == Precision::Fp32 ? cost::StateBytes{4, 4, job.optimizer_state}
-                                              : cost::StateBytes{2, 2, 4 + job.optimizer_state};
+                                              : cost::StateBytes{2, p.grad_accum_fp32 ? 4.0 : 2.0, 4 + job.optimizer_state};
     }
-    int layers_per_stage() const { return m.layers / p.pp; }
+    // Layers per stage and per chunk, l / p and l / (p v). They need not divide evenly (Llama 3 405B's
+    // 126 over 16 stages, BLOOM's 70 over 12): such runs balance the stages by giving the first and
+    // last fewer blocks beside the embedding and the head, so the average is what a stage holds and does.
+    double layers_per_chunk() const { return double(m.layers) / (p.pp * p.virtual_stages); }
+    double layers_per_stage() const { return double(m.layers) / p.pp; }
     int zero_group() const { return p.dp * p.cp; }  // ZeRO shards over data and context ranks
     double padded_vocab() const;                     // a multiple of 128 t (Megatron pads the vocabulary)
     cost::ActivationSpec activation_spec(cost::Recompute r) const;
@@ -45,10 +49,19 @@ struct StageModel {
     double optimizer_s(int stage) const;
     double pp_comm_s() const;
 
+    // Bytes of FP8 weight casts this stage keeps (Transformer Engine caches them across micro-batches).
+    double fp8_weight_bytes(int stage) const;
+
 private:
-    double gemm_s(double M, double N, double K) const;  // one (M x K) @ (K x N) product
+    bool flash() const { return p.attention == cost::Attention::Flash; }
+    // one (M x K) @ (K x N) product in precision `prec` (the linear layers run in the policy's, fp8
+    // included; attention and the head in compute_precision)
+    double gemm_s(double M, double N, double K, Precision prec) const;
     double block_gemm_s() const;                        // forward matrices of one block
-    double attention_gemm_s() const;                    // forward Q K^T and P V of one block
+    double fp8_cast_s(bool backward) const;             // FP8 casts of one block, forward or backward
+    // forward Q K^T and P V of one block: the whole square in separate GEMMs (naive), or the causal
+    // half in one fused kernel at the generation's flash efficiency
+    double attention_gemm_s() const;
     double block_memory_bound_s() const;                // forward memory-bound work of one block
     double attention_memory_bound_s() const;            // its attention-core part
     double head_forward_s() const;                      // logits GEMM + softmax/cross-entropy

@@ -1,0 +1,91 @@
+// planner/validation.h: the planner against published training runs (issue 24's protocol).
+//
+// tests/planner/published_runs.json holds cases gathered from papers and repositories: the model, the
+// cluster (a GPU preset, GPUs, GPUs per node), the policy the run used, the batch and sequence, and
+// what the source printed (throughput as tokens/s per GPU, TFLOP/s per GPU or MFU; peak memory in GiB
+// or GB), with the source's FLOP convention so that a printed TFLOP/s or MFU becomes tokens/s without
+// the planner's own FLOP count in between. Each case is in the "fit" or the "held_out" split: the
+// per-generation constants (hardware.cpp) are chosen on the fit cases only (bench/fit_planner.cpp),
+// and the error reported (docs/PLANNER.md) and tested (tests/planner/test_published_runs.cpp) is the
+// held-out one.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardlm/planner/evaluate.h"
+
+namespace shardlm::planner {
+
+// How a source counts the FLOPs of one token (forward and backward), for converting its TFLOP/s or
+// MFU to tokens/s:
+//   megatron        96 l h^2 (1 + s/6h + V/16lh): Narayanan et al. 2021, eq. 3 (recomputation included)
+//   megatron-core   12 l h^2 [(1 + g/a + s/h) + (f/h)(1.5 if gated)] + 6 h V: Megatron-Core's
+//                   num_floating_point_operations (training.py; full-square attention)
+//   6N+12lhs        6 N + 12 l h s, N all parameters (PaLM's MFU, llm-foundry)
+//   6Nne+12lhs      the same with N less the input embedding (torchtitan)
+//   6N              6 N
+double published_flops_per_token(const std::string& convention, const cost::ModelShape& m, int seq);
+bool known_convention(const std::string& convention);
+
+struct PublishedCase {
+    std::string id, family, source, split, convention, assumed;
+    cost::ModelShape model;
+    Cluster cluster;
+    Policy policy;
+    // what the source leaves out ("null" in the file): the planner's best choice is taken (searched
+    // with everything else pinned), and the case says so in "assumed"
+    bool free_micro_batch = false, free_virtual_stages = false, free_recompute = false, free_sp = false;
+    Job job;
+    double tokens_per_s_per_gpu = 0;  // the source's throughput as tokens/s per GPU (0: none printed)
+    double memory_bytes = 0;          // its peak memory per GPU (0: none printed)
+    // PyTorch's reported peaks (max reserved) leave out the CUDA context and library workspaces; the
+    // planner's reserve_gb is subtracted before comparing
+    bool memory_has_context = false;
+};
+
+// Every case, checked: unknown GPU, model or policy keys, an unknown convention or split name an error
+// with the case's id and the fix.
+std::vector<PublishedCase> load_published_cases(const std::string& path);
+
+struct CaseResult {
+    Estimate estimate;
+    double throughput_ratio = 0;  // predicted / published tokens/s per GPU (0: no throughput case)
+    double memory_ratio = 0;      // predicted / published peak memory (0: no memory case)
+};
+// The case on its own cluster (or `cluster`, the same GPUs with other constants: the fit). With free
+// policy fields, the fastest feasible policy that keeps the stated ones (the leanest if none fits).
+CaseResult predict(const PublishedCase& c);
+CaseResult predict(const PublishedCase& c, const Cluster& cluster);
+
+// ---- the fit (bench/fit_planner.cpp --fit; tested: tests/planner/test_published_runs.cpp) ----------
+
+// "ampere" (A100 presets) or "hopper" (H100, H200): the generations whose constants are fitted apart.
+std::string generation(const Cluster& c);
+
+// Cases within the bound of 1 (throughput +-15 %, memory +-10 %) and the sum of |log ratio|.
+struct Score {
+    int within = 0, total = 0;
+    double log_err = 0;
+    void add(double ratio, double bound);
+    bool better_than(const Score& o) const;
+};
+
+// The constants chosen on the "fit" cases only, in this order: the allocator's overhead (memory
+// cases), then per generation gemm_max and gemm_half_dim (16-bit throughput cases; flash attention's
+// Megatron-style efficiency and the links are the sources', hardware.cpp), flash_pytorch (the
+// PyTorch-style 16-bit cases), fp8_gemm_max (Megatron-style FP8) and fp8_gemm_max_pytorch, each on a
+// grid, each the one with the most cases within bounds (ties: the least log error).
+struct FittedConstants {
+    struct Generation {
+        double gemm_max = 0, gemm_half_dim = 0, flash_pytorch = 0, fp8_gemm_max = 0, fp8_gemm_max_pytorch = 0;
+    };
+    std::map<std::string, Generation> generations;
+    double allocator_overhead = 0;
+    std::string log;  // one line per fitted constant: its value and its fit cases within bounds
+};
+FittedConstants fit_constants(const std::vector<PublishedCase>& cases);
+// c with the fitted constants of its generation (those fitted; the rest as they are).
+Cluster with_constants(const Cluster& c, const FittedConstants& f);
+
+}  // namespace shardlm::planner
