@@ -89,7 +89,8 @@ def main():
     for name, ranks, threads, flags, policy in LAYOUTS:
         run = f"{a.out}/" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         pfile = run + ".policy.json"
-        json.dump(dict(policy, precision="fp32"), open(pfile, "w"))
+        # the engine's attention keeps its probabilities (materialized); its own framework constants
+        json.dump(dict(policy, precision="fp32", attention="naive", framework="shardlm"), open(pfile, "w"))
         pred = json.loads(sh(f"{binary} plan --model {model_file} --cluster {clusters[(ranks, threads)]} "
                              f"--policy {pfile} --global-batch {GLOBAL_BATCH} --seq {SEQ} --json"))
         if not pred["feasible"]:

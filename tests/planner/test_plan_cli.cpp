@@ -247,3 +247,68 @@ TEST_F(PlanCli, DpAlgosShowWhenEachBeatsTheAllReduce) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 24's contract: policy "precision": "fp8" and "attention", cluster "peak_tflops_fp8"; the
+// output keys unchanged. FP8 runs the linear layers at the FP8 peak (faster than bf16, same model
+// FLOPs), flash attention keeps no s x s activations, and an A100 (no FP8) is a reason that names it.
+TEST_F(PlanCli, Fp8AndFlashAttentionThroughTheContractCommand) {
+    const std::string h100 = write("h100.json", R"({"gpu": "H100-SXM", "num_gpus": 1024, "gpus_per_node": 8,
+        "peak_tflops_fp8": 1979})");
+    auto run = [&](const std::string& cluster_file, const std::string& precision, const std::string& attention) {
+        const std::string policy = write("p.json", R"({"tp": 8, "pp": 8, "zero_stage": 1, "micro_batch": 1,
+            "virtual_stages": 4, "recompute": "none", "sequence_parallel": true, "precision": ")" + precision +
+            R"(", "attention": ")" + attention + R"("})");
+        std::string out;
+        EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster_file + " --policy " + policy +
+                           " --global-batch 1536 --seq 2048 --json", &out), 0) << out;
+        return nlohmann::json::parse(out);
+    };
+    const nlohmann::json bf16 = run(h100, "bf16", "flash"), fp8 = run(h100, "fp8", "flash");
+    const nlohmann::json naive = run(h100, "bf16", "naive");
+    for (const char* k : {"feasible", "reason", "policy", "memory_gb_per_gpu", "time_s", "step_time_s", "tokens_per_s",
+                          "tokens_per_s_per_gpu", "tflops_per_gpu", "hfu_tflops_per_gpu", "mfu", "micro_batches",
+                          "fullest_stage", "links", "model", "cluster", "global_batch", "seq"})
+        EXPECT_TRUE(fp8.contains(k)) << k;
+    EXPECT_EQ(fp8["policy"]["precision"], "fp8");
+    EXPECT_EQ(naive["policy"]["attention"], "naive");
+    EXPECT_EQ(fp8["cluster"]["peak_tflops_fp8"], 1979);
+    EXPECT_LT(fp8["time_s"]["compute"].get<double>(), 0.8 * bf16["time_s"]["compute"].get<double>());
+    // MFU against each precision's own peak: FP8's is twice bf16's
+    EXPECT_NEAR(fp8["mfu"].get<double>() / fp8["tflops_per_gpu"].get<double>(), 1.0 / 1979, 1e-9);
+    EXPECT_NEAR(bf16["mfu"].get<double>() / bf16["tflops_per_gpu"].get<double>(), 1.0 / 989, 1e-9);
+    // the s x s probabilities: naive attention keeps a s^2 b per layer, flash only row statistics
+    EXPECT_GT(naive["memory_gb_per_gpu"]["activations"].get<double>(),
+              1.3 * bf16["memory_gb_per_gpu"]["activations"].get<double>());
+    // an A100 has no FP8: a reason, no numbers
+    const nlohmann::json a100 = run(cluster(), "fp8", "flash");
+    EXPECT_FALSE(a100["feasible"].get<bool>());
+    EXPECT_NE(a100["reason"].get<std::string>().find("needs FP8 tensor cores"), std::string::npos) << a100["reason"];
+    // a bad attention value names the key and the choices
+    const std::string bad = write("bad.json", R"({"attention": "paged"})");
+    std::string out;
+    EXPECT_NE(plan("--model " + model() + " --cluster " + h100 + " --policy " + bad + " --global-batch 1536 --seq 2048",
+                   &out), 0);
+    EXPECT_NE(out.find("'attention'"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"flash\", \"naive\""), std::string::npos) << out;
+}
+
+// --explain names every term of the chosen policy's step time and memory, the dominant one first;
+// without it the "why #1" line still names the two leaders. A search for FP8 on an A100 is an error.
+TEST_F(PlanCli, ExplainNamesTheDominantTerms) {
+    std::string out;
+    ASSERT_EQ(plan("--model llama3-70b --gpu H100-SXM --nodes 8 --global-batch 512 --seq 8192 --precision fp8 --top 2 "
+                   "--explain", &out), 0) << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("explain #1: step [0-9.]+ s: ([a-zA-Z /]+) [0-9.]+ s \\(([0-9]+) %\\)")))
+        << out;
+    EXPECT_GE(std::stoi(m[2].str()), 34) << "the first term is the largest: " << m[1];
+    EXPECT_NE(out.find("; memory "), std::string::npos) << out;
+    EXPECT_NE(out.find("dominant terms: step: "), std::string::npos) << out;
+    EXPECT_NE(plan("--model llama3-70b --gpu A100-80GB --nodes 8 --global-batch 512 --precision fp8", &out), 0);
+    EXPECT_NE(out.find("no FP8 tensor cores"), std::string::npos) << out;
+    EXPECT_NE(out.find("H100-SXM"), std::string::npos) << out;
+}
+
+}  // namespace
