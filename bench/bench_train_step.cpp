@@ -4,7 +4,7 @@
 // Usage: bench_train_step --batch B --seq T [--model gpt2] [--threads K] [--steps N] [--warmup W] [--peak-gflops P]
 //                         [--matmul-precision fp32|bf16] [--precision fp32|bf16|fp16] [--recompute none|full|selective]
 //                         [--n-layer L --n-head H --n-embd C] (reshape the preset)
-//                         [--thread-split auto|batch|kernel]
+//                         [--thread-split auto|batch|kernel] [--attention fused|materialized] [--n-ctx N]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
     int B = 4, T = 64, threads = 2, steps = 5, warmup = 1;
     double peak = 0;
-    std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto";
-    int n_layer = 0, n_head = 0, n_embd = 0;
+    std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto", attention = "fused";
+    int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
         const char* v = argv[i + 1];
@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
         else if (k == "--precision") mixed = v;
         else if (k == "--recompute") recompute = v;
         else if (k == "--thread-split") split = v;
+        else if (k == "--attention") attention = v;
+        else if (k == "--n-ctx") n_ctx = std::atoi(v);
         else if (k == "--n-layer") n_layer = std::atoi(v);
         else if (k == "--n-head") n_head = std::atoi(v);
         else if (k == "--n-embd") n_embd = std::atoi(v);
@@ -49,7 +51,9 @@ int main(int argc, char** argv) {
     shardlm::train::TrainConfig cfg;
     cfg.model = model;
     cfg.n_layer = n_layer, cfg.n_head = n_head, cfg.n_embd = n_embd;
+    if (n_ctx > 0) cfg.n_ctx = n_ctx;
     using shardlm::train::parse_setting;
+    parse_setting("--attention", attention, &cfg.attention);
     parse_setting("--matmul-precision", precision, &cfg.matmul_precision);
     parse_setting("--precision", mixed, &cfg.precision);
     parse_setting("--recompute", recompute, &cfg.recompute);
@@ -87,9 +91,9 @@ int main(int argc, char** argv) {
     double tps = double(B) * T / (med / 1e3);
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    std::printf("{\"impl\": \"shardlm\", \"model\": \"%s\", \"precision\": \"%s\", \"recompute\": \"%s\", \"matmul_precision\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, \"tokens_per_s\": %.2f, "
+    std::printf("{\"impl\": \"shardlm\", \"attention\": \"%s\", \"model\": \"%s\", \"precision\": \"%s\", \"recompute\": \"%s\", \"matmul_precision\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, \"tokens_per_s\": %.2f, "
                 "\"step_ms_median\": %.1f, \"step_ms_mean\": %.1f, \"tflops_per_step\": %.3f, \"achieved_gflops\": %.1f, "
                 "\"mfu\": %.4f, \"peak_rss_mib\": %.0f}\n",
-                model.c_str(), mixed.c_str(), recompute.c_str(), precision.c_str(), mc.n_layer, mc.n_embd, B, T, threads, tps, med, mean, flops_per_token * B * T / 1e12,
+                attention.c_str(), model.c_str(), mixed.c_str(), recompute.c_str(), precision.c_str(), mc.n_layer, mc.n_embd, B, T, threads, tps, med, mean, flops_per_token * B * T / 1e12,
                 flops_per_token * tps / 1e9, peak > 0 ? flops_per_token * tps / 1e9 / peak : 0.0, ru.ru_maxrss / 1024.0);
 }

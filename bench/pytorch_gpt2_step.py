@@ -36,11 +36,26 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
+    ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual",
+                    help="manual: the reference model's (B, nh, T, T) softmax; sdpa: 1.13's private "
+                         "F._scaled_dot_product_attention(is_causal=True) (1.13 has no public SDPA)")
+    ap.add_argument("--n-positions", type=int, default=1024)
     args = ap.parse_args()
+    if args.attn == "sdpa":
+        import torch.nn.functional as F
+
+        def sdpa_forward(self, x):
+            B, T, C = x.shape
+            nh, hs = self.n_head, C // self.n_head
+            q, k, v = self.c_attn(x).split(C, dim=2)
+            q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))
+            y = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        G.CausalSelfAttention.forward = sdpa_forward
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    cfg = G.GPTConfig(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024)
+    cfg = G.GPTConfig(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=args.n_positions)
     assert args.seq <= cfg.n_positions
     model = G.GPT(cfg).train()
     opt = torch.optim.AdamW(G.param_groups(model, 0.1), lr=6e-4, betas=(0.9, 0.95),
@@ -74,6 +89,7 @@ def main():
     print(json.dumps({
         "impl": "pytorch",
         "autocast": args.autocast,
+        "attn": args.attn,
         "B": B, "T": T,
         "threads": args.threads,
         "tokens_per_s": (B * T / statistics.median(times)) if times else None,  # median step, like shardlm

@@ -127,6 +127,40 @@ TEST_F(ParallelLayouts, LanesInDataAndPipelineLayouts) {
     }
 }
 
+// The fused attention kernel (the default) against the materialized one: the same losses and
+// parameters to fp32 rounding on one process, under full and selective recomputation, with tensor and
+// sequence parallelism (the heads split over the ranks), in a pipeline, and with lanes; in bf16
+// within the 16-bit layouts' noise. The layout tests above all run fused.
+TEST_F(ParallelLayouts, FusedAttentionEqualsMaterialized) {
+    const fs::path single = tmp / "materialized";
+    run(train("--steps 6 --attention materialized --out " + single.string()), "materialized");
+    const Layout layouts[] = {
+        {"fused", 1, "--attention fused"},
+        {"fused_recompute_full", 1, "--attention fused --recompute full"},
+        {"fused_recompute_selective", 1, "--attention fused --recompute selective"},
+        {"fused_tp2_sp", 2, "--attention fused --tp 2 --sequence-parallel"},
+        {"fused_pp2", 2, "--attention fused --pp 2 --schedule 1f1b"},
+    };
+    for (const Layout& l : layouts) {
+        const fs::path dir = tmp / l.name;
+        run((l.np > 1 ? mpirun(l.np) : std::string()) + train(std::string("--steps 6 ") + l.flags + " --out " + dir.string()),
+            l.name);
+        shardlm::test::expect_same_losses(single, dir, 0, l.name);
+        shardlm::test::expect_same_params(single / "ckpt_00000006", dir / "ckpt_00000006", l.name);
+    }
+    // lanes: two threads, each running whole sequences through the fused kernel
+    std::string lanes = train("--steps 6 --attention fused --out " + (tmp / "fused_lanes").string());
+    lanes = std::regex_replace(lanes, std::regex("--micro-batch 1 "), "--micro-batch 4 ");
+    lanes = std::regex_replace(lanes, std::regex("--threads 1 "), "--threads 2 --thread-split batch ");
+    run(lanes, "fused_lanes");
+    shardlm::test::expect_same_losses(single, tmp / "fused_lanes", 0, "fused_lanes");
+    // bf16: both kernels on the same 16-bit activations
+    const fs::path m16 = tmp / "materialized_bf16", f16 = tmp / "fused_bf16";
+    run(train("--steps 6 --precision bf16 --attention materialized --out " + m16.string()), "materialized_bf16");
+    run(train("--steps 6 --precision bf16 --attention fused --out " + f16.string()), "fused_bf16");
+    shardlm::test::expect_same_losses(m16, f16, 0, "bf16", 2e-3);
+}
+
 TEST_F(ParallelLayouts, CheckpointsResumeAcrossLayouts) {
     const fs::path ref = tmp / "ref", run_dir = tmp / "chain";
     run(train("--steps 10 --out " + ref.string()), "ref");

@@ -12,7 +12,7 @@
 #include <functional>
 #include <sstream>
 
-#include "shardlm/calibrate/peak_loops.h"
+#include "shardlm/kernels/peak_loops.h"
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
@@ -25,6 +25,12 @@
 #include "shardlm/planner/plan_io.h"
 
 namespace shardlm::calibrate {
+
+using kernels::bf16_dot_chains;
+using kernels::fp32_fma_chains;
+using kernels::fp32_fma_flops_per_iter;
+using kernels::has_bf16_dot;
+using kernels::kBf16DotFlopsPerIter;
 
 namespace {
 

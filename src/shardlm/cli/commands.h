@@ -17,5 +17,6 @@ void add_schedule_command(CLI::App& app);
 void add_plan_command(CLI::App& app);      // planner: memory and step time of parallel policies
 void add_calibrate_command(CLI::App& app); // measure this machine into a planner cluster file
 void add_launch_command(CLI::App& app);    // supervise train under mpirun: restart on the ranks left
+void add_doctor_command(CLI::App& app);    // the machine, its kernels and the traps in the environment
 
 }  // namespace shardlm::cli

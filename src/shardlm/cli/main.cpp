@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     add_plan_command(app);
     add_calibrate_command(app);
     add_launch_command(app);
+    add_doctor_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -18,6 +18,7 @@ void ensure_blas_coretype(int argc, char** argv) {
     // Debian's OpenBLAS 0.3.21 does not know Zen 4/5 and falls back to generic kernels (8x slower).
     if (!std::getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
         setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        setenv("SHARDLM_SET_CORETYPE", "SkylakeX", 1);  // ours, not the user's (kernels/machine.h tells them apart)
         change = true;
     }
     // libgomp spins 300,000 times at each barrier before sleeping: with a busy neighbour on one of
@@ -93,6 +94,12 @@ bool bind_threads() {
 
 void unbind_this_thread() {
     if (g_bound) pthread_setaffinity_np(pthread_self(), sizeof(g_process_cpus), &g_process_cpus);
+}
+
+int process_cpus() {
+    if (g_bound) return CPU_COUNT(&g_process_cpus);
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
 }
 
 }  // namespace shardlm

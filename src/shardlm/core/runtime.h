@@ -24,5 +24,7 @@ bool bind_threads();
 // A helper thread (created by a bound thread, whose single CPU it inherits) takes back every CPU the
 // process had before bind_threads.
 void unbind_this_thread();
+// CPUs the process may run on (as before bind_threads narrowed each thread to one).
+int process_cpus();
 
 }  // namespace shardlm

@@ -7,6 +7,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/attention.h"
+#include "shardlm/kernels/flash_attention.h"
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/matmul.h"
@@ -24,6 +25,7 @@ namespace {
 struct BlockRows {
     void *ln1, *qkv, *att, *atty, *resid2, *ln2, *fch, *fch_gelu;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float* lse;  // fused attention's row statistics
 };
 
 BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
@@ -42,7 +44,8 @@ BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
             stat_rows(a.ln1_mean, r),
             a.ln1_rstd.data() + r,
             stat_rows(a.ln2_mean, r),
-            a.ln2_rstd.data() + r};
+            a.ln2_rstd.data() + r,
+            a.lse.size() ? a.lse.data() + size_t(b0) * size_t(d.NHt) * size_t(T) : nullptr};
 }
 
 // Rotary embeddings on the q and k heads of n rows of [q | k | v] (positions pos0 + row % T); and
@@ -81,6 +84,8 @@ void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& 
         SHARDLM_CHECK(!u.mixed() && tp == 1, "decoding runs in fp32 on one rank");
         attention_forward_cached(static_cast<float*>(a.atty), static_cast<float*>(a.qkv), kv->k, kv->v, pos, T, d.Ct,
                                  d.NHt, kv->scores, d.KVt);
+    } else if (u.fused_attention) {
+        flash_attention_forward(a.atty, a.lse, a.qkv, t, B, T, d.Ct, d.NHt, d.KVt);
     } else {
         // selective recomputation keeps no probabilities: they go to scratch, recomputed in backward
         void* att = a.att ? a.att : at(u.scratch->att.data(), t, size_t(sq.begin) * d.NHt * size_t(T) * T);
@@ -147,15 +152,19 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
         // attention: resid2 = x + attention(norm1(x)) @ Wp^T + bp
         row_parallel_dout(u, dy_p, dr, n);
         linear_backward(u, datty, nullptr, nullptr, dy_p, a.atty, w.w[kAttnProjW], n, Ct, C, false);
-        const void* att = a.att;
-        if (!att) {  // selective recomputation: the probabilities again, from the kept q, k, v
-            void* p = at(s.att.data(), t, size_t(sq.begin) * NHt * size_t(T) * T);
-            attention_forward(at(s.atty.data(), t, r0 * Ct), p, t, a.qkv, t, sq.count, T, Ct, NHt, d.KVt);
-            att = p;
+        if (u.fused_attention) {  // the tiles' probabilities again, from the kept output and row statistics
+            flash_attention_backward(dqkv, datty, a.qkv, a.atty, a.lse, t, sq.count, T, Ct, NHt, d.KVt);
+        } else {
+            const void* att = a.att;
+            if (!att) {  // selective recomputation: the probabilities again, from the kept q, k, v
+                void* p = at(s.att.data(), t, size_t(sq.begin) * NHt * size_t(T) * T);
+                attention_forward(at(s.atty.data(), t, r0 * Ct), p, t, a.qkv, t, sq.count, T, Ct, NHt, d.KVt);
+                att = p;
+            }
+            // each lane its own attention scratch (inside a lane every thread number is 0)
+            float* attn = s.attn.data() + size_t(u.lane) * attention_scratch_floats(T, 1);
+            attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, Ct, NHt, d.KVt);
         }
-        // each lane its own attention scratch (inside a lane every thread number is 0)
-        float* attn = s.attn.data() + size_t(u.lane) * attention_scratch_floats(T, 1);
-        attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, Ct, NHt, d.KVt);
         rope_qk_backward(u, d, dqkv, n, T);
         linear_backward(u, partial(dln1), nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, d.Wqkv, false);
         reduce_into(dln1);

@@ -47,13 +47,14 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     ctx_.sp = opt.sequence_parallel && t > 1;
     ctx_.prec = opt.precision;
     ctx_.recompute = opt.recompute;
+    ctx_.fused_attention = opt.fused_attention;
     ctx_.scratch = &scratch_;
     SHARDLM_CHECK(opt.lanes >= 1 && (opt.lanes == 1 || t == 1), "model part: ", opt.lanes,
                   " lanes need one tensor-parallel rank (got --tp ", t, ")");
     lanes_ = std::min(opt.lanes, B);
     // per-thread attention scratch: for the lanes, or for every thread OpenMP may run a kernel on
     const int threads = std::max({opt.threads, lanes_, omp_get_max_threads()});
-    scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp);
+    scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp, opt.fused_attention);
 
     block_unit_.assign(size_t(L), -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
@@ -95,7 +96,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     const size_t eb = dtype_bytes(ctx_.prec.activation);
     const bool keep_blocks = opt.recompute != Recompute::Full, keep_att = opt.recompute != Recompute::Selective;
     if (!keep_blocks) {
-        recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true);
+        recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true, opt.fused_attention);
     }
     defer_ = opt.defer_weight_grads;
     SHARDLM_CHECK(!defer_ || keep_blocks,
@@ -126,7 +127,8 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                     any_block = true;
                     if (keep_blocks) {
                         s.blocks.emplace_back();
-                        s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, keep_att);
+                        s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, keep_att,
+                                                 opt.fused_attention);
                     }
                     if (defer_) {
                         s.keeps.emplace_back();

@@ -51,6 +51,7 @@ public:
         bool sequence_parallel = false;
         PrecisionPolicy precision;                // what is stored and multiplied in what (core/precision.h)
         Recompute recompute = Recompute::None;
+        bool fused_attention = false;             // kernels/flash_attention.h instead of attention.h
         int unit_multiple = 1;                    // make_gpt2_layout's (the data-parallel size)
         int threads = 1;                          // OpenMP threads (attention scratch)
         // lanes (model/units.h): how many threads share each micro-batch by sequences; 1: every

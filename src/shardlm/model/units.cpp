@@ -28,18 +28,20 @@ BlockDims block_dims(const GptConfig& c, int tp) {
     return d;
 }
 
-void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp) {
+void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp,
+                       bool fused) {
     const size_t N = size_t(B) * T, C = size_t(c.n_embd), Ct = C / size_t(tp);
     gathered.resize(tp > 1 ? N * C : 0);
     dln.resize(N * C);
     reduced.resize(tp > 1 ? N * C / size_t(tp) : 0);
     datty.resize(N * Ct);
     dh.resize(c.mlp == Mlp::SwiGLU ? N * size_t(block_dims(c, tp).F) : 0);
-    attn.resize(attention_scratch_floats(T, threads > 0 ? threads : 1));
+    attn.resize(fused ? 0 : attention_scratch_floats(T, threads > 0 ? threads : 1));
     ce.resize(tp > 1 ? 3 * N : 0);
     const size_t eb = dtype_bytes(act);
-    att.resize(r == Recompute::Selective ? size_t(B) * size_t(c.n_head / tp) * size_t(T) * size_t(T) : 0, eb);
-    atty.resize(r == Recompute::Selective ? N * Ct : 0, eb);
+    const bool recompute_att = r == Recompute::Selective && !fused;  // fused attention keeps its row statistics
+    att.resize(recompute_att ? size_t(B) * size_t(c.n_head / tp) * size_t(T) * size_t(T) : 0, eb);
+    atty.resize(recompute_att ? N * Ct : 0, eb);
     recomputed.resize(r == Recompute::Full ? (sp && tp > 1 ? N / size_t(tp) : N) * C : 0, eb);  // (Nl, C)
     logits.resize(0);
 }
@@ -66,13 +68,14 @@ void HeadKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
     dlnf.resize(Nl * size_t(c.n_embd));
 }
 
-void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att) {
+void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att, bool fused) {
     const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
     const BlockDims d = block_dims(c, tp);
     const size_t eb = dtype_bytes(act), nm = c.norm == Norm::LayerNorm ? Nl : 0;  // RMSNorm keeps no mean
     ln1.resize(Nl * C, eb), ln1_mean.resize(nm), ln1_rstd.resize(Nl);
     qkv.resize(N * size_t(d.Wqkv), eb);
-    att.resize(keep_att ? size_t(B) * size_t(d.NHt) * size_t(T) * size_t(T) : 0, eb);
+    att.resize(keep_att && !fused ? size_t(B) * size_t(d.NHt) * size_t(T) * size_t(T) : 0, eb);
+    lse.resize(fused ? size_t(B) * size_t(d.NHt) * size_t(T) : 0);
     atty.resize(N * size_t(d.Ct), eb);
     resid2.resize(Nl * C, eb);
     ln2.resize(Nl * C, eb), ln2_mean.resize(nm), ln2_rstd.resize(Nl);
@@ -84,8 +87,8 @@ size_t BlockActs::stats_bytes() const {
 }
 
 size_t BlockActs::bytes() const {
-    return ln1.bytes() + qkv.bytes() + att.bytes() + atty.bytes() + resid2.bytes() + ln2.bytes() + fch.bytes() +
-           fch_gelu.bytes() + stats_bytes();
+    return ln1.bytes() + qkv.bytes() + att.bytes() + lse.bytes() + atty.bytes() + resid2.bytes() + ln2.bytes() +
+           fch.bytes() + fch_gelu.bytes() + stats_bytes();
 }
 
 void HeadActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad, bool chunked) {

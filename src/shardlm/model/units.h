@@ -73,7 +73,9 @@ struct Scratch {
     TypedBuffer recomputed;         // full recomputation: the block output its forward computes again
     AlignedBuffer<float> logits;    // (kHeadRows, Vt) per lane: the head's logits a block of rows at a time
     // threads: at least the lanes (each takes its own attention scratch)
-    void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp = false);
+    // fused: the fused attention kernel (no probabilities to recompute, no materialized scratch)
+    void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp = false,
+                  bool fused = false);
     size_t bytes() const;
 };
 
@@ -104,6 +106,9 @@ struct UnitContext {
     // step keeps, prec.param the matrices as the units read them, prec.products the GEMM operands
     PrecisionPolicy prec;
     Recompute recompute = Recompute::None;
+    // the attention kernel: fused (kernels/flash_attention.h: each row's log-sum-exp kept, no
+    // probabilities) or materialized (kernels/attention.h: the (B, NH, T, T) probabilities kept)
+    bool fused_attention = false;
     Scratch* scratch = nullptr;
     int lane = 0, lanes = 1;  // this call's lane and how many run the unit (lanes > 1: tp 1)
     LaneWork* work = nullptr;  // lanes > 1: the items they share
@@ -128,11 +133,13 @@ struct BlockActs {
     TypedBuffer ln1, qkv, att, atty, resid2, ln2, fch, fch_gelu;  // (Nl,C) (N,Wqkv) (B,NH/tp,T,T) (N,Ct)
                                                                   // (Nl,C) (Nl,C) (N,Ffc) (N,F)
     AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (Nl); RMSNorm: only the rstd
+    AlignedBuffer<float> lse;  // fused attention: (B, NH/tp, T) each query row's log-sum-exp
     // keep_att: the probabilities are kept (false under selective recomputation, and for decoding:
-    // one sequence at a time, attending to the KV cache).
-    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att);
+    // one sequence at a time, attending to the KV cache); fused: the fused kernel's row statistics
+    // instead (always: they are NH/tp T floats a sequence).
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att, bool fused = false);
     size_t bytes() const;        // everything
-    size_t stats_bytes() const;  // the LayerNorm statistics alone
+    size_t stats_bytes() const;  // the LayerNorm statistics alone (the attention's lse counts as a value)
 };
 
 // What a block's B phase (input gradients) leaves for its W phase (weight gradients), fp32: the

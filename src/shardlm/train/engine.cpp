@@ -63,6 +63,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     const PrecisionPolicy precision = cfg.precision_policy();
     po.precision = precision;
     po.recompute = cfg.recompute;
+    po.fused_attention = cfg.attention == AttentionKernel::Fused;
     po.unit_multiple = dp;
     po.threads = get_threads();
     po.lanes = lanes_of(cfg, po.threads, tp);

@@ -39,6 +39,7 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
     a.tp = tp;
     a.sequence_parallel = cfg.sequence_parallel;
     a.value_bytes = 4;
+    a.attention = cfg.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
     const double block = cost::block_activation_bytes(shape, a);
     const double tokens = double(cfg.micro_batch) * cfg.seq;
     const double padded_vocab = double((mc.vocab_size + 127) / 128 * 128);

@@ -89,7 +89,11 @@ std::string Trainer::memory_report() const {
         spec.seq = cfg_.seq;
         spec.tp = g.tp_size();
         spec.sequence_parallel = cfg_.sequence_parallel && g.tp_size() > 1;
-        spec.recompute = cfg_.recompute;
+        spec.attention = cfg_.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
+        // the engine's selective recomputation is the attention probabilities': with the fused kernel
+        // there are none, and it keeps what no recomputation keeps (not the planner's op-level kind)
+        const bool fused_selective = spec.attention == cost::Attention::Flash && cfg_.recompute == cost::Recompute::Selective;
+        spec.recompute = fused_selective ? cost::Recompute::None : cfg_.recompute;
         spec.value_bytes = double(dtype_bytes(e_.part->precision().activation));
         const double f = cost::block_activation_bytes(shape, spec);
         out += fmt("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "

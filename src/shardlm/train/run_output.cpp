@@ -17,6 +17,9 @@
 #include "shardlm/model/weights.h"
 #include "shardlm/train/checkpoint.h"
 #include "shardlm/train/numerics.h"
+#include "shardlm/comm/group.h"
+#include "shardlm/core/runtime.h"
+#include "shardlm/kernels/machine.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/train/trainer.h"
 
@@ -191,6 +194,19 @@ std::string Trainer::sample_text() {
     return sample;
 }
 
+namespace {
+
+// How waiting threads wait: the ranks' communication (comm/group.h) and OpenMP's barriers.
+std::string wait_policy_text() {
+    const comm::WaitMode w = comm::background_wait();
+    std::string s = cat("communication ", w == comm::WaitMode::Sleep ? "sleeps" : w == comm::WaitMode::Yield ? "yields" : "spins");
+    if (const char* p = std::getenv("OMP_WAIT_POLICY")) s += cat(", OMP_WAIT_POLICY ", p);
+    else if (const char* c = std::getenv("GOMP_SPINCOUNT")) s += cat(", OpenMP spins ", c, " before sleeping");
+    return s;
+}
+
+}  // namespace
+
 void Trainer::print_header() {
     unigram_ = loader_->unigram_entropy();
     if (val_loader_) corpus_unigram_ = data::BatchLoader::unigram_entropy({loader_.get(), val_loader_.get()});
@@ -209,6 +225,15 @@ void Trainer::print_header() {
         else std::printf(" | matmuls %s", prec.bf16_products() ? "bf16" : "fp32");
         if (cfg_.recompute != cost::Recompute::None) std::printf(" | recompute %s", setting_text(cfg_.recompute).c_str());
         std::printf("\n");
+        // what runs: the CPU, its peaks measured now, the GEMM kernels, the threads and how ranks wait
+        const int threads = get_threads();
+        const kernels::MachineInfo m = kernels::machine_info(threads, 0.1);
+        const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        std::printf("machine: %s | threads %d per rank (%s, %s) | waits: %s\n", kernels::describe(m, threads).c_str(),
+                    threads, e_.part->context().lanes > 1 ? "lanes" : "kernels split",
+                    bound_ ? "bound one per CPU" : "unbound", wait_policy_text().c_str());
+        for (const std::string& f : kernels::findings(m, threads, local ? std::max(1, std::atoi(local)) : 1, false))
+            std::printf("warning: %s\n", f.c_str());
         if (e_.part->matmul_precision() == kernels::MatmulPrecision::bf16 && !__builtin_cpu_supports("avx512bf16"))
             std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
                         "---> HINT: --matmul-precision fp32\n");

@@ -29,6 +29,12 @@ inline constexpr EnumName<ThreadSplit> kThreadSplitNames[] = {
     {ThreadSplit::Auto, "auto"}, {ThreadSplit::Batch, "batch"}, {ThreadSplit::Kernel, "kernel"}};
 constexpr const auto& enum_names(ThreadSplit) { return kThreadSplitNames; }
 
+// The attention kernel (kernels/flash_attention.h or kernels/attention.h).
+enum class AttentionKernel { Fused, Materialized };
+inline constexpr EnumName<AttentionKernel> kAttentionKernelNames[] = {{AttentionKernel::Fused, "fused"},
+                                                                      {AttentionKernel::Materialized, "materialized"}};
+constexpr const auto& enum_names(AttentionKernel) { return kAttentionKernelNames; }
+
 // What a non-finite loss or gradient does (train/numerics.h).
 enum class OnNan { Stop, Skip };
 inline constexpr EnumName<OnNan> kOnNanNames[] = {{OnNan::Stop, "stop"}, {OnNan::Skip, "skip"}};
@@ -130,6 +136,7 @@ struct TrainConfig {
     optim::LossScale loss_scale;             // Default: dynamic for fp16, off otherwise
     int scale_window = 1000;                 // clean steps before a dynamic loss scale doubles
     cost::Recompute recompute = cost::Recompute::None;
+    AttentionKernel attention = AttentionKernel::Fused;
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
     // reliability (train/numerics.h, train/rank_check.h)
     OnNan on_nan = OnNan::Stop;
@@ -277,7 +284,10 @@ void for_each_field(Cfg& c, F&& f) {
     f("loss_scale", c.loss_scale, "Loss scaling (default: dynamic with --precision fp16, off otherwise)");
     f("scale_window", c.scale_window, "Clean steps before a dynamic loss scale doubles");
     f("recompute", c.recompute,
-      "Activation recomputation: none | full (keep each block's input, re-run it in backward) | selective (recompute the attention probabilities)");
+      "Activation recomputation: none | full (keep each block's input, re-run it in backward) | selective (recompute the attention probabilities; nothing with --attention fused, which keeps none)");
+    f("attention", c.attention,
+      "fused (FlashAttention-2's tiles and online softmax: each query row's log-sum-exp kept, O(T C) memory a sequence) | "
+      "materialized (the (B, heads, T, T) probabilities kept for backward)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
     f("on_nan", c.on_nan,
       "stop | skip: a non-finite loss or gradient stops the run (naming the tensor), or skips that step's update on every rank");

@@ -78,7 +78,7 @@ void Trainer::init(comm::Group& world) {
     start_flight_recorder(cfg_, world);
     set_threads(cfg_.threads);
     warn_oversubscribed_threads(world);
-    bind_threads();
+    bound_ = bind_threads();
     model_cfg_ = cfg_.model_config();
     loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
     if (loader_->num_rows() < cfg_.global_batch && world.rank() == 0)

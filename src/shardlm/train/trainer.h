@@ -127,6 +127,7 @@ private:
     double last_val_ = -1;
     double unigram_ = 0;          // of the training shard
     double corpus_unigram_ = 0;   // of training + validation shards
+    bool bound_ = false;  // bind_threads bound one thread per CPU (the run header says so)
 };
 
 std::string stats_json(const StepStats& s);  // one metrics.jsonl line (null for non-finite values)

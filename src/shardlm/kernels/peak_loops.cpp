@@ -1,8 +1,8 @@
-#include "shardlm/calibrate/peak_loops.h"
+#include "shardlm/kernels/peak_loops.h"
 
 #include <immintrin.h>
 
-namespace shardlm::calibrate {
+namespace shardlm::kernels {
 
 namespace {
 
@@ -64,4 +64,4 @@ double fp32_fma_flops_per_iter() { return __builtin_cpu_supports("avx512f") ? 16
 bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16"); }
 float bf16_dot_chains(long iters) { return dpbf16(iters); }
 
-}  // namespace shardlm::calibrate
+}  // namespace shardlm::kernels

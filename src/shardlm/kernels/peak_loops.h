@@ -1,9 +1,9 @@
-// calibrate/peak_loops.h: the loops that measure a core's peak arithmetic rate, 16 independent
+// kernels/peak_loops.h: the loops that measure a core's peak arithmetic rate, 16 independent
 // accumulator chains per thread (2 FMA ports x 4-cycle latency need >= 8), as `shardlm calibrate`
 // and bench/bench_peak.cpp use them. Each returns the sum of its chains (keeps the loop alive).
 #pragma once
 
-namespace shardlm::calibrate {
+namespace shardlm::kernels {
 
 // fp32 FMAs: 512-bit where the CPU has AVX-512F, else 256-bit (AVX2 + FMA).
 float fp32_fma_chains(long iters);
@@ -15,4 +15,4 @@ bool has_bf16_dot();
 float bf16_dot_chains(long iters);
 inline constexpr double kBf16DotFlopsPerIter = 16.0 * 64;
 
-}  // namespace shardlm::calibrate
+}  // namespace shardlm::kernels

@@ -1,0 +1,208 @@
+#include "shardlm/kernels/flash_attention.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "shardlm/core/dtype_simd.h"
+#include "shardlm/core/scratch.h"
+#include "shardlm/kernels/vec_math.h"
+
+// GCC 12 warns inside _mm512_reduce_add_ps's own header (its __Y "used uninitialized": GCC bug 105593)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace shardlm::kernels {
+
+namespace {
+
+// p[0, n) <- exp(s[0, n) - m), p[n, end) <- 0; returns the sum of p[0, n).
+float exp_row(float* p, const float* s, int n, int end, float m) {
+    using namespace simd;
+    const V16 vm = set1(m);
+    V16 sum = zero();
+    for (int j = 0; j < n; j += 16) {
+        const M16 k = mask_below(size_t(j), size_t(n));
+        const V16 e = maskz(k, exp16(load(k, s + j) - vm));
+        store(k, p + j, e);
+        sum = sum + e;
+    }
+    for (int j = n; j < end; j++) p[j] = 0.0f;
+    return reduce_add(sum);
+}
+
+void scale_row(float* x, int n, float a) {
+    using namespace simd;
+    const V16 va = set1(a);
+    for (int j = 0; j < n; j += 16) {
+        const M16 k = mask_below(size_t(j), size_t(n));
+        store(k, x + j, load(k, x + j) * va);
+    }
+}
+
+float dot_row(const float* a, const float* b, int n) {
+    using namespace simd;
+    V16 acc = zero();
+    for (int j = 0; j < n; j += 16) {
+        const M16 k = mask_below(size_t(j), size_t(n));
+        acc = fmadd(load(k, a + j), load(k, b + j), acc);
+    }
+    return reduce_add(acc);
+}
+
+// ds[0, n) <- scale * p * (dp - d); ds[n, end) <- 0 (ds may alias dp).
+void dscore_row(float* ds, const float* dp, const float* p, int n, int end, float d, float scale) {
+    using namespace simd;
+    const V16 vd = set1(d), vs = set1(scale);
+    for (int j = 0; j < n; j += 16) {
+        const M16 k = mask_below(size_t(j), size_t(n));
+        store(k, ds + j, vs * (load(k, p + j) * (load(k, dp + j) - vd)));
+    }
+    for (int j = n; j < end; j++) ds[j] = 0.0f;
+}
+
+// rows [0, T) of head columns [col, col + HS) of a (T, W) matrix stored as t, into x (T, HS) fp32
+void widen(float* x, const void* src, DType t, size_t base, int T, size_t W, size_t col, int HS) {
+    for (int i = 0; i < T; i++) load_row(x + size_t(i) * HS, at(src, t, base + size_t(i) * W + col), t, size_t(HS));
+}
+
+struct Dims {
+    int HS, G, KVC;
+    size_t W;  // qkv's row width C + 2 KVC
+    float scale;
+    Dims(int C, int NH, int NKV) : HS(C / NH), G(NH / NKV), KVC(NKV * (C / NH)), W(size_t(C) + 2 * size_t(NKV * (C / NH))) {
+        scale = 1.0f / std::sqrt(float(HS));
+    }
+};
+
+}  // namespace
+
+void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, int B, int T, int C, int NH, int NKV) {
+    if (NKV <= 0) NKV = NH;
+    const Dims d(C, NH, NKV);
+    const int HS = d.HS;
+#pragma omp parallel
+    {
+        const size_t th = size_t(T) * HS;
+        // q, k, v of one head; the tile's scores/probabilities, output accumulator, row max and sum
+        float* q = thread_scratch(0, 3 * th + size_t(kFlashRows) * (kFlashCols + HS + 2));
+        float *k = q + th, *v = k + th, *s = v + th, *o = s + size_t(kFlashRows) * kFlashCols;
+        float *mx = o + size_t(kFlashRows) * HS, *sum = mx + kFlashRows;
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH, kvh = h / d.G;
+            const size_t base = size_t(b) * T * d.W;
+            widen(q, qkv, t, base, T, d.W, size_t(h) * HS, HS);
+            widen(k, qkv, t, base, T, d.W, size_t(C) + size_t(kvh) * HS, HS);
+            widen(v, qkv, t, base, T, d.W, size_t(C) + d.KVC + size_t(kvh) * HS, HS);
+            for (int r0 = 0; r0 < T; r0 += kFlashRows) {
+                const int r1 = std::min(r0 + kFlashRows, T), M = r1 - r0;
+                std::fill(mx, mx + M, -INFINITY);
+                std::fill(sum, sum + M, 0.0f);
+                std::memset(o, 0, sizeof(float) * size_t(M) * HS);
+                for (int c0 = 0; c0 < r1; c0 += kFlashCols) {
+                    const int c1 = std::min(c0 + kFlashCols, r1), N = c1 - c0;
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
+                                k + size_t(c0) * HS, HS, 0.0f, s, kFlashCols);
+                    for (int i = 0; i < M; i++) {
+                        float* row = s + size_t(i) * kFlashCols;
+                        const int n = std::min(c1, r0 + i + 1) - c0;  // keys row r0 + i sees in this tile
+                        if (n <= 0) {
+                            std::fill(row, row + N, 0.0f);
+                            continue;
+                        }
+                        const float m_new = std::max(mx[i], row_max(row, n));
+                        const float alpha = std::exp(mx[i] - m_new);  // 0 on the first tile (mx = -inf)
+                        sum[i] = sum[i] * alpha + exp_row(row, row, n, N, m_new);
+                        if (alpha != 1.0f) scale_row(o + size_t(i) * HS, HS, alpha);
+                        mx[i] = m_new;
+                    }
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, s, kFlashCols,
+                                v + size_t(c0) * HS, HS, 1.0f, o, HS);
+                }
+                for (int i = 0; i < M; i++) {
+                    scale_row(o + size_t(i) * HS, HS, 1.0f / sum[i]);
+                    lse[size_t(bh) * T + r0 + i] = mx[i] + std::log(sum[i]);
+                    store_row(at(out, t, (size_t(b) * T + r0 + i) * C + size_t(h) * HS), t, o + size_t(i) * HS,
+                              size_t(HS));
+                }
+            }
+        }
+    }
+}
+
+void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, const void* out, const float* lse,
+                              DType t, int B, int T, int C, int NH, int NKV) {
+    if (NKV <= 0) NKV = NH;
+    const Dims d(C, NH, NKV);
+    const int HS = d.HS;
+    const size_t W = d.W;
+#pragma omp parallel
+    {
+        const size_t th = size_t(T) * HS, tile = size_t(kFlashRows) * kFlashCols;
+        // q, k, v of one head, each row's D = dO . O, a tile's probabilities and score gradients
+        float* q = thread_scratch(0, 3 * th + size_t(T) + 2 * tile + size_t(HS));
+        float *k = q + th, *v = k + th, *D = v + th, *p = D + T, *ds = p + tile, *orow = ds + tile;
+        // one item per key/value head: the G query heads that share it sum into its dk, dv in order
+#pragma omp for schedule(dynamic, 1)
+        for (int bg = 0; bg < B * NKV; bg++) {
+            const int b = bg / NKV, kvh = bg % NKV;
+            const size_t base = size_t(b) * T * W;
+            float* dk = dqkv + base + C + size_t(kvh) * HS;
+            float* dv = dk + d.KVC;
+            for (int i = 0; i < T; i++) {
+                std::memset(dk + size_t(i) * W, 0, sizeof(float) * HS);
+                std::memset(dv + size_t(i) * W, 0, sizeof(float) * HS);
+            }
+            widen(k, qkv, t, base, T, W, size_t(C) + size_t(kvh) * HS, HS);
+            widen(v, qkv, t, base, T, W, size_t(C) + d.KVC + size_t(kvh) * HS, HS);
+            for (int h = kvh * d.G; h < (kvh + 1) * d.G; h++) {
+                const int bh = b * NH + h;
+                widen(q, qkv, t, base, T, W, size_t(h) * HS, HS);
+                float* dq = dqkv + base + size_t(h) * HS;
+                const float* dO = dout + size_t(b) * T * C + size_t(h) * HS;
+                const float* L = lse + size_t(bh) * T;
+                for (int i = 0; i < T; i++) {
+                    load_row(orow, at(out, t, (size_t(b) * T + i) * C + size_t(h) * HS), t, size_t(HS));
+                    D[i] = dot_row(dO + size_t(i) * C, orow, HS);
+                    std::memset(dq + size_t(i) * W, 0, sizeof(float) * HS);
+                }
+                for (int c0 = 0; c0 < T; c0 += kFlashCols) {
+                    const int c1 = std::min(c0 + kFlashCols, T), N = c1 - c0;
+                    for (int r0 = c0 / kFlashRows * kFlashRows; r0 < T; r0 += kFlashRows) {
+                        const int r1 = std::min(r0 + kFlashRows, T), M = r1 - r0;
+                        // the tile's probabilities again, from the row statistics
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
+                                    k + size_t(c0) * HS, HS, 0.0f, p, kFlashCols);
+                        for (int i = 0; i < M; i++) {
+                            float* row = p + size_t(i) * kFlashCols;
+                            const int n = std::clamp(r0 + i + 1 - c0, 0, N);
+                            exp_row(row, row, n, N, L[r0 + i]);
+                        }
+                        const float* g = dO + size_t(r0) * C;
+                        // dV += P^T dO ; dP = dO V^T
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, HS, M, 1.0f, p, kFlashCols, g, C, 1.0f,
+                                    dv + size_t(c0) * W, W);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, HS, 1.0f, g, C, v + size_t(c0) * HS,
+                                    HS, 0.0f, ds, kFlashCols);
+                        for (int i = 0; i < M; i++) {
+                            const int n = std::clamp(r0 + i + 1 - c0, 0, N);
+                            dscore_row(ds + size_t(i) * kFlashCols, ds + size_t(i) * kFlashCols,
+                                       p + size_t(i) * kFlashCols, n, N, D[r0 + i], d.scale);
+                        }
+                        // dQ += dS K ; dK += dS^T Q
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, ds, kFlashCols,
+                                    k + size_t(c0) * HS, HS, 1.0f, dq + size_t(r0) * W, W);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, HS, M, 1.0f, ds, kFlashCols,
+                                    q + size_t(r0) * HS, HS, 1.0f, dk + size_t(c0) * W, W);
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace shardlm::kernels

@@ -1,0 +1,187 @@
+#include "shardlm/kernels/machine.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "shardlm/core/check.h"
+#include "shardlm/core/runtime.h"
+#include "shardlm/kernels/peak_loops.h"
+
+namespace shardlm::kernels {
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// GFLOP/s of `threads` threads running chains(iters) each, iters grown until a run lasts `seconds`.
+double measure_peak(int threads, double seconds, double flops_per_iter, float (*chains)(long)) {
+    long iters = 20000;
+    float sink = 0;
+    for (;;) {
+        const double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+        sink += chains(iters);
+        const double t = now_s() - t0;
+        if (t >= seconds || iters > (1L << 40)) {
+            if (sink == 12345.0f) std::printf(" ");  // keep the loops
+            return double(iters) * flops_per_iter * threads / t / 1e9;
+        }
+        iters = long(double(iters) * std::clamp(1.2 * seconds / std::max(t, 1e-6), 1.5, 100.0));
+    }
+}
+
+double measure_sgemm(int threads) {
+    const int n = 1024;
+    std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+    omp_set_num_threads(threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double best = 1e30;
+    for (int i = 0; i < 3; i++) {
+        const double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        best = std::min(best, now_s() - t0);
+    }
+    return 2.0 * n * n * n / best / 1e9;
+}
+
+std::string onednn_isa_name(dnnl_cpu_isa_t isa) {
+    switch (isa) {
+        case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+        case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+        case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+        case dnnl_cpu_isa_avx512_core: return "avx512_core";
+        case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+        case dnnl_cpu_isa_avx2: return "avx2";
+        case dnnl_cpu_isa_avx: return "avx";
+        case dnnl_cpu_isa_sse41: return "sse41";
+        default: return "other";
+    }
+}
+
+std::string lower(std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+}  // namespace
+
+MachineInfo machine_info(int threads, double seconds, bool gemm) {
+    MachineInfo m;
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    std::set<std::string> flags;
+    while (std::getline(f, line)) {
+        const size_t colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::string key = line.substr(0, colon);
+        key.erase(key.find_last_not_of(" \t") + 1);
+        const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+        if (key == "model name" && m.cpu.empty()) m.cpu = value;
+        if (key == "flags" && flags.empty()) {
+            std::istringstream in(value);
+            for (std::string t; in >> t;) flags.insert(t);
+        }
+    }
+    if (m.cpu.empty()) m.cpu = "unknown CPU";
+    for (const char* want : {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"})
+        if (flags.count(want)) m.isa += (m.isa.empty() ? "" : " ") + std::string(want);
+    m.has_avx512 = flags.count("avx512f") > 0;
+    m.has_bf16_dot = flags.count("avx512_bf16") > 0;
+    m.cpus_online = int(sysconf(_SC_NPROCESSORS_ONLN));
+    m.cpus_allowed = process_cpus() > 0 ? process_cpus() : m.cpus_online;
+    if (const char* c = openblas_get_corename()) m.openblas_core = c;
+    if (const char* e = std::getenv("OPENBLAS_CORETYPE")) m.openblas_coretype_env = e;
+    // the value shardlm's re-exec set (a child process inherits the marker, so compare the values)
+    const char* ours = std::getenv("SHARDLM_SET_CORETYPE");
+    m.coretype_ours = ours && m.openblas_coretype_env == ours;
+    m.onednn_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+    threads = std::max(threads, 1);
+    if (seconds > 0) {
+        m.fp32_peak_gflops = measure_peak(threads, seconds / 2, fp32_fma_flops_per_iter(), fp32_fma_chains);
+        if (has_bf16_dot()) m.bf16_peak_gflops = measure_peak(threads, seconds / 2, kBf16DotFlopsPerIter, bf16_dot_chains);
+    }
+    if (gemm) m.fp32_gemm_gflops = measure_sgemm(threads);
+    return m;
+}
+
+std::string describe(const MachineInfo& m, int threads) {
+    std::ostringstream s;
+    s << m.cpu << ", " << m.cpus_online << " CPUs";
+    if (m.cpus_allowed != m.cpus_online) s << " (" << m.cpus_allowed << " allowed)";
+    if (!m.isa.empty()) s << " (" << m.isa << ")";
+    char buf[160];
+    if (m.fp32_peak_gflops > 0) {
+        std::snprintf(buf, sizeof(buf), " | peaks fp32 %.0f GFLOP/s, bf16 %s (%d thread%s, measured)", m.fp32_peak_gflops,
+                      m.bf16_peak_gflops > 0 ? std::to_string(int(m.bf16_peak_gflops + 0.5)).c_str() : "none",
+                      threads, threads == 1 ? "" : "s");
+        s << buf;
+    }
+    s << " | GEMMs: fp32 OpenBLAS " << (m.openblas_core.empty() ? "?" : m.openblas_core) << " kernels";
+    if (!m.openblas_coretype_env.empty() && !m.coretype_ours) s << " (OPENBLAS_CORETYPE preset)";
+    s << ", bf16 oneDNN " << m.onednn_isa;
+    if (m.fp32_gemm_gflops > 0) {
+        std::snprintf(buf, sizeof(buf), " | sgemm 1024^3 %.0f GFLOP/s", m.fp32_gemm_gflops);
+        s << buf;
+        if (m.fp32_peak_gflops > 0) {
+            std::snprintf(buf, sizeof(buf), " (%.0f %% of the fp32 peak)", 100 * m.fp32_gemm_gflops / m.fp32_peak_gflops);
+            s << buf;
+        }
+    }
+    return s.str();
+}
+
+std::vector<std::string> findings(const MachineInfo& m, int threads, int ranks_on_node, bool bf16) {
+    std::vector<std::string> out;
+    const std::string core = lower(m.openblas_core);
+    const bool avx512_core = core.find("skylakex") != std::string::npos || core.find("cooperlake") != std::string::npos ||
+                             core.find("sapphirerapids") != std::string::npos;
+    if (m.has_avx512 && !avx512_core) {
+        std::string why = !m.openblas_coretype_env.empty() && !m.coretype_ours
+                              ? cat("OPENBLAS_CORETYPE=", m.openblas_coretype_env, " is preset in the environment")
+                              : std::string("OpenBLAS does not recognise this CPU");
+        out.push_back(cat(why, ": OpenBLAS runs its ", m.openblas_core.empty() ? "generic" : m.openblas_core,
+                          " kernels, not the AVX-512 ones this CPU has (fp32 GEMMs at about half speed or less)",
+                          " -- fix: unset OPENBLAS_CORETYPE (shardlm then sets SkylakeX), or set it to SkylakeX"));
+    }
+    if (const char* w = std::getenv("OMP_WAIT_POLICY"); w && lower(w) == "active")
+        out.push_back("OMP_WAIT_POLICY=ACTIVE: idle OpenMP threads spin and take the CPU from the working ones (a busy "
+                      "neighbour, more ranks than cores) -- fix: unset it (shardlm sets GOMP_SPINCOUNT=1000)");
+    if (const char* sc = std::getenv("GOMP_SPINCOUNT"); sc && std::atoll(sc) > 100000)
+        out.push_back(cat("GOMP_SPINCOUNT=", sc, ": threads spin that long at every barrier before sleeping",
+                          " -- fix: unset it (shardlm sets 1000)"));
+    if (std::getenv("OMP_PROC_BIND"))
+        out.push_back("OMP_PROC_BIND is set: shardlm leaves thread binding to libgomp (its own binding, one thread per "
+                      "CPU for lanes, is off) -- fix: unset OMP_PROC_BIND and OMP_PLACES");
+    if (const char* n = std::getenv("OMP_NUM_THREADS"); n && std::atoi(n) > m.cpus_allowed)
+        out.push_back(cat("OMP_NUM_THREADS=", n, " asks for more threads than the ", m.cpus_allowed,
+                          " CPUs this process may use -- fix: OMP_NUM_THREADS=", m.cpus_allowed,
+                          " or unset (shardlm's --threads)"));
+    if (threads > m.cpus_allowed)
+        out.push_back(cat(threads, " threads on ", m.cpus_allowed,
+                          " allowed CPUs: the threads time-slice and wait for each other at every barrier",
+                          " -- fix: --threads ", m.cpus_allowed,
+                          " (under mpirun, --bind-to none or fewer ranks: mpirun binds each rank to a core)"));
+    if (ranks_on_node > 1 && ranks_on_node * threads > m.cpus_online)
+        out.push_back(cat(ranks_on_node, " ranks x ", threads, " threads on ", m.cpus_online,
+                          " CPUs: the node is oversubscribed; ranks wait for descheduled peers in every collective",
+                          " -- fix: fewer ranks or --threads ", std::max(1, m.cpus_online / ranks_on_node)));
+    if (bf16 && !m.has_bf16_dot)
+        out.push_back("no AVX512_BF16: oneDNN emulates bf16 matmuls (slower than fp32) -- fix: --precision fp32");
+    return out;
+}
+
+}  // namespace shardlm::kernels

@@ -1,0 +1,40 @@
+// kernels/machine.h: what this machine is and what runs on it, for the run header and `shardlm
+// doctor` (issue 25): the CPU and its instruction sets, its peaks measured now (the FMA and
+// VDPBF16PS loops of kernels/peak_loops.h, a fraction of a second), the GEMM backends and the
+// kernels they chose per precision (OpenBLAS's core for fp32, oneDNN's ISA for bf16), and the traps
+// in the environment that slow a run down.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace shardlm::kernels {
+
+struct MachineInfo {
+    std::string cpu;           // /proc/cpuinfo's model name
+    std::string isa;           // "avx512f avx512_bf16 amx_bf16" ... the ones that matter here
+    int cpus_online = 0;       // CPUs the machine has online
+    int cpus_allowed = 0;      // CPUs this process may run on (its affinity mask)
+    bool has_avx512 = false, has_bf16_dot = false;
+    double fp32_peak_gflops = 0, bf16_peak_gflops = 0;  // all `threads` threads, measured (0: not measured)
+    double fp32_gemm_gflops = 0;                        // a 1024^3 sgemm through OpenBLAS (0: not measured)
+    std::string openblas_core;          // the kernels OpenBLAS runs (openblas_get_corename)
+    std::string openblas_coretype_env;  // OPENBLAS_CORETYPE as set ("" if not)
+    bool coretype_ours = false;         // shardlm set it (main's re-exec), not the user
+    std::string onednn_isa;             // the ISA oneDNN's bf16 matmuls use
+};
+
+// seconds: the time the peak loops take (0: skip them); gemm: also time one sgemm.
+MachineInfo machine_info(int threads, double seconds, bool gemm = false);
+
+// "Intel(R) Xeon(R) Processor, 2 CPUs (avx512f avx512_bf16) | peaks fp32 230 GFLOP/s, bf16 460 (2
+// threads, measured) | GEMMs: fp32 OpenBLAS SkylakeX kernels, bf16 oneDNN avx512_core_amx"
+std::string describe(const MachineInfo& m, int threads);
+
+// The traps this process's environment sets for the kernels, one sentence each with its fix: an
+// OPENBLAS_CORETYPE that picks weaker kernels than the CPU has, OMP_* settings that fight the
+// engine's threading, more threads than CPUs, more ranks x threads on the node than CPUs
+// (ranks_on_node: OMPI_COMM_WORLD_LOCAL_SIZE, or 1). One line each: "what -- fix: what to do".
+// bf16: also say what a missing AVX512_BF16 costs (the run header leaves it to the bf16 runs).
+std::vector<std::string> findings(const MachineInfo& m, int threads, int ranks_on_node, bool bf16 = true);
+
+}  // namespace shardlm::kernels
