@@ -1,6 +1,8 @@
 // bench/bench_comm.cpp: communication layer benchmarks. Run under mpirun (2 ranks on this machine):
 //   mpirun --allow-run-as-root -np 2 ./bench_comm [--sizes-mib 1,16,64] [--iters 5] [--overlap-mib 16]
 //                                              [--segment-kib K] [--skip-overlap 1]
+// 1b. The alpha-beta fit (calibrate's) of the collectives through the engine with each backend,
+//    --collectives ring (ours) and mpi (the MPI library's).
 // 1. Bus bandwidth (NCCL-tests convention: all-reduce algbw * 2(n-1)/n, reduce-scatter and
 //    all-gather algbw * (n-1)/n, algbw = whole buffer / time) of our ring collectives vs Open MPI's
 //    MPI_Allreduce (in place) / MPI_Reduce_scatter_block / MPI_Allgather. Median of --iters.
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "shardlm/calibrate/calibrate.h"
 #include "shardlm/comm/group.h"
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/core/aligned_buffer.h"
@@ -139,6 +142,35 @@ int main(int argc, char** argv) {
                 std::printf("%-16s %8zu %12.2f %12.2f %10.2f\n", row.name, mib, bw_ours, bw_mpi,
                             bw_mpi > 0 ? bw_ours / bw_mpi : 0.0);
         }
+    }
+
+    // ---- 1b. the alpha-beta model of each backend (--collectives ring | mpi) ------------------------
+    // Through the Group (the engine, as training calls it), 64 KiB - 16 MiB, fitted as `calibrate`
+    // fits its links: t = ring steps x alpha + bytes per rank / beta (cost/comm.h).
+    if (n > 1) {
+        if (me == 0)
+            std::printf("\nalpha-beta fit per backend, %d ranks (through the engine; calibrate's fit of cost/comm.h's "
+                        "ring model)\n%-8s %10s %10s\n",
+                        n, "backend", "alpha us", "beta GB/s");
+        for (CollectivesBackend b : {CollectivesBackend::Ring, CollectivesBackend::Mpi}) {
+            set_collectives(b);
+            shardlm::calibrate::Calibration c;
+            c.ranks = n;
+            for (size_t kib : {64, 256, 1024, 4096, 16384}) {
+                const size_t count = (kib << 10) / 4, per = count / size_t(n);
+                std::vector<float> buf(count, 1e-3f), part(per, 1e-3f);
+                c.comm.push_back({"all_reduce", double(count) * 4,
+                                  time_collective(world, iters, [&] { world.all_reduce_sum(buf.data(), count); }), 0});
+                c.comm.push_back({"reduce_scatter", double(per) * n * 4,
+                                  time_collective(world, iters, [&] { world.reduce_scatter_sum(buf.data(), part.data(), per); }), 0});
+                c.comm.push_back({"all_gather", double(per) * n * 4,
+                                  time_collective(world, iters, [&] { world.all_gather(part.data(), buf.data(), per); }), 0});
+            }
+            shardlm::calibrate::fit_links(c);
+            if (me == 0)
+                std::printf("%-8s %10.1f %10.2f\n", b == CollectivesBackend::Ring ? "ring" : "mpi", c.alpha_us, c.link_GBps);
+        }
+        set_collectives(CollectivesBackend::Ring);
     }
 
     // ---- 2. overlap ----------------------------------------------------------------------------

@@ -96,6 +96,17 @@ TEST_F(CalibrateCli, TwoRanksWriteAClusterFileThePlannerReads) {
     const nlohmann::json j = nlohmann::json::parse(io::read_file(out));
     EXPECT_EQ(j["measured"]["collectives"].size(), 20u);  // 4 operations x 5 sizes
     EXPECT_EQ(j["measured"]["gemm"].size(), 24u);
+    EXPECT_EQ(j["measured"]["collectives_backend"], "ring");
+    // --collectives mpi: the links measured through the MPI library's collectives, as train would use them
+    const std::string out_mpi = (tmp / "cpu-mpi.json").string();
+    const Result rm = sh(std::string(SHARDLM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " + bin +
+                             " calibrate --threads 1 --min-seconds 0.002 --collectives mpi --out " + out_mpi,
+                         tmp / "cal-mpi.log");
+    ASSERT_EQ(rm.code, 0) << rm.out;
+    const nlohmann::json jm = nlohmann::json::parse(io::read_file(out_mpi));
+    EXPECT_EQ(jm["measured"]["collectives_backend"], "mpi");
+    EXPECT_EQ(jm["measured"]["collectives"].size(), 20u);
+    EXPECT_GT(planner::load_cluster_file(out_mpi).gpu.intra_node_GBps, 0);
 
     io::write_file_atomic((tmp / "m.json").string(),
                           R"({"layers": 2, "hidden": 64, "heads": 4, "vocab": 512, "seq_len": 32})");

@@ -161,6 +161,21 @@ TEST_F(ParallelLayouts, FusedAttentionEqualsMaterialized) {
     shardlm::test::expect_same_losses(m16, f16, 0, "bf16", 2e-3);
 }
 
+// --collectives mpi (the MPI library's all-reduce, reduce-scatter, all-gather) trains the layouts
+// that use each of them to the one-process run, as the ring does (the sums to rounding, not bits).
+TEST_F(ParallelLayouts, MpiCollectivesEqualOneProcess) {
+    const fs::path single = tmp / "single";
+    run(train("--steps 6 --out " + single.string()), "single");
+    for (const Layout& l : {Layout{"dp2_zero1_mpi", 2, "--dp 2 --zero 1 --collectives mpi"},
+                            Layout{"tp2_sp_mpi", 2, "--tp 2 --sequence-parallel --collectives mpi"},
+                            Layout{"dp2_tp2_zero3_mpi", 4, "--dp 2 --tp 2 --zero 3 --collectives mpi"}}) {
+        const fs::path dir = tmp / l.name;
+        run(mpirun(l.np) + train(std::string("--steps 6 ") + l.flags + " --out " + dir.string()), l.name);
+        shardlm::test::expect_same_losses(single, dir, 0, l.name);
+        shardlm::test::expect_same_params(single / "ckpt_00000006", dir / "ckpt_00000006", l.name);
+    }
+}
+
 TEST_F(ParallelLayouts, CheckpointsResumeAcrossLayouts) {
     const fs::path ref = tmp / "ref", run_dir = tmp / "chain";
     run(train("--steps 10 --out " + ref.string()), "ref");

@@ -453,7 +453,8 @@ nlohmann::json to_json(const Calibration& c) {
                      {"collectives", links},
                      {"alpha_us_fitted_idle", c.idle_alpha_us},
                      {"alpha_us_under_load", c.loaded_alpha_us},
-                     {"cpus_per_rank", c.cpus}};
+                     {"cpus_per_rank", c.cpus},
+                     {"collectives_backend", enum_name(comm::kCollectivesNames, comm::collectives())}};
     return j;
 }
 

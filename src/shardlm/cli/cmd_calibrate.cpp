@@ -20,7 +20,7 @@ namespace shardlm::cli {
 void add_calibrate_command(CLI::App& app) {
     struct Opts {
         int threads = 0;
-        std::string precision = "fp32", out;
+        std::string precision = "fp32", out, collectives = "ring";
         double min_seconds = 0.05;
     };
     auto o = std::make_shared<Opts>();
@@ -30,6 +30,9 @@ void add_calibrate_command(CLI::App& app) {
         ->capture_default_str();
     c->add_option("--precision", o->precision, "Matmuls the GEMM curve is fitted to: fp32 | bf16")->capture_default_str();
     c->add_option("--out", o->out, "Cluster file to write (JSON; default: print it)");
+    c->add_option("--collectives", o->collectives,
+                  "Whose collectives the links are measured with, as train --collectives: ring | mpi")
+        ->capture_default_str();
     c->add_option("--min-seconds", o->min_seconds, "Time per measured point (longer: steadier numbers)")
         ->capture_default_str();
     c->callback([o] {
@@ -42,6 +45,10 @@ void add_calibrate_command(CLI::App& app) {
                       "' is not known\n---> HINT: use fp32 or bf16");
         opt.precision = o->precision == "fp32" ? planner::Precision::Fp32 : planner::Precision::Bf16;
         opt.min_seconds = o->min_seconds;
+        comm::CollectivesBackend backend;
+        SHARDLM_CHECK(enum_from_name(comm::kCollectivesNames, o->collectives, &backend), "--collectives '",
+                      o->collectives, "' is not known\n---> HINT: use ring or mpi");
+        comm::set_collectives(backend);
         if (!o->out.empty()) {  // before measuring for seconds, not after
             const std::filesystem::path dir = std::filesystem::absolute(o->out).parent_path();
             SHARDLM_CHECK(std::filesystem::is_directory(dir), "--out ", o->out, ": the directory ", dir.string(),

@@ -3,6 +3,7 @@
 #include "shardlm/comm/group.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "shardlm/comm/engine.h"
 #include "shardlm/comm/flight.h"
+#include "shardlm/comm/mpi_collectives.h"
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/comm/ring.h"
 #include "shardlm/core/check.h"
@@ -27,6 +29,7 @@ using detail::post_recv;
 using detail::post_send;
 using detail::ring_all_gather;
 using detail::ring_all_reduce;
+using detail::mpi_all_reduce;
 using detail::ring_reduce_scatter;
 using detail::Sum;
 
@@ -234,6 +237,13 @@ Group Group::split(int color, int key) const {
     return Group(std::move(s));
 }
 
+namespace {
+std::atomic<CollectivesBackend> g_collectives{CollectivesBackend::Ring};
+}  // namespace
+
+void set_collectives(CollectivesBackend b) { g_collectives.store(b); }
+CollectivesBackend collectives() { return g_collectives.load(); }
+
 void Group::set_name(std::string name) { s_->name = std::move(name); }
 const std::string& Group::name() const { return s_->name; }
 int Group::rank() const { return s_->rank; }
@@ -304,6 +314,7 @@ std::function<void(Op&)> all_reduce_body(const GroupState& s, T* data, size_t n,
     if (s.size == 1 || n == 0) return [](Op&) {};
     MPI_Comm c = s.coll;
     int r = s.rank, size = s.size;
+    if (collectives() == CollectivesBackend::Mpi) return [=](Op& op) { mpi_all_reduce(op, c, r, size, data, n, f); };
     return [=](Op& op) { ring_all_reduce(op, c, r, size, data, n, f); };
 }
 
@@ -315,6 +326,8 @@ std::function<void(Op&)> reduce_scatter_body(const GroupState& s, const T* in, T
         };
     MPI_Comm c = s.coll;
     int r = s.rank, size = s.size;
+    if (collectives() == CollectivesBackend::Mpi)
+        return [=](Op& op) { detail::mpi_reduce_scatter(op, c, r, size, in, out, m, f); };
     return [=](Op& op) { ring_reduce_scatter(op, c, r, size, in, out, m, f); };
 }
 
@@ -341,6 +354,7 @@ std::function<void(Op&)> all_gather_body(const GroupState& s, const void* in, vo
         };
     MPI_Comm c = s.coll;
     int r = s.rank, size = s.size;
+    if (collectives() == CollectivesBackend::Mpi) return [=](Op& op) { detail::mpi_all_gather(op, c, r, size, in, out, b); };
     return [=](Op& op) { ring_all_gather(op, c, r, size, in, out, b); };
 }
 
@@ -349,6 +363,8 @@ std::function<void(Op&)> broadcast_body(const GroupState& s, void* data, size_t 
     if (s.size == 1) return [](Op&) {};
     MPI_Comm c = s.coll;
     int r = s.rank, size = s.size;
+    if (collectives() == CollectivesBackend::Mpi)
+        return [=](Op& op) { detail::mpi_broadcast(op, c, r, size, data, bytes, root); };
     return [=](Op& op) { chain_broadcast(op, c, r, size, data, bytes, root); };
 }
 

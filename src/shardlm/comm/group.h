@@ -46,6 +46,7 @@
 
 #include "shardlm/comm/collectives.h"
 #include "shardlm/core/dtype.h"
+#include "shardlm/core/enum_names.h"
 
 namespace shardlm::comm {
 
@@ -91,6 +92,19 @@ WaitMode background_wait();
 // After one timeout every later wait fails at once: the job is going down (comm/engine.h).
 void set_timeout(double seconds);
 double timeout();
+// Whose algorithms the collectives run (--collectives): Ring, ours (deterministic sums, exact byte
+// accounting, progress on the communication thread; the default), or Mpi, the MPI library's own
+// MPI_Iallreduce / MPI_Ireduce_scatter_block / MPI_Iallgather / MPI_Ibcast (a cluster's tuned MPI:
+// UCX/UCC, HCOLL, in-network reduction; sums equal on every rank, to rounding of the ring's; bytes
+// counted as the ring's formulas: comm/mpi_collectives.h). Set it on every rank alike, with no
+// operation pending; an operation takes the backend current when it is issued.
+enum class CollectivesBackend { Ring, Mpi };
+inline constexpr EnumName<CollectivesBackend> kCollectivesNames[] = {{CollectivesBackend::Ring, "ring"},
+                                                                    {CollectivesBackend::Mpi, "mpi"}};
+constexpr const auto& enum_names(CollectivesBackend) { return kCollectivesNames; }
+void set_collectives(CollectivesBackend b);
+CollectivesBackend collectives();
+
 // Segment size of the pipelined ring steps (bytes, rounded to whole elements); default 256 KiB.
 // Set it on every rank alike, with no operation pending (both ends must cut messages the same way).
 void set_segment_bytes(size_t bytes);

@@ -32,7 +32,8 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
     m.grads = cfg.zero >= 2 ? total / dp : total;
     m.optimizer = optim::Optimizer::state_bytes_per_param(cfg.optim_config()) / sizeof(float) *
                   (cfg.zero >= 1 ? total / dp : total);
-    const cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
+    cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
+    shape.dropout = false;  // the engine has no dropout: no masks, no dropped copies of the probabilities
     cost::ActivationSpec a;
     a.micro_batch = cfg.micro_batch;
     a.seq = cfg.seq;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shardlm/comm/group.h"
 #include "shardlm/core/enum_names.h"
 #include "shardlm/core/precision.h"
 #include "shardlm/cost/memory.h"
@@ -137,6 +138,7 @@ struct TrainConfig {
     int scale_window = 1000;                 // clean steps before a dynamic loss scale doubles
     cost::Recompute recompute = cost::Recompute::None;
     AttentionKernel attention = AttentionKernel::Fused;
+    comm::CollectivesBackend collectives = comm::CollectivesBackend::Ring;
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
     // reliability (train/numerics.h, train/rank_check.h)
     OnNan on_nan = OnNan::Stop;
@@ -288,6 +290,9 @@ void for_each_field(Cfg& c, F&& f) {
     f("attention", c.attention,
       "fused (FlashAttention-2's tiles and online softmax: each query row's log-sum-exp kept, O(T C) memory a sequence) | "
       "materialized (the (B, heads, T, T) probabilities kept for backward)");
+    f("collectives", c.collectives,
+      "ring (ours: deterministic sums, exact byte accounting, progress thread) | mpi (MPI_Allreduce, "
+      "MPI_Reduce_scatter, MPI_Allgather: a cluster's tuned MPI serves; sums to rounding of the ring's)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
     f("on_nan", c.on_nan,
       "stop | skip: a non-finite loss or gradient stops the run (naming the tensor), or skips that step's update on every rank");

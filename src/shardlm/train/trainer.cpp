@@ -75,6 +75,7 @@ void Trainer::init(comm::Group& world) {
     if (world.name().empty()) world.set_name("world");
     check_same_config(world, cfg_);  // before any collective the ranks could issue differently
     comm::set_timeout(cfg_.comm_timeout);
+    comm::set_collectives(cfg_.collectives);
     start_flight_recorder(cfg_, world);
     set_threads(cfg_.threads);
     warn_oversubscribed_threads(world);
