@@ -1,8 +1,9 @@
-// bench/bench_gemm.cpp: sgemm GFLOP/s on the GPT-2 124M shapes of one training step, OpenBLAS (the
-// library shardlm links, OpenMP build) against oneDNN's dnnl_sgemm, side by side in one run.
+// bench/bench_gemm.cpp: GFLOP/s of the GEMM shapes of one GPT-2 124M training step on the engine's own
+// fp32 path (kernels/gemm.h: columns cut into blocks the threads take, each a single-threaded product)
+// with OpenBLAS and with oneDNN, side by side in one run, and what --gemm auto keeps for each shape (its
+// own timing, cached per CPU model: SHARDLM_CACHE_DIR to start from an empty cache).
 // Usage: bench_gemm [tokens=1024] [threads=all]
 #include <cblas.h>
-#include <dnnl.h>
 #include <omp.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
+#include "shardlm/kernels/gemm.h"
 
 struct Shape {
     const char* name;
@@ -46,25 +48,34 @@ int main(int argc, char** argv) {
         {"lm_head dinp (N,V)x(V,C)", 'N', 'N', N, C, V},
         {"lm_head dW (V,N)x(N,C)", 'T', 'N', V, C, N},
     };
+    using shardlm::kernels::GemmBackend;
     std::printf("OpenBLAS core %s, threads %d, tokens %d\n", openblas_get_corename(), omp_get_max_threads(), N);
-    std::printf("%-28s %10s %10s %8s\n", "shape", "openblas", "onednn", "ratio");
-    double tot_ob = 0, tot_dn = 0, flops_all = 0;
+    std::printf("%-28s %10s %10s %8s %9s\n", "shape", "openblas", "onednn", "ratio", "auto");
+    double tot_ob = 0, tot_dn = 0, tot_auto = 0, flops_all = 0;
+    shardlm::kernels::set_gemm_backend(GemmBackend::Auto);
     for (const Shape& s : shapes) {
-        size_t a_rows = s.ta == 'N' ? s.M : s.K, a_cols = s.ta == 'N' ? s.K : s.M;
-        size_t b_rows = s.tb == 'N' ? s.K : s.N, b_cols = s.tb == 'N' ? s.N : s.K;
-        std::vector<float> A(a_rows * a_cols, 0.01f), B(b_rows * b_cols, 0.02f), Cm(size_t(s.M) * s.N);
-        double flops = 2.0 * s.M * s.N * s.K;
-        double t_ob = time_best([&] {
-            cblas_sgemm(CblasRowMajor, s.ta == 'N' ? CblasNoTrans : CblasTrans, s.tb == 'N' ? CblasNoTrans : CblasTrans,
-                        s.M, s.N, s.K, 1.0f, A.data(), int(a_cols), B.data(), int(b_cols), 0.0f, Cm.data(), s.N);
-        }, 3);
-        double t_dn = time_best([&] {
-            dnnl_sgemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), int(a_cols), B.data(), int(b_cols), 0.0f, Cm.data(),
-                       s.N);
-        }, 3);
-        tot_ob += t_ob, tot_dn += t_dn, flops_all += flops;
-        std::printf("%-28s %10.1f %10.1f %8.2f\n", s.name, flops / t_ob / 1e9, flops / t_dn / 1e9, t_dn / t_ob);
+        const int a_rows = s.ta == 'N' ? s.M : s.K, a_cols = s.ta == 'N' ? s.K : s.M;
+        const int b_rows = s.tb == 'N' ? s.K : s.N, b_cols = s.tb == 'N' ? s.N : s.K;
+        std::vector<float> A(size_t(a_rows) * a_cols, 0.01f), B(size_t(b_rows) * b_cols, 0.02f), Cm(size_t(s.M) * s.N);
+        const double flops = 2.0 * s.M * s.N * s.K;
+        const CBLAS_TRANSPOSE ta = s.ta == 'N' ? CblasNoTrans : CblasTrans, tb = s.tb == 'N' ? CblasNoTrans : CblasTrans;
+        double t[2];
+        for (GemmBackend b : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
+            t[b == GemmBackend::OneDnn] = time_best([&] {
+                shardlm::kernels::sgemm_balanced_on(b, ta, tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols,
+                                                    0.0f, Cm.data(), s.N);
+            }, 3);
+        // auto: the first call times both (or reads the cache) and keeps one
+        shardlm::kernels::sgemm_balanced(ta, tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols, 0.0f, Cm.data(), s.N);
+        const std::string key = shardlm::kernels::gemm_key(shardlm::kernels::GemmKind::Fp32, s.ta, s.tb, s.M, s.N, s.K,
+                                                           a_cols, b_cols, s.N, omp_get_max_threads());
+        const bool onednn = shardlm::kernels::gemm_choice(key, [](double*, double*) {}) == GemmBackend::OneDnn;
+        tot_ob += t[0], tot_dn += t[1], tot_auto += t[onednn], flops_all += flops;
+        std::printf("%-28s %10.1f %10.1f %8.2f %9s\n", s.name, flops / t[0] / 1e9, flops / t[1] / 1e9, t[1] / t[0],
+                    onednn ? "onednn" : "openblas");
     }
-    std::printf("%-28s %10.1f %10.1f %8.2f   (GFLOP/s over all shapes; ratio = oneDNN time / OpenBLAS time)\n",
-                "all", flops_all / tot_ob / 1e9, flops_all / tot_dn / 1e9, tot_dn / tot_ob);
+    std::printf("%-28s %10.1f %10.1f %8.2f %9.1f   (GFLOP/s over all shapes; ratio = oneDNN time / OpenBLAS time; auto: "
+                "its choices timed here)\n",
+                "all", flops_all / tot_ob / 1e9, flops_all / tot_dn / 1e9, tot_dn / tot_ob, flops_all / tot_auto / 1e9);
+    std::printf("cache: %s\n", shardlm::kernels::gemm_cache_report().c_str());
 }

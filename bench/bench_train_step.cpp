@@ -5,6 +5,7 @@
 //                         [--matmul-precision fp32|bf16] [--precision fp32|bf16|fp16] [--recompute none|full|selective]
 //                         [--n-layer L --n-head H --n-embd C] (reshape the preset)
 //                         [--thread-split auto|batch|kernel] [--attention fused|materialized] [--n-ctx N]
+//                         [--gemm auto|onednn|openblas]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
     int B = 4, T = 64, threads = 2, steps = 5, warmup = 1;
     double peak = 0;
-    std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto", attention = "fused";
+    std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto", attention = "fused", gemm = "auto";
     int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
         else if (k == "--recompute") recompute = v;
         else if (k == "--thread-split") split = v;
         else if (k == "--attention") attention = v;
+        else if (k == "--gemm") gemm = v;
         else if (k == "--n-ctx") n_ctx = std::atoi(v);
         else if (k == "--n-layer") n_layer = std::atoi(v);
         else if (k == "--n-head") n_head = std::atoi(v);
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
     parse_setting("--precision", mixed, &cfg.precision);
     parse_setting("--recompute", recompute, &cfg.recompute);
     parse_setting("--thread-split", split, &cfg.thread_split);
+    parse_setting("--gemm", gemm, &cfg.gemm);
     shardlm::model::GptConfig mc = cfg.model_config();
     // random tokens, enough for every step
     std::mt19937 rng(1);
@@ -93,7 +96,8 @@ int main(int argc, char** argv) {
     getrusage(RUSAGE_SELF, &ru);
     std::printf("{\"impl\": \"shardlm\", \"attention\": \"%s\", \"model\": \"%s\", \"precision\": \"%s\", \"recompute\": \"%s\", \"matmul_precision\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"B\": %d, \"T\": %d, \"threads\": %d, \"tokens_per_s\": %.2f, "
                 "\"step_ms_median\": %.1f, \"step_ms_mean\": %.1f, \"tflops_per_step\": %.3f, \"achieved_gflops\": %.1f, "
-                "\"mfu\": %.4f, \"peak_rss_mib\": %.0f}\n",
+                "\"mfu\": %.4f, \"peak_rss_mib\": %.0f, \"gemm\": \"%s\"}\n",
                 attention.c_str(), model.c_str(), mixed.c_str(), recompute.c_str(), precision.c_str(), mc.n_layer, mc.n_embd, B, T, threads, tps, med, mean, flops_per_token * B * T / 1e12,
-                flops_per_token * tps / 1e9, peak > 0 ? flops_per_token * tps / 1e9 / peak : 0.0, ru.ru_maxrss / 1024.0);
+                flops_per_token * tps / 1e9, peak > 0 ? flops_per_token * tps / 1e9 / peak : 0.0, ru.ru_maxrss / 1024.0,
+                shardlm::kernels::gemm_summary().c_str());
 }

@@ -30,8 +30,11 @@ TEST_F(Doctor, NamesTheMachineAndItsKernels) {
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(count_lines(r.out, "machine: "), 1) << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("peaks fp32 [0-9]+ GFLOP/s"))) << r.out;
-    EXPECT_TRUE(std::regex_search(r.out, std::regex("GEMMs: fp32 OpenBLAS [A-Za-z0-9]+ kernels, bf16 oneDNN [a-z0-9_]+")))
+    // --gemm auto (the default): both libraries, per shape; the cache file and what it holds
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("GEMMs: auto per shape: fp32 OpenBLAS [A-Za-z0-9]+ kernels or oneDNN "
+                                                    "[a-z0-9_]+, bf16 ")))
         << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("\ngemm choices: .*/gemm-[a-z0-9-]+\\.json: "))) << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("sgemm 1024\\^3 [0-9]+ GFLOP/s"))) << r.out;
     EXPECT_GE(count_lines(r.out, "finding: "), 1) << r.out;
     EXPECT_EQ(r.out.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << r.out;
@@ -53,7 +56,7 @@ TEST_F(Doctor, OneLinePerTrapWithItsFix) {
     EXPECT_NE(r.out.find("finding: " + std::to_string(cpus + 2) + " threads on"), std::string::npos) << r.out;
     EXPECT_EQ(count_lines(r.out, "finding: "), 2 + (avx512 ? 1 : 0) + (__builtin_cpu_supports("avx512bf16") ? 0 : 1))
         << r.out;
-    EXPECT_EQ(count_lines(r.out, "finding: "), int(std::count(r.out.begin(), r.out.end(), '\n')) - 2) << r.out;
+    EXPECT_EQ(count_lines(r.out, "finding: "), int(std::count(r.out.begin(), r.out.end(), '\n')) - 3) << r.out;
     std::istringstream in(r.out);
     for (std::string line; std::getline(in, line);)
         if (line.rfind("finding: ", 0) == 0) EXPECT_NE(line.find(" -- fix: "), std::string::npos) << line;
@@ -65,8 +68,8 @@ TEST_F(Doctor, TheRunHeaderSaysWhatRuns) {
     const CmdResult r = sh("env OPENBLAS_CORETYPE=Haswell " + train_fixture("--steps 1 --threads 1 --ckpt-every 0"),
                            tmp / "train.log");
     ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_TRUE(std::regex_search(r.out, std::regex("machine: .* \\| peaks fp32 [0-9]+ GFLOP/s.* \\| GEMMs: fp32 OpenBLAS "
-                                                    "Haswell kernels \\(OPENBLAS_CORETYPE preset\\), bf16 oneDNN .* "
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("machine: .* \\| peaks fp32 [0-9]+ GFLOP/s.* \\| GEMMs: auto per shape: fp32 "
+                                                    "OpenBLAS Haswell kernels \\(OPENBLAS_CORETYPE preset\\) or oneDNN .* "
                                                     "\\| threads 1 per rank .* \\| waits: communication sleeps")))
         << r.out;
     EXPECT_NE(r.out.find("warning: OPENBLAS_CORETYPE=Haswell is preset"), std::string::npos) << r.out;
@@ -76,7 +79,42 @@ TEST_F(Doctor, TheRunHeaderSaysWhatRuns) {
                                tmp / "clean.log");
     ASSERT_EQ(clean.code, 0) << clean.out;
     EXPECT_EQ(clean.out.find("warning: OPENBLAS_CORETYPE"), std::string::npos) << clean.out;
-    EXPECT_NE(clean.out.find("GEMMs: fp32 OpenBLAS SkylakeX kernels"), std::string::npos) << clean.out;
+    EXPECT_NE(clean.out.find("GEMMs: auto per shape: fp32 OpenBLAS SkylakeX kernels"), std::string::npos) << clean.out;
+    // the end of the run says what auto chose
+    EXPECT_TRUE(std::regex_search(clean.out, std::regex("\nGEMMs: auto: [0-9]+ shapes?, [0-9]+ on OpenBLAS, [0-9]+ on oneDNN")))
+        << clean.out;
+}
+
+// --gemm onednn: every product on oneDNN, so no OPENBLAS_CORETYPE is set for OpenBLAS (no re-exec with
+// GOMP_SPINCOUNT given) and no OpenBLAS trap is reported; openblas: bf16 operands widened; a wrong name
+// is an error that lists the right ones.
+TEST_F(Doctor, GemmNamesTheLibrariesAndOneDnnNeedsNoCoretype) {
+    const CmdResult onednn = sh("env -u OPENBLAS_CORETYPE " + kBin + " doctor --threads 1 --gemm onednn", tmp / "d1.log");
+    ASSERT_EQ(onednn.code, 0) << onednn.out;
+    EXPECT_TRUE(std::regex_search(onednn.out, std::regex("GEMMs: fp32 oneDNN [a-z0-9_]+, bf16 "))) << onednn.out;
+    EXPECT_EQ(onednn.out.find("OpenBLAS does not recognise"), std::string::npos) << onednn.out;
+    const CmdResult openblas = sh(kBin + " doctor --threads 1 --gemm openblas", tmp / "d2.log");
+    ASSERT_EQ(openblas.code, 0) << openblas.out;
+    EXPECT_NE(openblas.out.find("bf16 widened to fp32 on OpenBLAS"), std::string::npos) << openblas.out;
+    const CmdResult bad = sh(train_fixture("--steps 1 --gemm cublas"), tmp / "bad.log");
+    EXPECT_NE(bad.code, 0);
+    EXPECT_NE(bad.out.find("cublas"), std::string::npos) << bad.out;
+    EXPECT_NE(bad.out.find("auto, onednn or openblas"), std::string::npos) << bad.out;
+    // the environment of a running `train --gemm onednn` (no re-exec: GOMP_SPINCOUNT is given) has no
+    // OPENBLAS_CORETYPE; without --gemm onednn shardlm sets SkylakeX on an AVX-512 CPU
+    const auto coretype_of_running = [&](const std::string& flags) {
+        const std::string script =
+            "env -u OPENBLAS_CORETYPE -u SHARDLM_NO_REEXEC -u SHARDLM_SET_CORETYPE GOMP_SPINCOUNT=1000 " +
+            train_fixture("--steps 100000000 --ckpt-every 0 " + flags) +
+            " > /dev/null 2>&1 & p=$!\nfor i in $(seq 200); do [ \"$(readlink /proc/$p/exe)\" = \"" +
+            std::filesystem::canonical(kBin).string() + "\" ] && break; sleep 0.02; done\nsleep 0.2\n"
+            "tr '\\0' '\\n' < /proc/$p/environ | grep '^OPENBLAS_CORETYPE=' || echo none\nkill -KILL $p; wait $p\n";
+        shardlm::io::write_file_atomic((tmp / "env.sh").string(), script);
+        return sh("bash " + (tmp / "env.sh").string(), tmp / "env.log").out;
+    };
+    EXPECT_EQ(coretype_of_running("--gemm onednn").substr(0, 4), "none");
+    if (__builtin_cpu_supports("avx512f"))
+        EXPECT_EQ(coretype_of_running("--gemm auto").substr(0, 26), "OPENBLAS_CORETYPE=SkylakeX");
 }
 
 }  // namespace

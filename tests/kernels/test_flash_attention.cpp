@@ -14,26 +14,18 @@
 #include "shardlm/kernels/attention.h"
 #include "shardlm/kernels/flash_attention.h"
 
+#include "kernel_test_util.h"
+
 namespace {
+
+using shardlm::test::randn;
+using shardlm::test::rel_diff;
 
 using namespace shardlm;
 using namespace shardlm::kernels;
 using Vec = std::vector<float>;
 
-Vec randn(size_t n, uint32_t seed, float scale) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    Vec v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
 
-// max |a - b| relative to max |b|
-float rel_diff(const Vec& a, const Vec& b) {
-    float worst = 0, scale = 1e-30f;
-    for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, std::fabs(a[i] - b[i])), scale = std::max(scale, std::fabs(b[i]));
-    return worst / scale;
-}
 
 class FlashAttention : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};  // B, T, NH, NKV
 

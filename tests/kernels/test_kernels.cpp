@@ -19,20 +19,17 @@
 #include "shardlm/kernels/vec_math.h"
 #include "shardlm/core/dtype.h"
 
+#include "kernel_test_util.h"
+
 namespace {
+
+using shardlm::test::randn;
 
 using namespace shardlm::kernels;
 namespace ref = shardlm::kernels::reference;
 namespace simd = shardlm::simd;
 using Vec = std::vector<float>;
 
-Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    Vec v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
 
 // max |a - b| <= tol * max(1, max|b|)
 void expect_close(const char* what, const Vec& a, const Vec& b, float tol) {

@@ -15,19 +15,16 @@
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/rope.h"
 
+#include "kernel_test_util.h"
+
 namespace {
+
+using shardlm::test::randn;
 
 using namespace shardlm;
 using namespace shardlm::kernels;
 using Vec = std::vector<float>;
 
-Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    Vec v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
 
 float max_abs_diff(const Vec& a, const Vec& b) {
     float m = 0;

@@ -19,20 +19,17 @@
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/matmul.h"
 
+#include "kernel_test_util.h"
+
 namespace {
+
+using shardlm::test::randn;
 
 using namespace shardlm;
 using namespace shardlm::kernels;
 using Vec = std::vector<float>;
 using H = std::vector<unsigned short>;
 
-Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    Vec v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
 
 H narrow(const Vec& x, DType t) {
     H h(x.size());

@@ -14,13 +14,14 @@
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/core/check.h"
 #include "shardlm/io/atomic_file.h"
+#include "shardlm/kernels/gemm.h"
 
 namespace shardlm::cli {
 
 void add_calibrate_command(CLI::App& app) {
     struct Opts {
         int threads = 0;
-        std::string precision = "fp32", out, collectives = "ring";
+        std::string precision = "fp32", out, collectives = "ring", gemm = "auto";
         double min_seconds = 0.05;
     };
     auto o = std::make_shared<Opts>();
@@ -32,6 +33,8 @@ void add_calibrate_command(CLI::App& app) {
     c->add_option("--out", o->out, "Cluster file to write (JSON; default: print it)");
     c->add_option("--collectives", o->collectives,
                   "Whose collectives the links are measured with, as train --collectives: ring | mpi")
+        ->capture_default_str();
+    c->add_option("--gemm", o->gemm, "Whose GEMMs are measured, as train --gemm: auto | onednn | openblas")
         ->capture_default_str();
     c->add_option("--min-seconds", o->min_seconds, "Time per measured point (longer: steadier numbers)")
         ->capture_default_str();
@@ -49,6 +52,10 @@ void add_calibrate_command(CLI::App& app) {
         SHARDLM_CHECK(enum_from_name(comm::kCollectivesNames, o->collectives, &backend), "--collectives '",
                       o->collectives, "' is not known\n---> HINT: use ring or mpi");
         comm::set_collectives(backend);
+        kernels::GemmBackend gemm;
+        SHARDLM_CHECK(setting_parse(o->gemm, &gemm), "--gemm '", o->gemm, "' is not known\n---> HINT: use ",
+                      setting_choices(&gemm));
+        kernels::set_gemm_backend(gemm);
         if (!o->out.empty()) {  // before measuring for seconds, not after
             const std::filesystem::path dir = std::filesystem::absolute(o->out).parent_path();
             SHARDLM_CHECK(std::filesystem::is_directory(dir), "--out ", o->out, ": the directory ", dir.string(),

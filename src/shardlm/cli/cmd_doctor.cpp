@@ -8,22 +8,33 @@
 
 #include "shardlm/cli/commands.h"
 #include "shardlm/comm/group.h"
+#include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/machine.h"
 
 namespace shardlm::cli {
 
 void add_doctor_command(CLI::App& app) {
     auto threads = std::make_shared<int>(0);
+    auto gemm = std::make_shared<std::string>("auto");
     CLI::App* c = app.add_subcommand("doctor", "Print the machine, its measured peaks and GEMM kernels, and the traps in "
                                                "the environment that slow training (one line each)");
     c->add_option("--threads", *threads, "Threads to measure with (0 = the OpenMP default, as train)");
-    c->callback([threads] {
+    c->add_option("--gemm", *gemm, "The GEMM libraries to describe, as train --gemm: auto | onednn | openblas")
+        ->capture_default_str();
+    c->callback([threads, gemm] {
+        kernels::GemmBackend backend;
+        SHARDLM_CHECK(setting_parse(*gemm, &backend), "--gemm '", *gemm, "' is not known\n---> HINT: use ",
+                      setting_choices(&backend));
+        kernels::set_gemm_backend(backend);
         set_threads(*threads);
         const int t = get_threads();
         const kernels::MachineInfo m = kernels::machine_info(t, 0.2, true);
         const comm::WaitMode w = comm::background_wait();
         std::printf("machine: %s\n", kernels::describe(m, t).c_str());
+        if (backend == kernels::GemmBackend::Auto)
+            std::printf("gemm choices: %s\n", kernels::gemm_cache_report().c_str());
         std::printf("threads: %d (OpenMP), %s; communication waits %s; OpenMP barriers: %s\n", t,
                     std::getenv("OMP_PROC_BIND") ? "bound by OMP_PROC_BIND" : "train binds one per CPU when they fit",
                     w == comm::WaitMode::Sleep ? "by sleeping" : w == comm::WaitMode::Yield ? "by yielding" : "by spinning",

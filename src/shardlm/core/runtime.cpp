@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 namespace shardlm {
@@ -16,7 +17,14 @@ void ensure_blas_coretype(int argc, char** argv) {
     if (std::getenv("SHARDLM_NO_REEXEC")) return;
     bool change = false;
     // Debian's OpenBLAS 0.3.21 does not know Zen 4/5 and falls back to generic kernels (8x slower).
-    if (!std::getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f")) {
+    // `--gemm onednn` never calls OpenBLAS (kernels/gemm.h): nothing to set for it.
+    bool onednn_only = false;
+    for (int i = 1; i < argc; i++) {
+        const std::string_view a = argv[i];
+        if (a == "--gemm=onednn" || (a == "--gemm" && i + 1 < argc && std::string_view(argv[i + 1]) == "onednn"))
+            onednn_only = true;
+    }
+    if (!std::getenv("OPENBLAS_CORETYPE") && __builtin_cpu_supports("avx512f") && !onednn_only) {
         setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
         setenv("SHARDLM_SET_CORETYPE", "SkylakeX", 1);  // ours, not the user's (kernels/machine.h tells them apart)
         change = true;
@@ -56,7 +64,6 @@ void ensure_blas_coretype(int argc, char** argv) {
     // exec failed: carry on with whatever kernels OpenBLAS picked.
     std::fprintf(stderr, "shardlm: warning: could not re-exec with OPENBLAS_CORETYPE=SkylakeX and "
                          "GOMP_SPINCOUNT=1000; BLAS may run its slow generic kernels\n");
-    (void)argc;
 }
 
 void set_threads(int k) {

@@ -8,6 +8,7 @@ namespace shardlm {
 // variable is unset and the CPU has AVX-512, set it to SkylakeX; likewise GOMP_SPINCOUNT=1000 (short
 // barrier spinning: a busy neighbour process no longer doubles the step), unless GOMP_SPINCOUNT or
 // OMP_WAIT_POLICY is set. Then re-exec this same program once. Values the user set are respected.
+// With `--gemm onednn` among the arguments OpenBLAS is never called, and OPENBLAS_CORETYPE is not set.
 // Call first thing in main(), before MPI_Init.
 void ensure_blas_coretype(int argc, char** argv);
 

@@ -1,6 +1,5 @@
 #include "shardlm/kernels/attention.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <cmath>
@@ -8,6 +7,7 @@
 
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/vec_math.h"
 
 namespace shardlm::kernels {
@@ -81,10 +81,10 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
             int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
             float* ab = a + size_t(r0) * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, scale, q + size_t(r0) * C3, C3, k, C3,
+            sgemm_tile(CblasNoTrans, CblasTrans, M, r1, HS, scale, q + size_t(r0) * C3, C3, k, C3,
                         0.0f, ab, T);
             for (int i = r0; i < r1; i++) softmax_row(a + size_t(i) * T, i + 1, r1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ab, T, v, C3, 0.0f,
+            sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ab, T, v, C3, 0.0f,
                         o + size_t(r0) * C, C);
         }
     }
@@ -118,14 +118,14 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             const float* p = a + size_t(r0) * T;
             const float* g = dO + size_t(r0) * C;
             // dP = dO V^T ; dV += P^T dO
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v, C3, 0.0f, ds, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p, T, g, C, 1.0f, dv, C3);
+            sgemm_tile(CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v, C3, 0.0f, ds, T);
+            sgemm_tile(CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p, T, g, C, 1.0f, dv, C3);
             for (int i = 0; i < M; i++)
                 softmax_backward_row(ds + size_t(i) * T, ds + size_t(i) * T, p + size_t(i) * T, r0 + i + 1, r1, scale);
             // dQ = dS K ; dK += dS^T Q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k, C3, 0.0f,
+            sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k, C3, 0.0f,
                         dq + size_t(r0) * C3, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * C3, C3,
+            sgemm_tile(CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * C3, C3,
                         1.0f, dk, C3);
         }
       }
@@ -211,7 +211,7 @@ void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType
             widen_head(q, k, v, qkv, t, b, h, T, C, HS, G, KVC);
             for (int r0 = 0; r0 < T; r0 += kAttnBlock) {
                 const int r1 = r0 + kAttnBlock < T ? r0 + kAttnBlock : T, M = r1 - r0;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, scale, q + size_t(r0) * HS, HS, k, HS,
+                sgemm_tile(CblasNoTrans, CblasTrans, M, r1, HS, scale, q + size_t(r0) * HS, HS, k, HS,
                             0.0f, a, T);
                 for (int i = r0; i < r1; i++) {
                     float* row = a + size_t(i - r0) * T;
@@ -220,7 +220,7 @@ void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType
                     store_row(at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, row, size_t(r1));
                     load_row(row, at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, size_t(r1));
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, a, T, v, HS, 0.0f,
+                sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, a, T, v, HS, 0.0f,
                             o + size_t(r0) * HS, HS);
             }
             for (int i = 0; i < T; i++)
@@ -263,14 +263,14 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const vo
                     load_row(p + size_t(i - r0) * T, at(att, att_t, size_t(bh) * T * T + size_t(i) * T), att_t, size_t(r1));
                 const float* g = dO + size_t(r0) * C;
                 // dP = dO V^T ; dV += P^T dO
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v, HS, 0.0f, ds, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p, T, g, C, 1.0f, dv, C3);
+                sgemm_tile(CblasNoTrans, CblasTrans, M, r1, HS, 1.0f, g, C, v, HS, 0.0f, ds, T);
+                sgemm_tile(CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, p, T, g, C, 1.0f, dv, C3);
                 for (int i = 0; i < M; i++)
                     softmax_backward_row(ds + size_t(i) * T, ds + size_t(i) * T, p + size_t(i) * T, r0 + i + 1, r1, scale);
                 // dQ = dS K ; dK += dS^T Q
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k, HS, 0.0f,
+                sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, r1, 1.0f, ds, T, k, HS, 0.0f,
                             dq + size_t(r0) * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * HS, HS, 1.0f,
+                sgemm_tile(CblasTrans, CblasNoTrans, r1, HS, M, 1.0f, ds, T, q + size_t(r0) * HS, HS, 1.0f,
                             dk, C3);
             }
           }

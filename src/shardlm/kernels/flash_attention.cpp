@@ -1,6 +1,5 @@
 #include "shardlm/kernels/flash_attention.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/vec_math.h"
 
 // GCC 12 warns inside _mm512_reduce_add_ps's own header (its __Y "used uninitialized": GCC bug 105593)
@@ -105,7 +105,7 @@ void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, in
                 std::memset(o, 0, sizeof(float) * size_t(M) * HS);
                 for (int c0 = 0; c0 < r1; c0 += kFlashCols) {
                     const int c1 = std::min(c0 + kFlashCols, r1), N = c1 - c0;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
+                    sgemm_tile(CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
                                 k + size_t(c0) * HS, HS, 0.0f, s, kFlashCols);
                     for (int i = 0; i < M; i++) {
                         float* row = s + size_t(i) * kFlashCols;
@@ -120,7 +120,7 @@ void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, in
                         if (alpha != 1.0f) scale_row(o + size_t(i) * HS, HS, alpha);
                         mx[i] = m_new;
                     }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, s, kFlashCols,
+                    sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, s, kFlashCols,
                                 v + size_t(c0) * HS, HS, 1.0f, o, HS);
                 }
                 for (int i = 0; i < M; i++) {
@@ -175,7 +175,7 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
                     for (int r0 = c0 / kFlashRows * kFlashRows; r0 < T; r0 += kFlashRows) {
                         const int r1 = std::min(r0 + kFlashRows, T), M = r1 - r0;
                         // the tile's probabilities again, from the row statistics
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
+                        sgemm_tile(CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
                                     k + size_t(c0) * HS, HS, 0.0f, p, kFlashCols);
                         for (int i = 0; i < M; i++) {
                             float* row = p + size_t(i) * kFlashCols;
@@ -184,9 +184,9 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
                         }
                         const float* g = dO + size_t(r0) * C;
                         // dV += P^T dO ; dP = dO V^T
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, HS, M, 1.0f, p, kFlashCols, g, C, 1.0f,
+                        sgemm_tile(CblasTrans, CblasNoTrans, N, HS, M, 1.0f, p, kFlashCols, g, C, 1.0f,
                                     dv + size_t(c0) * W, W);
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, HS, 1.0f, g, C, v + size_t(c0) * HS,
+                        sgemm_tile(CblasNoTrans, CblasTrans, M, N, HS, 1.0f, g, C, v + size_t(c0) * HS,
                                     HS, 0.0f, ds, kFlashCols);
                         for (int i = 0; i < M; i++) {
                             const int n = std::clamp(r0 + i + 1 - c0, 0, N);
@@ -194,9 +194,9 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
                                        p + size_t(i) * kFlashCols, n, N, D[r0 + i], d.scale);
                         }
                         // dQ += dS K ; dK += dS^T Q
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, ds, kFlashCols,
+                        sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, ds, kFlashCols,
                                     k + size_t(c0) * HS, HS, 1.0f, dq + size_t(r0) * W, W);
-                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, HS, M, 1.0f, ds, kFlashCols,
+                        sgemm_tile(CblasTrans, CblasNoTrans, N, HS, M, 1.0f, ds, kFlashCols,
                                     q + size_t(r0) * HS, HS, 1.0f, dk + size_t(c0) * W, W);
                     }
                 }

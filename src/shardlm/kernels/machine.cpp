@@ -19,6 +19,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
+#include "shardlm/kernels/matmul.h"
 #include "shardlm/kernels/peak_loops.h"
 
 namespace shardlm::kernels {
@@ -79,24 +80,36 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+const CpuId& cpu_id() {
+    static const CpuId id = [] {
+        CpuId c;
+        bool named = false;
+        std::ifstream f("/proc/cpuinfo");
+        for (std::string line; std::getline(f, line);) {
+            if (line.empty() && named) break;  // the first processor's block only
+            const size_t colon = line.find(':');
+            if (colon == std::string::npos) continue;
+            std::string key = line.substr(0, colon);
+            key.erase(key.find_last_not_of(" \t") + 1);
+            const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+            if (key == "model name") c.name = value, named = true;
+            if (key == "cpu family") c.family = value;
+            if (key == "model") c.model = value;
+            if (key == "flags") {
+                std::istringstream in(value);
+                for (std::string t; in >> t;) c.flags.insert(t);
+            }
+        }
+        return c;
+    }();
+    return id;
+}
+
 MachineInfo machine_info(int threads, double seconds, bool gemm) {
     MachineInfo m;
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    std::set<std::string> flags;
-    while (std::getline(f, line)) {
-        const size_t colon = line.find(':');
-        if (colon == std::string::npos) continue;
-        std::string key = line.substr(0, colon);
-        key.erase(key.find_last_not_of(" \t") + 1);
-        const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-        if (key == "model name" && m.cpu.empty()) m.cpu = value;
-        if (key == "flags" && flags.empty()) {
-            std::istringstream in(value);
-            for (std::string t; in >> t;) flags.insert(t);
-        }
-    }
-    if (m.cpu.empty()) m.cpu = "unknown CPU";
+    const CpuId& id = cpu_id();
+    m.cpu = id.name;
+    const std::set<std::string>& flags = id.flags;
     for (const char* want : {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"})
         if (flags.count(want)) m.isa += (m.isa.empty() ? "" : " ") + std::string(want);
     m.has_avx512 = flags.count("avx512f") > 0;
@@ -109,6 +122,8 @@ MachineInfo machine_info(int threads, double seconds, bool gemm) {
     const char* ours = std::getenv("SHARDLM_SET_CORETYPE");
     m.coretype_ours = ours && m.openblas_coretype_env == ours;
     m.onednn_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+    m.gemm = gemm_backend();
+    m.onednn_bf16 = onednn_makes_bf16();
     threads = std::max(threads, 1);
     if (seconds > 0) {
         m.fp32_peak_gflops = measure_peak(threads, seconds / 2, fp32_fma_flops_per_iter(), fp32_fma_chains);
@@ -130,9 +145,18 @@ std::string describe(const MachineInfo& m, int threads) {
                       threads, threads == 1 ? "" : "s");
         s << buf;
     }
-    s << " | GEMMs: fp32 OpenBLAS " << (m.openblas_core.empty() ? "?" : m.openblas_core) << " kernels";
-    if (!m.openblas_coretype_env.empty() && !m.coretype_ours) s << " (OPENBLAS_CORETYPE preset)";
-    s << ", bf16 oneDNN " << m.onednn_isa;
+    std::string openblas = cat("OpenBLAS ", m.openblas_core.empty() ? "?" : m.openblas_core, " kernels");
+    if (!m.openblas_coretype_env.empty() && !m.coretype_ours) openblas += " (OPENBLAS_CORETYPE preset)";
+    const std::string onednn = "oneDNN " + m.onednn_isa;
+    const std::string widened = "widened to fp32 on OpenBLAS";
+    s << " | GEMMs: ";
+    switch (m.gemm) {
+        case GemmBackend::OpenBlas: s << "fp32 " << openblas << ", bf16 " << widened; break;
+        case GemmBackend::OneDnn: s << "fp32 " << onednn << ", bf16 " << (m.onednn_bf16 ? onednn : widened); break;
+        default:
+            s << "auto per shape: fp32 " << openblas << " or " << onednn << ", bf16 "
+              << (m.onednn_bf16 ? onednn + " or " + widened : widened);
+    }
     if (m.fp32_gemm_gflops > 0) {
         std::snprintf(buf, sizeof(buf), " | sgemm 1024^3 %.0f GFLOP/s", m.fp32_gemm_gflops);
         s << buf;
@@ -149,7 +173,7 @@ std::vector<std::string> findings(const MachineInfo& m, int threads, int ranks_o
     const std::string core = lower(m.openblas_core);
     const bool avx512_core = core.find("skylakex") != std::string::npos || core.find("cooperlake") != std::string::npos ||
                              core.find("sapphirerapids") != std::string::npos;
-    if (m.has_avx512 && !avx512_core) {
+    if (m.has_avx512 && !avx512_core && m.gemm != GemmBackend::OneDnn) {  // --gemm onednn never calls OpenBLAS
         std::string why = !m.openblas_coretype_env.empty() && !m.coretype_ours
                               ? cat("OPENBLAS_CORETYPE=", m.openblas_coretype_env, " is preset in the environment")
                               : std::string("OpenBLAS does not recognise this CPU");

@@ -4,10 +4,20 @@
 // kernels they chose per precision (OpenBLAS's core for fp32, oneDNN's ISA for bf16), and the traps
 // in the environment that slow a run down.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
+#include "shardlm/kernels/gemm.h"
+
 namespace shardlm::kernels {
+
+// /proc/cpuinfo's first processor: its model name ("unknown CPU" if none), family, model and flags.
+struct CpuId {
+    std::string name = "unknown CPU", family, model;
+    std::set<std::string> flags;
+};
+const CpuId& cpu_id();
 
 struct MachineInfo {
     std::string cpu;           // /proc/cpuinfo's model name
@@ -21,13 +31,17 @@ struct MachineInfo {
     std::string openblas_coretype_env;  // OPENBLAS_CORETYPE as set ("" if not)
     bool coretype_ours = false;         // shardlm set it (main's re-exec), not the user
     std::string onednn_isa;             // the ISA oneDNN's bf16 matmuls use
+    GemmBackend gemm = GemmBackend::OpenBlas;  // --gemm (kernels/gemm.h) as set when asked
+    bool onednn_bf16 = false;                  // oneDNN makes bf16 matmuls here (else they are widened)
 };
 
 // seconds: the time the peak loops take (0: skip them); gemm: also time one sgemm.
 MachineInfo machine_info(int threads, double seconds, bool gemm = false);
 
 // "Intel(R) Xeon(R) Processor, 2 CPUs (avx512f avx512_bf16) | peaks fp32 230 GFLOP/s, bf16 460 (2
-// threads, measured) | GEMMs: fp32 OpenBLAS SkylakeX kernels, bf16 oneDNN avx512_core_amx"
+// threads, measured) | GEMMs: fp32 OpenBLAS SkylakeX kernels, bf16 oneDNN avx512_core_amx" (--gemm
+// openblas: "bf16 widened to fp32 on OpenBLAS"; onednn: "fp32 oneDNN ..."; auto: "auto per shape: fp32
+// OpenBLAS SkylakeX kernels or oneDNN avx512_core_amx, bf16 oneDNN avx512_core_amx or widened on OpenBLAS")
 std::string describe(const MachineInfo& m, int threads);
 
 // The traps this process's environment sets for the kernels, one sentence each with its fix: an

@@ -9,7 +9,7 @@
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
 
-#include "shardlm/kernels/gemm_balanced.h"
+#include "shardlm/kernels/gemm.h"
 
 namespace shardlm::kernels {
 

@@ -81,7 +81,9 @@ struct Bf16Matrix {
 void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate);
 // Which kernels run them: "onednn" (AVX512_BF16 or AVX-512 kernels) or, on a CPU for which oneDNN
 // has no bf16 matmul (AVX2 only), "sgemm-widened": the operands widened to fp32 (exact) and sgemm.
+// --gemm (kernels/gemm.h) chooses between them where oneDNN has one: "auto" then.
 const char* bf16_matmul_backend();
+bool onednn_makes_bf16();  // oneDNN has a bf16 matmul for this CPU
 // The same with C stored as c_t (F32 or BF16) and an fp32 bias(N) added (null: none).
 void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
                const float* bias);

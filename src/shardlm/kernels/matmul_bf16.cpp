@@ -5,7 +5,10 @@
 // A CPU without AVX-512 (Zen 2/3, where oneDNN 2.7 has no bf16 matmul) gets the same products from
 // sgemm on the operands widened to fp32: a product of two bf16 values is exact in fp32, so only the
 // order of the fp32 sums differs (bf16_matmul_backend() says which one runs).
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <tuple>
 #include <vector>
@@ -14,7 +17,7 @@
 #include <omp.h>
 
 #include "shardlm/core/dtype.h"
-#include "shardlm/kernels/gemm_balanced.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/matmul.h"
 
 namespace shardlm::kernels {
@@ -128,7 +131,7 @@ void gemm_bf16_widened(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a
         out = w.data();
         if (accumulate) convert_to_f32(out, c, DType::BF16, size_t(M) * N);
     }
-    sgemm_balanced(wa.trans ? CblasTrans : CblasNoTrans, wb.trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, wa.data,
+    sgemm_balanced_on(GemmBackend::OpenBlas, wa.trans ? CblasTrans : CblasNoTrans, wb.trans ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, wa.data,
                    wa.ld, wb.data, wb.ld, accumulate ? 1.0f : 0.0f, out, N);
     if (bias)
         for (int r = 0; r < M; r++)
@@ -136,14 +139,53 @@ void gemm_bf16_widened(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a
     if (c16) convert_from_f32(c, DType::BF16, out, size_t(M) * N);
 }
 
+// How a bf16 operand is laid out, for auto's key: 'N' rows contiguous, 'T' columns contiguous, 'G' neither.
+char layout(const Bf16Matrix& m) { return m.col_stride == 1 ? 'N' : m.row_stride == 1 ? 'T' : 'G'; }
+long leading(const Bf16Matrix& m) { return m.col_stride == 1 ? m.row_stride : m.col_stride; }
+
+void gemm_bf16_onednn(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K,
+                      bool accumulate, const float* bias);
+
 }  // namespace
 
-const char* bf16_matmul_backend() { return onednn_has_bf16() ? "onednn" : "sgemm-widened"; }
+bool onednn_makes_bf16() { return onednn_has_bf16(); }
+
+const char* bf16_matmul_backend() {
+    if (!onednn_has_bf16()) return "sgemm-widened";
+    switch (gemm_backend()) {
+        case GemmBackend::OpenBlas: return "sgemm-widened";
+        case GemmBackend::OneDnn: return "onednn";
+        default: return "auto";
+    }
+}
 
 void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
                const float* bias) {
     Bf16Context& ctx = context();
-    if (!onednn_has_bf16()) return gemm_bf16_widened(ctx, c, c_t, a, b, M, N, K, accumulate, bias);
+    GemmBackend be = onednn_has_bf16() ? gemm_backend() : GemmBackend::OpenBlas;
+    if (be == GemmBackend::Auto) {
+        const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+        const std::string key = gemm_key(GemmKind::Bf16, layout(a), layout(b), M, N, K, leading(a), leading(b), N, threads,
+                                         c_t == DType::BF16 ? (bias ? "c-bf16 bias" : "c-bf16") : (bias ? "bias" : ""));
+        be = gemm_choice(key, [&](double* openblas_s, double* onednn_s) {
+            std::vector<float> scratch(size_t(M) * size_t(N), 0.0f);  // C may be accumulated into: a scratch one
+            for (GemmBackend x : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
+                *(x == GemmBackend::OpenBlas ? openblas_s : onednn_s) = gemm_time_best([&] {
+                    if (x == GemmBackend::OpenBlas)
+                        gemm_bf16_widened(ctx, scratch.data(), c_t, a, b, M, N, K, accumulate, bias);
+                    else
+                        gemm_bf16_onednn(ctx, scratch.data(), c_t, a, b, M, N, K, accumulate, bias);
+                });
+        });
+    }
+    if (be == GemmBackend::OpenBlas) return gemm_bf16_widened(ctx, c, c_t, a, b, M, N, K, accumulate, bias);
+    gemm_bf16_onednn(ctx, c, c_t, a, b, M, N, K, accumulate, bias);
+}
+
+namespace {
+
+void gemm_bf16_onednn(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K,
+                      bool accumulate, const float* bias) {
     const bool c16 = c_t == DType::BF16;
     Bf16Context::Key key{M, N, K, a.row_stride, a.col_stride, b.row_stride, b.col_stride, accumulate, c16, bias != nullptr,
                         omp_get_max_threads()};
@@ -171,5 +213,7 @@ void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int
     e.prim.execute(ctx.stream, args);
     ctx.stream.wait();
 }
+
+}  // namespace
 
 }  // namespace shardlm::kernels

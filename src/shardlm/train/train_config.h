@@ -16,6 +16,7 @@
 #include "shardlm/core/precision.h"
 #include "shardlm/cost/memory.h"
 #include "shardlm/data/loader.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/model/config.h"
 #include "shardlm/optim/loss_scaler.h"
@@ -139,6 +140,7 @@ struct TrainConfig {
     cost::Recompute recompute = cost::Recompute::None;
     AttentionKernel attention = AttentionKernel::Fused;
     comm::CollectivesBackend collectives = comm::CollectivesBackend::Ring;
+    kernels::GemmBackend gemm = kernels::GemmBackend::Auto;
     std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
     // reliability (train/numerics.h, train/rank_check.h)
     OnNan on_nan = OnNan::Stop;
@@ -293,6 +295,10 @@ void for_each_field(Cfg& c, F&& f) {
     f("collectives", c.collectives,
       "ring (ours: deterministic sums, exact byte accounting, progress thread) | mpi (MPI_Allreduce, "
       "MPI_Reduce_scatter, MPI_Allgather: a cluster's tuned MPI serves; sums to rounding of the ring's)");
+    f("gemm", c.gemm,
+      "auto (per shape and precision, the faster of OpenBLAS and oneDNN, timed once and cached per CPU model) | "
+      "onednn (every product on oneDNN: no OPENBLAS_CORETYPE re-exec) | openblas (every product on OpenBLAS, bf16 "
+      "operands widened to fp32)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
     f("on_nan", c.on_nan,
       "stop | skip: a non-finite loss or gradient stops the run (naming the tensor), or skips that step's update on every rank");

@@ -17,6 +17,7 @@
 #include "shardlm/core/timer.h"
 #include "shardlm/core/trace.h"
 #include "shardlm/data/token_shard.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/model/weights.h"
@@ -76,6 +77,7 @@ void Trainer::init(comm::Group& world) {
     check_same_config(world, cfg_);  // before any collective the ranks could issue differently
     comm::set_timeout(cfg_.comm_timeout);
     comm::set_collectives(cfg_.collectives);
+    kernels::set_gemm_backend(cfg_.gemm);
     start_flight_recorder(cfg_, world);
     set_threads(cfg_.threads);
     warn_oversubscribed_threads(world);
@@ -390,6 +392,7 @@ int Trainer::run() {
         std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory %s = %.3f\n", bubble_mean,
                     schedule::bubble_theory_formula(e_.schedule.kind), schedule::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
     if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
+    if (is_root()) std::printf("GEMMs: %s\n", kernels::gemm_summary().c_str());  // what --gemm chose
     std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
     return 0;

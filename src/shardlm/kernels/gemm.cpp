@@ -1,0 +1,359 @@
+#include "shardlm/kernels/gemm.h"
+
+#include <fcntl.h>
+#include <omp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include <dnnl.hpp>
+#include <nlohmann/json.hpp>
+
+#include "shardlm/core/check.h"
+#include "shardlm/core/timer.h"
+#include "shardlm/io/atomic_file.h"
+#include "shardlm/kernels/machine.h"
+
+namespace shardlm::kernels {
+
+namespace {
+
+std::atomic<GemmBackend> g_backend{GemmBackend::OpenBlas};
+
+// ---- oneDNN's fp32 matmul, one thread ------------------------------------------------------------------
+
+// The calling thread's OpenMP thread count set to 1 while it lives: oneDNN plans a primitive's work for
+// the count current when it is made, and a primitive planned for two threads but run inside a parallel
+// region (where oneDNN runs it on the calling thread alone) would do only the first thread's share.
+struct OneThread {
+    int saved = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(saved); }
+};
+
+struct DnnlFp32 {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    dnnl::stream stream{engine};
+    // (M, N, K, A's strides, B's strides, ldc, alpha, beta)
+    using Key = std::tuple<int, int, int, long, long, long, long, long, float, float>;
+    struct Entry {
+        dnnl::memory::desc a, b, c;
+        dnnl::matmul prim;
+    };
+    std::map<Key, Entry> cache;
+};
+
+DnnlFp32& dnnl_fp32() {
+    thread_local DnnlFp32 ctx;  // lanes run products at once: primitives and memory objects per thread
+    return ctx;
+}
+
+// C = alpha op(A) op(B) + beta C on this thread alone.
+void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc) {
+    using dnnl::memory;
+    OneThread one;
+    DnnlFp32& ctx = dnnl_fp32();
+    // op(A)(m, k) and op(B)(k, n) through their strides: a transposed operand is read in place
+    const long as0 = ta == CblasNoTrans ? lda : 1, as1 = ta == CblasNoTrans ? 1 : lda;
+    const long bs0 = tb == CblasNoTrans ? ldb : 1, bs1 = tb == CblasNoTrans ? 1 : ldb;
+    const DnnlFp32::Key key{M, N, K, as0, as1, bs0, bs1, ldc, alpha, beta};
+    auto it = ctx.cache.find(key);
+    if (it == ctx.cache.end()) {
+        memory::desc ad({M, K}, memory::data_type::f32, {as0, as1});
+        memory::desc bd({K, N}, memory::data_type::f32, {bs0, bs1});
+        memory::desc cd({M, N}, memory::data_type::f32, {ldc, 1});
+        dnnl::primitive_attr attr;
+        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+        if (beta != 0.0f) {
+            dnnl::post_ops po;
+            po.append_sum(beta);
+            attr.set_post_ops(po);
+        }
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, ctx.engine);
+        it = ctx.cache.emplace(key, DnnlFp32::Entry{ad, bd, cd, dnnl::matmul(pd)}).first;
+    }
+    const DnnlFp32::Entry& e = it->second;
+    auto mem = [&](const memory::desc& d, const void* p) { return memory(d, ctx.engine, const_cast<void*>(p)); };
+    e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, mem(e.a, A)}, {DNNL_ARG_WEIGHTS, mem(e.b, B)}, {DNNL_ARG_DST, mem(e.c, C)}});
+    ctx.stream.wait();
+}
+
+void one_call(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
+              int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    if (b == GemmBackend::OneDnn)
+        onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ---- auto's table and its cache file ------------------------------------------------------------------
+
+struct Choice {
+    GemmBackend backend = GemmBackend::OpenBlas;
+    double openblas_s = 0, onednn_s = 0;
+};
+
+struct Table {
+    std::mutex mu;
+    std::unordered_map<std::string, Choice> known;  // this process's choices (and what it read)
+    std::set<std::string> used;                     // the keys this process ran
+    int timed = 0;                                  // shapes this process timed itself
+    bool warned = false;
+};
+Table& table() {
+    static Table t;
+    return t;
+}
+
+std::string cpu_slug() {
+    const CpuId& id = cpu_id();
+    std::string slug;
+    for (char c : id.name) {
+        if (std::isalnum(static_cast<unsigned char>(c)))
+            slug += char(std::tolower(static_cast<unsigned char>(c)));
+        else if (!slug.empty() && slug.back() != '-')
+            slug += '-';
+    }
+    while (!slug.empty() && slug.back() == '-') slug.pop_back();
+    return cat(slug, "-f", id.family.empty() ? "0" : id.family, "m", id.model.empty() ? "0" : id.model);
+}
+
+std::string cache_dir() {
+    if (const char* d = std::getenv("SHARDLM_CACHE_DIR"); d && *d) return d;
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return cat(x, "/shardlm");
+    if (const char* h = std::getenv("HOME"); h && *h) return cat(h, "/.cache/shardlm");
+    return "/tmp/shardlm-cache";
+}
+
+std::string backend_text(GemmBackend b) { return setting_text(b); }
+
+// The cache's shapes (empty if there is none yet; a file that is not ours is named, then replaced).
+std::map<std::string, Choice> read_cache(const std::string& path, std::string* problem) {
+    std::map<std::string, Choice> out;
+    std::ifstream f(path);
+    if (!f) return out;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(f);
+        for (const auto& [key, v] : j.at("shapes").items()) {
+            Choice c;
+            if (!setting_parse(v.at("choice").get<std::string>(), &c.backend) || c.backend == GemmBackend::Auto)
+                throw std::runtime_error(cat("shape '", key, "': choice must be openblas or onednn"));
+            c.openblas_s = v.value("openblas_ms", 0.0) / 1e3;
+            c.onednn_s = v.value("onednn_ms", 0.0) / 1e3;
+            out[key] = c;
+        }
+    } catch (const std::exception& e) {
+        *problem = e.what();
+        out.clear();
+    }
+    return out;
+}
+
+void write_cache(const std::string& path, const std::map<std::string, Choice>& shapes) {
+    nlohmann::json j;
+    j["what"] = "shardlm's GEMM library per shape (--gemm auto): the faster of OpenBLAS and oneDNN, timed once on "
+                "this CPU model; delete the file to time again";
+    j["cpu"] = cpu_slug();
+    nlohmann::json s = nlohmann::json::object();
+    for (const auto& [key, c] : shapes)
+        s[key] = {{"choice", backend_text(c.backend)}, {"openblas_ms", c.openblas_s * 1e3}, {"onednn_ms", c.onednn_s * 1e3}};
+    j["shapes"] = s;
+    io::write_file_atomic(path, j.dump(1) + "\n");
+}
+
+// An exclusive lock on the cache directory's lock file while it lives (no lock if it cannot be made).
+struct CacheLock {
+    int fd = -1;
+    explicit CacheLock(const std::string& dir) {
+        std::error_code ec;
+        std::filesystem::create_directories(dir, ec);
+        fd = ::open((dir + "/gemm.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0)
+            while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+            }
+    }
+    ~CacheLock() {
+        if (fd >= 0) ::close(fd);  // closing releases the lock
+    }
+};
+
+int call_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+}  // namespace
+
+double gemm_time_best(const std::function<void()>& run) {
+    run();
+    double best = 1e30, spent = 0;
+    for (int r = 0; r < 3 && (r == 0 || spent < 0.02); r++) {
+        const double t0 = now_s();
+        run();
+        const double t = now_s() - t0;
+        best = std::min(best, t);
+        spent += t;
+    }
+    return best;
+}
+
+void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
+GemmBackend gemm_backend() { return g_backend.load(); }
+
+std::string gemm_cache_path() { return cat(cache_dir(), "/gemm-", cpu_slug(), ".json"); }
+
+std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,
+                     const char* extra) {
+    static const std::string core = [] {
+        const char* c = openblas_get_corename();
+        return std::string(c ? c : "?");
+    }();
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "%s %c%c %dx%dx%d ld %ld,%ld,%ld t%d%s%s openblas:%s",
+                  kind == GemmKind::Fp32 ? "fp32" : "bf16", ta, tb, M, N, K, lda, ldb, ldc, threads, *extra ? " " : "",
+                  extra, core.c_str());
+    return buf;
+}
+
+GemmBackend gemm_choice(const std::string& key, const std::function<void(double*, double*)>& time_both) {
+    Table& t = table();
+    std::lock_guard<std::mutex> guard(t.mu);
+    t.used.insert(key);
+    if (auto it = t.known.find(key); it != t.known.end()) return it->second.backend;
+    // A new shape for this process: the cache (another process may have timed it), else time it now.
+    const std::string dir = cache_dir(), path = gemm_cache_path();
+    CacheLock lock(dir);
+    std::string problem;
+    std::map<std::string, Choice> shapes = read_cache(path, &problem);
+    if (!problem.empty() && !t.warned) {
+        std::fprintf(stderr, "shardlm: warning: %s: %s; it is replaced by new timings (--gemm auto)\n", path.c_str(),
+                     problem.c_str());
+        t.warned = true;
+    }
+    for (const auto& [k, c] : shapes) t.known.emplace(k, c);
+    if (auto it = t.known.find(key); it != t.known.end()) return it->second.backend;
+    Choice c;
+    time_both(&c.openblas_s, &c.onednn_s);
+    c.backend = c.onednn_s < c.openblas_s ? GemmBackend::OneDnn : GemmBackend::OpenBlas;
+    t.known[key] = c;
+    t.timed++;
+    shapes[key] = c;
+    if (lock.fd >= 0) {
+        try {
+            write_cache(path, shapes);
+        } catch (const std::exception& e) {
+            if (!t.warned)
+                std::fprintf(stderr, "shardlm: warning: cannot write the GEMM choices to %s (%s): every process times "
+                                     "its shapes again -- fix: a writable SHARDLM_CACHE_DIR\n",
+                             path.c_str(), e.what());
+            t.warned = true;
+        }
+    } else if (!t.warned) {
+        std::fprintf(stderr, "shardlm: warning: cannot use the cache directory %s: every process times its GEMM "
+                             "shapes again -- fix: a writable SHARDLM_CACHE_DIR\n", dir.c_str());
+        t.warned = true;
+    }
+    return c.backend;
+}
+
+std::string gemm_summary() {
+    const GemmBackend b = gemm_backend();
+    if (b != GemmBackend::Auto) return backend_text(b);
+    Table& t = table();
+    std::lock_guard<std::mutex> guard(t.mu);
+    int openblas = 0, onednn = 0;
+    for (const std::string& k : t.used) (t.known[k].backend == GemmBackend::OneDnn ? onednn : openblas)++;
+    return cat("auto: ", t.used.size(), t.used.size() == 1 ? " shape, " : " shapes, ", openblas, " on OpenBLAS, ", onednn, " on oneDNN (", t.timed,
+               " timed now; ", gemm_cache_path(), ")");
+}
+
+std::string gemm_cache_report() {
+    const std::string path = gemm_cache_path();
+    if (!std::filesystem::exists(path)) return cat(path, ": none yet (a run with --gemm auto times each new shape once)");
+    std::string problem;
+    const std::map<std::string, Choice> shapes = read_cache(path, &problem);
+    if (!problem.empty()) return cat(path, ": unreadable (", problem, "); the next run replaces it");
+    int onednn = 0;
+    for (const auto& [k, c] : shapes) onednn += c.backend == GemmBackend::OneDnn;
+    return cat(path, ": ", shapes.size(), " shapes timed on this CPU model, ", shapes.size() - onednn, " on OpenBLAS, ",
+               onednn, " on oneDNN");
+}
+
+void gemm_forget_choices() {
+    Table& t = table();
+    std::lock_guard<std::mutex> guard(t.mu);
+    t.known.clear();
+    t.used.clear();
+    t.timed = 0;
+}
+
+void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                       const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    constexpr int kAlign = 64;  // block width: whole AVX-512 microkernel panels
+    // blocks per processor: 2 by default (bench/RESULTS.md); SHARDLM_GEMM_BLOCKS overrides it for measuring
+    static const int per = [] {
+        const char* e = std::getenv("SHARDLM_GEMM_BLOCKS");
+        const int v = e ? std::atoi(e) : 0;
+        return v >= 1 && v <= 64 ? v : 2;
+    }();
+    // The cut depends on N and the machine only, never on the threads running or the CPUs this
+    // process may use (mpirun binds a rank to one): OpenBLAS's AVX2 kernels round a column block
+    // differently from the same columns inside a wider call, so a cut that followed the thread count
+    // would make one thread's product differ from two threads', and a rank's from one process's.
+    static const int procs = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int width = std::max(kAlign, (N + per * procs - 1) / (per * procs) + kAlign - 1) / kAlign * kAlign;
+    const int blocks = (N + width - 1) / width;
+    if (blocks < 2) {
+        // too narrow to cut: OpenBLAS splits rows over its threads (never K); oneDNN runs it on one thread
+        one_call(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    const bool parallel = !omp_in_parallel() && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+    for (int b = 0; b < blocks; b++) {
+        const int j0 = b * width, n = std::min(width, N - j0);
+        // columns j0.. of op(B): B's columns when not transposed, its rows when transposed
+        const float* Bj = tb == CblasNoTrans ? B + j0 : B + size_t(j0) * size_t(ldb);
+        one_call(be, ta, tb, M, n, K, alpha, A, lda, Bj, ldb, beta, C + j0, ldc);
+    }
+}
+
+void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc) {
+    GemmBackend be = gemm_backend();
+    if (be == GemmBackend::Auto) {
+        const std::string key = gemm_key(GemmKind::Fp32, ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T',
+                                         M, N, K, lda, ldb, ldc, call_threads());
+        be = gemm_choice(key, [&](double* openblas_s, double* onednn_s) {
+            // on the real operands, into a scratch C (C itself may be accumulated into)
+            std::vector<float> scratch(size_t(M) * size_t(ldc), 0.0f);
+            for (GemmBackend b : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
+                *(b == GemmBackend::OpenBlas ? openblas_s : onednn_s) = gemm_time_best([&] {
+                    sgemm_balanced_on(b, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, scratch.data(), ldc);
+                });
+        });
+    }
+    sgemm_balanced_on(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                const float* B, int ldb, float beta, float* C, int ldc) {
+    one_call(gemm_backend() == GemmBackend::OneDnn ? GemmBackend::OneDnn : GemmBackend::OpenBlas, ta, tb, M, N, K, alpha,
+             A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace shardlm::kernels

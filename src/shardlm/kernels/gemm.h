@@ -1,0 +1,81 @@
+// kernels/gemm.h: the engine's fp32 and bf16 GEMMs, each on the library that runs its shape fastest
+// (issue 25 item 3; docs/DESIGN.md "GEMM backends chosen by measurement").
+//
+// Two libraries can run every product: OpenBLAS (sgemm; for bf16 operands, widened to fp32 first:
+// a bf16 x bf16 product is exact in fp32, so only the order of the fp32 sums differs) and oneDNN
+// (its fp32 matmul; its bf16 matmul on AVX512_BF16 or AMX kernels). `--gemm` chooses:
+//   openblas  every product on OpenBLAS (bf16 operands widened)
+//   onednn    every product on oneDNN, attention's tiles included: OpenBLAS is never called, so
+//             main() does not re-exec itself to give OpenBLAS its OPENBLAS_CORETYPE
+//   auto      per shape and precision: the first time a process meets a shape (its dimensions,
+//             transposes, leading dimensions and the threads it runs on), both run it on the real
+//             operands and the faster is kept; the choice is written to a cache file per CPU model
+//             (gemm_cache_path()), so that every later process on the machine makes the same one
+//             without timing. Attention's tiles (small, dozens of shapes) stay on OpenBLAS.
+//
+// Balanced (sgemm_balanced): the columns of C are cut into blocks (2 per CPU of the machine, multiples
+// of 64 columns; SHARDLM_GEMM_BLOCKS sets another count, for measuring) that the OpenMP threads take
+// dynamically, each block one single-threaded product on the chosen library: when another process
+// takes one of the cores, the thread sharing it simply takes fewer blocks (OpenBLAS's own static split
+// made the step wait for the slowed half: bench/RESULTS.md). Every element is computed by one call
+// over the whole K on the same block whatever the thread count, so results do not depend on the
+// threads, with either library.
+#pragma once
+#include <cblas.h>
+
+#include <functional>
+#include <string>
+
+#include "shardlm/core/enum_names.h"
+
+namespace shardlm::kernels {
+
+enum class GemmBackend { Auto, OneDnn, OpenBlas };
+inline constexpr EnumName<GemmBackend> kGemmBackendNames[] = {
+    {GemmBackend::Auto, "auto"}, {GemmBackend::OneDnn, "onednn"}, {GemmBackend::OpenBlas, "openblas"}};
+constexpr const auto& enum_names(GemmBackend) { return kGemmBackendNames; }
+
+// Process-wide; set before the first product (a run's setup). The library default is openblas (the
+// kernel tests compare shapes to the bit); `shardlm train` defaults to auto.
+void set_gemm_backend(GemmBackend b);
+GemmBackend gemm_backend();
+
+// C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major (cblas_sgemm's arguments), balanced as above,
+// on the library chosen for this shape.
+void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc);
+// The same as one call on the calling thread's threads (attention's tiles, inside parallel regions):
+// OpenBLAS, or oneDNN with --gemm onednn.
+void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                const float* B, int ldb, float beta, float* C, int ldc);
+// One library, no choosing (tests, bench_gemm, the timing itself).
+void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                       const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+// ---- auto's choices ----------------------------------------------------------------------------------
+// What a shape is known by (gemm_choice's key): "fp32 NT 1024x2304x768 ld 768,768,2304 t2".
+enum class GemmKind { Fp32, Bf16 };
+// The library auto runs this product on: from this process's table, else the cache file, else timed
+// now by `time_both` (which sets the seconds OpenBLAS and oneDNN took) and recorded in both. Serialised
+// across the machine's processes by a lock on the cache, so that one shape is timed once, alone.
+// time_both must not choose again (it runs the libraries through sgemm_balanced_on, never sgemm_balanced):
+// the lock is held while it runs.
+GemmBackend gemm_choice(const std::string& key, const std::function<void(double* openblas_s, double* onednn_s)>& time_both);
+// The timing of one library: a first run (oneDNN makes its primitive, pages are touched), then up to 3
+// runs or 20 ms; the best run's seconds.
+double gemm_time_best(const std::function<void()>& run);
+std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,
+                     const char* extra = "");
+
+// The cache file: $SHARDLM_CACHE_DIR, else $XDG_CACHE_HOME/shardlm, else $HOME/.cache/shardlm, then
+// gemm-<cpu model>-f<family>m<model>.json. Its "shapes" map holds each key's choice and both timings.
+std::string gemm_cache_path();
+// "auto: 9 shapes, 6 on OpenBLAS, 3 on oneDNN (4 timed now; cache ~/.cache/shardlm/gemm-...json)", or
+// "openblas" / "onednn" when forced: for the end of a run.
+std::string gemm_summary();
+// The cache file as it stands: "PATH: 14 shapes, 9 on OpenBLAS, 5 on oneDNN" or "PATH: none yet (...)".
+std::string gemm_cache_report();
+// Forget this process's table (tests: the next lookups read the cache file as a new process would).
+void gemm_forget_choices();
+
+}  // namespace shardlm::kernels

@@ -1,0 +1,244 @@
+// The GEMM backends (kernels/gemm.h, issue 25 item 3): oneDNN's fp32 products equal OpenBLAS's to fp32
+// rounding on every transpose, alpha, beta and leading dimension, balanced or as one call, in and out of
+// parallel regions; a balanced product's bits do not depend on the threads with either library; bf16
+// products on either library agree; and --gemm auto times a new shape once, keeps the faster, writes it
+// to the cache file, reads it back in a new process (here: a forgotten table) without timing, times
+// a shape once when threads meet it together, and replaces an unreadable cache with a warning.
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardlm/core/dtype.h"
+#include "shardlm/io/atomic_file.h"
+#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/matmul.h"
+
+#include "kernel_test_util.h"
+
+namespace {
+
+using shardlm::test::randn;
+using shardlm::test::rel_diff;
+
+using namespace shardlm;
+using namespace shardlm::kernels;
+using Vec = std::vector<float>;
+namespace fs = std::filesystem;
+
+
+
+struct Case {
+    CBLAS_TRANSPOSE ta, tb;
+    int M, N, K, pad;  // pad: leading dimensions this much wider than the matrices
+    float alpha, beta;
+};
+
+// C on `be`, balanced or one call: A, B stored as their transposes say, C (M, N) with ldc = N + pad.
+Vec product(GemmBackend be, const Case& c, bool balanced, uint32_t seed) {
+    const int arows = c.ta == CblasNoTrans ? c.M : c.K, acols = c.ta == CblasNoTrans ? c.K : c.M;
+    const int brows = c.tb == CblasNoTrans ? c.K : c.N, bcols = c.tb == CblasNoTrans ? c.N : c.K;
+    const int lda = acols + c.pad, ldb = bcols + c.pad, ldc = c.N + c.pad;
+    const Vec a = randn(size_t(arows) * lda, seed), b = randn(size_t(brows) * ldb, seed + 1);
+    Vec out = randn(size_t(c.M) * ldc, seed + 2);
+    if (balanced) {
+        sgemm_balanced_on(be, c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), lda, b.data(), ldb, c.beta, out.data(), ldc);
+    } else {
+        const GemmBackend saved = gemm_backend();
+        set_gemm_backend(be == GemmBackend::OneDnn ? GemmBackend::OneDnn : GemmBackend::OpenBlas);
+        sgemm_tile(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), lda, b.data(), ldb, c.beta, out.data(), ldc);
+        set_gemm_backend(saved);
+    }
+    return out;
+}
+
+const std::vector<Case>& cases() {
+    static const std::vector<Case> v = {
+        {CblasNoTrans, CblasTrans, 96, 300, 70, 0, 1.0f, 0.0f},   // forward: out = inp weight^T
+        {CblasNoTrans, CblasNoTrans, 64, 200, 130, 3, 1.0f, 0.0f},  // dinp
+        {CblasTrans, CblasNoTrans, 150, 77, 64, 0, 1.0f, 1.0f},    // dweight, accumulated
+        {CblasTrans, CblasTrans, 33, 129, 45, 5, 0.125f, 0.5f},    // both transposed, scaled, strided
+        {CblasNoTrans, CblasTrans, 17, 40, 64, 7, 0.35f, 1.0f},    // too narrow to cut (attention's tile)
+    };
+    return v;
+}
+
+TEST(Gemm, OneDnnEqualsOpenBlasToFp32Rounding) {
+    uint32_t seed = 1;
+    for (const Case& c : cases())
+        for (bool balanced : {true, false}) {
+            const Vec ref = product(GemmBackend::OpenBlas, c, balanced, seed);
+            const Vec got = product(GemmBackend::OneDnn, c, balanced, seed);
+            EXPECT_LT(rel_diff(got, ref), 2e-6f) << "M " << c.M << " N " << c.N << " K " << c.K << " balanced " << balanced;
+            seed += 10;
+        }
+}
+
+// Inside a parallel region (lanes, attention's heads) every thread runs its own product on one thread:
+// a oneDNN primitive planned for the team would compute only its first thread's share.
+TEST(Gemm, OneDnnInsideParallelRegionsComputesTheWholeProduct) {
+    const Case c = cases()[1];
+    const Vec ref = product(GemmBackend::OpenBlas, c, true, 7);
+    std::vector<Vec> got(4);
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+    for (int i = 0; i < 4; i++) got[size_t(i)] = product(GemmBackend::OneDnn, c, i % 2 == 0, 7);
+    for (const Vec& g : got) EXPECT_LT(rel_diff(g, ref), 2e-6f);
+}
+
+TEST(Gemm, BalancedBitsDoNotDependOnTheThreads) {
+    const int saved = omp_get_max_threads();
+    for (GemmBackend be : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
+        for (const Case& c : cases()) {
+            omp_set_num_threads(1);
+            const Vec one = product(be, c, true, 3);
+            omp_set_num_threads(2);
+            const Vec two = product(be, c, true, 3);
+            EXPECT_EQ(one, two) << setting_text(be) << " M " << c.M << " N " << c.N << " K " << c.K;
+        }
+    omp_set_num_threads(saved);
+}
+
+// bf16 operands: oneDNN's bf16 matmul and OpenBLAS on the widened operands sum the same exact products
+TEST(Gemm, Bf16ProductsAgreeOnBothLibraries) {
+    if (!onednn_makes_bf16()) GTEST_SKIP() << "oneDNN has no bf16 matmul for this CPU";
+    const int M = 70, N = 150, K = 96;
+    const Vec a32 = randn(size_t(M) * K, 11), b32 = randn(size_t(N) * K, 12);
+    std::vector<unsigned short> a(a32.size()), b(b32.size());
+    convert_from_f32(a.data(), DType::BF16, a32.data(), a.size());
+    convert_from_f32(b.data(), DType::BF16, b32.data(), b.size());
+    const GemmBackend saved = gemm_backend();
+    Vec out[2];
+    int i = 0;
+    for (GemmBackend be : {GemmBackend::OpenBlas, GemmBackend::OneDnn}) {
+        set_gemm_backend(be);
+        out[i] = Vec(size_t(M) * N, 0.5f);
+        gemm_bf16(out[i].data(), {a.data(), K, 1}, {b.data(), 1, K}, M, N, K, /*accumulate=*/true);
+        i++;
+    }
+    set_gemm_backend(saved);
+    EXPECT_LT(rel_diff(out[1], out[0]), 1e-5f);
+}
+
+class GemmAuto : public ::testing::Test {
+protected:
+    fs::path dir;
+    std::string saved_env;
+    GemmBackend saved = gemm_backend();
+    void SetUp() override {
+        dir = fs::temp_directory_path() / ("shardlm_gemm_" + std::to_string(::getpid()));
+        fs::remove_all(dir);
+        if (const char* e = std::getenv("SHARDLM_CACHE_DIR")) saved_env = e;
+        setenv("SHARDLM_CACHE_DIR", dir.c_str(), 1);
+        gemm_forget_choices();
+    }
+    void TearDown() override {
+        if (saved_env.empty()) unsetenv("SHARDLM_CACHE_DIR");
+        else setenv("SHARDLM_CACHE_DIR", saved_env.c_str(), 1);
+        gemm_forget_choices();
+        set_gemm_backend(saved);
+        fs::remove_all(dir);
+    }
+    nlohmann::json cache() const { return nlohmann::json::parse(io::read_file(gemm_cache_path())); }
+};
+
+TEST_F(GemmAuto, TimesANewShapeOnceAndKeepsTheFaster) {
+    EXPECT_EQ(gemm_cache_path().rfind(dir.string() + "/gemm-", 0), 0u) << gemm_cache_path();
+    int timed = 0;
+    const auto onednn_faster = [&](double* ob, double* od) { timed++, *ob = 2e-3, *od = 1e-3; };
+    const auto openblas_faster = [&](double* ob, double* od) { timed++, *ob = 1e-3, *od = 2e-3; };
+    EXPECT_EQ(gemm_choice("shape one", onednn_faster), GemmBackend::OneDnn);
+    EXPECT_EQ(gemm_choice("shape two", openblas_faster), GemmBackend::OpenBlas);
+    EXPECT_EQ(gemm_choice("shape one", openblas_faster), GemmBackend::OneDnn);  // known: not timed again
+    EXPECT_EQ(timed, 2);
+    const nlohmann::json j = cache();
+    EXPECT_EQ(j["shapes"]["shape one"]["choice"], "onednn");
+    EXPECT_DOUBLE_EQ(j["shapes"]["shape one"]["openblas_ms"].get<double>(), 2.0);
+    EXPECT_EQ(j["shapes"]["shape two"]["choice"], "openblas");
+    // a new process (the table forgotten) reads the file: the same choices, nothing timed
+    gemm_forget_choices();
+    EXPECT_EQ(gemm_choice("shape two", onednn_faster), GemmBackend::OpenBlas);
+    EXPECT_EQ(gemm_choice("shape one", openblas_faster), GemmBackend::OneDnn);
+    EXPECT_EQ(timed, 2);
+    // another process's choice, written after this one read the file, is taken as it is
+    nlohmann::json edited = cache();
+    edited["shapes"]["shape three"] = {{"choice", "onednn"}, {"openblas_ms", 5.0}, {"onednn_ms", 4.0}};
+    io::write_file_atomic(gemm_cache_path(), edited.dump());
+    EXPECT_EQ(gemm_choice("shape three", openblas_faster), GemmBackend::OneDnn);
+    EXPECT_EQ(timed, 2);
+}
+
+TEST_F(GemmAuto, ThreadsMeetingANewShapeTimeItOnce) {
+    std::atomic<int> timed{0};
+    std::vector<std::thread> threads;
+    std::vector<GemmBackend> got(4);
+    for (int i = 0; i < 4; i++)
+        threads.emplace_back([&, i] {
+            got[size_t(i)] = gemm_choice("shared shape", [&](double* ob, double* od) {
+                timed++;
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                *ob = 1e-3, *od = 3e-3;
+            });
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(timed.load(), 1);
+    for (GemmBackend b : got) EXPECT_EQ(b, GemmBackend::OpenBlas);
+}
+
+TEST_F(GemmAuto, AnUnreadableCacheIsReplacedWithAWarning) {
+    fs::create_directories(dir);
+    io::write_file_atomic(gemm_cache_path(), "{ not json");
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(gemm_choice("shape", [](double* ob, double* od) { *ob = 1e-3, *od = 2e-3; }), GemmBackend::OpenBlas);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(gemm_cache_path()), std::string::npos) << err;
+    EXPECT_NE(err.find("replaced by new timings"), std::string::npos) << err;
+    EXPECT_EQ(cache()["shapes"]["shape"]["choice"], "openblas");
+    // a choice that is neither library is not ours either
+    io::write_file_atomic(gemm_cache_path(), R"({"shapes": {"shape": {"choice": "cublas"}}})");
+    gemm_forget_choices();
+    EXPECT_NE(gemm_cache_report().find("unreadable"), std::string::npos) << gemm_cache_report();
+}
+
+// Through the real products: auto runs a shape on the library it recorded, and the result is that
+// library's to the bit; the summary counts the shapes
+TEST_F(GemmAuto, RunsEachShapeOnTheRecordedLibrary) {
+    set_gemm_backend(GemmBackend::Auto);
+    const Case c = cases()[0];
+    const Vec a = randn(size_t(c.M) * c.K, 5), b = randn(size_t(c.N) * c.K, 6);
+    Vec out(size_t(c.M) * c.N);
+    sgemm_balanced(c.ta, c.tb, c.M, c.N, c.K, 1.0f, a.data(), c.K, b.data(), c.K, 0.0f, out.data(), c.N);
+    const nlohmann::json j = cache();
+    ASSERT_EQ(j["shapes"].size(), 1u) << j.dump();
+    const std::string key = j["shapes"].begin().key();
+    EXPECT_EQ(key.rfind("fp32 NT 96x300x70 ld 70,70,300 ", 0), 0u) << key;
+    GemmBackend recorded;
+    ASSERT_TRUE(setting_parse(j["shapes"].begin().value()["choice"].get<std::string>(), &recorded));
+    Vec ref(out.size());
+    sgemm_balanced_on(recorded, c.ta, c.tb, c.M, c.N, c.K, 1.0f, a.data(), c.K, b.data(), c.K, 0.0f, ref.data(), c.N);
+    EXPECT_EQ(out, ref);
+    // make the file say the other library: a new process follows the file
+    nlohmann::json edited = j;
+    const GemmBackend other = recorded == GemmBackend::OneDnn ? GemmBackend::OpenBlas : GemmBackend::OneDnn;
+    edited["shapes"][key]["choice"] = setting_text(other);
+    io::write_file_atomic(gemm_cache_path(), edited.dump());
+    gemm_forget_choices();
+    sgemm_balanced(c.ta, c.tb, c.M, c.N, c.K, 1.0f, a.data(), c.K, b.data(), c.K, 0.0f, out.data(), c.N);
+    sgemm_balanced_on(other, c.ta, c.tb, c.M, c.N, c.K, 1.0f, a.data(), c.K, b.data(), c.K, 0.0f, ref.data(), c.N);
+    EXPECT_EQ(out, ref);
+    EXPECT_NE(gemm_summary().find("auto: 1 shape, "), std::string::npos) << gemm_summary();
+    EXPECT_NE(gemm_summary().find("0 timed now"), std::string::npos) << gemm_summary();
+}
+
+}  // namespace
