@@ -91,3 +91,32 @@ TEST(Shape, GptBlockIs12h2Plus13hAndGqaShrinksAttention) {
 }
 
 }  // namespace
+
+namespace {
+
+// torchtitan's op-level selective checkpointing (cost/memory.h every_other_gemm_saved_bytes): Llama 3.1
+// 8B keeps its block's input, wq, wv, w1 and w2's outputs (the 1st, 3rd, 5th and 7th of wq, wk, wv, wo,
+// w1, w3, w2), the attention output and its fp32 log-sum-exp per head; backward redoes wk, wo and w3.
+TEST(TorchtitanOpSac, KeepsEveryOtherGemmOutputAndRedoesTheRest) {
+    const ModelShape m = llama_shape("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192);
+    ActivationSpec a;
+    a.micro_batch = 2, a.seq = 8192, a.recompute = Recompute::Selective, a.attention = Attention::Flash;
+    a.every_other_gemm = true;
+    const double tokens = 2 * 8192.0, hh = 4096, kv = 1024, f = 14336;
+    const double kept = tokens * ((hh + hh + kv + f + hh + hh) * 2 + 4 * 32);
+    EXPECT_DOUBLE_EQ(every_other_gemm_saved_bytes(m, a), kept);
+    EXPECT_DOUBLE_EQ(block_activation_bytes(m, a), kept);
+    EXPECT_DOUBLE_EQ(every_other_gemm_recomputed_flops_per_token(m, 1), 2 * hh * kv + 2 * hh * hh + 2 * hh * f);
+    // less than the element-wise rule keeps (norm outputs and SwiGLU's product dropped, every GEMM kept)
+    a.every_other_gemm = false;
+    EXPECT_LT(kept, block_activation_bytes(m, a));
+    // tensor and sequence parallelism: the input and the reduce-scatters' outputs split by sequence, the
+    // column-parallel outputs t ways, w2's row-parallel partial sum whole
+    a.every_other_gemm = true, a.tp = 8, a.sequence_parallel = true;
+    EXPECT_DOUBLE_EQ(every_other_gemm_saved_bytes(m, a),
+                     tokens * ((hh / 8 + hh / 8 + kv / 8 + f / 8 + hh + hh / 8 + 2 * hh / 8) * 2 + 4 * 32 / 8.0));
+    // GPT's block: QKV and the MLP's first GEMM are kept, the projections redone
+    EXPECT_DOUBLE_EQ(every_other_gemm_recomputed_flops_per_token(kGpt3, 1), 2 * h * h + 2 * h * 4 * h);
+}
+
+}  // namespace

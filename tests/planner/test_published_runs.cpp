@@ -56,7 +56,7 @@ TEST(PublishedRuns, ThePresetsConstantsAreTheFitHalfsFit) {
 
 // The held-out error, per family. The goal is 80 % of throughput figures within +-15 % and
 // 80 % of memory figures within +-10 %; this holds what the planner reaches today (docs/PLANNER.md:
-// 35 of 45 and 5 of 12), so a change that loses ground fails.
+// 38 of 45, the goal met, and 6 of 12, not met), so a change that loses ground fails.
 TEST(PublishedRuns, HeldOutError) {
     std::map<std::string, std::pair<planner::Score, planner::Score>> by;
     for (const auto& c : cases()) {
@@ -71,8 +71,8 @@ TEST(PublishedRuns, HeldOutError) {
         std::printf("  %-18s throughput %2d of %2d within 15 %%, memory %2d of %2d within 10 %%\n", family.c_str(),
                     s.first.within, s.first.total, s.second.within, s.second.total);
     const auto& all = by["all"];
-    EXPECT_GE(all.first.within, 35) << "of " << all.first.total << " held-out throughput figures within 15 %";
-    EXPECT_GE(all.second.within, 5) << "of " << all.second.total << " held-out memory figures within 10 %";
+    EXPECT_GE(all.first.within, 36) << "(the goal: 80 %) " << "of " << all.first.total << " held-out throughput figures within 15 %";
+    EXPECT_GE(all.second.within, 6) << "of " << all.second.total << " held-out memory figures within 10 %";
     EXPECT_EQ(by["megatron-a100"].first.within, by["megatron-a100"].first.total);
 }
 

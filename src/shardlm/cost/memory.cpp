@@ -1,6 +1,7 @@
 #include "shardlm/cost/memory.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "shardlm/core/check.h"
 
@@ -57,6 +58,8 @@ double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
         const double input = double(a.micro_batch) * (double(a.seq) / a.cp) * m.hidden;
         return input * a.value_bytes / sp_div;
     }
+    if (a.recompute == Recompute::Selective && a.attention == Attention::Flash && a.every_other_gemm)
+        return every_other_gemm_saved_bytes(m, a);
     const SavedTensors t = saved_tensors(m, a);
     double bytes = (t.replicated_values * a.value_bytes + t.replicated_masks) / sp_div;
     bytes += t.split_values * a.value_bytes / a.tp;
@@ -72,6 +75,41 @@ double op_selective_recomputed_bytes(const ModelShape& m, const ActivationSpec& 
     // the two norms' outputs (the QKV and MLP inputs), and the MLP activation's output (GELU's, or
     // SwiGLU's product)
     return (2 * sbh / sp_div + sbf / a.tp) * a.value_bytes;
+}
+
+namespace {
+// A block's GEMMs in forward order: output width per token (split t ways, or full: row-parallel partial
+// sums) and FLOPs per token.
+struct BlockGemm {
+    double out_width;
+    double flops;
+};
+std::vector<BlockGemm> block_gemms(const ModelShape& m, int tp) {
+    const double h = m.hidden, kv = double(m.kv_dim()), f = m.ffn_hidden, t = tp;
+    if (m.arch == Arch::Llama)
+        return {{h / t, 2 * h * h / t},  {kv / t, 2 * h * kv / t}, {kv / t, 2 * h * kv / t}, {h, 2 * h * h / t},
+                {f / t, 2 * h * f / t},  {f / t, 2 * h * f / t},   {h, 2 * h * f / t}};
+    return {{(h + 2 * kv) / t, 2 * h * (h + 2 * kv) / t}, {h, 2 * h * h / t}, {f / t, 2 * h * f / t}, {h, 2 * h * f / t}};
+}
+}  // namespace
+
+double every_other_gemm_saved_bytes(const ModelShape& m, const ActivationSpec& a) {
+    const double tokens = double(a.micro_batch) * double(a.seq) / a.cp, h = m.hidden, t = a.tp;
+    const bool sp = a.sequence_parallel && a.tp > 1;
+    double width = sp ? h / t : h;  // the block's input
+    const std::vector<BlockGemm> g = block_gemms(m, a.tp);
+    for (size_t i = 0; i < g.size(); i += 2) width += g[i].out_width;
+    width += h / t;                  // the attention output
+    if (sp) width += 2 * h / t;      // the reduce-scatters after the two row-parallel GEMMs
+    const double stats = 4.0 * m.heads / t;  // the fp32 log-sum-exp of each query row, per head
+    return tokens * (width * a.value_bytes + stats);
+}
+
+double every_other_gemm_recomputed_flops_per_token(const ModelShape& m, int tp) {
+    double flops = 0;
+    const std::vector<BlockGemm> g = block_gemms(m, tp);
+    for (size_t i = 1; i < g.size(); i += 2) flops += g[i].flops;
+    return flops;
 }
 
 double activation_bytes_seed002(const ModelShape& m, int64_t batch, int seq, double value_bytes) {

@@ -91,6 +91,11 @@ struct ActivationSpec {
     // Flash: the attention core keeps no s x s tensor, only its fp32 row statistics (a s b x 4 bytes,
     // split t ways), and selective recomputation has nothing more to drop. Naive: Korthikanti's.
     Attention attention = Attention::Naive;
+    // Selective recomputation with flash attention, PyTorch's way (torchtitan's "op" policy): the
+    // block's input, the attention kernel's outputs and every other GEMM output (the 1st, 3rd, ... in
+    // forward order) are kept, all else recomputed (every_other_gemm_saved_bytes). Off: element-wise
+    // (op_selective_recomputed_bytes).
+    bool every_other_gemm = false;
 };
 // Bytes one block keeps for its backward, for one micro-batch, on one rank.
 double block_activation_bytes(const ModelShape& m, const ActivationSpec& a);
@@ -99,6 +104,16 @@ double block_activation_bytes(const ModelShape& m, const ActivationSpec& a);
 // are kept, the cheap element-wise results are recomputed: the two norms' outputs and the MLP
 // activation's output. These are the bytes it drops (block_activation_bytes leaves them out).
 double op_selective_recomputed_bytes(const ModelShape& m, const ActivationSpec& a);
+// torchtitan's op-level selective checkpointing (torchtitan/models/llama/parallelize_llama.py @ 9dec370,
+// `_custom_policy`: "Saves output of all compute ops, except every second mm", the count restarting in
+// each block; its save list is aten.mm, the SDPA kernels, reduce_scatter and float8's abs/max): the
+// block's input, the outputs of its odd-numbered GEMMs in forward order (LLaMA: wq, wv, w1, w2 of wq,
+// wk, wv, wo, w1, w3, w2; GPT: QKV and the MLP's first of QKV, proj, fc, fc-proj), the attention output
+// and its row statistics, and under sequence parallelism the two reduce-scatters' outputs. A
+// row-parallel GEMM's output is its full-width partial sum.
+double every_other_gemm_saved_bytes(const ModelShape& m, const ActivationSpec& a);
+// The forward GEMM FLOPs per token that rule drops and the backward redoes (the even-numbered GEMMs)
+double every_other_gemm_recomputed_flops_per_token(const ModelShape& m, int tp);
 // Bytes the attention core alone keeps (the part selective recomputation drops), same conventions;
 // with flash attention its row statistics.
 double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec& a);

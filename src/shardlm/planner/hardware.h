@@ -84,7 +84,7 @@ struct Cluster {
 };
 // The GPU presets' allocator_overhead (PyTorch's caching allocator, reserved over allocated at the
 // peak): fitted on the fit half of the published memory figures (hardware.cpp).
-inline constexpr double kGpuAllocatorOverhead = 0.27;
+inline constexpr double kGpuAllocatorOverhead = 0.20;
 Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes);
 // Empty if usable, else what is wrong.
 std::string check_cluster(const Cluster& c);

@@ -25,6 +25,7 @@ cost::ActivationSpec StageModel::activation_spec(Recompute r) const {
     a.recompute = r;
     a.value_bytes = value_bytes();
     a.attention = p.attention;
+    a.every_other_gemm = p.framework == Framework::Pytorch;  // torchtitan's op-level selective checkpointing
     return a;
 }
 
@@ -56,8 +57,15 @@ MemoryBreakdown StageModel::memory(int stage) const {
     const double per_layer = cost::block_activation_bytes(m, activation_spec(p.recompute));
     const int64_t chunks = cost::in_flight_chunks(p.schedule, stage, p.pp, p.virtual_stages, micro_batches);
     mem.activations = double(chunks) * layers_per_chunk() * per_layer;
-    // full recomputation rebuilds one block's activations at a time during backward
-    if (p.recompute == Recompute::Full) mem.activations += cost::block_activation_bytes(m, activation_spec(Recompute::None));
+    // The backward of one block at a time: what recomputation dropped is rebuilt (full: all of it;
+    // selective: the rest), and in the GPU frameworks the gradients of its activations are allocated
+    // beside them (about as many bytes again; this engine writes them into the buffers it keeps)
+    const double whole_block = cost::block_activation_bytes(m, activation_spec(Recompute::None));
+    if (p.framework == Framework::Shardlm) {
+        if (p.recompute == Recompute::Full) mem.activations += whole_block;
+    } else {
+        mem.activations += (whole_block - per_layer) + whole_block;
+    }
     const double tokens = double(p.micro_batch) * job.seq / p.cp;
     // the logits and the loss's copies of them (bytes an element by framework: policy.h)
     if (stage == p.pp - 1) mem.activations += tokens * padded_vocab() / p.tp * logits_bytes(p.framework);
@@ -170,8 +178,15 @@ StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
     if (p.recompute == Recompute::Full) t.backward += L * (block_fwd + fp8_cast_s(false));
     if (p.recompute == Recompute::Selective && !flash()) t.backward += L * attn;
     // op-level selective recomputation (with flash): the dropped element-wise results rebuilt, read and written
-    if (p.recompute == Recompute::Selective && flash())
-        t.backward += L * 2 * cost::op_selective_recomputed_bytes(m, activation_spec(Recompute::None)) / hbm_bytes_per_s(c);
+    if (p.recompute == Recompute::Selective && flash()) {
+        if (p.framework == Framework::Pytorch)  // every other GEMM of the block run again
+            t.backward += L * double(p.micro_batch) * job.seq / p.cp *
+                          cost::every_other_gemm_recomputed_flops_per_token(m, p.tp) /
+                          gemm_flops(c, p.precision, std::min<double>(m.hidden / p.tp, double(p.micro_batch) * job.seq / p.cp),
+                                     false, true);
+        else
+            t.backward += L * 2 * cost::op_selective_recomputed_bytes(m, activation_spec(Recompute::None)) / hbm_bytes_per_s(c);
+    }
     if (stage == p.pp - 1) t.forward += head_forward_s(), t.backward += 2 * head_forward_s();
 
     const cost::Link tp_link = group_link(c, p.tp);
