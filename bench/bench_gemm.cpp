@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
         // auto: the first call times both (or reads the cache) and keeps one
         shardlm::kernels::sgemm_balanced(ta, tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols, 0.0f, Cm.data(), s.N);
         const std::string key = shardlm::kernels::gemm_key(shardlm::kernels::GemmKind::Fp32, s.ta, s.tb, s.M, s.N, s.K,
-                                                           a_cols, b_cols, s.N, omp_get_max_threads());
+                                                           a_cols, b_cols, s.N, 0);
         const bool onednn = shardlm::kernels::gemm_choice(key, [](double*, double*) {}) == GemmBackend::OneDnn;
         tot_ob += t[0], tot_dn += t[1], tot_auto += t[onednn], flops_all += flops;
         std::printf("%-28s %10.1f %10.1f %8.2f %9s\n", s.name, flops / t[0] / 1e9, flops / t[1] / 1e9, t[1] / t[0],

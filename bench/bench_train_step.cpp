@@ -6,6 +6,9 @@
 //                         [--n-layer L --n-head H --n-embd C] (reshape the preset)
 //                         [--thread-split auto|batch|kernel] [--attention fused|materialized] [--n-ctx N]
 //                         [--gemm auto|onednn|openblas]
+//                         [--profile 1]: after the run, per kernel of a step (stderr): time, share of the step,
+//                         GFLOP/s against the peak measured now, GB/s against a STREAM triad measured now
+//                         (each kernel's roofline), and what no kernel accounts for
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -13,18 +16,71 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "shardlm/core/profile.h"
 #include "shardlm/core/runtime.h"
+#include "shardlm/core/timer.h"
+#include "shardlm/kernels/machine.h"
 #include "shardlm/data/token_shard.h"
 #include "shardlm/model/config.h"
 #include "shardlm/train/trainer.h"
 
+namespace {
+
+// GB/s of a STREAM triad over 3 x 64 MiB on all threads, best of 5
+double triad_gbps() {
+    const size_t n = size_t(16) << 20;
+    std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = shardlm::now_s();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+        best = std::min(best, shardlm::now_s() - t0);
+    }
+    return 3.0 * double(n) * sizeof(float) / best / 1e9;
+}
+
+// Each kernel's time per step, its share, and its rate against its roofline: the FMA (or bf16 dot)
+// peak for the ones that compute, the triad for the ones that move memory.
+void print_profile(const std::map<std::string, shardlm::profile::Totals>& k, const std::vector<double>& ms, int steps,
+                   int threads, bool bf16) {
+    const shardlm::kernels::MachineInfo m = shardlm::kernels::machine_info(threads, 0.4);
+    const double bw = triad_gbps(), step_s = std::accumulate(ms.begin(), ms.end(), 0.0) / 1e3 / steps;
+    const double peak = bf16 && m.bf16_peak_gflops > 0 ? m.bf16_peak_gflops : m.fp32_peak_gflops;
+    std::fprintf(stderr, "profile: %d steps of %.1f ms; roofs measured now: %s peak %.0f GFLOP/s, triad %.1f GB/s, %d threads\n",
+                 steps, step_s * 1e3, bf16 ? "bf16 (VDPBF16PS)" : "fp32 FMA", peak, bw, threads);
+    std::fprintf(stderr, "%-20s %8s %8s %7s %9s %7s %8s %7s\n", "kernel", "calls", "ms/step", "share", "GFLOP/s", "of peak",
+                 "GB/s", "of bw");
+    std::vector<std::pair<std::string, shardlm::profile::Totals>> rows(k.begin(), k.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    double covered = 0;
+    for (const auto& [name, x] : rows) {
+        // seconds per step as the kernel's threads spent them: under lanes both threads run kernels at
+        // once and their seconds add up (shares can then sum to over 100 %)
+        const double s = x.seconds / steps;
+        covered += s;
+        std::fprintf(stderr, "%-20s %8.1f %8.2f %6.1f%%", name.c_str(), double(x.calls) / steps, s * 1e3, 100 * s / step_s);
+        if (x.flops > 0)
+            std::fprintf(stderr, " %9.1f %6.1f%%", x.flops / x.seconds / 1e9, 100 * x.flops / x.seconds / 1e9 / peak);
+        else
+            std::fprintf(stderr, " %9s %7s", "", "");
+        std::fprintf(stderr, " %8.1f %6.1f%%\n", x.bytes / x.seconds / 1e9, 100 * x.bytes / x.seconds / 1e9 / bw);
+    }
+    std::fprintf(stderr, "%-20s %8s %8.2f %6.1f%%   (conversions, optimiser bookkeeping, waiting; negative: lanes overlap)\n",
+                 "not in a kernel", "", (step_s - covered) * 1e3, 100 * (step_s - covered) / step_s);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
-    int B = 4, T = 64, threads = 2, steps = 5, warmup = 1;
+    int B = 4, T = 64, threads = 2, steps = 5, warmup = 1, profile = 0;
     double peak = 0;
     std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto", attention = "fused", gemm = "auto";
     int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0;
@@ -44,6 +100,7 @@ int main(int argc, char** argv) {
         else if (k == "--thread-split") split = v;
         else if (k == "--attention") attention = v;
         else if (k == "--gemm") gemm = v;
+        else if (k == "--profile") profile = std::atoi(v);
         else if (k == "--n-ctx") n_ctx = std::atoi(v);
         else if (k == "--n-layer") n_layer = std::atoi(v);
         else if (k == "--n-head") n_head = std::atoi(v);
@@ -81,8 +138,13 @@ int main(int argc, char** argv) {
     shardlm::train::Trainer trainer(cfg);
     std::vector<double> ms;
     for (int s = 0; s < steps + warmup; s++) {
+        if (profile && s == warmup) shardlm::profile::take(), shardlm::profile::enable(true);
         auto st = trainer.train_step(s);
         if (s >= warmup) ms.push_back(st.step_ms);
+    }
+    if (profile) {
+        shardlm::profile::enable(false);
+        print_profile(shardlm::profile::take(), ms, steps, threads, cfg.precision_policy().bf16_products());
     }
     std::remove(shard.c_str());
     std::vector<double> sorted = ms;

@@ -162,6 +162,9 @@ TEST_F(GemmAuto, TimesANewShapeOnceAndKeepsTheFaster) {
     EXPECT_EQ(gemm_choice("shape two", openblas_faster), GemmBackend::OpenBlas);
     EXPECT_EQ(gemm_choice("shape one", openblas_faster), GemmBackend::OneDnn);  // known: not timed again
     EXPECT_EQ(timed, 2);
+    // oneDNN only when clearly faster: within 3 % stays on OpenBLAS
+    EXPECT_EQ(gemm_choice("a tie", [&](double* ob, double* od) { timed++, *ob = 1e-3, *od = 0.98e-3; }), GemmBackend::OpenBlas);
+    timed--;
     const nlohmann::json j = cache();
     EXPECT_EQ(j["shapes"]["shape one"]["choice"], "onednn");
     EXPECT_DOUBLE_EQ(j["shapes"]["shape one"]["openblas_ms"].get<double>(), 2.0);
@@ -209,6 +212,39 @@ TEST_F(GemmAuto, AnUnreadableCacheIsReplacedWithAWarning) {
     io::write_file_atomic(gemm_cache_path(), R"({"shapes": {"shape": {"choice": "cublas"}}})");
     gemm_forget_choices();
     EXPECT_NE(gemm_cache_report().find("unreadable"), std::string::npos) << gemm_cache_report();
+}
+
+// No cache to agree through (the directory cannot be made): nothing is timed, OpenBLAS runs the shape,
+// the same choice in every process, and a warning says so once
+TEST_F(GemmAuto, WithoutAUsableCacheNothingIsTimed) {
+    setenv("SHARDLM_CACHE_DIR", "/proc/shardlm-cannot-be-made", 1);
+    testing::internal::CaptureStderr();
+    int timed = 0;
+    const auto onednn_faster = [&](double* ob, double* od) { timed++, *ob = 2e-3, *od = 1e-3; };
+    EXPECT_EQ(gemm_choice("shape one", onednn_faster), GemmBackend::OpenBlas);
+    EXPECT_EQ(gemm_choice("shape two", onednn_faster), GemmBackend::OpenBlas);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(timed, 0);
+    EXPECT_NE(err.find("cannot lock the GEMM cache in /proc/shardlm-cannot-be-made"), std::string::npos) << err;
+    EXPECT_EQ(err.find("cannot lock", err.find("cannot lock") + 1), std::string::npos) << "warned twice: " << err;
+}
+
+// The fp32 key leaves the threads out (every block is single-threaded on either library): 1 and 2
+// threads run a shape on the library its first timing chose, whichever thread count timed it
+TEST_F(GemmAuto, Fp32ChoicesDoNotDependOnTheThreads) {
+    set_gemm_backend(GemmBackend::Auto);
+    const Case c = cases()[0];
+    const Vec a = randn(size_t(c.M) * c.K, 5), b = randn(size_t(c.N) * c.K, 6);
+    const int saved = omp_get_max_threads();
+    Vec out[2];
+    for (int t : {1, 2}) {
+        omp_set_num_threads(t);
+        out[t - 1] = Vec(size_t(c.M) * c.N);
+        sgemm_balanced(c.ta, c.tb, c.M, c.N, c.K, 1.0f, a.data(), c.K, b.data(), c.K, 0.0f, out[t - 1].data(), c.N);
+    }
+    omp_set_num_threads(saved);
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_EQ(cache()["shapes"].size(), 1u) << cache().dump();
 }
 
 // Through the real products: auto runs a shape on the library it recorded, and the result is that

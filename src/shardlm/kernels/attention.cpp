@@ -1,5 +1,7 @@
 #include "shardlm/kernels/attention.h"
 
+#include "shardlm/core/profile.h"
+
 #include <omp.h>
 
 #include <cmath>
@@ -67,6 +69,7 @@ void softmax_backward_row(float* ds, const float* dp, const float* p, int n, int
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, int NKV) {
+    profile::Scope prof_("attention forward", 2.0 * B * NH * double(T) * T * (C / NH), 4.0 * B * T * (2.0 * C + double(NH) * T / 2));
     if (NKV <= 0) NKV = NH;
     const int HS = C / NH, G = NH / NKV, KVC = NKV * HS, C3 = C + 2 * KVC;  // C3: the row width
     const float scale = 1.0f / std::sqrt(float(HS));
@@ -94,6 +97,7 @@ size_t attention_scratch_floats(int T, int threads) { return size_t(kAttnBlock) 
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH, int NKV) {
+    profile::Scope prof_("attention backward", 4.0 * B * NH * double(T) * T * (C / NH), 4.0 * B * T * (4.0 * C + double(NH) * T));
     if (NKV <= 0) NKV = NH;
     const int HS = C / NH, G = NH / NKV, KVC = NKV * HS, C3 = C + 2 * KVC;
     const float scale = 1.0f / std::sqrt(float(HS));
@@ -192,6 +196,7 @@ void widen_head(float* q, float* k, float* v, const void* qkv, DType t, int b, i
 
 void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType t, int B, int T, int C, int NH,
                        int NKV) {
+    profile::Scope prof_("attention forward", 2.0 * B * NH * double(T) * T * (C / NH), 4.0 * B * T * (2.0 * C + double(NH) * T / 2));
     if (t == DType::F32 && att_t == DType::F32) {
         attention_forward(static_cast<float*>(out), static_cast<float*>(att), static_cast<const float*>(qkv), B, T, C, NH,
                           NKV);
@@ -231,6 +236,7 @@ void attention_forward(void* out, void* att, DType att_t, const void* qkv, DType
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const void* qkv, DType t, const void* att,
                         DType att_t, int B, int T, int C, int NH, int NKV) {
+    profile::Scope prof_("attention backward", 4.0 * B * NH * double(T) * T * (C / NH), 4.0 * B * T * (4.0 * C + double(NH) * T));
     if (t == DType::F32 && att_t == DType::F32) {
         attention_backward(dqkv, scratch, dout, static_cast<const float*>(qkv), static_cast<const float*>(att), B, T, C,
                            NH, NKV);

@@ -1,5 +1,7 @@
 #include "shardlm/kernels/crossentropy.h"
 
+#include "shardlm/core/profile.h"
+
 #include <cmath>
 #include <cstddef>
 
@@ -54,6 +56,7 @@ void grad_row(float* x, unsigned short* d, int t, int V, int Vp, float dloss, fl
 
 void crossentropy_forward_backward(float* logits, float* losses, const int* targets,
                                    int N, int V, int Vp, float dloss, unsigned short* dlogits_bf16) {
+    profile::Scope prof_("cross-entropy", 0, 8.0 * N * Vp);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int n = 0; n < N; n++) {
         float* x = logits + size_t(n) * Vp;
@@ -68,6 +71,7 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
 }
 
 void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int Vp) {
+    profile::Scope prof_("cross-entropy", 0, 4.0 * N * Vp);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int n = 0; n < N; n++) {
         const float* x = logits + size_t(n) * Vp;

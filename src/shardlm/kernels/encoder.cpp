@@ -1,5 +1,7 @@
 #include "shardlm/kernels/encoder.h"
 
+#include "shardlm/core/profile.h"
+
 #include <cstddef>
 
 #include "shardlm/core/dtype_simd.h"
@@ -7,6 +9,7 @@
 namespace shardlm::kernels {
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+    profile::Scope prof_("embedding forward", 0, 12.0 * B * T * C);
 #pragma omp parallel for schedule(dynamic, 8)
     for (int bt = 0; bt < B * T; bt++) {
         const float* e = wte + size_t(tokens[bt]) * C;
@@ -18,6 +21,7 @@ void encoder_forward(float* out, const int* tokens, const float* wte, const floa
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+    profile::Scope prof_("embedding backward", 0, 12.0 * B * T * C);
     constexpr int kCols = 64;
     int nblk = (C + kCols - 1) / kCols;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -61,6 +65,7 @@ void embedding_forward(float* out, const int* tokens, const float* wte_local, in
 }
 
 void embedding_backward(float* dwte_local, const float* dout, const int* tokens, int v0, int v1, int N, int C) {
+    profile::Scope prof_("embedding backward", 0, 12.0 * N * C);
     const int nblk = (C + kCols - 1) / kCols;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int blk = 0; blk < nblk; blk++) {
@@ -151,6 +156,7 @@ void position_impl(float* out, const void* wpe, int n0, int N, int T, int C) {
 
 void encoder_forward(void* out, DType out_t, const int* tokens, const void* wte, const void* wpe, DType w_t, int B,
                      int T, int C) {
+    profile::Scope prof_("embedding forward", 0, 12.0 * B * T * C);
     if (out_t == DType::F32 && w_t == DType::F32) {
         encoder_forward(static_cast<float*>(out), tokens, static_cast<const float*>(wte), static_cast<const float*>(wpe),
                         B, T, C);

@@ -1,5 +1,7 @@
 #include "shardlm/kernels/flash_attention.h"
 
+#include "shardlm/core/profile.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -81,6 +83,7 @@ struct Dims {
 }  // namespace
 
 void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, int B, int T, int C, int NH, int NKV) {
+    profile::Scope prof_("attention forward", 2.0 * B * NH * double(T) * T * (C / NH), double(dtype_bytes(t)) * B * T * 4.0 * C);
     if (NKV <= 0) NKV = NH;
     const Dims d(C, NH, NKV);
     const int HS = d.HS;
@@ -136,6 +139,7 @@ void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, in
 
 void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, const void* out, const float* lse,
                               DType t, int B, int T, int C, int NH, int NKV) {
+    profile::Scope prof_("attention backward", 5.0 * B * NH * double(T) * T * (C / NH), 4.0 * B * T * 8.0 * C);
     if (NKV <= 0) NKV = NH;
     const Dims d(C, NH, NKV);
     const int HS = d.HS;

@@ -1,5 +1,7 @@
 #include "shardlm/kernels/gelu.h"
 
+#include "shardlm/core/profile.h"
+
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/kernels/vec_math.h"
 
@@ -55,11 +57,18 @@ void backward(float* dinp, const void* inp, const float* dout, size_t n) {
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, size_t n) { forward<DType::F32>(out, inp, n); }
+void gelu_forward(float* out, const float* inp, size_t n) {
+    profile::Scope prof_("gelu forward", 0, 8.0 * n);
+    forward<DType::F32>(out, inp, n);
+}
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+    profile::Scope prof_("gelu backward", 0, 12.0 * n);
     backward<DType::F32>(dinp, inp, dout, n);
 }
-void gelu_forward(void* out, const void* inp, DType t, size_t n) { SHARDLM_DTYPE_SWITCH(t, D, forward<D>(out, inp, n)) }
+void gelu_forward(void* out, const void* inp, DType t, size_t n) {
+    profile::Scope prof_("gelu forward", 0, 2.0 * dtype_bytes(t) * n);
+    SHARDLM_DTYPE_SWITCH(t, D, forward<D>(out, inp, n))
+}
 
 namespace {
 
@@ -101,11 +110,16 @@ void swiglu_bwd(float* dgu, const float* dh, const void* gu, int N, int F) {
 
 }  // namespace
 
-void swiglu_forward(void* h, const void* gu, DType t, int N, int F) { SHARDLM_DTYPE_SWITCH(t, D, swiglu_fwd<D>(h, gu, N, F)) }
+void swiglu_forward(void* h, const void* gu, DType t, int N, int F) {
+    profile::Scope prof_("swiglu forward", 0, 3.0 * dtype_bytes(t) * N * F);
+    SHARDLM_DTYPE_SWITCH(t, D, swiglu_fwd<D>(h, gu, N, F))
+}
 void swiglu_backward(float* dgu, const float* dh, const void* gu, DType t, int N, int F) {
+    profile::Scope prof_("swiglu backward", 0, (12.0 + 2 * dtype_bytes(t)) * N * F);
     SHARDLM_DTYPE_SWITCH(t, D, swiglu_bwd<D>(dgu, dh, gu, N, F))
 }
 void gelu_backward(float* dinp, const void* inp, DType t, const float* dout, size_t n) {
+    profile::Scope prof_("gelu backward", 0, (8.0 + dtype_bytes(t)) * n);
     SHARDLM_DTYPE_SWITCH(t, D, backward<D>(dinp, inp, dout, n))
 }
 

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include <dnnl.hpp>
+#include <oneapi/dnnl/dnnl.h>
 #include <nlohmann/json.hpp>
 
 #include "shardlm/core/check.h"
@@ -115,7 +117,7 @@ struct Table {
     std::unordered_map<std::string, Choice> known;  // this process's choices (and what it read)
     std::set<std::string> used;                     // the keys this process ran
     int timed = 0;                                  // shapes this process timed itself
-    bool warned = false;
+    std::set<std::string> warned;                   // each warning once a process
 };
 Table& table() {
     static Table t;
@@ -139,16 +141,22 @@ std::string cache_dir() {
     if (const char* d = std::getenv("SHARDLM_CACHE_DIR"); d && *d) return d;
     if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return cat(x, "/shardlm");
     if (const char* h = std::getenv("HOME"); h && *h) return cat(h, "/.cache/shardlm");
-    return "/tmp/shardlm-cache";
+    return cat("/tmp/shardlm-cache-", ::getuid());
 }
 
 std::string backend_text(GemmBackend b) { return setting_text(b); }
 
-// The cache's shapes (empty if there is none yet; a file that is not ours is named, then replaced).
+// The cache's shapes (empty if there is none yet; a file that is not ours, or that cannot be read, is
+// named in *problem).
 std::map<std::string, Choice> read_cache(const std::string& path, std::string* problem) {
     std::map<std::string, Choice> out;
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return out;
     std::ifstream f(path);
-    if (!f) return out;
+    if (!f) {
+        *problem = "cannot be read";
+        return out;
+    }
     try {
         const nlohmann::json j = nlohmann::json::parse(f);
         for (const auto& [key, v] : j.at("shapes").items()) {
@@ -185,16 +193,33 @@ struct CacheLock {
         std::error_code ec;
         std::filesystem::create_directories(dir, ec);
         fd = ::open((dir + "/gemm.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd >= 0)
-            while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-            }
+        if (fd < 0) return;
+        int rc;
+        while ((rc = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+        }
+        if (rc != 0) {  // no lock (a file system without flock): as if there were no cache
+            ::close(fd);
+            fd = -1;
+        }
     }
     ~CacheLock() {
         if (fd >= 0) ::close(fd);  // closing releases the lock
     }
 };
 
-int call_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+// Column blocks per processor: 2 by default (bench/RESULTS.md); SHARDLM_GEMM_BLOCKS overrides it for measuring
+int blocks_per_cpu() {
+    static const int per = [] {
+        const char* e = std::getenv("SHARDLM_GEMM_BLOCKS");
+        const int v = e ? std::atoi(e) : 0;
+        return v >= 1 && v <= 64 ? v : 2;
+    }();
+    return per;
+}
+
+void warn_once(Table& t, const std::string& what, const std::string& text) {
+    if (t.warned.insert(what).second) std::fprintf(stderr, "shardlm: warning: %s\n", text.c_str());
+}
 
 }  // namespace
 
@@ -211,6 +236,8 @@ double gemm_time_best(const std::function<void()>& run) {
     return best;
 }
 
+int gemm_timing_rows() { return 1024; }
+
 void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
 GemmBackend gemm_backend() { return g_backend.load(); }
 
@@ -218,15 +245,21 @@ std::string gemm_cache_path() { return cat(cache_dir(), "/gemm-", cpu_slug(), ".
 
 std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,
                      const char* extra) {
-    static const std::string core = [] {
+    // what else decides the speeds: OpenBLAS's kernels, oneDNN's version, and the column blocks (their
+    // count follows the CPUs and SHARDLM_GEMM_BLOCKS)
+    static const std::string libs = [] {
         const char* c = openblas_get_corename();
-        return std::string(c ? c : "?");
+        const dnnl_version_t* v = dnnl_version();
+        return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, " blocks:",
+                   blocks_per_cpu(), "x", std::max(1u, std::thread::hardware_concurrency()));
     }();
-    char buf[200];
-    std::snprintf(buf, sizeof(buf), "%s %c%c %dx%dx%d ld %ld,%ld,%ld t%d%s%s openblas:%s",
-                  kind == GemmKind::Fp32 ? "fp32" : "bf16", ta, tb, M, N, K, lda, ldb, ldc, threads, *extra ? " " : "",
-                  extra, core.c_str());
-    return buf;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s %c%c %dx%dx%d ld %ld,%ld,%ld", kind == GemmKind::Fp32 ? "fp32" : "bf16", ta, tb, M,
+                  N, K, lda, ldb, ldc);
+    std::string key = buf;
+    if (threads > 0) key += cat(" t", threads);
+    if (*extra) key += cat(" ", extra);
+    return key + " " + libs;
 }
 
 GemmBackend gemm_choice(const std::string& key, const std::function<void(double*, double*)>& time_both) {
@@ -237,37 +270,37 @@ GemmBackend gemm_choice(const std::string& key, const std::function<void(double*
     // A new shape for this process: the cache (another process may have timed it), else time it now.
     const std::string dir = cache_dir(), path = gemm_cache_path();
     CacheLock lock(dir);
+    if (lock.fd < 0) {
+        // No cache to agree through: timing here could choose differently from the job's other ranks or
+        // from a resumed run, so keep OpenBLAS (the same choice everywhere), and say so once.
+        warn_once(t, "dir", cat("cannot lock the GEMM cache in ", dir, ": --gemm auto runs every product on OpenBLAS",
+                                " -- fix: a writable SHARDLM_CACHE_DIR on a local file system"));
+        t.known[key] = Choice{};
+        return GemmBackend::OpenBlas;
+    }
     std::string problem;
     std::map<std::string, Choice> shapes = read_cache(path, &problem);
-    if (!problem.empty() && !t.warned) {
-        std::fprintf(stderr, "shardlm: warning: %s: %s; it is replaced by new timings (--gemm auto)\n", path.c_str(),
-                     problem.c_str());
-        t.warned = true;
-    }
+    if (!problem.empty())
+        warn_once(t, "read", cat(path, ": ", problem, "; it is replaced by new timings (--gemm auto)"));
     for (const auto& [k, c] : shapes) t.known.emplace(k, c);
     if (auto it = t.known.find(key); it != t.known.end()) return it->second.backend;
     Choice c;
     time_both(&c.openblas_s, &c.onednn_s);
-    c.backend = c.onednn_s < c.openblas_s ? GemmBackend::OneDnn : GemmBackend::OpenBlas;
-    t.known[key] = c;
+    // oneDNN only when clearly faster: a tie stays on OpenBLAS (a short timing on a shared machine is noisy)
+    c.backend = c.onednn_s < 0.97 * c.openblas_s ? GemmBackend::OneDnn : GemmBackend::OpenBlas;
     t.timed++;
     shapes[key] = c;
-    if (lock.fd >= 0) {
-        try {
-            write_cache(path, shapes);
-        } catch (const std::exception& e) {
-            if (!t.warned)
-                std::fprintf(stderr, "shardlm: warning: cannot write the GEMM choices to %s (%s): every process times "
-                                     "its shapes again -- fix: a writable SHARDLM_CACHE_DIR\n",
-                             path.c_str(), e.what());
-            t.warned = true;
-        }
-    } else if (!t.warned) {
-        std::fprintf(stderr, "shardlm: warning: cannot use the cache directory %s: every process times its GEMM "
-                             "shapes again -- fix: a writable SHARDLM_CACHE_DIR\n", dir.c_str());
-        t.warned = true;
+    try {
+        write_cache(path, shapes);
+        t.known[key] = c;
+    } catch (const std::exception& e) {
+        // not recorded: the next process could time it differently, so this one keeps OpenBLAS too
+        warn_once(t, "write", cat("cannot write the GEMM choices to ", path, " (", e.what(),
+                                  "): --gemm auto runs the shapes it cannot record on OpenBLAS -- fix: a writable ",
+                                  "SHARDLM_CACHE_DIR"));
+        t.known[key] = Choice{};
     }
-    return c.backend;
+    return t.known[key].backend;
 }
 
 std::string gemm_summary() {
@@ -304,12 +337,7 @@ void gemm_forget_choices() {
 void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     constexpr int kAlign = 64;  // block width: whole AVX-512 microkernel panels
-    // blocks per processor: 2 by default (bench/RESULTS.md); SHARDLM_GEMM_BLOCKS overrides it for measuring
-    static const int per = [] {
-        const char* e = std::getenv("SHARDLM_GEMM_BLOCKS");
-        const int v = e ? std::atoi(e) : 0;
-        return v >= 1 && v <= 64 ? v : 2;
-    }();
+    const int per = blocks_per_cpu();
     // The cut depends on N and the machine only, never on the threads running or the CPUs this
     // process may use (mpirun binds a rank to one): OpenBLAS's AVX2 kernels round a column block
     // differently from the same columns inside a wider call, so a cut that followed the thread count
@@ -335,15 +363,22 @@ void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, i
 void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
     GemmBackend be = gemm_backend();
-    if (be == GemmBackend::Auto) {
+    if (be == GemmBackend::Auto && N <= 64) {
+        be = GemmBackend::OpenBlas;  // too narrow to cut into blocks: OpenBLAS splits its rows over the threads
+    } else if (be == GemmBackend::Auto) {
+        // Every block is one single-threaded product on either library, whatever the threads: the key
+        // leaves them out, so a run with 1 or 2 threads, lanes or not, runs a shape on the same library
+        // (and gets the same bits)
         const std::string key = gemm_key(GemmKind::Fp32, ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T',
-                                         M, N, K, lda, ldb, ldc, call_threads());
+                                         M, N, K, lda, ldb, ldc, 0, beta != 0.0f ? "acc" : "");
         be = gemm_choice(key, [&](double* openblas_s, double* onednn_s) {
-            // on the real operands, into a scratch C (C itself may be accumulated into)
-            std::vector<float> scratch(size_t(M) * size_t(ldc), 0.0f);
+            // on the real operands (their first rows, gemm_timing_rows), into a scratch C (C itself may
+            // be accumulated into)
+            const int rows = std::min(M, gemm_timing_rows());
+            std::vector<float> scratch(size_t(rows) * size_t(ldc), 0.0f);
             for (GemmBackend b : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
                 *(b == GemmBackend::OpenBlas ? openblas_s : onednn_s) = gemm_time_best([&] {
-                    sgemm_balanced_on(b, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, scratch.data(), ldc);
+                    sgemm_balanced_on(b, ta, tb, rows, N, K, alpha, A, lda, B, ldb, beta, scratch.data(), ldc);
                 });
         });
     }

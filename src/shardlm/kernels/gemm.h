@@ -8,10 +8,13 @@
 //   onednn    every product on oneDNN, attention's tiles included: OpenBLAS is never called, so
 //             main() does not re-exec itself to give OpenBLAS its OPENBLAS_CORETYPE
 //   auto      per shape and precision: the first time a process meets a shape (its dimensions,
-//             transposes, leading dimensions and the threads it runs on), both run it on the real
-//             operands and the faster is kept; the choice is written to a cache file per CPU model
+//             transposes, leading dimensions, whether it accumulates; for bf16 also the threads oneDNN
+//             runs it on), both run it on the real operands (its first rows) and the faster is kept
+//             (oneDNN only when over 3 % faster); the choice is written to a cache file per CPU model
 //             (gemm_cache_path()), so that every later process on the machine makes the same one
-//             without timing. Attention's tiles (small, dozens of shapes) stay on OpenBLAS.
+//             without timing. fp32 products too narrow to cut (N <= 64) and attention's tiles (small,
+//             dozens of shapes) stay on OpenBLAS. Without a usable cache (no lock, not writable)
+//             nothing is timed: OpenBLAS runs every product, the same choice in every process.
 //
 // Balanced (sgemm_balanced): the columns of C are cut into blocks (2 per CPU of the machine, multiples
 // of 64 columns; SHARDLM_GEMM_BLOCKS sets another count, for measuring) that the OpenMP threads take
@@ -53,7 +56,8 @@ void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, in
                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
 // ---- auto's choices ----------------------------------------------------------------------------------
-// What a shape is known by (gemm_choice's key): "fp32 NT 1024x2304x768 ld 768,768,2304 t2".
+// What a shape is known by (gemm_choice's key): "fp32 NT 1024x2304x768 ld 768,768,2304 openblas:SkylakeX
+// onednn:2.6.3 blocks:2x2".
 enum class GemmKind { Fp32, Bf16 };
 // The library auto runs this product on: from this process's table, else the cache file, else timed
 // now by `time_both` (which sets the seconds OpenBLAS and oneDNN took) and recorded in both. Serialised
@@ -64,6 +68,12 @@ GemmBackend gemm_choice(const std::string& key, const std::function<void(double*
 // The timing of one library: a first run (oneDNN makes its primitive, pages are touched), then up to 3
 // runs or 20 ms; the best run's seconds.
 double gemm_time_best(const std::function<void()>& run);
+// A product of more rows than this is timed on its first rows only (the rows of op(A) and C; the same
+// N and K): its speed per row is the same, and the scratch C and the timing stay small when a long
+// sequence makes M tens of thousands of rows.
+int gemm_timing_rows();
+// threads 0: not part of the key. The key ends with what else decides the speeds: OpenBLAS's kernels,
+// oneDNN's version, and the column blocks (per CPU x CPUs).
 std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,
                      const char* extra = "");
 

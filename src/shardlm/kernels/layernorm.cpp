@@ -1,5 +1,7 @@
 #include "shardlm/kernels/layernorm.h"
 
+#include "shardlm/core/profile.h"
+
 #include <algorithm>
 #include <cmath>
 #include "shardlm/core/dtype_simd.h"
@@ -49,6 +51,7 @@ inline void ln_row(float* o, float* mean, float* rstd, const float* x, const flo
 void layernorm_forward(float* out, float* mean, float* rstd,
                        const float* inp, const float* weight, const float* bias,
                        int N, int C, float eps) {
+    profile::Scope prof_("layernorm forward", 0, 8.0 * N * C);
 #pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) ln_row(out + size_t(n) * C, mean + n, rstd + n, inp + size_t(n) * C, weight, bias, C, eps);
 }
@@ -61,6 +64,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias,
 
 void layernorm_forward(void* out, DType out_t, float* mean, float* rstd, const void* inp, DType in_t,
                        const float* weight, const float* bias, int N, int C, float eps) {
+    profile::Scope prof_("layernorm forward", 0, double(dtype_bytes(out_t) + dtype_bytes(in_t)) * N * C);
     if (out_t == DType::F32 && in_t == DType::F32) {
         layernorm_forward(static_cast<float*>(out), mean, rstd, static_cast<const float*>(inp), weight, bias, N, C, eps);
         return;
@@ -87,6 +91,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 // Row-local: dinp += d(LayerNorm)/d(inp) (rows widened to fp32 when stored in 16 bits).
 void layernorm_backward_input(float* dinp, const float* dout, const void* inp, DType in_t, const float* weight,
                               const float* mean, const float* rstd, int N, int C) {
+    profile::Scope prof_("layernorm backward", 0, (8.0 + dtype_bytes(in_t)) * N * C);
 #pragma omp parallel
     {
         float* buf = in_t == DType::F32 ? nullptr : thread_scratch(1, size_t(C));
@@ -117,6 +122,7 @@ void layernorm_backward_input(float* dinp, const float* dout, const void* inp, D
 // Column blocks of 64 in parallel, rows summed in order: bit-identical for any thread count.
 void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t,
                                const float* mean, const float* rstd, int N, int C, int c0, int c1) {
+    profile::Scope prof_("layernorm backward", 0, (4.0 + dtype_bytes(in_t)) * N * (c1 - c0));
     constexpr int kCols = 64;
     const int nblk = (c1 - c0 + kCols - 1) / kCols;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -145,6 +151,7 @@ void layernorm_backward_params(float* dweight, float* dbias, const float* dout, 
 
 void rmsnorm_forward(void* out, DType out_t, float* rstd, const void* inp, DType in_t, const float* weight, int N,
                      int C, float eps) {
+    profile::Scope prof_("rmsnorm forward", 0, double(dtype_bytes(out_t) + dtype_bytes(in_t)) * N * C);
 #pragma omp parallel
     {
         float* xin = in_t == DType::F32 ? nullptr : thread_scratch(0, 2 * size_t(C));

@@ -45,17 +45,14 @@ double measure_peak(int threads, double seconds, double flops_per_iter, float (*
     }
 }
 
-double measure_sgemm(int threads) {
+// The engine's fp32 product (column blocks on the threads) on one library.
+double measure_sgemm(int threads, GemmBackend on) {
     const int n = 1024;
     std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
     omp_set_num_threads(threads);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    double best = 1e30;
-    for (int i = 0; i < 3; i++) {
-        const double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-        best = std::min(best, now_s() - t0);
-    }
+    const double best = gemm_time_best([&] {
+        sgemm_balanced_on(on, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    });
     return 2.0 * n * n * n / best / 1e9;
 }
 
@@ -129,7 +126,7 @@ MachineInfo machine_info(int threads, double seconds, bool gemm) {
         m.fp32_peak_gflops = measure_peak(threads, seconds / 2, fp32_fma_flops_per_iter(), fp32_fma_chains);
         if (has_bf16_dot()) m.bf16_peak_gflops = measure_peak(threads, seconds / 2, kBf16DotFlopsPerIter, bf16_dot_chains);
     }
-    if (gemm) m.fp32_gemm_gflops = measure_sgemm(threads);
+    if (gemm) m.fp32_gemm_gflops = measure_sgemm(threads, m.gemm == GemmBackend::OneDnn ? GemmBackend::OneDnn : GemmBackend::OpenBlas);
     return m;
 }
 
@@ -158,7 +155,8 @@ std::string describe(const MachineInfo& m, int threads) {
               << (m.onednn_bf16 ? onednn + " or " + widened : widened);
     }
     if (m.fp32_gemm_gflops > 0) {
-        std::snprintf(buf, sizeof(buf), " | sgemm 1024^3 %.0f GFLOP/s", m.fp32_gemm_gflops);
+        std::snprintf(buf, sizeof(buf), " | sgemm 1024^3 %.0f GFLOP/s on %s", m.fp32_gemm_gflops,
+                      m.gemm == GemmBackend::OneDnn ? "oneDNN" : "OpenBLAS");
         s << buf;
         if (m.fp32_peak_gflops > 0) {
             std::snprintf(buf, sizeof(buf), " (%.0f %% of the fp32 peak)", 100 * m.fp32_gemm_gflops / m.fp32_peak_gflops);

@@ -26,7 +26,7 @@ struct MachineInfo {
     int cpus_allowed = 0;      // CPUs this process may run on (its affinity mask)
     bool has_avx512 = false, has_bf16_dot = false;
     double fp32_peak_gflops = 0, bf16_peak_gflops = 0;  // all `threads` threads, measured (0: not measured)
-    double fp32_gemm_gflops = 0;                        // a 1024^3 sgemm through OpenBLAS (0: not measured)
+    double fp32_gemm_gflops = 0;  // a 1024^3 product on the engine's path, oneDNN's with --gemm onednn, else OpenBLAS's (0: not measured)
     std::string openblas_core;          // the kernels OpenBLAS runs (openblas_get_corename)
     std::string openblas_coretype_env;  // OPENBLAS_CORETYPE as set ("" if not)
     bool coretype_ours = false;         // shardlm set it (main's re-exec), not the user

@@ -1,5 +1,7 @@
 #include "shardlm/kernels/matmul.h"
 
+#include "shardlm/core/profile.h"
+
 #include <cblas.h>
 #include <immintrin.h>
 
@@ -21,6 +23,7 @@ bool matmul_precision_from_name(std::string_view s, MatmulPrecision* out) {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int N, int C, int OC, bool accumulate, MatmulPrecision precision) {
+    profile::Scope prof_("matmul forward", 2.0 * N * C * OC, 4.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
         if (accumulate) {
@@ -44,6 +47,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 // dbias(OC) += sum_n dout(n, :), parallel over column blocks of 16, rows summed in order.
 void bias_backward(float* dbias, const float* dout, int N, int OC, int ld) {
+    profile::Scope prof_("bias backward", 0, 4.0 * N * OC);
     if (ld == 0) ld = OC;
     int nblk = (OC + 15) / 16;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -58,6 +62,7 @@ void bias_backward(float* dbias, const float* dout, int N, int OC, int ld) {
 }
 
 void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C) {
+    profile::Scope prof_("residual add", 0, 12.0 * N * C);
 #pragma omp parallel for schedule(dynamic, 8)
     for (int n = 0; n < N; n++) {
         const float* a = x + size_t(n) * C;
@@ -76,6 +81,7 @@ void residual_add(float* out, const float* x, const float* bias, const float* y,
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
                      int N, int C, int OC, bool accumulate_dweight, MatmulPrecision precision) {
+    profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (precision == MatmulPrecision::bf16) {
         matmul_backward_bf16(dinp, dweight, to_bf16_scratch(0, dout, size_t(N) * OC), inp, weight, N, C, OC,
                              accumulate_dweight);
@@ -106,6 +112,7 @@ void residual_add_impl(void* out, const void* x, const float* bias, const float*
 }  // namespace
 
 void residual_add(void* out, const void* x, DType t, const float* bias, const float* y, int N, int C) {
+    profile::Scope prof_("residual add", 0, (2.0 * dtype_bytes(t) + 4) * N * C);
     if (t == DType::F32) {
         residual_add(static_cast<float*>(out), static_cast<const float*>(x), bias, y, N, C);
         return;
@@ -115,6 +122,7 @@ void residual_add(void* out, const void* x, DType t, const float* bias, const fl
 
 void matmul_forward(void* out, DType out_t, const void* inp, const void* weight, DType in_t, const float* bias, int N,
                     int C, int OC) {
+    profile::Scope prof_("matmul forward", 2.0 * N * C * OC, double(dtype_bytes(in_t)) * (double(N) * C + double(OC) * C) + double(dtype_bytes(out_t)) * N * OC);
     if (in_t == DType::BF16) {
         // out(N,OC) = inp(N,C) @ weight(OC,C)^T: the weight read transposed through its strides
         const Bf16Matrix a{static_cast<const unsigned short*>(inp), C, 1};
@@ -136,6 +144,7 @@ void matmul_forward(void* out, DType out_t, const void* inp, const void* weight,
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
                      DType in_t, int N, int C, int OC, bool accumulate_dweight) {
+    profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (in_t == DType::BF16) {
         const unsigned short* d = to_bf16_scratch(0, dout, size_t(N) * OC);
         const auto* w = static_cast<const unsigned short*>(weight);
@@ -152,6 +161,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t, int N, int C,
                             int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision) {
+    profile::Scope prof_("matmul backward", 2.0 * N * C * (oc1 - oc0), 4.0 * (double(N) * (oc1 - oc0) + double(N) * C + double(oc1 - oc0) * C));
     const int w = oc1 - oc0;
     if (w <= 0) return;
     float* dw = dweight + size_t(oc0) * size_t(C);
@@ -172,6 +182,7 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
 
 void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* d, const float* inp,
                           const float* weight, int N, int C, int OC, bool accumulate_dweight) {
+    profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (dinp) gemm_bf16(dinp, {d, OC, 1}, {to_bf16_scratch(1, weight, size_t(OC) * C), C, 1}, N, C, OC, false);
     if (dweight)
         gemm_bf16(dweight, {d, 1, OC}, {to_bf16_scratch(2, inp, size_t(N) * C), C, 1}, OC, C, N, accumulate_dweight);

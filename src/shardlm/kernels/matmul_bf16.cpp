@@ -16,6 +16,7 @@
 #include <dnnl.hpp>
 #include <omp.h>
 
+#include "shardlm/core/check.h"
 #include "shardlm/core/dtype.h"
 #include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/matmul.h"
@@ -165,16 +166,20 @@ void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int
     GemmBackend be = onednn_has_bf16() ? gemm_backend() : GemmBackend::OpenBlas;
     if (be == GemmBackend::Auto) {
         const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+        // oneDNN runs a bf16 product on its own threads, so their count is part of the key
+        const std::string extra = cat(c_t == DType::BF16 ? "c-bf16" : "c-fp32", bias ? " bias" : "", accumulate ? " acc" : "");
         const std::string key = gemm_key(GemmKind::Bf16, layout(a), layout(b), M, N, K, leading(a), leading(b), N, threads,
-                                         c_t == DType::BF16 ? (bias ? "c-bf16 bias" : "c-bf16") : (bias ? "bias" : ""));
+                                         extra.c_str());
         be = gemm_choice(key, [&](double* openblas_s, double* onednn_s) {
-            std::vector<float> scratch(size_t(M) * size_t(N), 0.0f);  // C may be accumulated into: a scratch one
+            // the first rows (gemm_timing_rows) into a scratch C: C may be accumulated into
+            const int rows = std::min(M, gemm_timing_rows());
+            std::vector<float> scratch(size_t(rows) * size_t(N), 0.0f);
             for (GemmBackend x : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
                 *(x == GemmBackend::OpenBlas ? openblas_s : onednn_s) = gemm_time_best([&] {
                     if (x == GemmBackend::OpenBlas)
-                        gemm_bf16_widened(ctx, scratch.data(), c_t, a, b, M, N, K, accumulate, bias);
+                        gemm_bf16_widened(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias);
                     else
-                        gemm_bf16_onednn(ctx, scratch.data(), c_t, a, b, M, N, K, accumulate, bias);
+                        gemm_bf16_onednn(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias);
                 });
         });
     }

@@ -1,5 +1,7 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 
+#include "shardlm/core/profile.h"
+
 #include "shardlm/core/simd.h"
 
 #include <algorithm>
@@ -101,6 +103,7 @@ AdamArgs adam_args(float lr, float beta1, float beta2, float eps, int step, floa
 
 void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                  float eps, float wd, int step, float gs) {
+    profile::Scope prof_("adam", 0, 28.0 * n);
     AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
     a.l2 = wd;  // coupled L2: d = g + wd p
     adam_common(p, g, m, v, n, a);
@@ -108,6 +111,7 @@ void adam_update(float* p, const float* g, float* m, float* v, size_t n, float l
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float wd, int step, float gs) {
+    profile::Scope prof_("adamw", 0, 28.0 * n);
     AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
     a.decay = 1.0f - lr * wd;  // decoupled: p *= 1 - lr wd
     adam_common(p, g, m, v, n, a);
@@ -348,6 +352,7 @@ double adafactor_vector(float* p, const float* g, float* v, float* m, size_t n, 
 }
 
 double sum_squares(const float* x, size_t n) {
+    profile::Scope prof_("gradient norm", 2.0 * n, 4.0 * n);
     constexpr size_t kChunk = 1 << 16;
     size_t nchunk = (n + kChunk - 1) / kChunk;
     std::vector<double> part(nchunk);

@@ -1,0 +1,80 @@
+#include "shardlm/core/profile.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "shardlm/core/timer.h"
+
+namespace shardlm::profile {
+
+namespace {
+
+std::atomic<bool> g_on{false};
+
+struct ThreadTable {
+    std::unordered_map<const char*, Totals> totals;
+    int depth = 0;
+};
+
+struct Registry {
+    std::mutex mu;
+    std::vector<std::shared_ptr<ThreadTable>> tables;  // shared: a table outlives its thread until taken
+};
+Registry& registry() {
+    static Registry r;
+    return r;
+}
+
+ThreadTable& mine() {
+    thread_local std::shared_ptr<ThreadTable> t = [] {
+        auto p = std::make_shared<ThreadTable>();
+        std::lock_guard<std::mutex> g(registry().mu);
+        registry().tables.push_back(p);
+        return p;
+    }();
+    return *t;
+}
+
+}  // namespace
+
+void enable(bool on) { g_on.store(on, std::memory_order_relaxed); }
+bool enabled() { return g_on.load(std::memory_order_relaxed); }
+
+Scope::Scope(const char* name, double flops, double bytes) {
+    if (!enabled()) return;
+    ThreadTable& t = mine();
+    table_ = &t;
+    if (t.depth++ > 0) return;  // inside another kernel: counted as that one
+    name_ = name, flops_ = flops, bytes_ = bytes;
+    t0_ = now_s();
+}
+
+Scope::~Scope() {
+    if (!table_) return;
+    auto& t = *static_cast<ThreadTable*>(table_);
+    t.depth--;
+    if (!name_) return;
+    Totals& x = t.totals[name_];
+    x.seconds += now_s() - t0_;
+    x.flops += flops_;
+    x.bytes += bytes_;
+    x.calls++;
+}
+
+std::map<std::string, Totals> take() {
+    std::map<std::string, Totals> out;
+    std::lock_guard<std::mutex> g(registry().mu);
+    for (const auto& table : registry().tables) {
+        for (const auto& [name, x] : table->totals) {
+            Totals& o = out[name];
+            o.seconds += x.seconds, o.flops += x.flops, o.bytes += x.bytes, o.calls += x.calls;
+        }
+        table->totals.clear();
+    }
+    return out;
+}
+
+}  // namespace shardlm::profile

@@ -1,0 +1,40 @@
+// core/profile.h: time, FLOPs and bytes per kernel, for a step's profile against each kernel's roofline
+// (bench_train_step --profile; issue 25 item 1).
+//
+// The kernels open a Scope at their public entry points with what they compute and move; only the
+// outermost scope of a thread counts (a kernel that calls another is counted once, as itself). Off
+// (the default) a Scope costs one relaxed atomic load. Each thread adds to its own table; take() sums
+// them, so call it while no kernel runs (between steps). Under lanes two threads run kernels at once:
+// their seconds add up to more than the wall time, and the report divides by the threads.
+#pragma once
+#include <map>
+#include <string>
+
+namespace shardlm::profile {
+
+void enable(bool on);
+bool enabled();
+
+struct Totals {
+    double seconds = 0, flops = 0, bytes = 0;
+    long calls = 0;
+};
+
+class Scope {
+public:
+    // name: a string literal (kept by pointer); flops and bytes: what this call computes and moves
+    Scope(const char* name, double flops, double bytes);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+private:
+    void* table_ = nullptr;       // this thread's table (null: profiling off)
+    const char* name_ = nullptr;  // null: not recording (off, or nested in another scope)
+    double flops_ = 0, bytes_ = 0, t0_ = 0;
+};
+
+// Every kernel's totals since the last take(), summed over threads; the tables are emptied.
+std::map<std::string, Totals> take();
+
+}  // namespace shardlm::profile
