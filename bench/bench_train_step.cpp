@@ -61,19 +61,22 @@ void print_profile(const std::map<std::string, shardlm::profile::Totals>& k, con
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
     double covered = 0;
     for (const auto& [name, x] : rows) {
-        // seconds per step as the kernel's threads spent them: under lanes both threads run kernels at
-        // once and their seconds add up (shares can then sum to over 100 %)
-        const double s = x.seconds / steps;
+        // wall seconds per step (a lane's call counts its share of the threads running at once), and the
+        // rates over them: the whole machine's, against the whole machine's roofs
+        const double s = x.wall / steps;
         covered += s;
         std::fprintf(stderr, "%-20s %8.1f %8.2f %6.1f%%", name.c_str(), double(x.calls) / steps, s * 1e3, 100 * s / step_s);
         if (x.flops > 0)
-            std::fprintf(stderr, " %9.1f %6.1f%%", x.flops / x.seconds / 1e9, 100 * x.flops / x.seconds / 1e9 / peak);
+            std::fprintf(stderr, " %9.1f %6.1f%%", x.flops / x.wall / 1e9, 100 * x.flops / x.wall / 1e9 / peak);
         else
             std::fprintf(stderr, " %9s %7s", "", "");
-        std::fprintf(stderr, " %8.1f %6.1f%%\n", x.bytes / x.seconds / 1e9, 100 * x.bytes / x.seconds / 1e9 / bw);
+        std::fprintf(stderr, " %8.1f %6.1f%%\n", x.bytes / x.wall / 1e9, 100 * x.bytes / x.wall / 1e9 / bw);
     }
-    std::fprintf(stderr, "%-20s %8s %8.2f %6.1f%%   (conversions, optimiser bookkeeping, waiting; negative: lanes overlap)\n",
+    std::fprintf(stderr, "%-20s %8s %8.2f %6.1f%%   (conversions, copies, optimiser bookkeeping, waiting)\n",
                  "not in a kernel", "", (step_s - covered) * 1e3, 100 * (step_s - covered) / step_s);
+    if (bf16 && m.isa.find("amx") != std::string::npos)
+        std::fprintf(stderr, "note: this CPU has AMX, which oneDNN's bf16 matmuls use: their roof is AMX's, far above the "
+                             "VDPBF16PS peak above\n");
 }
 
 }  // namespace

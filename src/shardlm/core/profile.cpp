@@ -1,5 +1,8 @@
 #include "shardlm/core/profile.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -49,6 +52,7 @@ Scope::Scope(const char* name, double flops, double bytes) {
     table_ = &t;
     if (t.depth++ > 0) return;  // inside another kernel: counted as that one
     name_ = name, flops_ = flops, bytes_ = bytes;
+    share_ = omp_in_parallel() ? 1.0 / std::max(1, omp_get_num_threads()) : 1.0;
     t0_ = now_s();
 }
 
@@ -58,7 +62,9 @@ Scope::~Scope() {
     t.depth--;
     if (!name_) return;
     Totals& x = t.totals[name_];
-    x.seconds += now_s() - t0_;
+    const double dt = now_s() - t0_;
+    x.seconds += dt;
+    x.wall += dt * share_;
     x.flops += flops_;
     x.bytes += bytes_;
     x.calls++;
@@ -70,7 +76,7 @@ std::map<std::string, Totals> take() {
     for (const auto& table : registry().tables) {
         for (const auto& [name, x] : table->totals) {
             Totals& o = out[name];
-            o.seconds += x.seconds, o.flops += x.flops, o.bytes += x.bytes, o.calls += x.calls;
+            o.seconds += x.seconds, o.wall += x.wall, o.flops += x.flops, o.bytes += x.bytes, o.calls += x.calls;
         }
         table->totals.clear();
     }

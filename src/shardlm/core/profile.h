@@ -5,7 +5,8 @@
 // outermost scope of a thread counts (a kernel that calls another is counted once, as itself). Off
 // (the default) a Scope costs one relaxed atomic load. Each thread adds to its own table; take() sums
 // them, so call it while no kernel runs (between steps). Under lanes two threads run kernels at once:
-// their seconds add up to more than the wall time, and the report divides by the threads.
+// their seconds add up to more than the wall time, so each call inside a parallel region also counts
+// its seconds divided by the region's threads (Totals::wall).
 #pragma once
 #include <map>
 #include <string>
@@ -16,7 +17,10 @@ void enable(bool on);
 bool enabled();
 
 struct Totals {
-    double seconds = 0, flops = 0, bytes = 0;
+    double seconds = 0;  // as the threads spent them (lanes: added over the threads running at once)
+    double wall = 0;     // the share of the step's wall time: a call inside a parallel region (a lane)
+                         // counts 1 / (threads of the region) of its seconds
+    double flops = 0, bytes = 0;
     long calls = 0;
 };
 
@@ -31,7 +35,7 @@ public:
 private:
     void* table_ = nullptr;       // this thread's table (null: profiling off)
     const char* name_ = nullptr;  // null: not recording (off, or nested in another scope)
-    double flops_ = 0, bytes_ = 0, t0_ = 0;
+    double flops_ = 0, bytes_ = 0, t0_ = 0, share_ = 1;
 };
 
 // Every kernel's totals since the last take(), summed over threads; the tables are emptied.
