@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -59,6 +60,7 @@ struct DnnlFp32 {
         dnnl::matmul prim;
     };
     std::map<Key, Entry> cache;
+    std::vector<float> a, b, c;  // dense copies of strided operands
 };
 
 DnnlFp32& dnnl_fp32() {
@@ -66,21 +68,44 @@ DnnlFp32& dnnl_fp32() {
     return ctx;
 }
 
-// C = alpha op(A) op(B) + beta C on this thread alone.
+// A rows x cols matrix (row-major, ld apart) copied dense into buf.
+const float* dense(std::vector<float>& buf, const float* src, int rows, int cols, int ld) {
+    if (buf.size() < size_t(rows) * cols) buf.resize(size_t(rows) * cols);
+    for (int r = 0; r < rows; r++) std::memcpy(buf.data() + size_t(r) * cols, src + size_t(r) * ld, sizeof(float) * cols);
+    return buf.data();
+}
+
+// C = alpha op(A) op(B) + beta C on this thread alone. oneDNN 2.6's matmul gets dense operands only: with
+// a leading dimension wider than the matrix (a column block of C or of B) its brgemm kernels corrupted
+// the heap around their scratchpad now and then (a training run under SIGUSR1 dumps aborted in free()
+// inside libdnnl: test Signals.FlightDumpsDuringOneDnnProductsLeaveTheHeapWhole), so such an operand
+// is copied into (and C out of) a dense buffer of the thread's. The copies are part of what --gemm auto
+// times.
 void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                   const float* B, int ldb, float beta, float* C, int ldc) {
     using dnnl::memory;
     OneThread one;
     DnnlFp32& ctx = dnnl_fp32();
+    // as stored: A is M x K (K x M transposed), B is K x N (N x K transposed)
+    const int a_rows = ta == CblasNoTrans ? M : K, a_cols = ta == CblasNoTrans ? K : M;
+    const int b_rows = tb == CblasNoTrans ? K : N, b_cols = tb == CblasNoTrans ? N : K;
+    if (lda != a_cols) A = dense(ctx.a, A, a_rows, a_cols, lda), lda = a_cols;
+    if (ldb != b_cols) B = dense(ctx.b, B, b_rows, b_cols, ldb), ldb = b_cols;
+    float* out = C;
+    if (ldc != N) {
+        if (ctx.c.size() < size_t(M) * N) ctx.c.resize(size_t(M) * N);
+        out = ctx.c.data();
+        if (beta != 0.0f) dense(ctx.c, C, M, N, ldc);
+    }
     // op(A)(m, k) and op(B)(k, n) through their strides: a transposed operand is read in place
     const long as0 = ta == CblasNoTrans ? lda : 1, as1 = ta == CblasNoTrans ? 1 : lda;
     const long bs0 = tb == CblasNoTrans ? ldb : 1, bs1 = tb == CblasNoTrans ? 1 : ldb;
-    const DnnlFp32::Key key{M, N, K, as0, as1, bs0, bs1, ldc, alpha, beta};
+    const DnnlFp32::Key key{M, N, K, as0, as1, bs0, bs1, N, alpha, beta};
     auto it = ctx.cache.find(key);
     if (it == ctx.cache.end()) {
         memory::desc ad({M, K}, memory::data_type::f32, {as0, as1});
         memory::desc bd({K, N}, memory::data_type::f32, {bs0, bs1});
-        memory::desc cd({M, N}, memory::data_type::f32, {ldc, 1});
+        memory::desc cd({M, N}, memory::data_type::f32, {N, 1});
         dnnl::primitive_attr attr;
         if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
         if (beta != 0.0f) {
@@ -93,8 +118,10 @@ void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, f
     }
     const DnnlFp32::Entry& e = it->second;
     auto mem = [&](const memory::desc& d, const void* p) { return memory(d, ctx.engine, const_cast<void*>(p)); };
-    e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, mem(e.a, A)}, {DNNL_ARG_WEIGHTS, mem(e.b, B)}, {DNNL_ARG_DST, mem(e.c, C)}});
+    e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, mem(e.a, A)}, {DNNL_ARG_WEIGHTS, mem(e.b, B)}, {DNNL_ARG_DST, mem(e.c, out)}});
     ctx.stream.wait();
+    if (out != C)
+        for (int r = 0; r < M; r++) std::memcpy(C + size_t(r) * ldc, out + size_t(r) * N, sizeof(float) * N);
 }
 
 void one_call(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
