@@ -68,6 +68,10 @@ GemmBackend gemm_choice(const std::string& key, const std::function<void(double*
 // The timing of one library: a first run (oneDNN makes its primitive, pages are touched), then up to 3
 // runs or 20 ms; the best run's seconds.
 double gemm_time_best(const std::function<void()>& run);
+// auto's timing of a shape: both libraries once (primitives made, pages touched), then in turn, 2 to 4
+// rounds (until 40 ms are spent), so that a machine whose speed drifts slows both alike; the best of each.
+void gemm_time_pair(const std::function<void()>& openblas, const std::function<void()>& onednn, double* openblas_s,
+                    double* onednn_s);
 // A product of more rows than this is timed on its first rows only (the rows of op(A) and C; the same
 // N and K): its speed per row is the same, and the scratch C and the timing stay small when a long
 // sequence makes M tens of thousands of rows.

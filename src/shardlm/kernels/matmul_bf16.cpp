@@ -174,13 +174,9 @@ void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int
             // the first rows (gemm_timing_rows) into a scratch C: C may be accumulated into
             const int rows = std::min(M, gemm_timing_rows());
             std::vector<float> scratch(size_t(rows) * size_t(N), 0.0f);
-            for (GemmBackend x : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
-                *(x == GemmBackend::OpenBlas ? openblas_s : onednn_s) = gemm_time_best([&] {
-                    if (x == GemmBackend::OpenBlas)
-                        gemm_bf16_widened(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias);
-                    else
-                        gemm_bf16_onednn(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias);
-                });
+            gemm_time_pair([&] { gemm_bf16_widened(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias); },
+                           [&] { gemm_bf16_onednn(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias); },
+                           openblas_s, onednn_s);
         });
     }
     if (be == GemmBackend::OpenBlas) return gemm_bf16_widened(ctx, c, c_t, a, b, M, N, K, accumulate, bias);
