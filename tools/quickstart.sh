@@ -5,7 +5,7 @@
 # report (loss curves) and sample text. Extra arguments go to `shardlm train` (e.g. --steps 100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
+bash tools/setup.sh --binary-only   # the tests and benchmarks are built by tools/test.sh
 bash tools/fetch_assets.sh
 # --normalize punct: the 2017-2021 transcripts switch to curly quotes and em dashes, which GPT-2
 # encodes as byte tokens the 1790-2016 training text never contains (see docs/DESIGN.md).

@@ -3,6 +3,8 @@
 #   bash tools/setup.sh            # packages + build into ./build
 #   SHARDLM_NO_APT=1 bash tools/setup.sh   # skip the package step
 #   bash tools/setup.sh --fuzz --packages-only   # also the packages of tools/sanitize.sh; no build
+#   bash tools/setup.sh --binary-only             # build only ./build/shardlm (the quick start: no tests,
+#                                                 # no benchmarks; a later full build adds them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,11 +16,13 @@ PACKAGES=(build-essential cmake pkg-config libgtest-dev libbenchmark-dev
 FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-14-dev)
 
 build=1
+targets=()
 for arg in "$@"; do
   case "$arg" in
     --fuzz) PACKAGES+=("${FUZZ_PACKAGES[@]}") ;;
     --packages-only) build=0 ;;
-    *) echo "setup: unknown option $arg (want --fuzz, --packages-only)" >&2; exit 2 ;;
+    --binary-only) targets=(--target shardlm) ;;
+    *) echo "setup: unknown option $arg (want --fuzz, --packages-only, --binary-only)" >&2; exit 2 ;;
   esac
 done
 
@@ -42,5 +46,5 @@ fi
 
 [ "$build" = 1 ] || exit 0
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" "${targets[@]}"
 echo "setup: built ./build/shardlm"
