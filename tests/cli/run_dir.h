@@ -61,7 +61,12 @@ inline void expect_same_losses(const std::filesystem::path& a, const std::filesy
     }
 }
 
-// Every parameter of the two checkpoints equal to `rel` of the tensor's largest magnitude. With
+// Every parameter of the two checkpoints equal to `rel` of the tensor's largest magnitude, but for
+// at most one element in a thousand (at least one a tensor), held to 10 x rel: an element whose
+// gradient nearly cancels over the batch has a large relative rounding error in any summation order,
+// and Adam divides it by its own small scale (clang's ASan build, dp=4 ZeRO-2 against one process:
+// one element of 2304 at 1.18 x rel, the rest within 0.4 x). A layout's bug moves many elements, or
+// one by a step of lr (3e-3 absolute here, some 4e-2 of the scale). With
 // key_bias_abs >= 0 the key bias (the middle third of each attn.c_attn.bias) is held apart to that
 // absolute bound: its exact gradient is 0 (softmax is shift-invariant), so what Adam steps it by is
 // rounding noise, which any change of summation order (a layout, a compiler) changes.
@@ -74,16 +79,23 @@ inline void expect_same_params(const std::filesystem::path& a, const std::filesy
         ASSERT_EQ(x.size(), y.size()) << what << ": " << name;
         const bool key = key_bias_abs >= 0 && name.size() >= 16 && name.compare(name.size() - 16, 16, "attn.c_attn.bias") == 0;
         const size_t C = x.size() / 3;
-        float scale = 0, worst = 0;
+        float scale = 0;
+        for (float v : x) scale = std::max(scale, std::fabs(v));
+        float worst = 0;
+        size_t over = 0, worst_at = 0;
         for (size_t i = 0; i < x.size(); i++) {
-            scale = std::max(scale, std::fabs(x[i]));
+            const float d = std::fabs(x[i] - y[i]);
             if (key && i >= C && i < 2 * C) {
-                EXPECT_LE(std::fabs(x[i] - y[i]), key_bias_abs) << what << ": key bias " << name << "[" << i << "]";
+                EXPECT_LE(d, key_bias_abs) << what << ": key bias " << name << "[" << i << "]";
                 continue;
             }
-            worst = std::max(worst, std::fabs(x[i] - y[i]));
+            if (d > rel * scale) over++;
+            if (d > worst) worst = d, worst_at = i;
         }
-        EXPECT_LE(worst, rel * scale) << what << ": " << name;
+        const size_t outliers = std::max<size_t>(1, x.size() / 1000);
+        EXPECT_LE(worst, (over <= outliers ? 10 : 1) * rel * scale)
+            << what << ": " << name << "[" << worst_at << "] " << x[worst_at] << " vs " << y[worst_at] << " (" << over
+            << " elements over " << rel << " x " << scale << ", " << outliers << " allowed up to 10 x)";
     }
 }
 
