@@ -47,6 +47,11 @@ protected:
     static std::string train(const std::string& extra) {
         return shardlm::test::train_fixture("--optimizer adamw --lr 1e-3 --data-order random --seed 3 --threads 1 " + extra);
     }
+    // A model whose step is long enough (~0.1 s) for signals to land inside it.
+    static std::string train_slow_steps(const std::string& extra) {
+        return shardlm::test::kBin + " train --model tiny --n-layer 4 --n-embd 256 --n-head 4 --data " + shardlm::test::kFix +
+               "/data.bin --seq 64 --global-batch 8 --micro-batch 8 --threads 1 " + extra;
+    }
 };
 
 TEST_F(Signals, SigintWritesAFinalCheckpointAndResumeIsBitExact) {
@@ -74,11 +79,8 @@ TEST_F(Signals, SigintWritesAFinalCheckpointAndResumeIsBitExact) {
 }
 
 TEST_F(Signals, SecondSigintExitsAtOnce) {
-    // a step long enough (~0.1 s) that both signals land inside it
-    const fs::path run = tmp / "run";
-    const pid_t pid = spawn(shardlm::test::kBin + " train --model tiny --n-layer 4 --n-embd 256 --n-head 4 --data " +
-                            shardlm::test::kFix + "/data.bin --seq 64 --global-batch 8 --micro-batch 8 --threads 1" +
-                            " --steps 1000000 --out " + run.string());
+    const fs::path run = tmp / "run";  // both signals land inside one step
+    const pid_t pid = spawn(train_slow_steps("--steps 1000000 --out " + run.string()));
     wait_rows(run, 2);
     ASSERT_EQ(kill(pid, SIGINT), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -98,9 +100,7 @@ TEST_F(Signals, SecondSigintExitsAtOnce) {
 // products' own bounds.)
 TEST_F(Signals, FlightDumpsDuringOneDnnProductsLeaveTheHeapWhole) {
     const fs::path run = tmp / "run";
-    const pid_t pid = spawn(shardlm::test::kBin + " train --model tiny --n-layer 4 --n-embd 256 --n-head 4 --data " +
-                            shardlm::test::kFix + "/data.bin --seq 64 --global-batch 8 --micro-batch 8 --threads 1" +
-                            " --steps 14 --ckpt-every 0 --gemm onednn --out " + run.string());
+    const pid_t pid = spawn(train_slow_steps("--steps 14 --ckpt-every 0 --gemm onednn --out " + run.string()));
     wait_rows(run, 2);
     for (int i = 0; i < 60; i++) {  // (the run may end first: then kill fails)
         if (kill(pid, SIGUSR1) != 0) break;

@@ -277,10 +277,6 @@ TEST_F(GemmAuto, RunsEachShapeOnTheRecordedLibrary) {
     EXPECT_NE(gemm_summary().find("0 timed now"), std::string::npos) << gemm_summary();
 }
 
-}  // namespace
-
-namespace {
-
 // Every library writes C's M x N elements and nothing else: not the padding between rows (ldc > N), not
 // past the last row (a write there corrupts the heap), for shapes whose widths leave tails of every size.
 TEST(Gemm, WritesNothingOutsideC) {
@@ -291,22 +287,22 @@ TEST(Gemm, WritesNothingOutsideC) {
                 for (int K : {3, 48, 256})
                     for (int pad : {0, 9})
                         for (int layout = 0; layout < 4; layout++) {
-                        const CBLAS_TRANSPOSE ta = layout & 1 ? CblasTrans : CblasNoTrans;
-                        const CBLAS_TRANSPOSE tb = layout & 2 ? CblasTrans : CblasNoTrans;
-                        const int ldc = N + pad, lda = ta == CblasNoTrans ? K : M, ldb = tb == CblasNoTrans ? N : K;
-                        const Vec a = randn(size_t(M) * K, 1), b = randn(size_t(N) * K, 2);
-                        Vec c(size_t(M) * ldc + 64, kCanary);
-                        for (int r = 0; r < M; r++)
-                            for (int j = 0; j < N; j++) c[size_t(r) * ldc + j] = 0.5f;
-                        sgemm_balanced_on(be, ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, layout == 3 ? 1.0f : 0.0f,
-                                          c.data(), ldc);
-                        for (int r = 0; r < M; r++)
-                            for (int j = N; j < ldc; j++)
-                                ASSERT_EQ(c[size_t(r) * ldc + j], kCanary) << setting_text(be) << " M " << M << " N " << N
-                                                                           << " K " << K << " row " << r << " col " << j;
-                        for (size_t i = size_t(M) * ldc; i < c.size(); i++)
-                            ASSERT_EQ(c[i], kCanary) << setting_text(be) << " M " << M << " N " << N << " K " << K
-                                                     << ": wrote past the end";
+                            const CBLAS_TRANSPOSE ta = layout & 1 ? CblasTrans : CblasNoTrans;
+                            const CBLAS_TRANSPOSE tb = layout & 2 ? CblasTrans : CblasNoTrans;
+                            const int ldc = N + pad, lda = ta == CblasNoTrans ? K : M, ldb = tb == CblasNoTrans ? N : K;
+                            const Vec a = randn(size_t(M) * K, 1), b = randn(size_t(N) * K, 2);
+                            Vec c(size_t(M) * ldc + 64, kCanary);
+                            for (int r = 0; r < M; r++)
+                                for (int j = 0; j < N; j++) c[size_t(r) * ldc + j] = 0.5f;
+                            sgemm_balanced_on(be, ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, layout == 3 ? 1.0f : 0.0f,
+                                              c.data(), ldc);
+                            for (int r = 0; r < M; r++)
+                                for (int j = N; j < ldc; j++)
+                                    ASSERT_EQ(c[size_t(r) * ldc + j], kCanary) << setting_text(be) << " M " << M << " N " << N
+                                                                               << " K " << K << " row " << r << " col " << j;
+                            for (size_t i = size_t(M) * ldc; i < c.size(); i++)
+                                ASSERT_EQ(c[i], kCanary) << setting_text(be) << " M " << M << " N " << N << " K " << K
+                                                         << ": wrote past the end";
                         }
 }
 

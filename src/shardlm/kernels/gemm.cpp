@@ -53,8 +53,8 @@ struct OneThread {
 struct DnnlFp32 {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
-    // (M, N, K, A's strides, B's strides, ldc, alpha, beta)
-    using Key = std::tuple<int, int, int, long, long, long, long, long, float, float>;
+    // (M, N, K, A's strides, B's strides, alpha, beta); C is dense (ldc = N)
+    using Key = std::tuple<int, int, int, long, long, long, long, float, float>;
     struct Entry {
         dnnl::memory::desc a, b, c;
         dnnl::matmul prim;
@@ -68,10 +68,15 @@ DnnlFp32& dnnl_fp32() {
     return ctx;
 }
 
-// A rows x cols matrix (row-major, ld apart) copied dense into buf.
-const float* dense(std::vector<float>& buf, const float* src, int rows, int cols, int ld) {
+// A rows x cols matrix copied from rows src_ld apart to rows dst_ld apart.
+void copy_rows(float* dst, int dst_ld, const float* src, int src_ld, int rows, int cols) {
+    for (int r = 0; r < rows; r++) std::memcpy(dst + size_t(r) * dst_ld, src + size_t(r) * src_ld, sizeof(float) * cols);
+}
+
+// buf grown to a dense rows x cols matrix; with src, src's rows (ld apart) copied into it.
+float* dense(std::vector<float>& buf, int rows, int cols, const float* src = nullptr, int ld = 0) {
     if (buf.size() < size_t(rows) * cols) buf.resize(size_t(rows) * cols);
-    for (int r = 0; r < rows; r++) std::memcpy(buf.data() + size_t(r) * cols, src + size_t(r) * ld, sizeof(float) * cols);
+    if (src) copy_rows(buf.data(), cols, src, ld, rows, cols);
     return buf.data();
 }
 
@@ -89,18 +94,13 @@ void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, f
     // as stored: A is M x K (K x M transposed), B is K x N (N x K transposed)
     const int a_rows = ta == CblasNoTrans ? M : K, a_cols = ta == CblasNoTrans ? K : M;
     const int b_rows = tb == CblasNoTrans ? K : N, b_cols = tb == CblasNoTrans ? N : K;
-    if (lda != a_cols) A = dense(ctx.a, A, a_rows, a_cols, lda), lda = a_cols;
-    if (ldb != b_cols) B = dense(ctx.b, B, b_rows, b_cols, ldb), ldb = b_cols;
-    float* out = C;
-    if (ldc != N) {
-        if (ctx.c.size() < size_t(M) * N) ctx.c.resize(size_t(M) * N);
-        out = ctx.c.data();
-        if (beta != 0.0f) dense(ctx.c, C, M, N, ldc);
-    }
+    if (lda != a_cols) A = dense(ctx.a, a_rows, a_cols, A, lda), lda = a_cols;
+    if (ldb != b_cols) B = dense(ctx.b, b_rows, b_cols, B, ldb), ldb = b_cols;
+    float* out = ldc == N ? C : dense(ctx.c, M, N, beta != 0.0f ? C : nullptr, ldc);
     // op(A)(m, k) and op(B)(k, n) through their strides: a transposed operand is read in place
     const long as0 = ta == CblasNoTrans ? lda : 1, as1 = ta == CblasNoTrans ? 1 : lda;
     const long bs0 = tb == CblasNoTrans ? ldb : 1, bs1 = tb == CblasNoTrans ? 1 : ldb;
-    const DnnlFp32::Key key{M, N, K, as0, as1, bs0, bs1, N, alpha, beta};
+    const DnnlFp32::Key key{M, N, K, as0, as1, bs0, bs1, alpha, beta};
     auto it = ctx.cache.find(key);
     if (it == ctx.cache.end()) {
         memory::desc ad({M, K}, memory::data_type::f32, {as0, as1});
@@ -120,8 +120,7 @@ void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, f
     auto mem = [&](const memory::desc& d, const void* p) { return memory(d, ctx.engine, const_cast<void*>(p)); };
     e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, mem(e.a, A)}, {DNNL_ARG_WEIGHTS, mem(e.b, B)}, {DNNL_ARG_DST, mem(e.c, out)}});
     ctx.stream.wait();
-    if (out != C)
-        for (int r = 0; r < M; r++) std::memcpy(C + size_t(r) * ldc, out + size_t(r) * N, sizeof(float) * N);
+    if (out != C) copy_rows(C, ldc, out, N, M, N);
 }
 
 void one_call(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
