@@ -456,54 +456,40 @@ void self_recv(GroupState& s, void* data, size_t bytes, int tag) {
     s.mailbox.erase(it);
 }
 
+// A send or receive of this group as an operation; the blocking and non-blocking calls run or submit it.
+std::shared_ptr<Op> send_op(GroupState& s, const void* data, size_t bytes, int dst, int tag, const char* what) {
+    check_rank(dst, s.size, "destination", what);
+    check_tag(tag, what);
+    if (!s.is_mpi()) {
+        return make_op(OpKind::SendRecv, bytes, [st = &s, data, bytes, tag](Op& op) {
+            self_send(*st, data, bytes, tag);
+            op.bytes_sent = bytes;
+        });
+    }
+    MPI_Comm c = s.p2p;
+    return make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_send(data, bytes, dst, tag, c, op.reqs, op.bytes_sent, true); },
+                   true, dst, tag, true);
+}
+
+std::shared_ptr<Op> recv_op(GroupState& s, void* data, size_t bytes, int src, int tag, const char* what) {
+    check_rank(src, s.size, "source", what);
+    check_tag(tag, what);
+    if (!s.is_mpi())
+        return make_op(OpKind::SendRecv, bytes, [st = &s, data, bytes, tag](Op&) { self_recv(*st, data, bytes, tag); });
+    MPI_Comm c = s.p2p;
+    return make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_recv(data, bytes, src, tag, c, op.reqs, true); }, true, src,
+                   tag, false);
+}
+
 }  // namespace
 
-void Group::send(const void* data, size_t bytes, int dst, int tag) {
-    check_rank(dst, s_->size, "destination", "send");
-    check_tag(tag, "send");
-    if (!s_->is_mpi()) {
-        run(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op& op) {
-            self_send(*s_, data, bytes, tag);
-            op.bytes_sent = bytes;
-        }));
-        return;
-    }
-    MPI_Comm c = s_->p2p;
-    run(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_send(data, bytes, dst, tag, c, op.reqs, op.bytes_sent, true); }, true, dst, tag, true));
-}
-
-void Group::recv(void* data, size_t bytes, int src, int tag) {
-    check_rank(src, s_->size, "source", "recv");
-    check_tag(tag, "recv");
-    if (!s_->is_mpi()) {
-        run(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op&) { self_recv(*s_, data, bytes, tag); }));
-        return;
-    }
-    MPI_Comm c = s_->p2p;
-    run(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_recv(data, bytes, src, tag, c, op.reqs, true); }, true, src, tag, false));
-}
-
+void Group::send(const void* data, size_t bytes, int dst, int tag) { run(send_op(*s_, data, bytes, dst, tag, "send")); }
+void Group::recv(void* data, size_t bytes, int src, int tag) { run(recv_op(*s_, data, bytes, src, tag, "recv")); }
 Request Group::isend(const void* data, size_t bytes, int dst, int tag) {
-    check_rank(dst, s_->size, "destination", "isend");
-    check_tag(tag, "isend");
-    if (!s_->is_mpi()) {
-        return submit(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op& op) {
-            self_send(*s_, data, bytes, tag);
-            op.bytes_sent = bytes;
-        }));
-    }
-    MPI_Comm c = s_->p2p;
-    return submit(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_send(data, bytes, dst, tag, c, op.reqs, op.bytes_sent, true); }, true, dst, tag, true));
+    return submit(send_op(*s_, data, bytes, dst, tag, "isend"));
 }
-
 Request Group::irecv(void* data, size_t bytes, int src, int tag) {
-    check_rank(src, s_->size, "source", "irecv");
-    check_tag(tag, "irecv");
-    if (!s_->is_mpi()) {
-        return submit(make_op(OpKind::SendRecv, bytes, [this, data, bytes, tag](Op&) { self_recv(*s_, data, bytes, tag); }));
-    }
-    MPI_Comm c = s_->p2p;
-    return submit(make_op(OpKind::SendRecv, bytes, [=](Op& op) { post_recv(data, bytes, src, tag, c, op.reqs, true); }, true, src, tag, false));
+    return submit(recv_op(*s_, data, bytes, src, tag, "irecv"));
 }
 
 }  // namespace shardlm::comm
