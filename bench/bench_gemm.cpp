@@ -1,23 +1,38 @@
 // bench/bench_gemm.cpp: GFLOP/s of the GEMM shapes of one GPT-2 124M training step on the engine's own
-// fp32 path (kernels/gemm.h: columns cut into blocks the threads take, each a single-threaded product)
-// with OpenBLAS and with oneDNN, side by side in one run, and what --gemm auto keeps for each shape (its
-// own timing, cached per CPU model: SHARDLM_CACHE_DIR to start from an empty cache).
+// paths (kernels/gemm.h), on each library side by side in one run: fp32 (OpenBLAS and oneDNN in column
+// blocks the threads take, each a single-threaded product; the native kernels in their own cut) and the
+// mixed-precision bf16 products as the engine calls them (fp32 gradients rounded as they are read: a pass
+// of their own on OpenBLAS and oneDNN, in the packing on the native kernels), against the fp32 FMA and the
+// bf16 dot-product peaks measured in the same run; and what --gemm auto keeps for each shape (its own
+// timing, cached per CPU model: SHARDLM_CACHE_DIR to start from an empty cache).
 // Usage: bench_gemm [tokens=1024] [threads=all]
 #include <cblas.h>
 #include <omp.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
+#include "shardlm/core/dtype.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
 #include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/machine.h"
+#include "shardlm/kernels/matmul.h"
+
+namespace {
+
+using shardlm::DType;
+using shardlm::kernels::GemmBackend;
+namespace kn = shardlm::kernels;
 
 struct Shape {
     const char* name;
     char ta, tb;  // row-major op(A) (M x K), op(B) (K x N)
     int M, N, K;
+    DType a_t = DType::F32, b_t = DType::F32, c_t = DType::F32;  // bf16 section: the operand types the engine passes
 };
 
 template <typename F>
@@ -33,12 +48,62 @@ double time_best(F f, int reps) {
     return best;
 }
 
+const GemmBackend kLibs[] = {GemmBackend::OpenBlas, GemmBackend::OneDnn, GemmBackend::Native};
+
+// One table: each shape on each library (t[lib] seconds), then auto's choice (run once through the
+// dispatcher, then read back from its table).
+void table(const char* title, const std::vector<Shape>& shapes, bool bf16, double peak) {
+    std::printf("\n%s (peak measured now: %.0f GFLOP/s)\n", title, peak);
+    std::printf("%-30s %10s %10s %10s %9s %9s\n", "shape", "openblas", "onednn", "native", "auto", "% peak");
+    double tot[3] = {0, 0, 0}, tot_auto = 0, flops_all = 0;
+    for (const Shape& s : shapes) {
+        const int a_rows = s.ta == 'N' ? s.M : s.K, a_cols = s.ta == 'N' ? s.K : s.M;
+        const int b_rows = s.tb == 'N' ? s.K : s.N, b_cols = s.tb == 'N' ? s.N : s.K;
+        std::vector<float> A(size_t(a_rows) * a_cols, 0.01f), B(size_t(b_rows) * b_cols, 0.02f), Cm(size_t(s.M) * s.N);
+        std::vector<unsigned short> A16(A.size(), shardlm::f32_to_bf16(0.01f)), B16(B.size(), shardlm::f32_to_bf16(0.02f));
+        const double flops = 2.0 * s.M * s.N * s.K;
+        const CBLAS_TRANSPOSE ta = s.ta == 'N' ? CblasNoTrans : CblasTrans, tb = s.tb == 'N' ? CblasNoTrans : CblasTrans;
+        auto operand = [](char t, DType type, const float* f, const unsigned short* h, int ld) {
+            const void* d = type == DType::F32 ? static_cast<const void*>(f) : static_cast<const void*>(h);
+            return t == 'N' ? kn::native::Operand{d, type, ld, 1} : kn::native::Operand{d, type, 1, ld};
+        };
+        const kn::native::Operand a = operand(s.ta, s.a_t, A.data(), A16.data(), a_cols);
+        const kn::native::Operand b = operand(s.tb, s.b_t, B.data(), B16.data(), b_cols);
+        auto run = [&] {
+            if (bf16) kn::gemm_mixed(Cm.data(), s.c_t, a, b, s.M, s.N, s.K, false, nullptr);
+            else kn::sgemm_balanced(ta, tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols, 0.0f, Cm.data(), s.N);
+        };
+        double t[3];
+        for (int l = 0; l < 3; l++) {
+            const bool have = kLibs[l] != GemmBackend::Native || (bf16 ? kn::gemm_has_native_bf16() : kn::gemm_has_native_fp32());
+            kn::set_gemm_backend(kLibs[l]);
+            t[l] = have ? time_best(run, 3) : 0;
+        }
+        // auto: the first call times every library (or reads the cache) and keeps one
+        kn::set_gemm_backend(GemmBackend::Auto);
+        run();
+        const double ta_s = time_best(run, 3);
+        for (int l = 0; l < 3; l++) tot[l] += t[l];
+        tot_auto += ta_s, flops_all += flops;
+        auto rate = [&](double sec) { return sec > 0 ? flops / sec / 1e9 : 0.0; };
+        std::printf("%-30s %10.1f %10.1f %10.1f %9.1f %8.0f%%\n", s.name, rate(t[0]), rate(t[1]), rate(t[2]), rate(ta_s),
+                    100 * rate(ta_s) / peak);
+    }
+    auto all = [&](double sec) { return sec > 0 ? flops_all / sec / 1e9 : 0.0; };
+    std::printf("%-30s %10.1f %10.1f %10.1f %9.1f %8.0f%%   (GFLOP/s over all shapes)\n", "all", all(tot[0]), all(tot[1]),
+                all(tot[2]), all(tot_auto), 100 * all(tot_auto) / peak);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
     int N = argc > 1 ? std::atoi(argv[1]) : 1024;
     if (argc > 2) shardlm::set_threads(std::atoi(argv[2]));
-    const int C = 768, V = 50304;
-    std::vector<Shape> shapes = {
+    const int C = 768, V = 50304, threads = omp_get_max_threads();
+    const kn::MachineInfo m = kn::machine_info(threads, 0.4);
+    std::printf("OpenBLAS core %s, threads %d, tokens %d\n", openblas_get_corename(), threads, N);
+    const std::vector<Shape> fp32 = {
         {"qkv fwd  (N,C)x(3C,C)^T", 'N', 'T', N, 3 * C, C},
         {"fc fwd   (N,C)x(4C,C)^T", 'N', 'T', N, 4 * C, C},
         {"proj fwd (N,4C)x(C,4C)^T", 'N', 'T', N, C, 4 * C},
@@ -48,34 +113,21 @@ int main(int argc, char** argv) {
         {"lm_head dinp (N,V)x(V,C)", 'N', 'N', N, C, V},
         {"lm_head dW (V,N)x(N,C)", 'T', 'N', V, C, N},
     };
-    using shardlm::kernels::GemmBackend;
-    std::printf("OpenBLAS core %s, threads %d, tokens %d\n", openblas_get_corename(), omp_get_max_threads(), N);
-    std::printf("%-28s %10s %10s %8s %9s\n", "shape", "openblas", "onednn", "ratio", "auto");
-    double tot_ob = 0, tot_dn = 0, tot_auto = 0, flops_all = 0;
-    shardlm::kernels::set_gemm_backend(GemmBackend::Auto);
-    for (const Shape& s : shapes) {
-        const int a_rows = s.ta == 'N' ? s.M : s.K, a_cols = s.ta == 'N' ? s.K : s.M;
-        const int b_rows = s.tb == 'N' ? s.K : s.N, b_cols = s.tb == 'N' ? s.N : s.K;
-        std::vector<float> A(size_t(a_rows) * a_cols, 0.01f), B(size_t(b_rows) * b_cols, 0.02f), Cm(size_t(s.M) * s.N);
-        const double flops = 2.0 * s.M * s.N * s.K;
-        const CBLAS_TRANSPOSE ta = s.ta == 'N' ? CblasNoTrans : CblasTrans, tb = s.tb == 'N' ? CblasNoTrans : CblasTrans;
-        double t[2];
-        for (GemmBackend b : {GemmBackend::OpenBlas, GemmBackend::OneDnn})
-            t[b == GemmBackend::OneDnn] = time_best([&] {
-                shardlm::kernels::sgemm_balanced_on(b, ta, tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols,
-                                                    0.0f, Cm.data(), s.N);
-            }, 3);
-        // auto: the first call times both (or reads the cache) and keeps one
-        shardlm::kernels::sgemm_balanced(ta, tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols, 0.0f, Cm.data(), s.N);
-        const std::string key = shardlm::kernels::gemm_key(shardlm::kernels::GemmKind::Fp32, s.ta, s.tb, s.M, s.N, s.K,
-                                                           a_cols, b_cols, s.N, 0);
-        const bool onednn = shardlm::kernels::gemm_choice(key, [](double*, double*) {}) == GemmBackend::OneDnn;
-        tot_ob += t[0], tot_dn += t[1], tot_auto += t[onednn], flops_all += flops;
-        std::printf("%-28s %10.1f %10.1f %8.2f %9s\n", s.name, flops / t[0] / 1e9, flops / t[1] / 1e9, t[1] / t[0],
-                    onednn ? "onednn" : "openblas");
+    table("fp32 products", fp32, false, m.fp32_peak_gflops);
+    if (m.bf16_peak_gflops > 0 || kn::onednn_makes_bf16()) {
+        const DType f = DType::F32, h = DType::BF16;
+        const std::vector<Shape> bf16 = {
+            {"qkv fwd  bf16 -> bf16", 'N', 'T', N, 3 * C, C, h, h, h},
+            {"fc fwd   bf16 -> bf16", 'N', 'T', N, 4 * C, C, h, h, h},
+            {"proj fwd bf16 -> fp32", 'N', 'T', N, C, 4 * C, h, h, f},
+            {"fc dinp  fp32 dout x bf16 W", 'N', 'N', N, C, 4 * C, f, h, f},
+            {"fc dW    fp32 dout^T x bf16 x", 'T', 'N', 4 * C, C, N, f, h, f},
+            {"lm_head fwd bf16 -> fp32", 'N', 'T', N, V, C, h, h, f},
+            {"lm_head dinp bf16 x bf16", 'N', 'N', N, C, V, h, h, f},
+            {"lm_head dW bf16^T x bf16", 'T', 'N', V, C, N, h, h, f},
+        };
+        table("bf16 products (mixed precision, as the engine passes them)", bf16, true,
+              m.bf16_peak_gflops > 0 ? m.bf16_peak_gflops : m.fp32_peak_gflops);
     }
-    std::printf("%-28s %10.1f %10.1f %8.2f %9.1f   (GFLOP/s over all shapes; ratio = oneDNN time / OpenBLAS time; auto: "
-                "its choices timed here)\n",
-                "all", flops_all / tot_ob / 1e9, flops_all / tot_dn / 1e9, tot_dn / tot_ob, flops_all / tot_auto / 1e9);
-    std::printf("cache: %s\n", shardlm::kernels::gemm_cache_report().c_str());
+    std::printf("\ncache: %s\n", kn::gemm_cache_report().c_str());
 }

@@ -30,9 +30,10 @@ TEST_F(Doctor, NamesTheMachineAndItsKernels) {
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(count_lines(r.out, "machine: "), 1) << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("peaks fp32 [0-9]+ GFLOP/s"))) << r.out;
-    // --gemm auto (the default): both libraries, per shape; the cache file and what it holds
-    EXPECT_TRUE(std::regex_search(r.out, std::regex("GEMMs: auto per shape: fp32 OpenBLAS [A-Za-z0-9]+ kernels or oneDNN "
-                                                    "[a-z0-9_]+, bf16 ")))
+    // --gemm auto (the default): every library, per shape (the native kernels where the build has them); the
+    // cache file and what it holds
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("GEMMs: auto per shape: fp32 (native AVX-512 kernels, )?OpenBLAS "
+                                                    "[A-Za-z0-9]+ kernels or oneDNN [a-z0-9_]+, bf16 ")))
         << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("\ngemm choices: .*/gemm-[a-z0-9-]+\\.json: "))) << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("sgemm 1024\\^3 [0-9]+ GFLOP/s"))) << r.out;
@@ -69,7 +70,7 @@ TEST_F(Doctor, TheRunHeaderSaysWhatRuns) {
                            tmp / "train.log");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("machine: .* \\| peaks fp32 [0-9]+ GFLOP/s.* \\| GEMMs: auto per shape: fp32 "
-                                                    "OpenBLAS Haswell kernels \\(OPENBLAS_CORETYPE preset\\) or oneDNN .* "
+                                                    "(native AVX-512 kernels, )?OpenBLAS Haswell kernels \\(OPENBLAS_CORETYPE preset\\) or oneDNN .* "
                                                     "\\| threads 1 per rank .* \\| waits: communication sleeps")))
         << r.out;
     EXPECT_NE(r.out.find("warning: OPENBLAS_CORETYPE=Haswell is preset"), std::string::npos) << r.out;
@@ -79,9 +80,12 @@ TEST_F(Doctor, TheRunHeaderSaysWhatRuns) {
                                tmp / "clean.log");
     ASSERT_EQ(clean.code, 0) << clean.out;
     EXPECT_EQ(clean.out.find("warning: OPENBLAS_CORETYPE"), std::string::npos) << clean.out;
-    EXPECT_NE(clean.out.find("GEMMs: auto per shape: fp32 OpenBLAS SkylakeX kernels"), std::string::npos) << clean.out;
+    EXPECT_TRUE(std::regex_search(clean.out, std::regex("GEMMs: auto per shape: fp32 (native AVX-512 kernels, )?OpenBLAS "
+                                                        "SkylakeX kernels")))
+        << clean.out;
     // the end of the run says what auto chose
-    EXPECT_TRUE(std::regex_search(clean.out, std::regex("\nGEMMs: auto: [0-9]+ shapes?, [0-9]+ on OpenBLAS, [0-9]+ on oneDNN")))
+    EXPECT_TRUE(std::regex_search(clean.out, std::regex("\nGEMMs: auto: [0-9]+ shapes?, [0-9]+ on OpenBLAS, [0-9]+ on oneDNN, "
+                                                        "[0-9]+ native")))
         << clean.out;
 }
 
@@ -99,7 +103,13 @@ TEST_F(Doctor, GemmNamesTheLibrariesAndOneDnnNeedsNoCoretype) {
     const CmdResult bad = sh(train_fixture("--steps 1 --gemm cublas"), tmp / "bad.log");
     EXPECT_NE(bad.code, 0);
     EXPECT_NE(bad.out.find("cublas"), std::string::npos) << bad.out;
-    EXPECT_NE(bad.out.find("auto, onednn or openblas"), std::string::npos) << bad.out;
+    EXPECT_NE(bad.out.find("auto, onednn, openblas or native"), std::string::npos) << bad.out;
+    // --gemm native: the native kernels for both precisions (where this build has them)
+    const CmdResult nat = sh(kBin + " doctor --threads 1 --gemm native", tmp / "d3.log");
+    ASSERT_EQ(nat.code, 0) << nat.out;
+    if (__builtin_cpu_supports("avx512bf16"))
+        EXPECT_NE(nat.out.find("GEMMs: fp32 native AVX-512 kernels, bf16 native AVX512_BF16 kernels"), std::string::npos)
+            << nat.out;
     // the environment of a running `train --gemm onednn` (no re-exec: GOMP_SPINCOUNT is given) has no
     // OPENBLAS_CORETYPE; without --gemm onednn shardlm sets SkylakeX on an AVX-512 CPU
     const auto coretype_of_running = [&](const std::string& flags) {

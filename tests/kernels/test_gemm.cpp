@@ -156,14 +156,14 @@ protected:
 TEST_F(GemmAuto, TimesANewShapeOnceAndKeepsTheFaster) {
     EXPECT_EQ(gemm_cache_path().rfind(dir.string() + "/gemm-", 0), 0u) << gemm_cache_path();
     int timed = 0;
-    const auto onednn_faster = [&](double* ob, double* od) { timed++, *ob = 2e-3, *od = 1e-3; };
-    const auto openblas_faster = [&](double* ob, double* od) { timed++, *ob = 1e-3, *od = 2e-3; };
+    const auto onednn_faster = [&](GemmTiming* t) { timed++, t->openblas = 2e-3, t->onednn = 1e-3; };
+    const auto openblas_faster = [&](GemmTiming* t) { timed++, t->openblas = 1e-3, t->onednn = 2e-3; };
     EXPECT_EQ(gemm_choice("shape one", onednn_faster), GemmBackend::OneDnn);
     EXPECT_EQ(gemm_choice("shape two", openblas_faster), GemmBackend::OpenBlas);
     EXPECT_EQ(gemm_choice("shape one", openblas_faster), GemmBackend::OneDnn);  // known: not timed again
     EXPECT_EQ(timed, 2);
     // oneDNN only when clearly faster: within 3 % stays on OpenBLAS
-    EXPECT_EQ(gemm_choice("a tie", [&](double* ob, double* od) { timed++, *ob = 1e-3, *od = 0.98e-3; }), GemmBackend::OpenBlas);
+    EXPECT_EQ(gemm_choice("a tie", [&](GemmTiming* t) { timed++, t->openblas = 1e-3, t->onednn = 0.98e-3; }), GemmBackend::OpenBlas);
     timed--;
     const nlohmann::json j = cache();
     EXPECT_EQ(j["shapes"]["shape one"]["choice"], "onednn");
@@ -182,16 +182,37 @@ TEST_F(GemmAuto, TimesANewShapeOnceAndKeepsTheFaster) {
     EXPECT_EQ(timed, 2);
 }
 
+// With the native kernels timed they are the first choice: another library only when over 3 % faster;
+// their timing and choice go to the cache and come back
+TEST_F(GemmAuto, NativeIsFirstUnlessAnotherIsClearlyFaster) {
+    EXPECT_EQ(gemm_choose({1e-3, 1e-3, 1e-3}), GemmBackend::Native);
+    EXPECT_EQ(gemm_choose({0.98e-3, 0.99e-3, 1e-3}), GemmBackend::Native);
+    EXPECT_EQ(gemm_choose({0.9e-3, 0.95e-3, 1e-3}), GemmBackend::OpenBlas);
+    EXPECT_EQ(gemm_choose({1e-3, 0.9e-3, 1e-3}), GemmBackend::OneDnn);
+    EXPECT_EQ(gemm_choose({1e-3, 1.2e-3, 0.5e-3}), GemmBackend::Native);
+    EXPECT_EQ(gemm_choose({1e-3, 0, 0}), GemmBackend::OpenBlas);  // neither other library timed
+    EXPECT_EQ(gemm_choice("native shape", [](GemmTiming* t) { t->openblas = 2e-3, t->onednn = 3e-3, t->native = 1e-3; }),
+              GemmBackend::Native);
+    const nlohmann::json j = cache();
+    EXPECT_EQ(j["shapes"]["native shape"]["choice"], "native");
+    EXPECT_DOUBLE_EQ(j["shapes"]["native shape"]["native_ms"].get<double>(), 1.0);
+    gemm_forget_choices();
+    EXPECT_EQ(gemm_choice("native shape", [](GemmTiming*) { FAIL() << "timed again"; }), GemmBackend::Native);
+    EXPECT_NE(gemm_cache_report().find(": 1 shapes timed on this CPU model, 0 on OpenBLAS, 0 on oneDNN, 1 native"),
+              std::string::npos)
+        << gemm_cache_report();
+}
+
 TEST_F(GemmAuto, ThreadsMeetingANewShapeTimeItOnce) {
     std::atomic<int> timed{0};
     std::vector<std::thread> threads;
     std::vector<GemmBackend> got(4);
     for (int i = 0; i < 4; i++)
         threads.emplace_back([&, i] {
-            got[size_t(i)] = gemm_choice("shared shape", [&](double* ob, double* od) {
+            got[size_t(i)] = gemm_choice("shared shape", [&](GemmTiming* t) {
                 timed++;
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
-                *ob = 1e-3, *od = 3e-3;
+                t->openblas = 1e-3, t->onednn = 3e-3;
             });
         });
     for (auto& t : threads) t.join();
@@ -203,7 +224,7 @@ TEST_F(GemmAuto, AnUnreadableCacheIsReplacedWithAWarning) {
     fs::create_directories(dir);
     io::write_file_atomic(gemm_cache_path(), "{ not json");
     testing::internal::CaptureStderr();
-    EXPECT_EQ(gemm_choice("shape", [](double* ob, double* od) { *ob = 1e-3, *od = 2e-3; }), GemmBackend::OpenBlas);
+    EXPECT_EQ(gemm_choice("shape", [](GemmTiming* t) { t->openblas = 1e-3, t->onednn = 2e-3; }), GemmBackend::OpenBlas);
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find(gemm_cache_path()), std::string::npos) << err;
     EXPECT_NE(err.find("replaced by new timings"), std::string::npos) << err;
@@ -220,7 +241,7 @@ TEST_F(GemmAuto, WithoutAUsableCacheNothingIsTimed) {
     setenv("SHARDLM_CACHE_DIR", "/proc/shardlm-cannot-be-made", 1);
     testing::internal::CaptureStderr();
     int timed = 0;
-    const auto onednn_faster = [&](double* ob, double* od) { timed++, *ob = 2e-3, *od = 1e-3; };
+    const auto onednn_faster = [&](GemmTiming* t) { timed++, t->openblas = 2e-3, t->onednn = 1e-3; };
     EXPECT_EQ(gemm_choice("shape one", onednn_faster), GemmBackend::OpenBlas);
     EXPECT_EQ(gemm_choice("shape two", onednn_faster), GemmBackend::OpenBlas);
     const std::string err = testing::internal::GetCapturedStderr();

@@ -34,7 +34,7 @@ void add_calibrate_command(CLI::App& app) {
     c->add_option("--collectives", o->collectives,
                   "Whose collectives the links are measured with, as train --collectives: ring | mpi")
         ->capture_default_str();
-    c->add_option("--gemm", o->gemm, "Whose GEMMs are measured, as train --gemm: auto | onednn | openblas")
+    c->add_option("--gemm", o->gemm, "Whose GEMMs are measured, as train --gemm: auto | onednn | openblas | native")
         ->capture_default_str();
     c->add_option("--min-seconds", o->min_seconds, "Time per measured point (longer: steadier numbers)")
         ->capture_default_str();

@@ -21,7 +21,7 @@ void add_doctor_command(CLI::App& app) {
     CLI::App* c = app.add_subcommand("doctor", "Print the machine, its measured peaks and GEMM kernels, and the traps in "
                                                "the environment that slow training (one line each)");
     c->add_option("--threads", *threads, "Threads to measure with (0 = the OpenMP default, as train)");
-    c->add_option("--gemm", *gemm, "The GEMM libraries to describe, as train --gemm: auto | onednn | openblas")
+    c->add_option("--gemm", *gemm, "The GEMM libraries to describe, as train --gemm: auto | onednn | openblas | native")
         ->capture_default_str();
     c->callback([threads, gemm] {
         kernels::GemmBackend backend;

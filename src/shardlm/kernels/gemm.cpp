@@ -31,6 +31,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/core/timer.h"
 #include "shardlm/io/atomic_file.h"
+#include "shardlm/kernels/gemm_native.h"
 #include "shardlm/kernels/machine.h"
 
 namespace shardlm::kernels {
@@ -38,6 +39,10 @@ namespace shardlm::kernels {
 namespace {
 
 std::atomic<GemmBackend> g_backend{GemmBackend::OpenBlas};
+
+// Part of every auto key: a change to the native kernels that moves their speed bumps it, so that the
+// cache times them again
+constexpr int kNativeVersion = 1;
 
 // ---- oneDNN's fp32 matmul, one thread ------------------------------------------------------------------
 
@@ -123,9 +128,16 @@ void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, f
     if (out != C) copy_rows(C, ldc, out, N, M, N);
 }
 
+// op(X) of a row-major X (ld floats a row) for the native kernels
+native::Operand operand(CBLAS_TRANSPOSE t, const float* X, int ld) {
+    return t == CblasNoTrans ? native::Operand{X, DType::F32, ld, 1} : native::Operand{X, DType::F32, 1, ld};
+}
+
 void one_call(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
               int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-    if (b == GemmBackend::OneDnn)
+    if (b == GemmBackend::Native && native::has_fp32())
+        native::sgemm(M, N, K, alpha, operand(ta, A, lda), operand(tb, B, ldb), beta, C, ldc);
+    else if (b == GemmBackend::OneDnn)
         onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     else
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -135,7 +147,7 @@ void one_call(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int 
 
 struct Choice {
     GemmBackend backend = GemmBackend::OpenBlas;
-    double openblas_s = 0, onednn_s = 0;
+    GemmTiming timing;
 };
 
 struct Table {
@@ -188,9 +200,10 @@ std::map<std::string, Choice> read_cache(const std::string& path, std::string* p
         for (const auto& [key, v] : j.at("shapes").items()) {
             Choice c;
             if (!setting_parse(v.at("choice").get<std::string>(), &c.backend) || c.backend == GemmBackend::Auto)
-                throw std::runtime_error(cat("shape '", key, "': choice must be openblas or onednn"));
-            c.openblas_s = v.value("openblas_ms", 0.0) / 1e3;
-            c.onednn_s = v.value("onednn_ms", 0.0) / 1e3;
+                throw std::runtime_error(cat("shape '", key, "': choice must be openblas, onednn or native"));
+            c.timing.openblas = v.value("openblas_ms", 0.0) / 1e3;
+            c.timing.onednn = v.value("onednn_ms", 0.0) / 1e3;
+            c.timing.native = v.value("native_ms", 0.0) / 1e3;
             out[key] = c;
         }
     } catch (const std::exception& e) {
@@ -202,12 +215,15 @@ std::map<std::string, Choice> read_cache(const std::string& path, std::string* p
 
 void write_cache(const std::string& path, const std::map<std::string, Choice>& shapes) {
     nlohmann::json j;
-    j["what"] = "shardlm's GEMM library per shape (--gemm auto): the faster of OpenBLAS and oneDNN, timed once on "
-                "this CPU model; delete the file to time again";
+    j["what"] = "shardlm's GEMM library per shape (--gemm auto): the fastest of OpenBLAS, oneDNN and shardlm's native "
+                "kernels, timed once on this CPU model; delete the file to time again";
     j["cpu"] = cpu_slug();
     nlohmann::json s = nlohmann::json::object();
     for (const auto& [key, c] : shapes)
-        s[key] = {{"choice", backend_text(c.backend)}, {"openblas_ms", c.openblas_s * 1e3}, {"onednn_ms", c.onednn_s * 1e3}};
+        s[key] = {{"choice", backend_text(c.backend)},
+                  {"openblas_ms", c.timing.openblas * 1e3},
+                  {"onednn_ms", c.timing.onednn * 1e3},
+                  {"native_ms", c.timing.native * 1e3}};
     j["shapes"] = s;
     io::write_file_atomic(path, j.dump(1) + "\n");
 }
@@ -264,21 +280,39 @@ double gemm_time_best(const std::function<void()>& run) {
 
 int gemm_timing_rows() { return 1024; }
 
-void gemm_time_pair(const std::function<void()>& openblas, const std::function<void()>& onednn, double* openblas_s,
-                    double* onednn_s) {
-    openblas(), onednn();  // primitives made, pages touched
-    *openblas_s = *onednn_s = 1e30;
+void gemm_time_each(const std::function<void()>& openblas, const std::function<void()>& onednn,
+                    const std::function<void()>& native, GemmTiming* t) {
+    const std::function<void()>* runs[3] = {&openblas, &onednn, &native};
+    double* best[3] = {&t->openblas, &t->onednn, &t->native};
+    for (int i = 0; i < 3; i++) {
+        *best[i] = 0;
+        if (*runs[i]) (*runs[i])();  // primitives made, pages touched
+    }
     double spent = 0;
     for (int r = 0; r < 4 && (r < 2 || spent < 0.04); r++)
-        for (int which = 0; which < 2; which++) {
+        for (int i = 0; i < 3; i++) {
+            if (!*runs[i]) continue;
             const double t0 = now_s();
-            (which == 0 ? openblas : onednn)();
-            const double t = now_s() - t0;
-            double* best = which == 0 ? openblas_s : onednn_s;
-            *best = std::min(*best, t);
-            spent += t;
+            (*runs[i])();
+            const double dt = now_s() - t0;
+            *best[i] = *best[i] == 0 ? dt : std::min(*best[i], dt);
+            spent += dt;
         }
 }
+
+GemmBackend gemm_choose(const GemmTiming& t) {
+    GemmBackend first = t.native > 0 ? GemmBackend::Native : GemmBackend::OpenBlas;
+    double first_s = t.native > 0 ? t.native : t.openblas, best_s = first_s;
+    GemmBackend best = first;
+    for (auto [b, s] : {std::pair{GemmBackend::OpenBlas, t.openblas}, std::pair{GemmBackend::OneDnn, t.onednn},
+                        std::pair{GemmBackend::Native, t.native}})
+        if (s > 0 && s < best_s) best = b, best_s = s;
+    // another library only when clearly faster: a tie keeps the first (a short timing on a shared machine is noisy)
+    return best_s < 0.97 * first_s ? best : first;
+}
+
+bool gemm_has_native_fp32() { return native::has_fp32(); }
+bool gemm_has_native_bf16() { return native::has_bf16(); }
 
 void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
 GemmBackend gemm_backend() { return g_backend.load(); }
@@ -292,8 +326,9 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
     static const std::string libs = [] {
         const char* c = openblas_get_corename();
         const dnnl_version_t* v = dnnl_version();
-        return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, " blocks:",
-                   blocks_per_cpu(), "x", std::max(1u, std::thread::hardware_concurrency()));
+        return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, " native:",
+                   native::has_fp32() ? kNativeVersion : 0, " blocks:", blocks_per_cpu(), "x",
+                   std::max(1u, std::thread::hardware_concurrency()));
     }();
     char buf[160];
     std::snprintf(buf, sizeof(buf), "%s %c%c %dx%dx%d ld %ld,%ld,%ld", kind == GemmKind::Fp32 ? "fp32" : "bf16", ta, tb, M,
@@ -304,7 +339,7 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
     return key + " " + libs;
 }
 
-GemmBackend gemm_choice(const std::string& key, const std::function<void(double*, double*)>& time_both) {
+GemmBackend gemm_choice(const std::string& key, const std::function<void(GemmTiming*)>& time) {
     Table& t = table();
     std::lock_guard<std::mutex> guard(t.mu);
     t.used.insert(key);
@@ -327,9 +362,8 @@ GemmBackend gemm_choice(const std::string& key, const std::function<void(double*
     for (const auto& [k, c] : shapes) t.known.emplace(k, c);
     if (auto it = t.known.find(key); it != t.known.end()) return it->second.backend;
     Choice c;
-    time_both(&c.openblas_s, &c.onednn_s);
-    // oneDNN only when clearly faster: a tie stays on OpenBLAS (a short timing on a shared machine is noisy)
-    c.backend = c.onednn_s < 0.97 * c.openblas_s ? GemmBackend::OneDnn : GemmBackend::OpenBlas;
+    time(&c.timing);
+    c.backend = gemm_choose(c.timing);
     t.timed++;
     shapes[key] = c;
     try {
@@ -350,10 +384,11 @@ std::string gemm_summary() {
     if (b != GemmBackend::Auto) return backend_text(b);
     Table& t = table();
     std::lock_guard<std::mutex> guard(t.mu);
-    int openblas = 0, onednn = 0;
-    for (const std::string& k : t.used) (t.known[k].backend == GemmBackend::OneDnn ? onednn : openblas)++;
-    return cat("auto: ", t.used.size(), t.used.size() == 1 ? " shape, " : " shapes, ", openblas, " on OpenBLAS, ", onednn, " on oneDNN (", t.timed,
-               " timed now; ", gemm_cache_path(), ")");
+    int n[4] = {0, 0, 0, 0};
+    for (const std::string& k : t.used) n[int(t.known[k].backend)]++;
+    return cat("auto: ", t.used.size(), t.used.size() == 1 ? " shape, " : " shapes, ", n[int(GemmBackend::OpenBlas)],
+               " on OpenBLAS, ", n[int(GemmBackend::OneDnn)], " on oneDNN, ", n[int(GemmBackend::Native)], " native (",
+               t.timed, " timed now; ", gemm_cache_path(), ")");
 }
 
 std::string gemm_cache_report() {
@@ -362,10 +397,10 @@ std::string gemm_cache_report() {
     std::string problem;
     const std::map<std::string, Choice> shapes = read_cache(path, &problem);
     if (!problem.empty()) return cat(path, ": unreadable (", problem, "); the next run replaces it");
-    int onednn = 0;
-    for (const auto& [k, c] : shapes) onednn += c.backend == GemmBackend::OneDnn;
-    return cat(path, ": ", shapes.size(), " shapes timed on this CPU model, ", shapes.size() - onednn, " on OpenBLAS, ",
-               onednn, " on oneDNN");
+    int n[4] = {0, 0, 0, 0};
+    for (const auto& [k, c] : shapes) n[int(c.backend)]++;
+    return cat(path, ": ", shapes.size(), " shapes timed on this CPU model, ", n[int(GemmBackend::OpenBlas)],
+               " on OpenBLAS, ", n[int(GemmBackend::OneDnn)], " on oneDNN, ", n[int(GemmBackend::Native)], " native");
 }
 
 void gemm_forget_choices() {
@@ -378,6 +413,11 @@ void gemm_forget_choices() {
 
 void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    if (be == GemmBackend::Native && native::has_fp32()) {  // its own cut (gemm_native.h)
+        one_call(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (be == GemmBackend::Native) be = GemmBackend::OpenBlas;  // a build without the native kernels
     constexpr int kAlign = 64;  // block width: whole AVX-512 microkernel panels
     const int per = blocks_per_cpu();
     // The cut depends on N and the machine only, never on the threads running or the CPUs this
@@ -413,7 +453,7 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
         // (and gets the same bits)
         const std::string key = gemm_key(GemmKind::Fp32, ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T',
                                          M, N, K, lda, ldb, ldc, 0, beta != 0.0f ? "acc" : "");
-        be = gemm_choice(key, [&](double* openblas_s, double* onednn_s) {
+        be = gemm_choice(key, [&](GemmTiming* t) {
             // on the real operands (their first rows, gemm_timing_rows), into a scratch C (C itself may
             // be accumulated into)
             const int rows = std::min(M, gemm_timing_rows());
@@ -421,7 +461,8 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
             const auto on = [&](GemmBackend b) {
                 return [&, b] { sgemm_balanced_on(b, ta, tb, rows, N, K, alpha, A, lda, B, ldb, beta, scratch.data(), ldc); };
             };
-            gemm_time_pair(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn), openblas_s, onednn_s);
+            gemm_time_each(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn),
+                           native::has_fp32() ? on(GemmBackend::Native) : std::function<void()>(), t);
         });
     }
     sgemm_balanced_on(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -429,8 +470,9 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
 
 void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc) {
-    one_call(gemm_backend() == GemmBackend::OneDnn ? GemmBackend::OneDnn : GemmBackend::OpenBlas, ta, tb, M, N, K, alpha,
-             A, lda, B, ldb, beta, C, ldc);
+    const GemmBackend b = gemm_backend();
+    one_call(b == GemmBackend::OneDnn || b == GemmBackend::Native ? b : GemmBackend::OpenBlas, ta, tb, M, N, K, alpha, A,
+             lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace shardlm::kernels

@@ -1,28 +1,33 @@
 // kernels/gemm.h: the engine's fp32 and bf16 GEMMs, each on the library that runs its shape fastest
-// (issue 25 item 3; docs/DESIGN.md "GEMM backends chosen by measurement").
+// (issue 25 items 1 and 3; docs/DESIGN.md "GEMM backends chosen by measurement", "The native GEMM").
 //
-// Two libraries can run every product: OpenBLAS (sgemm; for bf16 operands, widened to fp32 first:
-// a bf16 x bf16 product is exact in fp32, so only the order of the fp32 sums differs) and oneDNN
-// (its fp32 matmul; its bf16 matmul on AVX512_BF16 or AMX kernels). `--gemm` chooses:
+// Three libraries can run every product: OpenBLAS (sgemm; for bf16 operands, widened to fp32 first:
+// a bf16 x bf16 product is exact in fp32, so only the order of the fp32 sums differs), oneDNN (its fp32
+// matmul; its bf16 matmul on AVX512_BF16 or AMX kernels) and shardlm's own AVX-512 kernels
+// (kernels/gemm_native.h: fp32 FMA and AVX512_BF16 tiles; a build without AVX-512 has none). `--gemm`
+// chooses:
 //   openblas  every product on OpenBLAS (bf16 operands widened)
 //   onednn    every product on oneDNN, attention's tiles included: OpenBLAS is never called, so
 //             main() does not re-exec itself to give OpenBLAS its OPENBLAS_CORETYPE
+//   native    every product on the native kernels (a build without them: OpenBLAS)
 //   auto      per shape and precision: the first time a process meets a shape (its dimensions,
-//             transposes, leading dimensions, whether it accumulates; for bf16 also the threads oneDNN
-//             runs it on), both run it on the real operands (its first rows) and the faster is kept
-//             (oneDNN only when over 3 % faster); the choice is written to a cache file per CPU model
+//             transposes, leading dimensions, whether it accumulates; for bf16 also the operand types and
+//             the threads oneDNN runs it on), every library runs it on the real operands (its first
+//             rows) and the fastest is kept: the native kernels (where the build has them, else OpenBLAS)
+//             unless another is over 3 % faster. The choice is written to a cache file per CPU model
 //             (gemm_cache_path()), so that every later process on the machine makes the same one
 //             without timing. fp32 products too narrow to cut (N <= 64) and attention's tiles (small,
 //             dozens of shapes) stay on OpenBLAS. Without a usable cache (no lock, not writable)
 //             nothing is timed: OpenBLAS runs every product, the same choice in every process.
 //
-// Balanced (sgemm_balanced): the columns of C are cut into blocks (2 per CPU of the machine, multiples
-// of 64 columns; SHARDLM_GEMM_BLOCKS sets another count, for measuring) that the OpenMP threads take
-// dynamically, each block one single-threaded product on the chosen library: when another process
-// takes one of the cores, the thread sharing it simply takes fewer blocks (OpenBLAS's own static split
-// made the step wait for the slowed half: bench/RESULTS.md). Every element is computed by one call
-// over the whole K on the same block whatever the thread count, so results do not depend on the
-// threads, with either library.
+// Balanced (sgemm_balanced): on OpenBLAS and oneDNN the columns of C are cut into blocks (2 per CPU of
+// the machine, multiples of 64 columns; SHARDLM_GEMM_BLOCKS sets another count, for measuring) that the
+// OpenMP threads take dynamically, each block one single-threaded product on the chosen library: when
+// another process takes one of the cores, the thread sharing it simply takes fewer blocks (OpenBLAS's own
+// static split made the step wait for the slowed half: bench/RESULTS.md). Every element is computed by
+// one call over the whole K on the same block whatever the thread count, so results do not depend on the
+// threads, with either library. The native kernels cut C into blocks of their own the same way, and
+// their bits depend on neither the threads nor the cut.
 #pragma once
 #include <cblas.h>
 
@@ -33,9 +38,11 @@
 
 namespace shardlm::kernels {
 
-enum class GemmBackend { Auto, OneDnn, OpenBlas };
-inline constexpr EnumName<GemmBackend> kGemmBackendNames[] = {
-    {GemmBackend::Auto, "auto"}, {GemmBackend::OneDnn, "onednn"}, {GemmBackend::OpenBlas, "openblas"}};
+enum class GemmBackend { Auto, OneDnn, OpenBlas, Native };
+inline constexpr EnumName<GemmBackend> kGemmBackendNames[] = {{GemmBackend::Auto, "auto"},
+                                                              {GemmBackend::OneDnn, "onednn"},
+                                                              {GemmBackend::OpenBlas, "openblas"},
+                                                              {GemmBackend::Native, "native"}};
 constexpr const auto& enum_names(GemmBackend) { return kGemmBackendNames; }
 
 // Process-wide; set before the first product (a run's setup). The library default is openblas (the
@@ -48,30 +55,41 @@ GemmBackend gemm_backend();
 void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc);
 // The same as one call on the calling thread's threads (attention's tiles, inside parallel regions):
-// OpenBLAS, or oneDNN with --gemm onednn.
+// OpenBLAS, or oneDNN with --gemm onednn, or the native kernels with --gemm native.
 void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc);
 // One library, no choosing (tests, bench_gemm, the timing itself).
 void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
+bool gemm_has_native_fp32();  // this build has native fp32 kernels (AVX-512F)
+bool gemm_has_native_bf16();  // and native bf16 ones (AVX512_BF16)
+
 // ---- auto's choices ----------------------------------------------------------------------------------
 // What a shape is known by (gemm_choice's key): "fp32 NT 1024x2304x768 ld 768,768,2304 openblas:SkylakeX
-// onednn:2.6.3 blocks:2x2".
+// onednn:2.6.3 native:1 blocks:2x2".
 enum class GemmKind { Fp32, Bf16 };
+// What auto measured of a shape: each library's best seconds (0: not run, e.g. a library this build or
+// CPU does not have).
+struct GemmTiming {
+    double openblas = 0, onednn = 0, native = 0;
+};
+// The choice a timing makes: the native kernels where timed (else OpenBLAS), unless another library is
+// over 3 % faster (a short timing on a shared machine is noisy: a tie keeps the first).
+GemmBackend gemm_choose(const GemmTiming& t);
 // The library auto runs this product on: from this process's table, else the cache file, else timed
-// now by `time_both` (which sets the seconds OpenBLAS and oneDNN took) and recorded in both. Serialised
-// across the machine's processes by a lock on the cache, so that one shape is timed once, alone.
-// time_both must not choose again (it runs the libraries through sgemm_balanced_on, never sgemm_balanced):
-// the lock is held while it runs.
-GemmBackend gemm_choice(const std::string& key, const std::function<void(double* openblas_s, double* onednn_s)>& time_both);
+// now by `time` and recorded in both. Serialised across the machine's processes by a lock on the cache,
+// so that one shape is timed once, alone. time must not choose again (it runs the libraries through
+// sgemm_balanced_on, never sgemm_balanced): the lock is held while it runs.
+GemmBackend gemm_choice(const std::string& key, const std::function<void(GemmTiming*)>& time);
 // The timing of one library: a first run (oneDNN makes its primitive, pages are touched), then up to 3
 // runs or 20 ms; the best run's seconds.
 double gemm_time_best(const std::function<void()>& run);
-// auto's timing of a shape: both libraries once (primitives made, pages touched), then in turn, 2 to 4
-// rounds (until 40 ms are spent), so that a machine whose speed drifts slows both alike; the best of each.
-void gemm_time_pair(const std::function<void()>& openblas, const std::function<void()>& onednn, double* openblas_s,
-                    double* onednn_s);
+// auto's timing of a shape: each library once (primitives made, pages touched), then in turn, 2 to 4
+// rounds (until 40 ms are spent), so that a machine whose speed drifts slows them alike; the best of each
+// (null: a library not timed).
+void gemm_time_each(const std::function<void()>& openblas, const std::function<void()>& onednn,
+                    const std::function<void()>& native, GemmTiming* t);
 // A product of more rows than this is timed on its first rows only (the rows of op(A) and C; the same
 // N and K): its speed per row is the same, and the scratch C and the timing stay small when a long
 // sequence makes M tens of thousands of rows.
@@ -84,10 +102,10 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
 // The cache file: $SHARDLM_CACHE_DIR, else $XDG_CACHE_HOME/shardlm, else $HOME/.cache/shardlm, then
 // gemm-<cpu model>-f<family>m<model>.json. Its "shapes" map holds each key's choice and both timings.
 std::string gemm_cache_path();
-// "auto: 9 shapes, 6 on OpenBLAS, 3 on oneDNN (4 timed now; cache ~/.cache/shardlm/gemm-...json)", or
-// "openblas" / "onednn" when forced: for the end of a run.
+// "auto: 9 shapes, 1 on OpenBLAS, 3 on oneDNN, 5 native (4 timed now; cache ~/.cache/shardlm/gemm-...json)",
+// or "openblas" / "onednn" / "native" when forced: for the end of a run.
 std::string gemm_summary();
-// The cache file as it stands: "PATH: 14 shapes, 9 on OpenBLAS, 5 on oneDNN" or "PATH: none yet (...)".
+// The cache file as it stands: "PATH: 14 shapes, 2 on OpenBLAS, 5 on oneDNN, 7 native" or "PATH: none yet (...)".
 std::string gemm_cache_report();
 // Forget this process's table (tests: the next lookups read the cache file as a new process would).
 void gemm_forget_choices();

@@ -102,6 +102,12 @@ const CpuId& cpu_id() {
     return id;
 }
 
+GemmBackend sgemm_library(GemmBackend gemm) {
+    if (gemm == GemmBackend::OneDnn) return GemmBackend::OneDnn;
+    if ((gemm == GemmBackend::Native || gemm == GemmBackend::Auto) && gemm_has_native_fp32()) return GemmBackend::Native;
+    return GemmBackend::OpenBlas;
+}
+
 MachineInfo machine_info(int threads, double seconds, bool gemm) {
     MachineInfo m;
     const CpuId& id = cpu_id();
@@ -126,7 +132,7 @@ MachineInfo machine_info(int threads, double seconds, bool gemm) {
         m.fp32_peak_gflops = measure_peak(threads, seconds / 2, fp32_fma_flops_per_iter(), fp32_fma_chains);
         if (has_bf16_dot()) m.bf16_peak_gflops = measure_peak(threads, seconds / 2, kBf16DotFlopsPerIter, bf16_dot_chains);
     }
-    if (gemm) m.fp32_gemm_gflops = measure_sgemm(threads, m.gemm == GemmBackend::OneDnn ? GemmBackend::OneDnn : GemmBackend::OpenBlas);
+    if (gemm) m.fp32_gemm_gflops = measure_sgemm(threads, sgemm_library(m.gemm));
     return m;
 }
 
@@ -146,17 +152,23 @@ std::string describe(const MachineInfo& m, int threads) {
     if (!m.openblas_coretype_env.empty() && !m.coretype_ours) openblas += " (OPENBLAS_CORETYPE preset)";
     const std::string onednn = "oneDNN " + m.onednn_isa;
     const std::string widened = "widened to fp32 on OpenBLAS";
+    const bool nat32 = gemm_has_native_fp32(), nat16 = gemm_has_native_bf16();
+    const std::string native32 = "native AVX-512 kernels", native16 = "native AVX512_BF16 kernels";
     s << " | GEMMs: ";
     switch (m.gemm) {
         case GemmBackend::OpenBlas: s << "fp32 " << openblas << ", bf16 " << widened; break;
         case GemmBackend::OneDnn: s << "fp32 " << onednn << ", bf16 " << (m.onednn_bf16 ? onednn : widened); break;
+        case GemmBackend::Native:
+            s << "fp32 " << (nat32 ? native32 : openblas) << ", bf16 " << (nat16 ? native16 : widened);
+            break;
         default:
-            s << "auto per shape: fp32 " << openblas << " or " << onednn << ", bf16 "
-              << (m.onednn_bf16 ? onednn + " or " + widened : widened);
+            s << "auto per shape: fp32 " << (nat32 ? native32 + ", " : "") << openblas << " or " << onednn << ", bf16 "
+              << (nat16 ? native16 + ", " : "") << (m.onednn_bf16 ? onednn + " or " + widened : widened);
     }
     if (m.fp32_gemm_gflops > 0) {
+        const GemmBackend lib = sgemm_library(m.gemm);
         std::snprintf(buf, sizeof(buf), " | sgemm 1024^3 %.0f GFLOP/s on %s", m.fp32_gemm_gflops,
-                      m.gemm == GemmBackend::OneDnn ? "oneDNN" : "OpenBLAS");
+                      lib == GemmBackend::OneDnn ? "oneDNN" : lib == GemmBackend::Native ? "the native kernels" : "OpenBLAS");
         s << buf;
         if (m.fp32_peak_gflops > 0) {
             std::snprintf(buf, sizeof(buf), " (%.0f %% of the fp32 peak)", 100 * m.fp32_gemm_gflops / m.fp32_peak_gflops);

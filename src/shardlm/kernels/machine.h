@@ -26,7 +26,7 @@ struct MachineInfo {
     int cpus_allowed = 0;      // CPUs this process may run on (its affinity mask)
     bool has_avx512 = false, has_bf16_dot = false;
     double fp32_peak_gflops = 0, bf16_peak_gflops = 0;  // all `threads` threads, measured (0: not measured)
-    double fp32_gemm_gflops = 0;  // a 1024^3 product on the engine's path, oneDNN's with --gemm onednn, else OpenBLAS's (0: not measured)
+    double fp32_gemm_gflops = 0;  // a 1024^3 product on the engine's path, on sgemm_library(gemm) (0: not measured)
     std::string openblas_core;          // the kernels OpenBLAS runs (openblas_get_corename)
     std::string openblas_coretype_env;  // OPENBLAS_CORETYPE as set ("" if not)
     bool coretype_ours = false;         // shardlm set it (main's re-exec), not the user
@@ -37,11 +37,16 @@ struct MachineInfo {
 
 // seconds: the time the peak loops take (0: skip them); gemm: also time one sgemm.
 MachineInfo machine_info(int threads, double seconds, bool gemm = false);
+// The library that product is timed on: oneDNN with --gemm onednn; the native kernels with native, or
+// with auto where the build has them (auto's first choice); else OpenBLAS.
+GemmBackend sgemm_library(GemmBackend gemm);
 
 // "Intel(R) Xeon(R) Processor, 2 CPUs (avx512f avx512_bf16) | peaks fp32 230 GFLOP/s, bf16 460 (2
 // threads, measured) | GEMMs: fp32 OpenBLAS SkylakeX kernels, bf16 oneDNN avx512_core_amx" (--gemm
-// openblas: "bf16 widened to fp32 on OpenBLAS"; onednn: "fp32 oneDNN ..."; auto: "auto per shape: fp32
-// OpenBLAS SkylakeX kernels or oneDNN avx512_core_amx, bf16 oneDNN avx512_core_amx or widened on OpenBLAS")
+// openblas: "bf16 widened to fp32 on OpenBLAS"; onednn: "fp32 oneDNN ..."; native: "fp32 native AVX-512
+// kernels, bf16 native AVX512_BF16 kernels"; auto: "auto per shape: fp32 native AVX-512 kernels, OpenBLAS
+// SkylakeX kernels or oneDNN avx512_core_amx, bf16 native AVX512_BF16 kernels, oneDNN avx512_core_amx or
+// widened to fp32 on OpenBLAS", without the native kernels where the build has none)
 std::string describe(const MachineInfo& m, int threads);
 
 // The traps this process's environment sets for the kernels, one sentence each with its fix: an

@@ -39,8 +39,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
         beta = 1.0f;
     }
     if (precision == MatmulPrecision::bf16)
-        gemm_bf16(out, {to_bf16_scratch(0, inp, size_t(N) * C), C, 1}, {to_bf16_scratch(1, weight, size_t(OC) * C), 1, C},
-                  N, OC, C, beta != 0.0f);
+        gemm_mixed(out, DType::F32, {inp, DType::F32, C, 1}, {weight, DType::F32, 1, C}, N, OC, C, beta != 0.0f, nullptr);
     else
         sgemm_balanced(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
@@ -78,13 +77,29 @@ void residual_add(float* out, const float* x, const float* bias, const float* y,
     }
 }
 
+namespace {
+// dout (N, OC) as a backward's two bf16 products read it (rows for dinp, columns for dweight): rounded to
+// bf16 once (scratch 0) when both run, else fp32 (rounded as the one product packs it)
+struct DoutOperands {
+    native::Operand rows, cols;
+};
+DoutOperands dout_operands(const float* dout, int N, int OC, bool both) {
+    if (!both) return {{dout, DType::F32, OC, 1}, {dout, DType::F32, 1, OC}};
+    const unsigned short* d = to_bf16_scratch(0, dout, size_t(N) * OC);
+    return {{d, DType::BF16, OC, 1}, {d, DType::BF16, 1, OC}};
+}
+}  // namespace
+
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
                      int N, int C, int OC, bool accumulate_dweight, MatmulPrecision precision) {
     profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (precision == MatmulPrecision::bf16) {
-        matmul_backward_bf16(dinp, dweight, to_bf16_scratch(0, dout, size_t(N) * OC), inp, weight, N, C, OC,
-                             accumulate_dweight);
+        // dout rounded to bf16 once for both products; inp and weight as the products read them
+        const DoutOperands d = dout_operands(dout, N, OC, dinp && dweight);
+        if (dinp) gemm_mixed(dinp, DType::F32, d.rows, {weight, DType::F32, C, 1}, N, C, OC, false, nullptr);
+        if (dweight)
+            gemm_mixed(dweight, DType::F32, d.cols, {inp, DType::F32, C, 1}, OC, C, N, accumulate_dweight, nullptr);
     } else {
         if (dinp)
             sgemm_balanced(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
@@ -145,12 +160,11 @@ void matmul_forward(void* out, DType out_t, const void* inp, const void* weight,
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
                      DType in_t, int N, int C, int OC, bool accumulate_dweight) {
     profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
-    if (in_t == DType::BF16) {
-        const unsigned short* d = to_bf16_scratch(0, dout, size_t(N) * OC);
-        const auto* w = static_cast<const unsigned short*>(weight);
-        const auto* x = static_cast<const unsigned short*>(inp);
-        if (dinp) gemm_bf16(dinp, {d, OC, 1}, {w, C, 1}, N, C, OC, false);
-        if (dweight) gemm_bf16(dweight, {d, 1, OC}, {x, C, 1}, OC, C, N, accumulate_dweight);
+    if (in_t == DType::BF16) {  // dout rounded to bf16 once for both products (rows of bf16 pairs: no packing for dinp)
+        const DoutOperands d = dout_operands(dout, N, OC, dinp && dweight);
+        if (dinp) gemm_mixed(dinp, DType::F32, d.rows, {weight, DType::BF16, C, 1}, N, C, OC, false, nullptr);
+        if (dweight)
+            gemm_mixed(dweight, DType::F32, d.cols, {inp, DType::BF16, C, 1}, OC, C, N, accumulate_dweight, nullptr);
         if (dbias) bias_backward(dbias, dout, N, OC);
         return;
     }
@@ -167,11 +181,8 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
     float* dw = dweight + size_t(oc0) * size_t(C);
     const float* d = dout + oc0;
     if (in_t == DType::BF16 || (in_t == DType::F32 && precision == MatmulPrecision::bf16)) {
-        // bf16 products: dout's columns rounded into a contiguous (N, w) block, inp as bf16
-        const unsigned short* d16 = to_bf16_scratch(0, d, size_t(N), size_t(w), size_t(OC));
-        const auto* x = in_t == DType::BF16 ? static_cast<const unsigned short*>(inp)
-                                            : to_bf16_scratch(2, static_cast<const float*>(inp), size_t(N) * C);
-        gemm_bf16(dw, {d16, 1, w}, {x, C, 1}, w, C, N, accumulate);
+        // bf16 products: dout's columns oc0.. (and fp32 inp) rounded as the product reads them
+        gemm_mixed(dw, DType::F32, {d, DType::F32, 1, OC}, {inp, in_t, C, 1}, w, C, N, accumulate, nullptr);
     } else {
         // fp32, or fp16 operands widened to fp32
         const float* x = to_f32_scratch(0, inp, in_t, size_t(N) * C);
@@ -183,9 +194,10 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
 void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* d, const float* inp,
                           const float* weight, int N, int C, int OC, bool accumulate_dweight) {
     profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
-    if (dinp) gemm_bf16(dinp, {d, OC, 1}, {to_bf16_scratch(1, weight, size_t(OC) * C), C, 1}, N, C, OC, false);
+    if (dinp) gemm_mixed(dinp, DType::F32, {d, DType::BF16, OC, 1}, {weight, DType::F32, C, 1}, N, C, OC, false, nullptr);
     if (dweight)
-        gemm_bf16(dweight, {d, 1, OC}, {to_bf16_scratch(2, inp, size_t(N) * C), C, 1}, OC, C, N, accumulate_dweight);
+        gemm_mixed(dweight, DType::F32, {d, DType::BF16, 1, OC}, {inp, DType::F32, C, 1}, OC, C, N, accumulate_dweight,
+                   nullptr);
 }
 
 }  // namespace shardlm::kernels

@@ -12,6 +12,7 @@
 
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/enum_names.h"
+#include "shardlm/kernels/gemm_native.h"
 
 namespace shardlm::kernels {
 
@@ -79,9 +80,14 @@ struct Bf16Matrix {
     long row_stride, col_stride;
 };
 void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate);
-// Which kernels run them: "onednn" (AVX512_BF16 or AVX-512 kernels) or, on a CPU for which oneDNN
-// has no bf16 matmul (AVX2 only), "sgemm-widened": the operands widened to fp32 (exact) and sgemm.
-// --gemm (kernels/gemm.h) chooses between them where oneDNN has one: "auto" then.
+// The same with operands that may be fp32 (rounded to bf16 as the product reads them: the native kernels
+// round them as they pack them, the other libraries in a pass of their own) at any strides, C (F32 or
+// BF16) rows of N: every bf16 product of the engine goes through here, on the library --gemm chooses.
+void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N, int K,
+                bool accumulate, const float* bias);
+// Which kernels run them: "onednn" (AVX512_BF16 or AVX-512 kernels), "native" (kernels/gemm_native.h) or,
+// on a CPU for which neither has a bf16 product (AVX2 only), "sgemm-widened": the operands widened to fp32
+// (exact) and sgemm. --gemm (kernels/gemm.h) chooses between them where there is a choice: "auto" then.
 const char* bf16_matmul_backend();
 bool onednn_makes_bf16();  // oneDNN has a bf16 matmul for this CPU
 // The same with C stored as c_t (F32 or BF16) and an fp32 bias(N) added (null: none).

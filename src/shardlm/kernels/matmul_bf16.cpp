@@ -19,6 +19,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/core/dtype.h"
 #include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm_native.h"
 #include "shardlm/kernels/matmul.h"
 
 namespace shardlm::kernels {
@@ -40,7 +41,8 @@ struct Bf16Context {
         dnnl::matmul prim;
     };
     std::map<Key, Entry> cache;
-    std::vector<unsigned short> scratch[3];
+    // 0-2: to_bf16_scratch's slots (the callers'); 3, 4: gemm_mixed's roundings of fp32 operands
+    std::vector<unsigned short> scratch[5];
     std::vector<float> scratch32[3];
     std::vector<float> wide[3];  // the sgemm path's widened A, B and C
 };
@@ -140,9 +142,6 @@ void gemm_bf16_widened(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a
     if (c16) convert_from_f32(c, DType::BF16, out, size_t(M) * N);
 }
 
-// How a bf16 operand is laid out, for auto's key: 'N' rows contiguous, 'T' columns contiguous, 'G' neither.
-char layout(const Bf16Matrix& m) { return m.col_stride == 1 ? 'N' : m.row_stride == 1 ? 'T' : 'G'; }
-long leading(const Bf16Matrix& m) { return m.col_stride == 1 ? m.row_stride : m.col_stride; }
 
 void gemm_bf16_onednn(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K,
                       bool accumulate, const float* bias);
@@ -152,35 +151,88 @@ void gemm_bf16_onednn(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a,
 bool onednn_makes_bf16() { return onednn_has_bf16(); }
 
 const char* bf16_matmul_backend() {
-    if (!onednn_has_bf16()) return "sgemm-widened";
-    switch (gemm_backend()) {
+    const GemmBackend b = gemm_backend();
+    if (b == GemmBackend::Native && native::has_bf16()) return "native";
+    if (!onednn_has_bf16() && !native::has_bf16()) return "sgemm-widened";
+    switch (b) {
         case GemmBackend::OpenBlas: return "sgemm-widened";
-        case GemmBackend::OneDnn: return "onednn";
+        case GemmBackend::OneDnn: return onednn_has_bf16() ? "onednn" : "sgemm-widened";
+        case GemmBackend::Native: return "sgemm-widened";
         default: return "auto";
     }
 }
 
-void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
-               const float* bias) {
+namespace {
+
+// An operand as OpenBLAS and oneDNN take it: bf16 as it is, fp32 rounded into scratch `slot` (its rows,
+// or its columns, kept contiguous as they were)
+Bf16Matrix as_bf16(Bf16Context& ctx, int slot, const native::Operand& x, int rows, int cols) {
+    if (x.t == DType::BF16) return {static_cast<const unsigned short*>(x.data), x.rs, x.cs};
+    const float* src = static_cast<const float*>(x.data);
+    std::vector<unsigned short>& buf = ctx.scratch[slot];
+    if (buf.size() < size_t(rows) * cols) buf.resize(size_t(rows) * cols);
+    if (x.cs == 1) {  // rows contiguous
+        for (int r = 0; r < rows; r++) convert_from_f32(buf.data() + size_t(r) * cols, DType::BF16, src + r * x.rs, size_t(cols));
+        return {buf.data(), cols, 1};
+    }
+    if (x.rs == 1) {  // columns contiguous
+        for (int c = 0; c < cols; c++) convert_from_f32(buf.data() + size_t(c) * rows, DType::BF16, src + c * x.cs, size_t(rows));
+        return {buf.data(), 1, rows};
+    }
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) buf[size_t(r) * cols + size_t(c)] = f32_to_bf16(src[r * x.rs + c * x.cs]);
+    return {buf.data(), cols, 1};
+}
+
+// The product on one library
+void gemm_mixed_on(GemmBackend be, Bf16Context& ctx, void* c, DType c_t, const native::Operand& a, const native::Operand& b,
+                   int M, int N, int K, bool accumulate, const float* bias) {
+    if (be == GemmBackend::Native && native::has_bf16()) {
+        native::gemm_bf16(c, c_t, N, a, b, M, N, K, accumulate, bias);
+        return;
+    }
+    const Bf16Matrix a16 = as_bf16(ctx, 3, a, M, K), b16 = as_bf16(ctx, 4, b, K, N);
+    if (be == GemmBackend::OneDnn && onednn_has_bf16()) gemm_bf16_onednn(ctx, c, c_t, a16, b16, M, N, K, accumulate, bias);
+    else gemm_bf16_widened(ctx, c, c_t, a16, b16, M, N, K, accumulate, bias);
+}
+
+char type_letter(DType t) { return t == DType::BF16 ? 'b' : 'f'; }
+
+}  // namespace
+
+void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N, int K, bool accumulate,
+                const float* bias) {
     Bf16Context& ctx = context();
-    GemmBackend be = onednn_has_bf16() ? gemm_backend() : GemmBackend::OpenBlas;
+    GemmBackend be = gemm_backend();
     if (be == GemmBackend::Auto) {
+        const bool has_native = native::has_bf16(), has_onednn = onednn_has_bf16();
         const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-        // oneDNN runs a bf16 product on its own threads, so their count is part of the key
-        const std::string extra = cat(c_t == DType::BF16 ? "c-bf16" : "c-fp32", bias ? " bias" : "", accumulate ? " acc" : "");
+        // oneDNN runs a bf16 product on its own threads, so their count is part of the key; fp32 operands are
+        // rounded as part of the product (packed by the native kernels, a pass of their own for the others)
+        const std::string extra = cat(c_t == DType::BF16 ? "c-bf16" : "c-fp32", bias ? " bias" : "", accumulate ? " acc" : "",
+                                      " ab-", type_letter(a.t), type_letter(b.t));
+        const auto layout = [](const native::Operand& x) { return x.cs == 1 ? 'N' : x.rs == 1 ? 'T' : 'G'; };
+        const auto leading = [](const native::Operand& x) { return x.cs == 1 ? x.rs : x.cs; };
         const std::string key = gemm_key(GemmKind::Bf16, layout(a), layout(b), M, N, K, leading(a), leading(b), N, threads,
                                          extra.c_str());
-        be = gemm_choice(key, [&](double* openblas_s, double* onednn_s) {
+        be = gemm_choice(key, [&](GemmTiming* t) {
             // the first rows (gemm_timing_rows) into a scratch C: C may be accumulated into
             const int rows = std::min(M, gemm_timing_rows());
             std::vector<float> scratch(size_t(rows) * size_t(N), 0.0f);
-            gemm_time_pair([&] { gemm_bf16_widened(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias); },
-                           [&] { gemm_bf16_onednn(ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias); },
-                           openblas_s, onednn_s);
+            auto on = [&](GemmBackend lib) {
+                return [&, lib] { gemm_mixed_on(lib, ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias); };
+            };
+            gemm_time_each(on(GemmBackend::OpenBlas), has_onednn ? on(GemmBackend::OneDnn) : std::function<void()>(),
+                           has_native ? on(GemmBackend::Native) : std::function<void()>(), t);
         });
     }
-    if (be == GemmBackend::OpenBlas) return gemm_bf16_widened(ctx, c, c_t, a, b, M, N, K, accumulate, bias);
-    gemm_bf16_onednn(ctx, c, c_t, a, b, M, N, K, accumulate, bias);
+    gemm_mixed_on(be, ctx, c, c_t, a, b, M, N, K, accumulate, bias);
+}
+
+void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
+               const float* bias) {
+    gemm_mixed(c, c_t, {a.data, DType::BF16, a.row_stride, a.col_stride}, {b.data, DType::BF16, b.row_stride, b.col_stride},
+               M, N, K, accumulate, bias);
 }
 
 namespace {

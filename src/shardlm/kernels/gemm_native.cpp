@@ -1,0 +1,405 @@
+// kernels/gemm_native.cpp: the native GEMMs (gemm_native.h): register tiles, packing, and the cut of C
+// into the threads' blocks.
+#include "shardlm/kernels/gemm_native.h"
+#include "shardlm/kernels/gemm_native_parts.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "shardlm/core/aligned_buffer.h"
+#include "shardlm/core/check.h"
+#include "shardlm/core/simd.h"
+
+// GCC 12's AVX-512 headers give the shuffles an operand _mm512_undefined_ps() that is initialised from
+// itself: a -Wuninitialized false alarm at every inlined unpack and shuffle
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace shardlm::kernels::native {
+
+#if defined(__AVX512F__)
+
+namespace {
+
+using namespace detail;
+
+// How the tile writes C: C = x; C = x + C; C = x + beta C.
+enum Mode { kStore, kAddC, kBetaC };
+
+// The calling thread's scratch (slot 0: packed B; 1: an fp32 tile of C), grown as needed.
+float* scratch(int slot, size_t floats) {
+    thread_local AlignedBuffer<float> buf[2];
+    if (buf[slot].size() < floats) buf[slot].resize(floats);
+    return buf[slot].data();
+}
+
+// ---- register tiles ---------------------------------------------------------------------------------
+
+// C(R x 48, the columns of cm) op= alpha A(R x kc) B(kc x 48): A(i, k) at a[i * lda + k] (rows) or
+// a[i + k * lda] (KMAJOR); B a packed panel (kc rows of 48).
+template <int R, bool KMAJOR>
+__attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long lda, const float* __restrict b, float* c,
+                                        long ldc, const __mmask16* cm, float alpha, float beta, int mode) {
+    __m512 acc[R][kNv];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < kNv; v++) acc[i][v] = _mm512_setzero_ps();
+    if constexpr (KMAJOR) {
+#pragma GCC unroll 4
+        for (int k = 0; k < kc; k++) {
+            const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                const __m512 x = _mm512_set1_ps(a[i]);
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+                acc[i][2] = _mm512_fmadd_ps(x, b2, acc[i][2]);
+            }
+            a += lda;
+            b += kNr;
+        }
+    } else {
+        const float* row[R];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) row[i] = a + i * lda;
+#pragma GCC unroll 4
+        for (int k = 0; k < kc; k++) {
+            const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                const __m512 x = _mm512_set1_ps(row[i][k]);
+                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+                acc[i][2] = _mm512_fmadd_ps(x, b2, acc[i][2]);
+            }
+            b += kNr;
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < kNv; v++) {
+            float* p = c + i * ldc + 16 * v;
+            __m512 x = _mm512_mul_ps(acc[i][v], va);
+            if (mode != kStore) {
+                const __m512 old = _mm512_maskz_loadu_ps(cm[v], p);
+                x = mode == kAddC ? _mm512_add_ps(x, old) : _mm512_fmadd_ps(vb, old, x);
+            }
+            _mm512_mask_storeu_ps(p, cm[v], x);
+        }
+}
+
+#if defined(__AVX512BF16__)
+// C(R x 48, the columns of cm) (+)= A(R x 2 kp) B(2 kp x 48) on pairs of k: A's pair p of row i is the word
+// a[i * lda + p] (rows) or a[i + p * lda] (KMAJOR); B a packed panel (kp rows of 48 words).
+template <int R, bool KMAJOR>
+__attribute__((noinline)) void tile_bf16(int kp, const word_t* __restrict a, long lda, const uint32_t* __restrict b,
+                                         float* c, long ldc, const __mmask16* cm, int mode) {
+    __m512 acc[R][kNv];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < kNv; v++) acc[i][v] = _mm512_setzero_ps();
+    const word_t* row[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) row[i] = KMAJOR ? a + i : a + i * lda;
+    const long step = KMAJOR ? lda : 1;
+#pragma GCC unroll 4
+    for (int p = 0; p < kp; p++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16),
+                       b2 = (__m512bh)_mm512_load_si512(b + 32);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const __m512bh x = (__m512bh)_mm512_set1_epi32(int(row[i][p * step]));
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
+            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], x, b2);
+        }
+        b += kNr;
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < kNv; v++) {
+            float* q = c + i * ldc + 16 * v;
+            __m512 x = acc[i][v];
+            if (mode != kStore) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(cm[v], q));
+            _mm512_mask_storeu_ps(q, cm[v], x);
+        }
+}
+#endif
+
+// The tiles by their rows (1 .. kMr): a switch over the template's instances.
+template <bool KMAJOR>
+void tile_f32_rows(int R, int kc, const float* a, long lda, const float* b, float* c, long ldc, const __mmask16* cm,
+                   float alpha, float beta, int mode) {
+    switch (R) {
+#define SHARDLM_TILE(r) \
+    case r: return tile_f32<r, KMAJOR>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+        SHARDLM_TILE(1) SHARDLM_TILE(2) SHARDLM_TILE(3) SHARDLM_TILE(4)
+        SHARDLM_TILE(5) SHARDLM_TILE(6) SHARDLM_TILE(7) SHARDLM_TILE(8)
+#undef SHARDLM_TILE
+    }
+}
+
+#if defined(__AVX512BF16__)
+template <bool KMAJOR>
+void tile_bf16_rows(int R, int kp, const word_t* a, long lda, const uint32_t* b, float* c, long ldc, const __mmask16* cm,
+                    int mode) {
+    switch (R) {
+#define SHARDLM_TILE(r) \
+    case r: return tile_bf16<r, KMAJOR>(kp, a, lda, b, c, ldc, cm, mode);
+        SHARDLM_TILE(1) SHARDLM_TILE(2) SHARDLM_TILE(3) SHARDLM_TILE(4)
+        SHARDLM_TILE(5) SHARDLM_TILE(6) SHARDLM_TILE(7) SHARDLM_TILE(8)
+#undef SHARDLM_TILE
+    }
+}
+#endif
+
+// ---- the cut of C into items, and the threads ------------------------------------------------------------
+
+// Items of rb rows x kNb columns: whole columns of C when there are at least two blocks of columns per
+// thread (B's panels are packed once per item, so fewer row blocks pack less), else rows cut too.
+struct Cut {
+    int rb, row_blocks, col_blocks;
+    int count() const { return row_blocks * col_blocks; }
+};
+Cut cut(int M, int N, int threads) {
+    Cut c;
+    c.col_blocks = cdiv(N, kNb);
+    const int want = threads > 1 ? 2 * threads : 1;
+    const int rows_cut = c.col_blocks >= want ? 1 : cdiv(want, c.col_blocks);
+    c.rb = std::max(kMr, cdiv(cdiv(M, rows_cut), kMr) * kMr);
+    c.row_blocks = cdiv(M, c.rb);
+    return c;
+}
+
+int team() { return omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads()); }
+
+// A product run in chunks of rows: each chunk's strips of A packed by the team (units(rows) pieces of work,
+// pack(q0, rows, u) for each: the chunk's rows from q0; none when !packed), then its items (item(r0, r1, c0,
+// c1, q0)) taken as they come. On one thread (threads 1, or inside a parallel region) everything in order.
+template <class Units, class Pack, class Item>
+void run_chunks(int M, int N, int chunk, int threads, bool packed, const Units& units, const Pack& pack, const Item& item) {
+    for (int q0 = 0; q0 < M; q0 += chunk) {
+        const int rows = std::min(chunk, M - q0), strips = packed ? units(rows) : 0;
+        const Cut c = cut(rows, N, threads);
+        auto one = [&](int it) {
+            const int r0 = q0 + (it % c.row_blocks) * c.rb, c0 = (it / c.row_blocks) * kNb;
+            item(r0, std::min(q0 + rows, r0 + c.rb), c0, std::min(N, c0 + kNb), q0);
+        };
+        if (threads <= 1) {
+            for (int u = 0; u < strips; u++) pack(q0, rows, u);
+            for (int it = 0; it < c.count(); it++) one(it);
+            continue;
+        }
+#pragma omp parallel num_threads(threads)
+        {
+            if (packed) {
+#pragma omp for schedule(static)
+                for (int u = 0; u < strips; u++) pack(q0, rows, u);
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int it = 0; it < c.count(); it++) one(it);
+        }
+    }
+}
+
+// Rows of A per chunk when A is packed: its strips at most 16 MiB
+int chunk_rows(int M, long strip_row_bytes, bool packed) {
+    if (!packed) return std::max(M, 1);
+    const long rows = (16L << 20) / std::max(1L, strip_row_bytes) / kMr * kMr;
+    return int(std::max<long>(kMr, std::min<long>(rows, long(cdiv(M, kMr)) * kMr)));
+}
+
+void col_masks(int cols, __mmask16* cm) {
+    for (int v = 0; v < kNv; v++) cm[v] = prefix(cols - 16 * v);
+}
+
+// The tiles of rows r0 .. r1 and nb columns for one block of k: kMc rows of A at a time (they stay in L2),
+// each panel of B in turn over them; tile(first row, rows, panel, column masks)
+template <class Tile>
+void for_tiles(int r0, int r1, int nb, const Tile& tile) {
+    const int panels = cdiv(nb, kNr);
+    for (int m0 = r0; m0 < r1; m0 += kMc) {
+        const int m1 = std::min(r1, m0 + kMc);
+        for (int p = 0; p < panels; p++) {
+            __mmask16 cm[kNv];
+            col_masks(nb - p * kNr, cm);
+            for (int i = m0; i < m1; i += kMr) tile(i, std::min(kMr, m1 - i), p, cm);
+        }
+    }
+}
+
+// ---- fp32 ------------------------------------------------------------------------------------------------
+
+// The rows r0 .. r1, columns c0 .. c1 of C. A: where it lies (rows, or columns contiguous) or packed strips
+// (ap, from row ap_row0).
+void f32_item(int r0, int r1, int c0, int c1, int K, float alpha, const Operand& A, const float* ap, int ap_row0,
+              const Operand& B, float beta, float* C, long ldc) {
+    const int nb = c1 - c0, panels = cdiv(nb, kNr);
+    float* bp = scratch(0, size_t(std::min(K, kKc)) * size_t(panels) * kNr);
+    const bool kmajor = A.rs == 1 && A.cs != 1;
+    const float* a0 = static_cast<const float*>(A.data);
+    for (int k0 = 0; k0 < K; k0 += kKc) {
+        const int kc = std::min(kKc, K - k0);
+        pack_b_f32(B, k0, kc, c0, nb, bp);
+        const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
+        for_tiles(r0, r1, nb, [&](int i, int R, int p, const __mmask16* cm) {
+            const float* b = bp + size_t(p) * kc * kNr;
+            float* c = C + long(i) * ldc + c0 + p * kNr;
+            if (ap)  // strip (i - ap_row0) / 8
+                tile_f32_rows<true>(R, kc, ap + size_t(i - ap_row0) * even(K) + size_t(k0) * kMr, kMr, b, c, ldc, cm, alpha,
+                                    beta, mode);
+            else if (kmajor)
+                tile_f32_rows<true>(R, kc, a0 + i + long(k0) * A.cs, A.cs, b, c, ldc, cm, alpha, beta, mode);
+            else
+                tile_f32_rows<false>(R, kc, a0 + long(i) * A.rs + k0, A.rs, b, c, ldc, cm, alpha, beta, mode);
+        });
+    }
+}
+
+}  // namespace
+
+bool has_fp32() { return true; }
+
+void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B, float beta, float* C, long ldc) {
+    SHARDLM_CHECK(A.t == DType::F32 && B.t == DType::F32, "native sgemm: fp32 operands");
+    SHARDLM_CHECK(A.rs == 1 || A.cs == 1, "native sgemm: A needs contiguous rows or columns");
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {  // C = beta C
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[long(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * C[long(i) * ldc + j];
+        return;
+    }
+    // A with contiguous columns (a transposed operand) is packed into strips: see pack_a_strip_f32
+    const bool packed = A.rs == 1 && A.cs != 1 && M > 1;
+    const int threads = team(), chunk = chunk_rows(M, long(even(K)) * 4, packed);
+    thread_local AlignedBuffer<float> strips;
+    if (packed && strips.size() < size_t(chunk) * even(K)) strips.resize(size_t(chunk) * even(K));
+    float* ap = packed ? strips.data() : nullptr;
+    run_chunks(
+        M, N, chunk, threads, packed, [&](int) { return cdiv(K, 2); },
+        [&](int q0, int rows, int u) { pack_a_lines_f32(A, K, q0, rows, u, ap); },
+        [&](int r0, int r1, int c0, int c1, int q0) { f32_item(r0, r1, c0, c1, K, alpha, A, ap, q0, B, beta, C, ldc); });
+}
+
+#if defined(__AVX512BF16__)
+
+namespace {
+
+// The rows r0 .. r1 of C (cols c0 .. c1) on bf16 pairs. A: direct rows (words at row i, pair q:
+// A.data + i * rs + 2q) or packed strips (ap, rows from ap_row0). C: the fp32 target (C, or the
+// item's tile), rows ldc apart; first block: C = x, or C += x when add.
+void bf16_item(int r0, int r1, int c0, int c1, int K, const Operand& A, const uint32_t* ap, int ap_row0,
+               const Operand& B, float* C, long ldc, bool add) {
+    const int nb = c1 - c0, panels = cdiv(nb, kNr), kp_all = even(cdiv(K, 2));
+    uint32_t* bp = reinterpret_cast<uint32_t*>(scratch(0, size_t(cdiv(std::min(K, kKc16), 2)) * size_t(panels) * kNr));
+    for (int k0 = 0; k0 < K; k0 += kKc16) {
+        const int kc = std::min(kKc16, K - k0), kp = cdiv(kc, 2);
+        pack_b_bf16(B, K, k0, kc, c0, nb, bp);
+        const int mode = k0 > 0 || add ? kAddC : kStore;
+        for_tiles(r0, r1, nb, [&](int i, int R, int p, const __mmask16* cm) {
+            const uint32_t* b = bp + size_t(p) * kp * kNr;
+            float* c = C + long(i - r0) * ldc + p * kNr;
+            if (ap) {
+                const auto* a = reinterpret_cast<const word_t*>(ap + size_t(i - ap_row0) * kp_all + size_t(k0 / 2) * kMr);
+                tile_bf16_rows<true>(R, kp, a, kMr, b, c, ldc, cm, mode);
+            } else {
+                const auto* a =
+                    reinterpret_cast<const word_t*>(static_cast<const uint16_t*>(A.data) + long(i) * A.rs + k0);
+                tile_bf16_rows<false>(R, kp, a, A.rs / 2, b, c, ldc, cm, mode);
+            }
+        });
+    }
+}
+
+// the fp32 tile (rows x cols, ld) + bias, written to C as c_t (rows ldc apart)
+void finish_tile(float* t, long ld, int rows, int cols, const float* bias, void* C, DType c_t, long ldc) {
+    for (int i = 0; i < rows; i++) {
+        float* r = t + i * ld;
+        for (int j = 0; j < cols; j += 16) {
+            const __mmask16 m = prefix(cols - j);
+            __m512 x = _mm512_maskz_loadu_ps(m, r + j);
+            if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias + j));
+            if (c_t == DType::F32) _mm512_mask_storeu_ps(static_cast<float*>(C) + i * ldc + j, m, x);
+            else _mm256_mask_storeu_epi16(static_cast<uint16_t*>(C) + i * ldc + j, m, simd::bf16_round({x}));
+        }
+    }
+}
+
+}  // namespace
+
+bool has_bf16() { return true; }
+
+void gemm_bf16(void* C, DType c_t, long ldc, const Operand& A, const Operand& B, int M, int N, int K, bool accumulate,
+               const float* bias) {
+    SHARDLM_CHECK((A.t == DType::F32 || A.t == DType::BF16) && (B.t == DType::F32 || B.t == DType::BF16),
+                  "native gemm_bf16: F32 or BF16 operands");
+    SHARDLM_CHECK(c_t == DType::F32 || c_t == DType::BF16, "native gemm_bf16: C is F32 or BF16");
+    if (M <= 0 || N <= 0) return;
+    // A is read where it lies when its rows hold whole pairs of k as 32-bit words
+    const bool direct = A.t == DType::BF16 && A.cs == 1 && A.rs % 2 == 0 && K % 2 == 0 &&
+                        reinterpret_cast<uintptr_t>(A.data) % 4 == 0;
+    // C in fp32 as the sums run: C itself, or (bf16 C, or a bias to add after the whole sum) a tile of the item
+    const bool tile = c_t != DType::F32 || bias;
+    const int threads = team(), kp = even(cdiv(std::max(K, 1), 2));
+    const bool packed = !direct && K > 0;
+    const int chunk = chunk_rows(M, long(kp) * 4, packed);
+    thread_local AlignedBuffer<uint32_t> strips;
+    if (packed && strips.size() < size_t(chunk) * kp) strips.resize(size_t(chunk) * kp);
+    uint32_t* ap = packed ? strips.data() : nullptr;
+    const long eb = long(dtype_bytes(c_t));
+    auto item = [&](int r0, int r1, int c0, int c1, int q0) {
+        char* out = static_cast<char*>(C) + (long(r0) * ldc + c0) * eb;
+        const float* b0 = bias ? bias + c0 : nullptr;
+        if (!tile && K > 0) {
+            bf16_item(r0, r1, c0, c1, K, A, ap, q0, B, static_cast<float*>(C) + long(r0) * ldc + c0, ldc, accumulate);
+            return;
+        }
+        float* t = scratch(1, size_t(r1 - r0) * kNb);
+        if (accumulate || K == 0)  // C's old values (K 0: C = bias, + C when accumulating)
+            for (int i = r0; i < r1; i++)
+                for (int j = c0; j < c1; j++)
+                    t[size_t(i - r0) * kNb + size_t(j - c0)] = accumulate ? load1(C, c_t, long(i) * ldc + j) : 0.0f;
+        if (K > 0) bf16_item(r0, r1, c0, c1, K, A, ap, q0, B, t, kNb, accumulate);
+        finish_tile(t, kNb, r1 - r0, c1 - c0, b0, out, c_t, ldc);
+    };
+    const bool lines = A.rs == 1 && A.cs != 1;  // contiguous columns: packed a line of every strip at a time
+    run_chunks(
+        M, N, chunk, threads, packed, [&](int rows) { return lines ? kp / 2 : cdiv(rows, kMr); },
+        [&](int q0, int rows, int u) {
+            if (lines) pack_a_lines_bf16(A, K, q0, rows, u, ap);
+            else pack_a_strip_bf16(A, M, K, q0 + u * kMr, ap + size_t(u) * kMr * kp);
+        },
+        item);
+}
+
+#else
+bool has_bf16() { return false; }
+void gemm_bf16(void*, DType, long, const Operand&, const Operand&, int, int, int, bool, const float*) {
+    SHARDLM_CHECK(false, "native gemm_bf16: this build has no AVX512_BF16 kernels");
+}
+#endif
+
+#else  // no AVX-512: OpenBLAS and oneDNN serve every product (kernels/gemm.h)
+
+bool has_fp32() { return false; }
+bool has_bf16() { return false; }
+void sgemm(int, int, int, float, const Operand&, const Operand&, float, float*, long) {
+    SHARDLM_CHECK(false, "native sgemm: this build has no AVX-512 kernels");
+}
+void gemm_bf16(void*, DType, long, const Operand&, const Operand&, int, int, int, bool, const float*) {
+    SHARDLM_CHECK(false, "native gemm_bf16: this build has no AVX-512 kernels");
+}
+
+#endif
+
+}  // namespace shardlm::kernels::native

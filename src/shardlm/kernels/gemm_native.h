@@ -1,0 +1,45 @@
+// kernels/gemm_native.h: shardlm's own GEMMs for AVX-512 (fp32 FMA and AVX512_BF16 dot products), the
+// third library under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (issue 25 item 1; docs/DESIGN.md
+// "The native GEMM").
+//
+// The BLIS/GotoBLAS structure, sized for one core's caches: an 8 x 48 register tile (24 accumulators,
+// three 16-column vectors of B and one broadcast of A per step of k), B packed per block of k into 48-column
+// panels that stay in L2, A read where it lies (its rows, or its columns) with no copy when its layout
+// lets the tile broadcast from it. What the other libraries do not do:
+//   - bf16 operands may be given as fp32: they are rounded to bf16 (nearest even, the bits of
+//     convert_from_f32) as they are packed, so a mixed-precision product needs no rounding pass of its own;
+//   - the result does not depend on the threads, on how the product is cut, or on where a row or column
+//     falls in the cut: every element is the same chain of fused multiply-adds over k in blocks of a fixed
+//     size (kKc), the blocks added in order. A product cut into lanes' rows, or into a rank's columns of a
+//     wider one, gives the bits of the whole.
+// Threads: the calling thread's OpenMP team (omp_get_max_threads()) outside a parallel region, splitting C
+// into blocks of columns (and of rows when the columns are too few) that the threads take as they come;
+// inside one (a lane) the calling thread alone.
+#pragma once
+#include <cstddef>
+
+#include "shardlm/core/dtype.h"
+
+namespace shardlm::kernels::native {
+
+// op(X) as the kernels read it: element (r, c) at data[r * rs + c * cs], of type t (F32, or BF16 for
+// gemm_bf16).
+struct Operand {
+    const void* data;
+    DType t;
+    long rs, cs;
+};
+
+bool has_fp32();  // this build has the fp32 kernels (AVX-512F)
+bool has_bf16();  // and the bf16 ones (AVX512_BF16)
+
+// C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C: fp32 operands, C rows ldc floats apart (beta 0: C is not read).
+void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B, float beta, float* C, long ldc);
+
+// C(M,N) = A(M,K) B(K,N) (+ C when accumulate) (+ bias(N)): products of bf16 values summed in fp32. BF16
+// operands are read as they are, F32 ones rounded to bf16 as they are packed. C is F32 or BF16 (rounded
+// once, from the fp32 sum), rows ldc elements apart; bias fp32 or null.
+void gemm_bf16(void* C, DType c_t, long ldc, const Operand& A, const Operand& B, int M, int N, int K, bool accumulate,
+               const float* bias);
+
+}  // namespace shardlm::kernels::native
