@@ -18,6 +18,7 @@
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/optimizer_kernels.h"
 
 #include "kernel_test_util.h"
 
@@ -211,4 +212,30 @@ TEST(Fp16Soft, EqualsTheCompilersConversions) {
 #else
     GTEST_SKIP() << "no _Float16 in this compiler to compare with";
 #endif
+}
+
+// Adam and AdamW write the 16-bit copy of the parameters in their own pass: the same bits as the update
+// followed by convert_from_f32, on slices whose heads and tails are not whole vectors.
+TEST(MixedKernels, AdamWritesTheSixteenBitCopyInItsPass) {
+    for (DType t : {DType::BF16, DType::F16})
+        for (bool decoupled : {true, false})
+            for (size_t n : {size_t(1), size_t(37), size_t(1000), size_t(4099)}) {
+                const size_t skew = 3;  // p not 64-byte aligned
+                Vec p0 = randn(n + skew, 1), g = randn(n + skew, 2), m0 = randn(n + skew, 3), v0 = randn(n + skew, 4);
+                for (float& x : v0) x = x * x;
+                Vec p1 = p0, m1 = m0, v1 = v0, p2 = p0, m2 = m0, v2 = v0;
+                std::vector<uint16_t> fused(n + skew, 0), separate(n + skew, 0);
+                auto update = [&](Vec& p, Vec& m, Vec& v, void* p16) {
+                    auto f = decoupled ? adamw_update : adam_update;
+                    f(p.data() + skew, g.data() + skew, m.data() + skew, v.data() + skew, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                      0.1f, 3, 0.7f, p16, t);
+                };
+                update(p1, m1, v1, fused.data() + skew);
+                update(p2, m2, v2, nullptr);
+                convert_from_f32(separate.data() + skew, t, p2.data() + skew, n);
+                EXPECT_EQ(p1, p2);
+                EXPECT_EQ(m1, m2);
+                EXPECT_EQ(v1, v2);
+                EXPECT_EQ(fused, separate) << dtype_name(t) << " n " << n;
+            }
 }

@@ -78,13 +78,14 @@ void residual_add(float* out, const float* x, const float* bias, const float* y,
 }
 
 namespace {
-// dout (N, OC) as a backward's two bf16 products read it (rows for dinp, columns for dweight): rounded to
-// bf16 once (scratch 0) when both run, else fp32 (rounded as the one product packs it)
+// dout (N, OC) as a backward's bf16 products read it (rows for dinp, columns for dweight): rounded to bf16
+// once (scratch 0) when dinp is asked for (its rows of bf16 pairs then need no packing), else fp32 (rounded
+// as dweight's product packs it)
 struct DoutOperands {
     native::Operand rows, cols;
 };
-DoutOperands dout_operands(const float* dout, int N, int OC, bool both) {
-    if (!both) return {{dout, DType::F32, OC, 1}, {dout, DType::F32, 1, OC}};
+DoutOperands dout_operands(const float* dout, int N, int OC, bool dinp) {
+    if (!dinp) return {{dout, DType::F32, OC, 1}, {dout, DType::F32, 1, OC}};
     const unsigned short* d = to_bf16_scratch(0, dout, size_t(N) * OC);
     return {{d, DType::BF16, OC, 1}, {d, DType::BF16, 1, OC}};
 }
@@ -96,7 +97,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
     profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (precision == MatmulPrecision::bf16) {
         // dout rounded to bf16 once for both products; inp and weight as the products read them
-        const DoutOperands d = dout_operands(dout, N, OC, dinp && dweight);
+        const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr);
         if (dinp) gemm_mixed(dinp, DType::F32, d.rows, {weight, DType::F32, C, 1}, N, C, OC, false, nullptr);
         if (dweight)
             gemm_mixed(dweight, DType::F32, d.cols, {inp, DType::F32, C, 1}, OC, C, N, accumulate_dweight, nullptr);
@@ -161,7 +162,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      DType in_t, int N, int C, int OC, bool accumulate_dweight) {
     profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (in_t == DType::BF16) {  // dout rounded to bf16 once for both products (rows of bf16 pairs: no packing for dinp)
-        const DoutOperands d = dout_operands(dout, N, OC, dinp && dweight);
+        const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr);
         if (dinp) gemm_mixed(dinp, DType::F32, d.rows, {weight, DType::BF16, C, 1}, N, C, OC, false, nullptr);
         if (dweight)
             gemm_mixed(dweight, DType::F32, d.cols, {inp, DType::BF16, C, 1}, OC, C, N, accumulate_dweight, nullptr);

@@ -2,6 +2,7 @@
 
 #include "shardlm/core/profile.h"
 
+#include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/simd.h"
 
 #include <algorithm>
@@ -44,11 +45,14 @@ namespace {
 
 struct AdamArgs {
     float beta1, beta2, eps, step_size, bc2_sqrt, l2, decay, gs;
+    void* p16 = nullptr;  // the 16-bit copy of p to write too (elements indexed as p's), or null
+    DType t16 = DType::BF16;
 };
 
-// One Adam/AdamW update of 16 lanes (masked). coupled: g += l2 p (Adam); decay: p *= decay (AdamW).
+// One Adam/AdamW update of 16 lanes (masked) at element i of the slice. coupled: g += l2 p (Adam);
+// decay: p *= decay (AdamW).
 template <bool kStream>
-inline void adam16(float* p, const float* g, float* m, float* v, simd::M16 k, const AdamArgs& a) {
+inline void adam16(float* p, const float* g, float* m, float* v, simd::M16 k, const AdamArgs& a, size_t i) {
     using namespace simd;
     V16 pv = load(k, p), gv = load(k, g);
     V16 mv = load(k, m), vv = load(k, v);
@@ -57,6 +61,10 @@ inline void adam16(float* p, const float* g, float* m, float* v, simd::M16 k, co
     vv = fmadd(set1(1.0f - a.beta2) * d, d, set1(a.beta2) * vv);
     const V16 denom = sqrt(vv) / set1(a.bc2_sqrt) + set1(a.eps);
     pv = fnmadd(set1(a.step_size), mv / denom, pv * set1(a.decay));
+    if (a.p16) {
+        if (a.t16 == DType::BF16) store16<DType::BF16>(a.p16, i, k, pv);
+        else store16<DType::F16>(a.p16, i, k, pv);
+    }
     if constexpr (kStream) {
         stream(p, pv);
         stream(m, mv);
@@ -74,17 +82,17 @@ void adam_common(float* p, const float* g, float* m, float* v, size_t n, const A
     const bool aligned_together = ((uintptr_t(p) ^ uintptr_t(m)) % 64 == 0) && ((uintptr_t(p) ^ uintptr_t(v)) % 64 == 0);
     size_t head = aligned_together ? ((64 - uintptr_t(p) % 64) % 64) / 4 : 0;
     if (head > n) head = n;
-    if (head) adam16<false>(p, g, m, v, simd::mask_first(int(head)), a);
+    if (head) adam16<false>(p, g, m, v, simd::mask_first(int(head)), a, 0);
     size_t body = (n - head) / 16;
     float *pb = p + head, *mb = m + head, *vb = v + head;
     const float* gb = g + head;
 #pragma omp parallel for schedule(dynamic, 2048)
     for (size_t b = 0; b < body; b++) {
-        if (aligned_together) adam16<true>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a);
-        else adam16<false>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a);
+        if (aligned_together) adam16<true>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a, head + 16 * b);
+        else adam16<false>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a, head + 16 * b);
     }
     size_t done = head + body * 16;
-    if (done < n) adam16<false>(p + done, g + done, m + done, v + done, simd::mask_first(int(n - done)), a);
+    if (done < n) adam16<false>(p + done, g + done, m + done, v + done, simd::mask_first(int(n - done)), a, done);
     simd::stream_fence();
 }
 
@@ -102,17 +110,19 @@ AdamArgs adam_args(float lr, float beta1, float beta2, float eps, int step, floa
 }  // namespace
 
 void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                 float eps, float wd, int step, float gs) {
-    profile::Scope prof_("adam", 0, 28.0 * n);
+                 float eps, float wd, int step, float gs, void* p16, DType t16) {
+    profile::Scope prof_("adam", 0, (p16 ? 30.0 : 28.0) * n);
     AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
+    a.p16 = p16, a.t16 = t16;
     a.l2 = wd;  // coupled L2: d = g + wd p
     adam_common(p, g, m, v, n, a);
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float wd, int step, float gs) {
-    profile::Scope prof_("adamw", 0, 28.0 * n);
+                  float eps, float wd, int step, float gs, void* p16, DType t16) {
+    profile::Scope prof_("adamw", 0, (p16 ? 30.0 : 28.0) * n);
     AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
+    a.p16 = p16, a.t16 = t16;
     a.decay = 1.0f - lr * wd;  // decoupled: p *= 1 - lr wd
     adam_common(p, g, m, v, n, a);
 }

@@ -10,15 +10,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shardlm/core/dtype.h"
+
 namespace shardlm::kernels {
 
 void sgd_update(float* p, const float* g, size_t n, float lr, float wd, float gs = 1.0f);
 void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, float mu, float wd, float gs = 1.0f);
 void adagrad_update(float* p, const float* g, float* sum, size_t n, float lr, float eps, float wd, float gs = 1.0f);
+// p16 (not null): the updated parameters also written rounded to t16 (BF16 or F16) there, in the same
+// pass: the 16-bit copy a mixed-precision model reads (convert_from_f32's bits).
 void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                 float eps, float wd, int step, float gs = 1.0f);
+                 float eps, float wd, int step, float gs = 1.0f, void* p16 = nullptr, DType t16 = DType::BF16);
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float wd, int step, float gs = 1.0f);
+                  float eps, float wd, int step, float gs = 1.0f, void* p16 = nullptr, DType t16 = DType::BF16);
 // torch.optim.RAdam (PyTorch 1.13): Adam's moments; while the length of the approximated SMA
 // rho_t <= 5 the step is lr m / (1 - beta1^t) (no second moment), then rectified Adam.
 void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,

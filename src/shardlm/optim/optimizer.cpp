@@ -238,17 +238,23 @@ void Optimizer::step(float* params, const float* grads, float lr, float gs) {
     step(p, g, lr, gs);
 }
 
-void Optimizer::step(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs) {
+bool Optimizer::step(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs,
+                     const Mirror* mirror) {
     SHARDLM_CHECK(params.size() == owned_.size() && grads.size() == owned_.size(), "Optimizer::step: ",
                   params.size(), " parameter ranges for ", owned_.size(), " owned ranges");
+    SHARDLM_CHECK(!mirror || mirror->ranges.size() == owned_.size(), "Optimizer::step: ", mirror ? mirror->ranges.size() : 0,
+                  " mirror ranges for ", owned_.size(), " owned ranges");
     step_++;
-    if (cfg_.kind == Kind::Adam8bit) return step_adam8bit(params, grads, lr, gs);
-    if (cfg_.kind == Kind::Adafactor) return step_adafactor(params, grads, lr, gs);
+    if (cfg_.kind == Kind::Adam8bit) return step_adam8bit(params, grads, lr, gs), false;
+    if (cfg_.kind == Kind::Adafactor) return step_adafactor(params, grads, lr, gs), false;
+    const bool mirrored = mirror && (cfg_.kind == Kind::Adam || cfg_.kind == Kind::AdamW);
     for (const Piece& pc : pieces_) {
         const model::ParamSpec& p = layout_.params[pc.param];
         const size_t off = pc.begin - owned_[pc.range].begin, n = pc.end - pc.begin, s = pc.state;
         float* w = params[pc.range] + off;
         const float* g = grads[pc.range] + off;
+        void* w16 = mirrored ? at(mirror->ranges[pc.range], mirror->type, off) : nullptr;
+        const DType t16 = mirror ? mirror->type : DType::BF16;
         float wd = p.decay ? cfg_.weight_decay : 0.0f;
         switch (cfg_.kind) {
             case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
@@ -256,11 +262,11 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
             case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
             case Kind::Adam:
                 kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                     step_, gs);
+                                     step_, gs, w16, t16);
                 break;
             case Kind::AdamW:
                 kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                      step_, gs);
+                                      step_, gs, w16, t16);
                 break;
             case Kind::RAdam:
                 kernels::radam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
@@ -275,6 +281,7 @@ void Optimizer::step(const std::vector<float*>& params, const std::vector<const 
             case Kind::Adafactor: break;  // step_adam8bit, step_adafactor
         }
     }
+    return mirrored;
 }
 
 void Optimizer::update_hessian(const float* grads, float gs) {

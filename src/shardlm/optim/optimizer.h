@@ -87,10 +87,18 @@ public:
     Optimizer(OptimConfig cfg, const model::Layout& layout, Range owned)
         : Optimizer(cfg, layout, std::vector<Range>{owned}) {}
 
+    // The 16-bit copy of the parameters a mixed-precision model reads: where range k's copy is stored
+    // (ranges[k], owned()[k].size() elements of `type`, BF16 or F16).
+    struct Mirror {
+        std::vector<void*> ranges;
+        DType type;
+    };
     // One update from grad_scale * gradients (grad_scale applies clipping without a separate pass).
-    // params[k], grads[k]: where range k is stored (owned()[k].size() floats each).
-    void step(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
-              float grad_scale = 1.0f);
+    // params[k], grads[k]: where range k is stored (owned()[k].size() floats each). mirror: also write
+    // the updated parameters rounded into it, in the update's own pass, where the optimiser can (Adam,
+    // AdamW): returns whether it did (else the caller rounds them itself).
+    bool step(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
+              float grad_scale = 1.0f, const Mirror* mirror = nullptr);
     // Same, with every range stored at its own offset of full flat buffers.
     void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,13 @@ public:
     std::vector<float*> owned_params() { return store_.owned_params(); }
     std::vector<const float*> owned_grads() { return store_.owned_grads(); }
     void after_step() { zero_->after_step(); }
+    // Mixed precision: where the optimiser may write the owned ranges' 16-bit copy (null: none), and
+    // that it did (after_step then only gathers)
+    std::optional<optim::Optimizer::Mirror> owned_mirror() {
+        if (store_.param_type() == DType::F32) return std::nullopt;
+        return optim::Optimizer::Mirror{store_.owned_params16(), store_.param_type()};
+    }
+    void params_rounded() { zero_->params_rounded(); }
 
     MemoryReport memory(const optim::Optimizer& opt) const;
     // The report with the ZeRO formulas beside it (fp32 Adam: params 4, grads 4, optimiser 8 bytes

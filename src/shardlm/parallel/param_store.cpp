@@ -130,6 +130,17 @@ std::vector<float*> ParamStore::owned_params() {
     return p;
 }
 
+std::vector<void*> ParamStore::owned_params16() {
+    SHARDLM_CHECK(mixed(), "owned_params16: the parameters have no 16-bit copy");
+    if (where_.optimizer_whole) return {model16_.data()};
+    std::vector<void*> p;
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const int unit = int(u);
+        p.push_back(at(model16_.data(), pt_, where_.model16_whole ? shard(unit).begin : shard_offset(unit)));
+    }
+    return p;
+}
+
 std::vector<const float*> ParamStore::owned_grads() {
     if (where_.optimizer_whole) return {grads_.data()};
     std::vector<const float*> g;

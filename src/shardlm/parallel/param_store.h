@@ -98,6 +98,9 @@ public:
     // ---- the optimiser's view ----------------------------------------------------------------
     std::vector<optim::Range> owned_ranges() const;
     std::vector<float*> owned_params();
+    // Mixed: where each owned range's 16-bit copy is (owned_params' order): the optimiser can write it
+    // in its own pass (Optimizer::Mirror) instead of round_to_model.
+    std::vector<void*> owned_params16();
     std::vector<const float*> owned_grads();
 
     size_t param_bytes() const { return mixed() ? model16_.bytes() : master_.bytes(); }

@@ -57,12 +57,17 @@ void ZeroStrategy::finish_step() {
 
 size_t ZeroStrategy::comm_buffer_bytes() const { return store_.staging_bytes(); }
 
+void ZeroStrategy::round_slices_to_model() {
+    if (pt_ != DType::F32 && !rounded_)
+        for (size_t u = 0; u < units_.size(); u++) store_.round_to_model(int(u));
+    rounded_ = false;
+}
+
 void ZeroStrategy::gather_updated_slices() {
     // what the model reads, whole on every rank: the fp32 master, or the 16-bit copy of it (rounded
     // from this rank's master slices first), each rank's slice of every unit to every rank
     const bool mixed = pt_ != DType::F32;
-    if (mixed)
-        for (size_t u = 0; u < units_.size(); u++) store_.round_to_model(int(u));
+    round_slices_to_model();
     char* model = mixed ? reinterpret_cast<char*>(store_.model16()) : reinterpret_cast<char*>(store_.master());
     const size_t eb = dtype_bytes(pt_);
     std::vector<comm::Request> pending;
@@ -117,7 +122,8 @@ void Replicated::after_backward(int unit) {
 }
 
 void Replicated::after_step() {
-    if (pt_ != DType::F32) store_.round_all_to_model();
+    if (pt_ != DType::F32 && !rounded_) store_.round_all_to_model();
+    rounded_ = false;
 }
 
 std::array<size_t, 3> Replicated::expected_step_bytes(int) const {
@@ -370,8 +376,7 @@ void ShardedParameters::before_backward(int unit, int next) {
 }
 
 void ShardedParameters::after_step() {
-    if (pt_ == DType::F32) return;  // the optimiser stepped the master slices the gathers read
-    for (size_t u = 0; u < units_.size(); u++) store_.round_to_model(int(u));
+    round_slices_to_model();  // fp32: the optimiser stepped the master slices the gathers read
 }
 
 std::array<size_t, 3> ShardedParameters::expected_step_bytes(int micro) const {

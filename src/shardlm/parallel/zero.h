@@ -87,6 +87,9 @@ public:
 
     virtual void finish_step();    // every reduction of the step complete, gradients in fp32
     virtual void after_step() = 0; // the optimiser stepped the owned slices: restore what the model reads
+    // The optimiser wrote the 16-bit copy of its slices in its own pass (Optimizer::Mirror): after_step
+    // only gathers what it must.
+    void params_rounded() { rounded_ = true; }
     virtual size_t comm_buffer_bytes() const;  // slots and 16-bit staging
     // Bytes this rank should send per step, {all_reduce, reduce_scatter, all_gather}, for `micro`
     // micro-batches per chunk.
@@ -117,6 +120,10 @@ protected:
     bool reduce_ = true;
     std::function<void(int, float*)> pre_reduce_;
     double exposed_s_ = 0;
+    bool rounded_ = false;  // params_rounded() this step
+    // Mixed precision: every unit's slice rounded into the 16-bit copy, unless the optimiser did (the
+    // flag is cleared either way)
+    void round_slices_to_model();
     struct PendingReduce {
         comm::Request req;
         optim::Range back;  // what comes back from the 16-bit staging into the gradients once done

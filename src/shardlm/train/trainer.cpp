@@ -259,7 +259,13 @@ StepStats Trainer::train_step(int step) {
         // applies the scale (and undoes the loss scale) as it reads each gradient.
         float grad_scale = 1.0f;
         if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (clip_norm + 1e-6)));
-        e_.optimizer->step(e_.dp->owned_params(), e_.dp->owned_grads(), s.lr, grad_scale / used);
+        // mixed precision: the optimiser writes the 16-bit copy in its own pass, unless something changes
+        // the parameters after it (an averaging algorithm, the tied embedding's re-sync, a test's poison)
+        const bool params_final = !differ && !(e_.embedding_group && algo.may_desync_tied()) && !faults_;
+        const std::optional<optim::Optimizer::Mirror> mirror = params_final ? e_.dp->owned_mirror() : std::nullopt;
+        if (e_.optimizer->step(e_.dp->owned_params(), e_.dp->owned_grads(), s.lr, grad_scale / used,
+                               mirror ? &*mirror : nullptr))
+            e_.dp->params_rounded();
         after_update();
     };
     const parallel::PipelineExecutor::Result r = e_.exec->run(e_.schedule, batch, M, T, dloss, reduce, update);
