@@ -116,8 +116,10 @@ TEST_F(MixedPrecision, RecomputationInEveryLayout) {
 
 // 16-bit rounding makes layouts differ in the last bits of bf16 (2^-8 relative) after the first
 // differently ordered sum; over 10 steps of this model the loss stays within 2e-3 relative (measured
-// up to 3e-4), the gradient norm within 1e-2 (measured 5e-3 when the gradients themselves are reduced
-// in bf16). The same layout twice is identical.
+// up to 3e-4), the gradient norm within 2e-2 (measured up to 5e-3 at most steps; step 7's norm is the
+// sensitive one: tp2 against one process 1.1 % with the native GEMMs and attention tiles, 1.45 % with
+// OpenBLAS's, where the loss agrees to 2e-4). A layout bug moves them by far more (a missed reduction
+// halves or doubles them). The same layout twice is identical.
 TEST_F(MixedPrecision, SixteenBitLayoutsStayWithinNoise) {
     for (const char* p : {"bf16", "fp16"}) {
         const std::string prec = std::string("--steps 10 --precision ") + p + " ";
@@ -142,7 +144,7 @@ TEST_F(MixedPrecision, SixteenBitLayoutsStayWithinNoise) {
             for (size_t i = 0; i < a.size(); i++) {
                 const double la = a[i]["loss"], lb = b[i]["loss"], ga = a[i]["grad_norm"], gb = b[i]["grad_norm"];
                 EXPECT_NEAR(la, lb, 2e-3 * la) << p << " " << l.name << ", step " << i;
-                EXPECT_NEAR(ga, gb, 1e-2 * ga) << p << " " << l.name << ", step " << i;
+                EXPECT_NEAR(ga, gb, 2e-2 * ga) << p << " " << l.name << ", step " << i;
             }
         }
     }

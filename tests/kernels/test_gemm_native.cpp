@@ -5,10 +5,12 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <array>
 #include <cstring>
 #include <vector>
 
 #include "kernel_test_util.h"
+#include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/dtype.h"
 #include "shardlm/kernels/gemm_native.h"
 
@@ -187,6 +189,37 @@ TEST(NativeGemm, BitsDoNotDependOnThreadsOrCut) {
         expect_part(37, 150, 0, N);  // rows from the middle of a tile
         expect_part(0, M, 101, 333);  // columns from the middle of a panel
         expect_part(200, 201, 5, 6);  // one element
+    }
+}
+
+// A packed B read by many products, each a range of its rows and columns (attention's tiles): the same
+// bits as sgemm on those ranges (one block of k), with A given as its rows or as its columns.
+TEST(NativeGemm, PackedProductsReadTheirRangesOfB) {
+    if (!kernels::native::has_fp32()) GTEST_SKIP() << "no AVX-512 in this build";
+    const int K = 150, N = 130;
+    for (int nr : {48, 64})
+    for (char lb : {'N', 'T'}) {
+        const Stored B(K, N, lb, DType::F32, 14);
+        AlignedBuffer<float> storage(kernels::native::packed_b_floats(K, N, nr));
+        const kernels::native::PackedB pb = kernels::native::pack_b(B.op(), K, N, storage.data(), nr);
+        for (char la : {'N', 'T'})
+            for (auto [k0, k1, n0, n1] : {std::array{0, K, 0, N}, std::array{17, 111, nr, 130}, std::array{5, 6, 2 * nr, 130}}) {
+                SCOPED_TRACE(::testing::Message() << "panels " << nr << " " << lb << la << " k " << k0 << ".." << k1 << " n " << n0 << ".." << n1);
+                const int M = 11, nk = k1 - k0, nn = n1 - n0;
+                const Stored A(M, nk, la, DType::F32, 15);
+                Vec got(size_t(M) * nn, 3.0f), want(got.size());
+                kernels::native::gemm_packed(M, k0, k1, n0, n1, 0.5f, A.op(), pb, 0.0f, got.data(), nn);
+                const Operand bs = B.op();  // B's block from (k0, n0)
+                const Operand block{static_cast<const float*>(bs.data) + long(k0) * bs.rs + long(n0) * bs.cs, DType::F32,
+                                    bs.rs, bs.cs};
+                kernels::native::sgemm(M, nn, nk, 0.5f, A.op(), block, 0.0f, want.data(), nn);
+                EXPECT_EQ(got, want);
+                // accumulating: C += the product
+                Vec acc(got.size(), 1.0f), acc_want(got.size(), 1.0f);
+                kernels::native::gemm_packed(M, k0, k1, n0, n1, 0.5f, A.op(), pb, 1.0f, acc.data(), nn);
+                kernels::native::sgemm(M, nn, nk, 0.5f, A.op(), block, 1.0f, acc_want.data(), nn);
+                EXPECT_EQ(acc, acc_want);
+            }
     }
 }
 

@@ -184,7 +184,10 @@ TEST(Fp16Soft, EqualsTheCompilersConversions) {
 #if defined(__FLT16_MAX__)
     auto bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; };
     for (uint32_t h = 0; h < 0x10000; h++) {
-        const float want = static_cast<float>(*reinterpret_cast<const _Float16*>(&h)), got = f16_to_f32_soft(uint16_t(h));
+        const uint16_t h16 = uint16_t(h);
+        _Float16 hf;
+        std::memcpy(&hf, &h16, 2);
+        const float want = static_cast<float>(hf), got = f16_to_f32_soft(h16);
         if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << h;
         else ASSERT_EQ(bits(got), bits(want)) << h;
     }

@@ -76,7 +76,9 @@ TEST(GossipMixing, DoublyStochasticAndConsistentForEveryTopology) {
                         row += w[size_t(i) * n + j], col += w[size_t(j) * n + i];
                         EXPECT_GE(w[size_t(i) * n + j], 0.0);
                         const bool undirected = t != Topology::OnePeerExp || (n & (n - 1)) == 0;
-                        if (undirected) EXPECT_NEAR(w[size_t(i) * n + j], w[size_t(j) * n + i], 1e-15) << n << " " << i << " " << j;
+                        if (undirected) {
+                            EXPECT_NEAR(w[size_t(i) * n + j], w[size_t(j) * n + i], 1e-15) << n << " " << i << " " << j;
+                        }
                     }
                     EXPECT_NEAR(row, 1.0, 1e-12) << setting_text(t) << " n " << n << " row " << i;
                     EXPECT_NEAR(col, 1.0, 1e-12) << setting_text(t) << " n " << n << " column " << i;
@@ -166,7 +168,9 @@ TEST(GossipMixing, DecentralisedSgdOnQuadratics) {
             std::vector<double> y = mix(mixing_matrix(t, n, it), n, x, dim);
             for (size_t k = 0; k < y.size(); k++) y[k] -= lr * (x[k] - b[k]);
             x = y;
-            if (it % 20 == 0) EXPECT_LE(mean_err(), std::pow(1 - lr, it) * e0 * (1 + 1e-6) + 1e-12) << setting_text(t);
+            if (it % 20 == 0) {
+                EXPECT_LE(mean_err(), std::pow(1 - lr, it) * e0 * (1 + 1e-6) + 1e-12) << setting_text(t);
+            }
         }
         EXPECT_LT(mean_err(), 1e-8) << setting_text(t);
         EXPECT_LT(consensus_sq(x, n, dim), consensus_sq(b, n, dim)) << setting_text(t);

@@ -11,6 +11,7 @@
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
 #include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm_native.h"
 #include "shardlm/kernels/vec_math.h"
 
 // GCC 12 warns inside _mm512_reduce_add_ps's own header (its __Y "used uninitialized": GCC bug 105593)
@@ -71,6 +72,41 @@ void widen(float* x, const void* src, DType t, size_t base, int T, size_t W, siz
     for (int i = 0; i < T; i++) load_row(x + size_t(i) * HS, at(src, t, base + size_t(i) * W + col), t, size_t(HS));
 }
 
+// One head's operand that many tile products read (K^T, V, Q, ...): B(k, n) = x[k * rs + n * cs], K x N.
+// Where the native kernels serve (an AVX-512 build, --gemm auto or native) it is packed once into their
+// panels and every product reads the panels; otherwise each product is one sgemm_tile on x as it lies.
+class TileOperand {
+public:
+    // packed into the calling thread's scratch slot (3-7)
+    void set(int slot, const float* x, long rs, long cs, int K, int N) {
+        x_ = x, rs_ = rs, cs_ = cs;
+        if (native_)
+            packed_ = native::pack_b({x, DType::F32, rs, cs}, K, N, thread_scratch(slot, native::packed_b_floats(K, N, 64)), 64);
+    }
+    // C(M x (n1 - n0)) = alpha A(M x (k1 - k0)) B[k0:k1, n0:n1] + beta C: A row-major (ta NoTrans: lda apart)
+    // or its transpose (A's columns contiguous)
+    void product(CBLAS_TRANSPOSE ta, int M, int k0, int k1, int n0, int n1, float alpha, const float* A, int lda,
+                 float beta, float* C, int ldc) const {
+        if (native_) {
+            const native::Operand a = ta == CblasNoTrans ? native::Operand{A, DType::F32, lda, 1}
+                                                          : native::Operand{A, DType::F32, 1, lda};
+            native::gemm_packed(M, k0, k1, n0, n1, alpha, a, packed_, beta, C, ldc);
+            return;
+        }
+        // B's block as sgemm reads it: its rows (cs 1) or, transposed, its columns (rs 1)
+        const float* b = x_ + k0 * rs_ + n0 * cs_;
+        const bool rows = cs_ == 1;
+        sgemm_tile(ta, rows ? CblasNoTrans : CblasTrans, M, n1 - n0, k1 - k0, alpha, A, lda, b, int(rows ? rs_ : cs_),
+                   beta, C, ldc);
+    }
+
+private:
+    const bool native_ = native::has_fp32() && (gemm_backend() == GemmBackend::Auto || gemm_backend() == GemmBackend::Native);
+    const float* x_ = nullptr;
+    long rs_ = 0, cs_ = 0;
+    native::PackedB packed_{nullptr, 0, 0, 0};
+};
+
 struct Dims {
     int HS, G, KVC;
     size_t W;  // qkv's row width C + 2 KVC
@@ -94,6 +130,7 @@ void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, in
         float* q = thread_scratch(0, 3 * th + size_t(kFlashRows) * (kFlashCols + HS + 2));
         float *k = q + th, *v = k + th, *s = v + th, *o = s + size_t(kFlashRows) * kFlashCols;
         float *mx = o + size_t(kFlashRows) * HS, *sum = mx + kFlashRows;
+        TileOperand kt, vv;  // K^T (HS x T) for the scores, V (T x HS) for the output
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH, kvh = h / d.G;
@@ -101,6 +138,8 @@ void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, in
             widen(q, qkv, t, base, T, d.W, size_t(h) * HS, HS);
             widen(k, qkv, t, base, T, d.W, size_t(C) + size_t(kvh) * HS, HS);
             widen(v, qkv, t, base, T, d.W, size_t(C) + d.KVC + size_t(kvh) * HS, HS);
+            kt.set(3, k, 1, HS, HS, T);
+            vv.set(4, v, HS, 1, T, HS);
             for (int r0 = 0; r0 < T; r0 += kFlashRows) {
                 const int r1 = std::min(r0 + kFlashRows, T), M = r1 - r0;
                 std::fill(mx, mx + M, -INFINITY);
@@ -108,8 +147,7 @@ void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, in
                 std::memset(o, 0, sizeof(float) * size_t(M) * HS);
                 for (int c0 = 0; c0 < r1; c0 += kFlashCols) {
                     const int c1 = std::min(c0 + kFlashCols, r1), N = c1 - c0;
-                    sgemm_tile(CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
-                                k + size_t(c0) * HS, HS, 0.0f, s, kFlashCols);
+                    kt.product(CblasNoTrans, M, 0, HS, c0, c1, d.scale, q + size_t(r0) * HS, HS, 0.0f, s, kFlashCols);
                     for (int i = 0; i < M; i++) {
                         float* row = s + size_t(i) * kFlashCols;
                         const int n = std::min(c1, r0 + i + 1) - c0;  // keys row r0 + i sees in this tile
@@ -123,8 +161,7 @@ void flash_attention_forward(void* out, float* lse, const void* qkv, DType t, in
                         if (alpha != 1.0f) scale_row(o + size_t(i) * HS, HS, alpha);
                         mx[i] = m_new;
                     }
-                    sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, s, kFlashCols,
-                                v + size_t(c0) * HS, HS, 1.0f, o, HS);
+                    vv.product(CblasNoTrans, M, c0, c1, 0, HS, 1.0f, s, kFlashCols, 1.0f, o, HS);
                 }
                 for (int i = 0; i < M; i++) {
                     scale_row(o + size_t(i) * HS, HS, 1.0f / sum[i]);
@@ -150,6 +187,8 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
         // q, k, v of one head, each row's D = dO . O, a tile's probabilities and score gradients
         float* q = thread_scratch(0, 3 * th + size_t(T) + 2 * tile + size_t(HS));
         float *k = q + th, *v = k + th, *D = v + th, *p = D + T, *ds = p + tile, *orow = ds + tile;
+        // K^T (scores), K (dQ), V^T (dP), Q (dK), dO (dV)
+        TileOperand kt, kk, vt, qq, gg;
         // one item per key/value head: the G query heads that share it sum into its dk, dv in order
 #pragma omp for schedule(dynamic, 1)
         for (int bg = 0; bg < B * NKV; bg++) {
@@ -163,6 +202,9 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
             }
             widen(k, qkv, t, base, T, W, size_t(C) + size_t(kvh) * HS, HS);
             widen(v, qkv, t, base, T, W, size_t(C) + d.KVC + size_t(kvh) * HS, HS);
+            kt.set(3, k, 1, HS, HS, T);
+            kk.set(4, k, HS, 1, T, HS);
+            vt.set(5, v, 1, HS, HS, T);
             for (int h = kvh * d.G; h < (kvh + 1) * d.G; h++) {
                 const int bh = b * NH + h;
                 widen(q, qkv, t, base, T, W, size_t(h) * HS, HS);
@@ -174,34 +216,30 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
                     D[i] = dot_row(dO + size_t(i) * C, orow, HS);
                     std::memset(dq + size_t(i) * W, 0, sizeof(float) * HS);
                 }
+                qq.set(6, q, HS, 1, T, HS);
+                gg.set(7, dO, C, 1, T, HS);
                 for (int c0 = 0; c0 < T; c0 += kFlashCols) {
                     const int c1 = std::min(c0 + kFlashCols, T), N = c1 - c0;
                     for (int r0 = c0 / kFlashRows * kFlashRows; r0 < T; r0 += kFlashRows) {
                         const int r1 = std::min(r0 + kFlashRows, T), M = r1 - r0;
                         // the tile's probabilities again, from the row statistics
-                        sgemm_tile(CblasNoTrans, CblasTrans, M, N, HS, d.scale, q + size_t(r0) * HS, HS,
-                                    k + size_t(c0) * HS, HS, 0.0f, p, kFlashCols);
+                        kt.product(CblasNoTrans, M, 0, HS, c0, c1, d.scale, q + size_t(r0) * HS, HS, 0.0f, p, kFlashCols);
                         for (int i = 0; i < M; i++) {
                             float* row = p + size_t(i) * kFlashCols;
                             const int n = std::clamp(r0 + i + 1 - c0, 0, N);
                             exp_row(row, row, n, N, L[r0 + i]);
                         }
-                        const float* g = dO + size_t(r0) * C;
                         // dV += P^T dO ; dP = dO V^T
-                        sgemm_tile(CblasTrans, CblasNoTrans, N, HS, M, 1.0f, p, kFlashCols, g, C, 1.0f,
-                                    dv + size_t(c0) * W, W);
-                        sgemm_tile(CblasNoTrans, CblasTrans, M, N, HS, 1.0f, g, C, v + size_t(c0) * HS,
-                                    HS, 0.0f, ds, kFlashCols);
+                        gg.product(CblasTrans, N, r0, r1, 0, HS, 1.0f, p, kFlashCols, 1.0f, dv + size_t(c0) * W, int(W));
+                        vt.product(CblasNoTrans, M, 0, HS, c0, c1, 1.0f, dO + size_t(r0) * C, C, 0.0f, ds, kFlashCols);
                         for (int i = 0; i < M; i++) {
                             const int n = std::clamp(r0 + i + 1 - c0, 0, N);
                             dscore_row(ds + size_t(i) * kFlashCols, ds + size_t(i) * kFlashCols,
                                        p + size_t(i) * kFlashCols, n, N, D[r0 + i], d.scale);
                         }
                         // dQ += dS K ; dK += dS^T Q
-                        sgemm_tile(CblasNoTrans, CblasNoTrans, M, HS, N, 1.0f, ds, kFlashCols,
-                                    k + size_t(c0) * HS, HS, 1.0f, dq + size_t(r0) * W, W);
-                        sgemm_tile(CblasTrans, CblasNoTrans, N, HS, M, 1.0f, ds, kFlashCols,
-                                    q + size_t(r0) * HS, HS, 1.0f, dk + size_t(c0) * W, W);
+                        kk.product(CblasNoTrans, M, c0, c1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dq + size_t(r0) * W, int(W));
+                        qq.product(CblasTrans, N, r0, r1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dk + size_t(c0) * W, int(W));
                     }
                 }
             }

@@ -13,6 +13,7 @@
 
 namespace shardlm::kernels {
 
+// Keys a tile: one of the native kernels' 64-column panels
 inline constexpr int kFlashRows = 64, kFlashCols = 64;
 
 // qkv (B,T,C + 2 KVC) as attention.h, stored as t; out (B,T,C) = in t; lse (B,NH,T) = fp32: row i's

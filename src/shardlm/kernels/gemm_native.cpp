@@ -40,52 +40,39 @@ float* scratch(int slot, size_t floats) {
 
 // ---- register tiles ---------------------------------------------------------------------------------
 
-// C(R x 48, the columns of cm) op= alpha A(R x kc) B(kc x 48): A(i, k) at a[i * lda + k] (rows) or
-// a[i + k * lda] (KMAJOR); B a packed panel (kc rows of 48).
-template <int R, bool KMAJOR>
+// C(R x 16 NV, the columns of cm) op= alpha A(R x kc) B(kc x 16 NV): A(i, k) at a[i * lda + k] (rows) or
+// a[i + k * lda] (KMAJOR); B a packed panel (kc rows of 16 NV). The GEMMs run 8 x 48 (NV 3: 24 accumulators);
+// products whose columns come in 64s (attention's tiles, its head size) run 6 x 64 (NV 4).
+template <int R, int NV, bool KMAJOR>
 __attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long lda, const float* __restrict b, float* c,
                                         long ldc, const __mmask16* cm, float alpha, float beta, int mode) {
-    __m512 acc[R][kNv];
+    __m512 acc[R][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 3
-        for (int v = 0; v < kNv; v++) acc[i][v] = _mm512_setzero_ps();
-    if constexpr (KMAJOR) {
 #pragma GCC unroll 4
-        for (int k = 0; k < kc; k++) {
-            const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32);
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+    const float* row[R];
 #pragma GCC unroll 8
-            for (int i = 0; i < R; i++) {
-                const __m512 x = _mm512_set1_ps(a[i]);
-                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-                acc[i][2] = _mm512_fmadd_ps(x, b2, acc[i][2]);
-            }
-            a += lda;
-            b += kNr;
-        }
-    } else {
-        const float* row[R];
-#pragma GCC unroll 8
-        for (int i = 0; i < R; i++) row[i] = a + i * lda;
+    for (int i = 0; i < R; i++) row[i] = KMAJOR ? a + i : a + i * lda;
+    const long step = KMAJOR ? lda : 1;
 #pragma GCC unroll 4
-        for (int k = 0; k < kc; k++) {
-            const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32);
+    for (int k = 0; k < kc; k++) {
+        __m512 bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(b + 16 * v);
 #pragma GCC unroll 8
-            for (int i = 0; i < R; i++) {
-                const __m512 x = _mm512_set1_ps(row[i][k]);
-                acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-                acc[i][2] = _mm512_fmadd_ps(x, b2, acc[i][2]);
-            }
-            b += kNr;
+        for (int i = 0; i < R; i++) {
+            const __m512 x = _mm512_set1_ps(row[i][k * step]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(x, bv[v], acc[i][v]);
         }
+        b += 16 * NV;
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 3
-        for (int v = 0; v < kNv; v++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
             float* p = c + i * ldc + 16 * v;
             __m512 x = _mm512_mul_ps(acc[i][v], va);
             if (mode != kStore) {
@@ -136,16 +123,17 @@ __attribute__((noinline)) void tile_bf16(int kp, const word_t* __restrict a, lon
 }
 #endif
 
-// The tiles by their rows (1 .. kMr): a switch over the template's instances.
-template <bool KMAJOR>
+// The tiles by their rows (1 .. 8 for NV 3, 1 .. 6 for NV 4): a switch over the template's instances.
+template <int NV, bool KMAJOR>
 void tile_f32_rows(int R, int kc, const float* a, long lda, const float* b, float* c, long ldc, const __mmask16* cm,
                    float alpha, float beta, int mode) {
     switch (R) {
 #define SHARDLM_TILE(r) \
-    case r: return tile_f32<r, KMAJOR>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
-        SHARDLM_TILE(1) SHARDLM_TILE(2) SHARDLM_TILE(3) SHARDLM_TILE(4)
-        SHARDLM_TILE(5) SHARDLM_TILE(6) SHARDLM_TILE(7) SHARDLM_TILE(8)
+    case r: return tile_f32<r, NV, KMAJOR>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+        SHARDLM_TILE(1) SHARDLM_TILE(2) SHARDLM_TILE(3) SHARDLM_TILE(4) SHARDLM_TILE(5) SHARDLM_TILE(6)
 #undef SHARDLM_TILE
+        case 7: if constexpr (NV == 3) return tile_f32<7, 3, KMAJOR>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode); break;
+        case 8: if constexpr (NV == 3) return tile_f32<8, 3, KMAJOR>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode); break;
     }
 }
 
@@ -219,21 +207,17 @@ int chunk_rows(int M, long strip_row_bytes, bool packed) {
     return int(std::max<long>(kMr, std::min<long>(rows, long(cdiv(M, kMr)) * kMr)));
 }
 
-void col_masks(int cols, __mmask16* cm) {
-    for (int v = 0; v < kNv; v++) cm[v] = prefix(cols - 16 * v);
-}
-
 // The tiles of rows r0 .. r1 and nb columns for one block of k: kMc rows of A at a time (they stay in L2),
-// each panel of B in turn over them; tile(first row, rows, panel, column masks)
+// each panel of B (nr columns) in turn over them, mr rows a tile; tile(first row, rows, panel, column masks)
 template <class Tile>
-void for_tiles(int r0, int r1, int nb, const Tile& tile) {
-    const int panels = cdiv(nb, kNr);
+void for_tiles(int r0, int r1, int nb, const Tile& tile, int mr = kMr, int nr = kNr) {
+    const int panels = cdiv(nb, nr);
     for (int m0 = r0; m0 < r1; m0 += kMc) {
         const int m1 = std::min(r1, m0 + kMc);
         for (int p = 0; p < panels; p++) {
-            __mmask16 cm[kNv];
-            col_masks(nb - p * kNr, cm);
-            for (int i = m0; i < m1; i += kMr) tile(i, std::min(kMr, m1 - i), p, cm);
+            __mmask16 cm[4];
+            for (int v = 0; v < 4; v++) cm[v] = prefix(nb - p * nr - 16 * v);
+            for (int i = m0; i < m1; i += mr) tile(i, std::min(mr, m1 - i), p, cm);
         }
     }
 }
@@ -256,12 +240,12 @@ void f32_item(int r0, int r1, int c0, int c1, int K, float alpha, const Operand&
             const float* b = bp + size_t(p) * kc * kNr;
             float* c = C + long(i) * ldc + c0 + p * kNr;
             if (ap)  // strip (i - ap_row0) / 8
-                tile_f32_rows<true>(R, kc, ap + size_t(i - ap_row0) * even(K) + size_t(k0) * kMr, kMr, b, c, ldc, cm, alpha,
+                tile_f32_rows<kNv, true>(R, kc, ap + size_t(i - ap_row0) * even(K) + size_t(k0) * kMr, kMr, b, c, ldc, cm, alpha,
                                     beta, mode);
             else if (kmajor)
-                tile_f32_rows<true>(R, kc, a0 + i + long(k0) * A.cs, A.cs, b, c, ldc, cm, alpha, beta, mode);
+                tile_f32_rows<kNv, true>(R, kc, a0 + i + long(k0) * A.cs, A.cs, b, c, ldc, cm, alpha, beta, mode);
             else
-                tile_f32_rows<false>(R, kc, a0 + long(i) * A.rs + k0, A.rs, b, c, ldc, cm, alpha, beta, mode);
+                tile_f32_rows<kNv, false>(R, kc, a0 + long(i) * A.rs + k0, A.rs, b, c, ldc, cm, alpha, beta, mode);
         });
     }
 }
@@ -289,6 +273,49 @@ void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B,
         M, N, chunk, threads, packed, [&](int) { return cdiv(K, 2); },
         [&](int q0, int rows, int u) { pack_a_lines_f32(A, K, q0, rows, u, ap); },
         [&](int r0, int r1, int c0, int c1, int q0) { f32_item(r0, r1, c0, c1, K, alpha, A, ap, q0, B, beta, C, ldc); });
+}
+
+size_t packed_b_floats(int K, int N, int nr) {
+    return size_t(std::max(K, 1)) * size_t(cdiv(std::max(N, 1), nr)) * nr;
+}
+
+PackedB pack_b(const Operand& B, int K, int N, float* storage, int nr) {
+    SHARDLM_CHECK(B.t == DType::F32 && (nr == 48 || nr == 64), "native pack_b: fp32 operands, panels of 48 or 64 columns");
+    if (K > 0 && N > 0) pack_b_f32(B, 0, K, 0, N, storage, nr / 16);
+    return {storage, K, N, nr};
+}
+
+void gemm_packed(int M, int k0, int k1, int n0, int n1, float alpha, const Operand& A, const PackedB& B, float beta,
+                 float* C, long ldc) {
+    SHARDLM_CHECK(A.t == DType::F32 && (A.rs == 1 || A.cs == 1) && n0 % B.nr == 0 && k0 >= 0 && k1 <= B.K && n1 <= B.N,
+                  "native gemm_packed: fp32 A with contiguous rows or columns, n0 a multiple of ", B.nr,
+                  ", ranges inside B");
+    if (M <= 0 || n1 <= n0) return;
+    const int kc = k1 - k0, mode = beta == 0.0f ? kStore : beta == 1.0f ? kAddC : kBetaC;
+    if (kc <= 0) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < n1 - n0; j++) C[long(i) * ldc + j] = mode == kStore ? 0.0f : beta * C[long(i) * ldc + j];
+        return;
+    }
+    const bool kmajor = A.rs == 1 && A.cs != 1, wide = B.nr == 64;
+    const float* a0 = static_cast<const float*>(A.data);
+    for_tiles(
+        0, M, n1 - n0,
+        [&](int i, int R, int p, const __mmask16* cm) {
+            const float* b = B.data + (size_t(n0 / B.nr + p) * B.K + k0) * B.nr;
+            float* c = C + long(i) * ldc + p * B.nr;
+            // A's column 0 multiplies B's row k0
+            const float* a = kmajor ? a0 + i : a0 + long(i) * A.rs;
+            const long lda = kmajor ? A.cs : A.rs;
+            if (wide) {
+                if (kmajor) tile_f32_rows<4, true>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+                else tile_f32_rows<4, false>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+            } else {
+                if (kmajor) tile_f32_rows<kNv, true>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+                else tile_f32_rows<kNv, false>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+            }
+        },
+        wide ? 6 : kMr, B.nr);
 }
 
 #if defined(__AVX512BF16__)
@@ -398,6 +425,14 @@ void sgemm(int, int, int, float, const Operand&, const Operand&, float, float*, 
 }
 void gemm_bf16(void*, DType, long, const Operand&, const Operand&, int, int, int, bool, const float*) {
     SHARDLM_CHECK(false, "native gemm_bf16: this build has no AVX-512 kernels");
+}
+size_t packed_b_floats(int, int, int) { return 0; }
+PackedB pack_b(const Operand&, int K, int N, float*, int) {
+    SHARDLM_CHECK(false, "native pack_b: this build has no AVX-512 kernels");
+    return {nullptr, K, N, 0};
+}
+void gemm_packed(int, int, int, int, int, float, const Operand&, const PackedB&, float, float*, long) {
+    SHARDLM_CHECK(false, "native gemm_packed: this build has no AVX-512 kernels");
 }
 
 #endif

@@ -42,4 +42,20 @@ void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B,
 void gemm_bf16(void* C, DType c_t, long ldc, const Operand& A, const Operand& B, int M, int N, int K, bool accumulate,
                const float* bias);
 
+// ---- products of a packed B on the calling thread (attention's tiles: one operand, many products) -------
+// B (K x N fp32) packed once into panels of nr columns (K x nr floats each, K * nr floats apart; nr 48, or
+// 64 for products whose columns come in 64s: attention's key tiles and head size), for products that each
+// read a range of its rows and of its columns.
+struct PackedB {
+    const float* data;
+    int K, N, nr;
+};
+size_t packed_b_floats(int K, int N, int nr);  // the storage pack_b fills (64-byte aligned)
+PackedB pack_b(const Operand& B, int K, int N, float* storage, int nr);
+// C(M x (n1 - n0)) = alpha A(M x (k1 - k0)) B[k0:k1, n0:n1] + beta C, on this thread: A fp32 (its column 0
+// multiplies B's row k0) with rows (cs 1) or columns (rs 1) contiguous, n0 a multiple of 48, C rows ldc floats apart (beta 0: C is not read). Each
+// element is the same chain of FMAs over k0 .. k1 as sgemm's (one block of k).
+void gemm_packed(int M, int k0, int k1, int n0, int n1, float alpha, const Operand& A, const PackedB& B, float beta,
+                 float* C, long ldc);
+
 }  // namespace shardlm::kernels::native

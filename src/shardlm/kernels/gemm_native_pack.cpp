@@ -78,38 +78,38 @@ float load1(const void* data, DType t, long i) {
 // ---- packing B: panels of 48 columns, one row of 48 values (fp32) or words (bf16 pairs) per step of k ----
 
 // B(k0 .. k0 + kc, n0 .. n0 + nb) into panels at bp (panel p at bp + p * kc * 48; columns past nb are 0).
-void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp) {
+void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp, int nv) {
     const float* src = static_cast<const float*>(B.data);
-    const int panels = cdiv(nb, kNr);
+    const int nr = 16 * nv, panels = cdiv(nb, nr);
     if (B.cs == 1) {  // rows of B contiguous: each row's nb values read in order, into the panels
         for (int k = 0; k < kc; k++) {
             const float* s = src + (k0 + k) * B.rs + n0;
-            for (int g = 0; g < panels * kNv; g++)
-                _mm512_store_ps(bp + (size_t(g / kNv) * kc + k) * kNr + 16 * (g % kNv),
+            for (int g = 0; g < panels * nv; g++)
+                _mm512_store_ps(bp + (size_t(g / nv) * kc + k) * nr + 16 * (g % nv),
                                 _mm512_maskz_loadu_ps(prefix(nb - 16 * g), s + 16 * g));
         }
         return;
     }
     if (B.rs == 1) {  // columns of B contiguous: 16 x 16 transposes
-        for (int g = 0; g < panels * kNv; g++) {
+        for (int g = 0; g < panels * nv; g++) {
             const int cols = std::min(16, nb - g * 16);
-            float* d = bp + size_t(g / kNv) * kc * kNr + 16 * (g % kNv);
+            float* d = bp + size_t(g / nv) * kc * nr + 16 * (g % nv);
             for (int k = 0; k < kc; k += 16) {
                 const __mmask16 mk = prefix(kc - k);
                 __m512 r[16];
                 for (int j = 0; j < 16; j++)
                     r[j] = j < cols ? _mm512_maskz_loadu_ps(mk, src + (n0 + g * 16 + j) * B.cs + k0 + k) : _mm512_setzero_ps();
                 transpose16(r);
-                for (int j = 0; j < std::min(16, kc - k); j++) _mm512_store_ps(d + size_t(k + j) * kNr, r[j]);
+                for (int j = 0; j < std::min(16, kc - k); j++) _mm512_store_ps(d + size_t(k + j) * nr, r[j]);
             }
         }
         return;
     }
     for (int p = 0; p < panels; p++)
         for (int k = 0; k < kc; k++)
-            for (int j = 0; j < kNr; j++) {
-                const int n = p * kNr + j;
-                bp[(size_t(p) * kc + k) * kNr + j] = n < nb ? src[(k0 + k) * B.rs + (n0 + n) * B.cs] : 0.0f;
+            for (int j = 0; j < nr; j++) {
+                const int n = p * nr + j;
+                bp[(size_t(p) * kc + k) * nr + j] = n < nb ? src[(k0 + k) * B.rs + (n0 + n) * B.cs] : 0.0f;
             }
 }
 

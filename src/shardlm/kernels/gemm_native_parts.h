@@ -31,8 +31,9 @@ inline __mmask16 prefix(int n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? _
 float load1(const void* data, DType t, long i);
 
 // ---- packing B: panels of 48 columns, one row of 48 values (fp32) or words (bf16 pairs) per step of k ----
-// B(k0 .. k0 + kc, n0 .. n0 + nb) into panels at bp (panel p at bp + p * kc * 48; columns past nb are 0).
-void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp);
+// B(k0 .. k0 + kc, n0 .. n0 + nb) into panels of 16 nv columns at bp (panel p at bp + p * kc * 16 nv; columns
+// past nb are 0).
+void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp, int nv = kNv);
 // The bf16 pairs of the same (kp = ceil(kc / 2) rows of 48 words a panel; a k past K is 0).
 void pack_b_bf16(const Operand& B, int K, int k0, int kc, int n0, int nb, uint32_t* bp);
 
