@@ -5,10 +5,11 @@
 // Without --fit: every case predicted with the presets' constants (planner/hardware.cpp), the ratio of
 // predicted to published throughput (tokens/s per GPU) and peak memory, and per family and split the
 // share within +-15 % (throughput) and +-10 % (memory). With --fit: the constants each GPU generation
-// would take if chosen on the "fit" cases only (the allocator's overhead on the memory cases, then a
-// grid over gemm_max on the 16-bit cases, then fp8_gemm_max on the FP8 ones; flash attention's
-// efficiency is the published kernels', not fitted), and the held-out error those constants give. The test
-// (tests/planner/test_published_runs.cpp) holds the presets' constants to the held-out goals.
+// would take if chosen on the "fit" cases only (the allocator's overhead of each framework style on its
+// memory cases, then a grid over gemm_max on the 16-bit cases, then fp8_gemm_max on the FP8 ones; flash
+// attention's efficiency is the published kernels', not fitted), and the held-out error those constants
+// give. The test (tests/planner/test_published_runs.cpp) holds the presets' constants to the held-out
+// goals.
 #include <cstdio>
 #include <cstring>
 #include <map>

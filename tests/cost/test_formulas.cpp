@@ -67,6 +67,22 @@ TEST(ZeroPaper, Stages1And2MoveWhatDataParallelismMovesAndStage3OneAndAHalfTimes
     EXPECT_DOUBLE_EQ(dp_bytes_per_rank(dp_traffic_per_step(3, psi, kAdamMixed, 1), 64), 1.5 * dp);
 }
 
+// ZeRO's unit slots (the engine's parallel/zero.cpp): the embedding's and two of the largest other unit,
+// 100 + 2 x 50 = 200 elements. Stage 3 gathers parameters into them (200 x 2 bytes) and stages 2-3
+// reduce gradients through them, the unit's and this rank's quarter (250 x 4 bytes): only that part
+// is the gradients', which the planner counts in the backward phase. Stage 1 with a narrower (2-byte)
+// reduction stages the whole gradient, 1000 elements: 2000 bytes.
+TEST(ZeroBuffers, TheGradientPartIsTheSlotsGradientAndSlice) {
+    ZeroBufferSpec z;
+    z.embedding_numel = 100, z.largest_unit = 50, z.total_numel = 1000, z.dp = 4, z.zero_stage = 3;
+    z.param_bytes = 2, z.grad_bytes = z.reduce_bytes = 4;
+    EXPECT_DOUBLE_EQ(zero_gradient_buffer_bytes(z), 1000);
+    EXPECT_DOUBLE_EQ(zero_buffer_bytes(z), 400 + 1000);
+    z.zero_stage = 1, z.reduce_bytes = 2;
+    EXPECT_DOUBLE_EQ(zero_gradient_buffer_bytes(z), 2000);
+    EXPECT_DOUBLE_EQ(zero_buffer_bytes(z), 2000);
+}
+
 TEST(Megatron, TensorParallelMovesFourActivationsPerLayerAndSequenceParallelTheSameBytes) {
     // Narayanan et al. 2021 sec. 3.3 / Korthikanti sec. 4.2.2: 2 all-reduces forward, 2 backward per
     // layer; sequence parallelism replaces each by an all-gather + reduce-scatter of equal volume.

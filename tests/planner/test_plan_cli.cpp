@@ -312,3 +312,32 @@ TEST_F(PlanCli, ExplainNamesTheDominantTerms) {
 }
 
 }  // namespace
+
+namespace {
+
+// The optional policy key "compile" through the contract command (the answer's keys unchanged) and
+// `--compile` on a search: torchtitan's FSDP run of Llama 3 8B on 8 H100s, whose peak is its loss:
+// compiled, 4 bytes a logit in place of eager's 12 (16384 x 128256 logits: 16.8 GB less before the
+// allocator's overhead). A bad value names the choices.
+TEST_F(PlanCli, CompileKeyAndFlag) {
+    const std::string h100 = write("h100.json", R"({"gpu": "H100-SXM", "num_gpus": 8, "gpus_per_node": 8})");
+    auto activations = [&](const std::string& compile) {
+        const std::string policy = write("p.json", R"({"zero_stage": 3, "micro_batch": 2, "recompute": "selective",
+            "framework": "pytorch", "compile": ")" + compile + R"("})");
+        std::string out;
+        EXPECT_EQ(plan("--model llama3-8b --cluster " + h100 + " --policy " + policy + " --global-batch 16 --seq 8192 --json",
+                       &out), 0) << out;
+        const nlohmann::json j = nlohmann::json::parse(out);
+        EXPECT_FALSE(j["policy"].contains("compile"));
+        return j["memory_gb_per_gpu"]["activations"].get<double>();
+    };
+    EXPECT_NEAR(activations("none") - activations("blocks_and_loss"), 16384.0 * 128256 * 8 / 1e9, 1e-6);
+    EXPECT_DOUBLE_EQ(activations("blocks"), activations("none"));
+    std::string out;
+    EXPECT_NE(plan("--model llama3-8b --gpu H100-SXM --nodes 1 --global-batch 16 --seq 8192 --compile model", &out), 0);
+    EXPECT_NE(out.find("none, blocks or blocks_and_loss"), std::string::npos) << out;
+    EXPECT_EQ(plan("--model llama3-8b --gpu H100-SXM --nodes 1 --global-batch 16 --seq 8192 --framework pytorch "
+                   "--compile blocks_and_loss --top 1", &out), 0) << out;
+}
+
+}  // namespace

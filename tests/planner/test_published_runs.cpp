@@ -40,6 +40,7 @@ TEST(PublishedRuns, ThePresetsConstantsAreTheFitHalfsFit) {
     const planner::FittedConstants f = planner::fit_constants(cases());
     std::printf("%s", f.log.c_str());
     EXPECT_NEAR(f.allocator_overhead, planner::kGpuAllocatorOverhead, 1e-9);
+    EXPECT_NEAR(f.allocator_overhead_pytorch, planner::kGpuAllocatorOverheadPytorch, 1e-9);
     for (const char* gpu : {"A100-80GB", "H100-SXM"}) {
         const planner::GpuSpec g = planner::find_gpu(gpu);
         const planner::Cluster c = planner::make_cluster(g, 8, 1);
@@ -56,7 +57,7 @@ TEST(PublishedRuns, ThePresetsConstantsAreTheFitHalfsFit) {
 
 // The held-out error, per family. The goal is 80 % of throughput figures within +-15 % and
 // 80 % of memory figures within +-10 %; this holds what the planner reaches today (docs/PLANNER.md:
-// 38 of 45, the goal met, and 6 of 12, not met), so a change that loses ground fails.
+// 38 of 45 and 12 of 12, both goals met), so a change that loses ground fails.
 TEST(PublishedRuns, HeldOutError) {
     std::map<std::string, std::pair<planner::Score, planner::Score>> by;
     for (const auto& c : cases()) {
@@ -72,7 +73,7 @@ TEST(PublishedRuns, HeldOutError) {
                     s.first.within, s.first.total, s.second.within, s.second.total);
     const auto& all = by["all"];
     EXPECT_GE(all.first.within, 36) << "(the goal: 80 %) " << "of " << all.first.total << " held-out throughput figures within 15 %";
-    EXPECT_GE(all.second.within, 6) << "of " << all.second.total << " held-out memory figures within 10 %";
+    EXPECT_GE(all.second.within, 12) << "(the goal: 80 %) of " << all.second.total << " held-out memory figures within 10 %";
     EXPECT_EQ(by["megatron-a100"].first.within, by["megatron-a100"].first.total);
 }
 

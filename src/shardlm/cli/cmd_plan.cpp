@@ -24,7 +24,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
-    std::string attention = "flash", framework = "megatron";
+    std::string attention = "flash", framework = "megatron", compile = "none";
     optim::Kind optimizer = optim::Kind::AdamW;
     int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
@@ -109,7 +109,9 @@ planner::SearchSpace resolve_space(const PlanArgs& a) {
     SHARDLM_CHECK(cost::attention_from_name(a.attention, &s.attention), "--attention '", a.attention,
                   "' is not known\n---> HINT: use flash or naive");
     SHARDLM_CHECK(planner::framework_from_name(a.framework, &s.framework), "--framework '", a.framework,
-                  "' is not known\n---> HINT: use megatron, megatron-core, pytorch or shardlm");
+                  "' is not known\n---> HINT: use megatron, megatron-deepspeed, megatron-core, pytorch or shardlm");
+    SHARDLM_CHECK(enum_from_name(planner::kCompileNames, a.compile, &s.compile), "--compile '", a.compile,
+                  "' is not known\n---> HINT: use ", names_list(planner::kCompileNames));
     if (a.tp) s.tp = {a.tp};
     if (a.pp) s.pp = {a.pp};
     if (a.cp) s.cp = {a.cp};
@@ -283,8 +285,13 @@ void add_plan_command(CLI::App& app) {
                   "bf16, fp16, fp32 or fp8 (search; fp8: the linear layers' GEMMs at the GPU's FP8 peak, the rest in bf16)")
         ->capture_default_str();
     c->add_option("--framework", a->framework,
-                  "The software style whose costs apply (search): megatron (2021), megatron-core (TP and pipeline "
-                  "transfers overlapped, fused attention, FP8), pytorch (FSDP-style: FlashAttention-2, float8), shardlm")
+                  "The software style whose costs apply (search): megatron (2021), megatron-deepspeed (its bf16 "
+                  "optimiser keeps 16-bit gradients too), megatron-core (TP and pipeline transfers overlapped, fused "
+                  "attention, FP8), pytorch (FSDP-style: FlashAttention-2, float8), shardlm")
+        ->capture_default_str();
+    c->add_option("--compile", a->compile,
+                  "What torch.compile covers in a pytorch-style run (search): none, blocks or blocks_and_loss (a "
+                  "compiled loss keeps 4 bytes a logit)")
         ->capture_default_str();
     c->add_option("--attention", a->attention,
                   "flash (fused kernel: no s x s activations, the causal half computed) or naive (search)")

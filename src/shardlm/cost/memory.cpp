@@ -139,14 +139,17 @@ int64_t in_flight_chunks(Schedule s, int stage, int pp, int virtual_stages, int6
     return std::min<int64_t>(m * v, 2 * int64_t(pp - stage - 1) + (v - 1) * pp + 1);
 }
 
-double zero_buffer_bytes(const ZeroBufferSpec& z) {
+double zero_gradient_buffer_bytes(const ZeroBufferSpec& z) {
     const double slots = z.embedding_numel + 2 * z.largest_unit, n = z.dp;
     const bool staged = z.reduce_bytes < z.grad_bytes;
-    double b = 0;
-    if (z.zero_stage == 3) b += (z.gathered_per_chunk ? z.total_numel : slots) * z.param_bytes;
-    if (z.zero_stage >= 2) b += (slots + slots / n) * (z.grad_bytes + (staged ? z.reduce_bytes : 0));
-    else if (staged) b += z.total_numel * z.reduce_bytes;
-    return b;
+    if (z.zero_stage >= 2) return (slots + slots / n) * (z.grad_bytes + (staged ? z.reduce_bytes : 0));
+    return staged ? z.total_numel * z.reduce_bytes : 0;
+}
+
+double zero_buffer_bytes(const ZeroBufferSpec& z) {
+    const double slots = z.embedding_numel + 2 * z.largest_unit;
+    const double params = z.zero_stage == 3 ? (z.gathered_per_chunk ? z.total_numel : slots) * z.param_bytes : 0;
+    return params + zero_gradient_buffer_bytes(z);
 }
 
 namespace {

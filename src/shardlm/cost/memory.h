@@ -79,6 +79,10 @@ struct ZeroBufferSpec {
     bool gathered_per_chunk = false;  // stage 3: whole chunks gathered (Unshard actions), not slots
 };
 double zero_buffer_bytes(const ZeroBufferSpec& z);
+// The part of zero_buffer_bytes that holds gradients (stages 2-3: the unit's gradient, this rank's slice
+// and their narrower copies; stages 0-1: the staged narrower gradient), which exists only while the
+// backward runs; the rest is ZeRO-3's gathered parameters.
+double zero_gradient_buffer_bytes(const ZeroBufferSpec& z);
 
 struct ActivationSpec {
     int64_t micro_batch = 1;  // b, sequences

@@ -43,8 +43,8 @@ bool precision_from_name(const std::string& s, Precision* out) { return enum_fro
 //     planner::fit_constants; the test checks these equal its output): gemm_max, gemm_half_dim,
 //     flash_pytorch (PyTorch-style runs' FlashAttention-2/Triton/SDPA kernels: A100 0.39, H100 0.20),
 //     fp8_gemm_max (Transformer Engine) and fp8_gemm_max_pytorch (torchao float8), and the allocator's
-//     overhead (kGpuAllocatorOverhead). The held-out half's error is in docs/PLANNER.md. memory 0.8:
-//     Megatron-LM's table (docs/PLANNER.md).
+//     overhead per framework style (kGpuAllocatorOverhead, kGpuAllocatorOverheadPytorch). The held-out
+//     half's error is in docs/PLANNER.md. memory 0.8: Megatron-LM's table (docs/PLANNER.md).
 const std::vector<GpuSpec>& gpu_presets() {
     // gemm_max, gemm_half_dim, memory, fp8_gemm_max, flash, fp8_gemm_max_pytorch, flash_pytorch,
     // intra_link, inter_link
@@ -82,7 +82,7 @@ Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes) {
     Cluster c;
     c.gpu = gpu;
     c.efficiency = gpu.efficiency;
-    c.allocator_overhead = kGpuAllocatorOverhead;
+    c.allocator_overhead = kGpuAllocatorOverhead, c.allocator_overhead_pytorch = kGpuAllocatorOverheadPytorch;
     c.gpus_per_node = gpus_per_node;
     c.num_gpus = gpus_per_node * nodes;
     return c;
@@ -109,8 +109,9 @@ std::string check_cluster(const Cluster& c) {
     if (!(e.lanes_gemm_max >= 0 && e.lanes_gemm_max <= 1) || !(e.lanes_gemm_half_dim >= 0))
         return "lanes_gemm_max must be in [0, 1], lanes_gemm_half_dim >= 0";
     if (c.threads_per_rank < 0) return cat("threads_per_rank must be >= 0 (got ", c.threads_per_rank, ")");
-    if (!(c.allocator_overhead >= 0 && c.allocator_overhead < 1))
-        return cat("allocator_overhead must be in [0, 1) (got ", c.allocator_overhead, ")");
+    for (auto [key, v] : {std::pair{"allocator_overhead", c.allocator_overhead},
+                          {"allocator_overhead_pytorch", c.allocator_overhead_pytorch}})
+        if (!(v >= 0 && v < 1)) return cat(key, " must be in [0, 1) (got ", v, ")");
     if (!(g.peak_tflops_fp8 >= 0)) return cat("peak_tflops_fp8 must be >= 0 (got ", g.peak_tflops_fp8, ")");
     if (g.peak_tflops_fp8 > 0 && !(e.fp8_gemm_max > 0 && e.fp8_gemm_max <= 1 && e.fp8_gemm_max_pytorch > 0 &&
                                    e.fp8_gemm_max_pytorch <= 1))

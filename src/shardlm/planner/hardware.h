@@ -75,16 +75,18 @@ struct Cluster {
     // the same cores (0 when ranks outnumber them).
     double comm_overlap = 1.0;
     // The framework's caching allocator: it reserves this fraction more than the tensors it holds at
-    // the peak (PyTorch's reserved over allocated; docs/PLANNER.md: fitted to torchtitan's reported
-    // peaks); 0 for this engine's CPU runs (calibrate measures resident memory).
-    double allocator_overhead = 0;
+    // the peak (reserved over allocated; docs/PLANNER.md: fitted to the published peaks, per framework
+    // style: Megatron-style runs and PyTorch-style ones apart); 0 for this engine's CPU runs (calibrate
+    // measures resident memory).
+    double allocator_overhead = 0, allocator_overhead_pytorch = 0;
     int threads_per_rank = 0;  // CPU ranks (calibrate): their threads, for the lanes rule; 0 on GPUs
     Efficiency efficiency;
     int nodes() const { return gpus_per_node > 0 ? (num_gpus + gpus_per_node - 1) / gpus_per_node : 0; }
 };
-// The GPU presets' allocator_overhead (PyTorch's caching allocator, reserved over allocated at the
-// peak): fitted on the fit half of the published memory figures (hardware.cpp).
-inline constexpr double kGpuAllocatorOverhead = 0.20;
+// The GPU presets' allocator_overhead and allocator_overhead_pytorch (PyTorch's caching allocator,
+// reserved over allocated at the peak): fitted on the fit half of the published memory figures of each
+// framework style (hardware.cpp).
+inline constexpr double kGpuAllocatorOverhead = 0.09, kGpuAllocatorOverheadPytorch = 0.14;
 Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes);
 // Empty if usable, else what is wrong.
 std::string check_cluster(const Cluster& c);

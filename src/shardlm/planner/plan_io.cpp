@@ -91,7 +91,8 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
                     "inter_node_GBps", "hbm_GBps", "peak_tflops_tf32", "peak_tflops_fp32", "intra_node_alpha_us",
                     "inter_node_alpha_us", "reserve_gb", "gemm_max", "gemm_half_dim", "memory_efficiency", "comm_overlap",
                     "peak_tflops_fp8", "fp8_gemm_max", "flash_efficiency", "intra_node_link_efficiency",
-                    "inter_node_link_efficiency", "allocator_overhead", "fp8_gemm_max_pytorch", "flash_efficiency_pytorch", "threads_per_rank", "lanes_gemm_max",
+                    "inter_node_link_efficiency", "allocator_overhead", "allocator_overhead_pytorch",
+                    "fp8_gemm_max_pytorch", "flash_efficiency_pytorch", "threads_per_rank", "lanes_gemm_max",
                     "lanes_gemm_half_dim", "measured"});  // "measured": what `shardlm calibrate` fitted the constants to (not read)
     f.require("num_gpus");
     f.require("gpus_per_node");
@@ -99,9 +100,12 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     const std::string name = f.get<std::string>("gpu", "custom");
     const GpuSpec* known = gpu_preset(name);
     const bool preset = known != nullptr;
-    if (preset) c.gpu = *known, c.efficiency = known->efficiency, c.allocator_overhead = kGpuAllocatorOverhead;
-    else
+    if (preset) {
+        c.gpu = *known, c.efficiency = known->efficiency;
+        c.allocator_overhead = kGpuAllocatorOverhead, c.allocator_overhead_pytorch = kGpuAllocatorOverheadPytorch;
+    } else {
         for (const char* key : {"peak_tflops", "memory_gb", "intra_node_GBps", "inter_node_GBps"}) f.require(key);
+    }
     GpuSpec& g = c.gpu;
     g.name = name;
     g.peak_tflops = f.get<double>("peak_tflops", g.peak_tflops);
@@ -126,6 +130,7 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     c.efficiency.intra_link = f.get<double>("intra_node_link_efficiency", c.efficiency.intra_link);
     c.efficiency.inter_link = f.get<double>("inter_node_link_efficiency", c.efficiency.inter_link);
     c.allocator_overhead = f.get<double>("allocator_overhead", c.allocator_overhead);
+    c.allocator_overhead_pytorch = f.get<double>("allocator_overhead_pytorch", c.allocator_overhead_pytorch);
     c.efficiency.fp8_gemm_max_pytorch = f.get<double>("fp8_gemm_max_pytorch", c.efficiency.fp8_gemm_max_pytorch);
     c.efficiency.flash_pytorch = f.get<double>("flash_efficiency_pytorch", c.efficiency.flash_pytorch);
     c.threads_per_rank = f.get<int>("threads_per_rank", c.threads_per_rank);
@@ -139,7 +144,8 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
 Policy policy_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "policy",
                    {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
-                    "sequence_parallel", "precision", "schedule", "attention", "grad_accum_fp32", "framework"});
+                    "sequence_parallel", "precision", "schedule", "attention", "grad_accum_fp32", "framework",
+                    "compile"});
     Policy p;
     p.tp = f.get<int>("tp", 1), p.pp = f.get<int>("pp", 1), p.dp = f.get<int>("dp", 0), p.cp = f.get<int>("cp", 1);
     p.zero_stage = f.get<int>("zero_stage", 0);
@@ -158,9 +164,13 @@ Policy policy_from_json(const json& j, const std::string& source) {
         f.bad_value("precision", prec, "\"bf16\", \"fp16\", \"fp32\", \"fp8\"");
     p.grad_accum_fp32 = f.get<bool>("grad_accum_fp32", false);
     const std::string fw = f.get<std::string>("framework", "megatron");
-    if (!framework_from_name(fw, &p.framework)) f.bad_value("framework", fw, "\"megatron\", \"megatron-core\", \"pytorch\", \"shardlm\"");
+    if (!framework_from_name(fw, &p.framework))
+        f.bad_value("framework", fw, "\"megatron\", \"megatron-deepspeed\", \"megatron-core\", \"pytorch\", \"shardlm\"");
     const std::string att = f.get<std::string>("attention", "flash");
     if (!cost::attention_from_name(att, &p.attention)) f.bad_value("attention", att, "\"flash\", \"naive\"");
+    const std::string comp = f.get<std::string>("compile", "none");
+    if (!enum_from_name(kCompileNames, comp, &p.compile))
+        f.bad_value("compile", comp, "\"none\", \"blocks\", \"blocks_and_loss\"");
     return p;
 }
 

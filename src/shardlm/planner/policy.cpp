@@ -9,18 +9,28 @@ namespace shardlm::planner {
 
 namespace {
 constexpr EnumName<Framework> kFrameworkNames[] = {
-    {Framework::Megatron, "megatron"}, {Framework::MegatronCore, "megatron-core"}, {Framework::Pytorch, "pytorch"},
-    {Framework::Shardlm, "shardlm"}};
+    {Framework::Megatron, "megatron"}, {Framework::MegatronDeepspeed, "megatron-deepspeed"},
+    {Framework::MegatronCore, "megatron-core"}, {Framework::Pytorch, "pytorch"}, {Framework::Shardlm, "shardlm"}};
 }  // namespace
 
 std::string framework_name(Framework f) { return enum_name(kFrameworkNames, f); }
 bool framework_from_name(const std::string& s, Framework* out) { return enum_from_name(kFrameworkNames, s, out); }
 
-double logits_bytes(Framework f) {
-    switch (f) {
-        case Framework::Pytorch: return 10;  // bf16 logits, their fp32 upcast, its fp32 gradient
-        case Framework::Shardlm: return 4;   // fp32 logits, the gradient written in place
-        default: return 6;                   // bf16 logits and the fused cross-entropy's fp32 softmax
+double logits_bytes(const Policy& p) {
+    switch (p.framework) {
+        case Framework::Shardlm: return 4;  // fp32 logits, the gradient written in place
+        case Framework::Pytorch:
+            // torchtitan's loss, cross_entropy(pred.flatten(0, 1).float(), labels), after `del pred`:
+            // compiled (build_cross_entropy_loss under --training.compile; docs/composability.md "On
+            // upcasting the final output to fp32": the casts fuse into the loss), Inductor keeps the
+            // bf16 logits and writes their bf16 gradient: 2 + 2. Eager, ATen's log_softmax saves its
+            // fp32 output and its backward holds that, the incoming fp32 gradient and the fp32 input
+            // gradient: 4 + 4 + 4. Under tensor parallelism torchtitan's loss_parallel runs PyTorch's
+            // vocabulary-sharded version (torch/distributed/tensor/parallel/loss.py), whose backward
+            // (grad_input + torch.exp(x)) * grad_output holds four fp32 logits at once: 16.
+            if (p.compile == Compile::BlocksAndLoss) return 4;
+            return p.tp > 1 ? 16 : 12;
+        default: return 6;  // bf16 logits and the fused cross-entropy's fp32 softmax
     }
 }
 
@@ -32,7 +42,8 @@ std::string describe(const Policy& p) {
                    ? cat(" ", cost::schedule_name(p.schedule))
                    : std::string(),
                p.attention == cost::Attention::Naive ? " naive-attention" : "",
-               p.framework == Framework::Megatron ? "" : " " + framework_name(p.framework));
+               p.framework == Framework::Megatron ? "" : " " + framework_name(p.framework),
+               p.compile == Compile::None ? "" : " compile=" + enum_name(kCompileNames, p.compile));
 }
 
 int64_t micro_batches(const Job& job, const Policy& p) { return job.global_batch / (int64_t(p.dp) * p.micro_batch); }

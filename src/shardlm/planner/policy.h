@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardlm/core/enum_names.h"
 #include "shardlm/cost/flops.h"
 #include "shardlm/cost/memory.h"
 #include "shardlm/cost/shape.h"
@@ -16,20 +17,29 @@
 namespace shardlm::planner {
 
 // The software a run uses, as far as its cost differs (docs/PLANNER.md "Framework styles"):
-//   megatron       Megatron-LM as of Narayanan et al. 2021 / Megatron-DeepSpeed: fused kernels, the
-//                  vocabulary-parallel fused cross-entropy (bf16 logits and their fp32 softmax: 6 bytes
-//                  a logit); tensor- and pipeline-parallel transfers exposed
-//   megatron-core  Megatron-Core / NeMo (2023 on): the same, plus Transformer Engine's or cuDNN's fused
-//                  attention and FP8, tensor-parallel communication overlapped with the GEMMs
+//   megatron       Megatron-LM as of Narayanan et al. 2021: fused kernels, the vocabulary-parallel
+//                  fused cross-entropy (bf16 logits and their fp32 softmax: 6 bytes a logit); tensor-
+//                  and pipeline-parallel transfers exposed
+//   megatron-deepspeed  Megatron-DeepSpeed (BLOOM): the same, with DeepSpeed's pipeline engine and bf16
+//                  optimiser, which keeps every parameter's 16-bit gradient beside the fp32 accumulation
+//   megatron-core  Megatron-Core / NeMo (2023 on): as megatron, plus Transformer Engine's or cuDNN's
+//                  fused attention and FP8, tensor-parallel communication overlapped with the GEMMs
 //                  (--tp-comm-overlap) and the interleaved schedule's transfers with compute
 //                  (--overlap-p2p-comm)
 //   pytorch   PyTorch FSDP-style runs (torchtitan, llm-foundry): FlashAttention-2 / SDPA, torchao's
-//             float8, bf16 logits upcast to fp32 with an fp32 gradient (10 bytes a logit)
+//             float8, bf16 logits upcast to fp32 in the loss, gradients reduced in fp32
 //   shardlm   this engine (CPU): fp32 logits (4 bytes), resident memory as calibrate measures it
-enum class Framework { Megatron, MegatronCore, Pytorch, Shardlm };
+enum class Framework { Megatron, MegatronDeepspeed, MegatronCore, Pytorch, Shardlm };
 std::string framework_name(Framework f);
 bool framework_from_name(const std::string& s, Framework* out);
-double logits_bytes(Framework f);  // bytes one logit takes at the loss's peak
+
+// What torch.compile covers in a PyTorch-style run (docs/PLANNER.md, `compile`): none (eager),
+// each transformer block (torchtitan's apply_compile; no memory rule: not told apart from eager), or
+// the blocks and the loss function (torchtitan's build_cross_entropy_loss, April 2025 on).
+enum class Compile { None, Blocks, BlocksAndLoss };
+inline constexpr EnumName<Compile> kCompileNames[] = {
+    {Compile::None, "none"}, {Compile::Blocks, "blocks"}, {Compile::BlocksAndLoss, "blocks_and_loss"}};
+constexpr const auto& enum_names(Compile) { return kCompileNames; }
 
 struct Policy {
     int tp = 1;
@@ -50,9 +60,14 @@ struct Policy {
     // place of 2 (Megatron's main_grad, DeepSpeed's bf16 optimiser); false: 16-bit gradients (FSDP's)
     bool grad_accum_fp32 = false;
     Framework framework = Framework::Megatron;
+    Compile compile = Compile::None;
 };
 // "tp=8 pp=16 dp=8 cp=1 v=3 mb=1 zero=1 recompute=selective sp=on bf16" (+ " naive-attention")
 std::string describe(const Policy& p);
+// Bytes one logit takes at the loss's peak, on the last stage (docs/PLANNER.md "The loss"): megatron
+// styles 6, this engine 4; PyTorch style 12 eager, 16 under tensor parallelism (the loss-parallel
+// cross-entropy), 4 with a compiled loss.
+double logits_bytes(const Policy& p);
 
 struct Job {
     int64_t global_batch = 0;  // sequences per step

@@ -115,7 +115,7 @@ struct Searcher {
         Policy p;
         p.precision = space.precision;
         p.attention = space.attention;
-        p.framework = space.framework, p.grad_accum_fp32 = space.grad_accum_fp32;
+        p.framework = space.framework, p.grad_accum_fp32 = space.grad_accum_fp32, p.compile = space.compile;
         const int64_t n = c.num_gpus;
         for (int tp : or_default(space.tp, tp_candidates(m, c))) {
             if (n % tp) continue;

@@ -27,6 +27,7 @@ struct SearchSpace {
     cost::Attention attention = cost::Attention::Flash;
     Framework framework = Framework::Megatron;
     bool grad_accum_fp32 = false;
+    Compile compile = Compile::None;
     int64_t max_micro_batch = 16;  // when micro_batch is empty
     int max_virtual_stages = 8;    // when virtual_stages is empty
 };

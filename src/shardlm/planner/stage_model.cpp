@@ -53,6 +53,11 @@ MemoryBreakdown StageModel::memory(int stage) const {
     const cost::StateBytes sb = state_bytes();
     const cost::ModelStateBytes ms = cost::model_state_bytes(stage_params(stage), sb, p.zero_stage, zero_group());
     mem.params = ms.params, mem.grads = ms.grads, mem.optimizer = ms.optimizer;
+    // DeepSpeed's pipeline engine runs each micro-batch's backward between clear_lp_grads() and
+    // update_hp_grads(clear_lp_grads=False) (deepspeed/runtime/pipe/engine.py, bf16_optimizer.py): the
+    // 16-bit gradients of every parameter stay allocated beside the fp32 accumulation, unsharded
+    if (p.framework == Framework::MegatronDeepspeed && p.grad_accum_fp32 && p.precision != Precision::Fp32)
+        mem.grads += stage_params(stage) * 2;
 
     const double per_layer = cost::block_activation_bytes(m, activation_spec(p.recompute));
     const int64_t chunks = cost::in_flight_chunks(p.schedule, stage, p.pp, p.virtual_stages, micro_batches);
@@ -61,14 +66,12 @@ MemoryBreakdown StageModel::memory(int stage) const {
     // selective: the rest), and in the GPU frameworks the gradients of its activations are allocated
     // beside them (about as many bytes again; this engine writes them into the buffers it keeps)
     const double whole_block = cost::block_activation_bytes(m, activation_spec(Recompute::None));
-    if (p.framework == Framework::Shardlm) {
-        if (p.recompute == Recompute::Full) mem.activations += whole_block;
-    } else {
-        mem.activations += (whole_block - per_layer) + whole_block;
-    }
+    double block_backward = 0;
+    if (p.framework != Framework::Shardlm) block_backward = (whole_block - per_layer) + whole_block;
+    else if (p.recompute == Recompute::Full) block_backward = whole_block;
     const double tokens = double(p.micro_batch) * job.seq / p.cp;
-    // the logits and the loss's copies of them (bytes an element by framework: policy.h)
-    if (stage == p.pp - 1) mem.activations += tokens * padded_vocab() / p.tp * logits_bytes(p.framework);
+    // the logits and the loss's copies of them (bytes a logit by framework: policy.h)
+    const double loss = stage == p.pp - 1 ? tokens * padded_vocab() / p.tp * logits_bytes(p) : 0;
 
     mem.buffers = c.reserve_gb * 1e9;
     if (p.pp > 1) mem.buffers += 2 * cost::pp_bytes_per_microbatch(m, p.micro_batch, job.seq / p.cp, value_bytes(), p.tp);
@@ -91,15 +94,33 @@ MemoryBreakdown StageModel::memory(int stage) const {
     if (p.zero_stage == 3 && p.pp > 1) {
         // with pipelining, FSDP keeps a stage's parameters gathered from its first forward to its last
         // backward and its gradients unsharded until the step's one reduce-scatter (torchtitan:
-        // reshard_after_forward off; the engine's Unshard actions): the whole stage in 16 bits, twice
+        // reshard_after_forward off; the engine's Unshard actions): the whole stage in 16 bits, and its
+        // gradients, which PyTorch's FSDP accumulates between micro-batches in its reduce dtype
+        // (FSDPParam.to_accumulated_grad_if_needed; torchtitan's mixed_precision_reduce is float32)
         zb.gathered_per_chunk = true;
-        mem.buffers += stage_params(stage) * sb.grads;
+        mem.buffers += stage_params(stage) * (p.framework == Framework::Pytorch ? std::max(sb.grads, 4.0) : sb.grads);
     }
     zb.param_bytes = sb.params, zb.grad_bytes = zb.reduce_bytes = sb.grads;
-    mem.buffers += cost::zero_buffer_bytes(zb);
-    mem.buffers += fp8_weight_bytes(stage);
-    // the caching allocator's reserve over what the tensors take (not over the CUDA context)
-    mem.buffers += c.allocator_overhead * (mem.total() - c.reserve_gb * 1e9);
+    const double zero_grads = cost::zero_gradient_buffer_bytes(zb);
+    mem.buffers += cost::zero_buffer_bytes(zb) - zero_grads + fp8_weight_bytes(stage);
+    // Two phases that do not meet, in the GPU frameworks: the loss, whose tensors the output layer's
+    // backward frees before the last block's backward begins (torchtitan's train.py @ 9dec370: `del
+    // pred`, then loss.backward()), and the blocks' backward with ZeRO's gradient slots (filled and
+    // reduce-scattered unit by unit; gathered per chunk, they live through the schedule); the fuller
+    // one sets the peak. This engine keeps its logits and gradient buffers throughout: both counted.
+    const bool gpu = p.framework != Framework::Shardlm;
+    const double backward_grads = zb.gathered_per_chunk ? 0 : zero_grads;
+    mem.buffers += zero_grads - backward_grads;
+    if (gpu && loss > block_backward + backward_grads) {
+        mem.activations += loss;
+    } else {
+        mem.activations += block_backward + (gpu ? 0 : loss);
+        mem.buffers += backward_grads;
+    }
+    // the caching allocator's reserve over what the tensors take (not over the CUDA context), fitted
+    // per framework style
+    const double overhead = p.framework == Framework::Pytorch ? c.allocator_overhead_pytorch : c.allocator_overhead;
+    mem.buffers += overhead * (mem.total() - c.reserve_gb * 1e9);
     return mem;
 }
 

@@ -141,7 +141,7 @@ Estimate best_policy(const PublishedCase& c, const Cluster& cluster) {
     SearchSpace space;
     space.tp = {p.tp}, space.pp = {p.pp}, space.cp = {p.cp}, space.zero_stage = {p.zero_stage};
     space.precision = p.precision, space.attention = p.attention;
-    space.framework = p.framework, space.grad_accum_fp32 = p.grad_accum_fp32;
+    space.framework = p.framework, space.grad_accum_fp32 = p.grad_accum_fp32, space.compile = p.compile;
     if (!c.free_micro_batch) space.micro_batch = {p.micro_batch};
     if (!c.free_virtual_stages) space.virtual_stages = {p.virtual_stages};
     if (!c.free_recompute) space.recompute = {p.recompute};
@@ -221,18 +221,22 @@ double fit_one(const std::vector<const PublishedCase*>& cases, const std::vector
 
 FittedConstants fit_constants(const std::vector<PublishedCase>& cases) {
     FittedConstants f;
-    std::vector<const PublishedCase*> mem;
-    for (const PublishedCase& c : cases)
-        if (c.split == "fit" && c.memory_bytes > 0) mem.push_back(&c);
-    if (!mem.empty()) {
+    // the allocator's overhead of each framework style, on that style's fit memory cases
+    for (const bool pytorch : {false, true}) {
+        std::vector<const PublishedCase*> mem;
+        for (const PublishedCase& c : cases)
+            if (c.split == "fit" && c.memory_bytes > 0 && (c.policy.framework == Framework::Pytorch) == pytorch)
+                mem.push_back(&c);
+        if (mem.empty()) continue;
+        double& overhead = pytorch ? f.allocator_overhead_pytorch : f.allocator_overhead;
         Score top;
         top.within = -1;
         for (double a : grid(0.0, 0.30, 0.01)) {
-            const Score s = score(mem, [&](Cluster& c) { c.allocator_overhead = a; }, true);
-            if (s.better_than(top)) top = s, f.allocator_overhead = a;
+            const Score s = score(mem, [&](Cluster& c) { c.allocator_overhead = c.allocator_overhead_pytorch = a; }, true);
+            if (s.better_than(top)) top = s, overhead = a;
         }
-        f.log += cat("allocator_overhead ", f.allocator_overhead, ": ", top.within, " of ", top.total,
-                     " fit memory cases within 10 %\n");
+        f.log += cat(pytorch ? "allocator_overhead_pytorch " : "allocator_overhead ", overhead, ": ", top.within, " of ",
+                     top.total, " fit memory cases within 10 %\n");
     }
     for (const char* gen : {"ampere", "hopper"}) {
         std::vector<const PublishedCase*> sixteen, fp8, fp8_pt, pytorch;
@@ -254,7 +258,7 @@ FittedConstants fit_constants(const std::vector<PublishedCase>& cases) {
                 const Score s = score(sixteen, [&](Cluster& c) {
                     neutral(c);
                     c.efficiency.gemm_max = gm, c.efficiency.gemm_half_dim = half;
-                    c.allocator_overhead = f.allocator_overhead;
+                    c.allocator_overhead = f.allocator_overhead, c.allocator_overhead_pytorch = f.allocator_overhead_pytorch;
                 }, false);
                 if (s.better_than(top)) top = s, g.gemm_max = gm, g.gemm_half_dim = half;
             }
@@ -263,7 +267,7 @@ FittedConstants fit_constants(const std::vector<PublishedCase>& cases) {
         auto base = [&](Cluster& c) {
             neutral(c);
             c.efficiency.gemm_max = g.gemm_max, c.efficiency.gemm_half_dim = g.gemm_half_dim;
-            c.allocator_overhead = f.allocator_overhead;
+            c.allocator_overhead = f.allocator_overhead, c.allocator_overhead_pytorch = f.allocator_overhead_pytorch;
             if (g.flash_pytorch > 0) c.efficiency.flash_pytorch = g.flash_pytorch;
         };
         g.flash_pytorch = fit_one(pytorch, grid(0.15, 0.80, 0.01), base,
@@ -281,7 +285,7 @@ FittedConstants fit_constants(const std::vector<PublishedCase>& cases) {
 
 Cluster with_constants(const Cluster& c, const FittedConstants& f) {
     Cluster out = c;
-    out.allocator_overhead = f.allocator_overhead;
+    out.allocator_overhead = f.allocator_overhead, out.allocator_overhead_pytorch = f.allocator_overhead_pytorch;
     const auto it = f.generations.find(generation(c));
     if (it == f.generations.end()) return out;
     const FittedConstants::Generation& g = it->second;

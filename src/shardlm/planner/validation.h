@@ -71,8 +71,9 @@ struct Score {
     bool better_than(const Score& o) const;
 };
 
-// The constants chosen on the "fit" cases only, in this order: the allocator's overhead (memory
-// cases), then per generation gemm_max and gemm_half_dim (16-bit throughput cases; flash attention's
+// The constants chosen on the "fit" cases only, in this order: the allocator's overhead of each
+// framework style (the Megatron styles' and the PyTorch style's, each on that style's memory cases),
+// then per generation gemm_max and gemm_half_dim (16-bit throughput cases; flash attention's
 // Megatron-style efficiency and the links are the sources', hardware.cpp), flash_pytorch (the
 // PyTorch-style 16-bit cases), fp8_gemm_max (Megatron-style FP8) and fp8_gemm_max_pytorch, each on a
 // grid, each the one with the most cases within bounds (ties: the least log error).
@@ -81,7 +82,7 @@ struct FittedConstants {
         double gemm_max = 0, gemm_half_dim = 0, flash_pytorch = 0, fp8_gemm_max = 0, fp8_gemm_max_pytorch = 0;
     };
     std::map<std::string, Generation> generations;
-    double allocator_overhead = 0;
+    double allocator_overhead = 0, allocator_overhead_pytorch = 0;
     std::string log;  // one line per fitted constant: its value and its fit cases within bounds
 };
 FittedConstants fit_constants(const std::vector<PublishedCase>& cases);
