@@ -217,7 +217,7 @@ Groups sequence_groups(int B, int T, int lanes) {
 }
 
 OutputItems::OutputItems(const UnitContext& u, const int* sizes, int n_tasks) {
-    static const int min_rows = env_int("SHARDLM_LANE_OUT_ROWS", 256, 16, 1 << 20);
+    static const int min_rows = env_int("SHARDLM_LANE_OUT_ROWS", 512, 16, 1 << 20);
     SHARDLM_CHECK(n_tasks <= kMaxTasks, "OutputItems: more than ", kMaxTasks, " tasks");
     for (int k = 0; k < n_tasks; k++) {
         const int n = sizes[k];
