@@ -36,8 +36,11 @@ declare -A FLAGS=(
   [local-sgd-h16-clip2]="--dp-algo local-sgd --local-steps 16 --grad-clip 2"
   [local-sgd-h64-clip2-lr8e-3]="--dp-algo local-sgd --local-steps 64 --grad-clip 2 --lr 0.008"
   [diloco-h100-clip2]="--dp-algo diloco --local-steps 100 --outer-lr 0.7 --outer-momentum 0.9 --grad-clip 2"
+  # top-k with EF21's dense aggregate estimate (Richtarik et al. 2021) instead of EF's delayed residuals
+  [topk-1%-ef21]="--dp-algo compressed --compress topk:0.01 --error-feedback ef21"
+  [topk-0.5%-ef21]="--dp-algo compressed --compress topk:0.005 --error-feedback ef21"
 )
-EXTRA="powersgd-r2 powersgd-r1 local-sgd-h16-clip2 local-sgd-h64-clip2-lr8e-3 diloco-h100-clip2"
+EXTRA="powersgd-r2 powersgd-r1 local-sgd-h16-clip2 local-sgd-h64-clip2-lr8e-3 diloco-h100-clip2 topk-1%-ef21 topk-0.5%-ef21"
 ORDER="allreduce local-sgd-h4 local-sgd-h16 diloco-h50 diloco-h100 gossip-ring gossip-one-peer-exp topk-1%-ef qsgd-4bit powersgd-r4 sign-ef"
 ALGOS=${ALGOS:-$ORDER}
 [ "$ALGOS" = all ] && ALGOS="$ORDER $EXTRA"

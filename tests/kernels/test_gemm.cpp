@@ -298,6 +298,52 @@ TEST_F(GemmAuto, RunsEachShapeOnTheRecordedLibrary) {
     EXPECT_NE(gemm_summary().find("0 timed now"), std::string::npos) << gemm_summary();
 }
 
+// auto's timing of a product stays small in memory: one that overwrites C is timed in C's own rows, one
+// that accumulates into C on its first column blocks within gemm_timing_floats of scratch (C untouched:
+// the result is the recorded library's), and bf16 products skip OpenBLAS's widened copies where the
+// native bf16 kernels run
+TEST(Gemm, TimingColumnsStayWithinTheScratchBudget) {
+    EXPECT_EQ(gemm_timing_cols(1024, 4096, 64, 128), 4096);               // 4 Mi floats: within
+    const int cols = gemm_timing_cols(1024, 50257, 192, 384);
+    EXPECT_LE(size_t(cols) * 1024, gemm_timing_floats());
+    EXPECT_EQ(cols % 192, 0);
+    EXPECT_GT(size_t(cols + 192) * 1024, gemm_timing_floats());           // the most that fits
+    EXPECT_EQ(gemm_timing_cols(1 << 20, 50257, 192, 384), 384);           // never fewer than asked
+    EXPECT_EQ(gemm_timing_cols(1 << 20, 300, 192, 384), 300);             // nor more than N
+}
+
+TEST_F(GemmAuto, AWideAccumulatingProductIsTimedOnItsFirstColumns) {
+    set_gemm_backend(GemmBackend::Auto);
+    const int M = 1024, N = 6000, K = 16;  // 1024 x 6000 floats: over the scratch budget
+    const Vec a = randn(size_t(M) * K, 21), b = randn(size_t(N) * K, 22), c0 = randn(size_t(M) * N, 23);
+    Vec out = c0;
+    sgemm_balanced(CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 1.0f, out.data(), N);
+    const nlohmann::json j = cache();
+    ASSERT_EQ(j["shapes"].size(), 1u) << j.dump();
+    GemmBackend recorded;
+    ASSERT_TRUE(setting_parse(j["shapes"].begin().value()["choice"].get<std::string>(), &recorded));
+    Vec ref = c0;
+    sgemm_balanced_on(recorded, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 1.0f, ref.data(), N);
+    EXPECT_EQ(out, ref);  // the timing left C alone: accumulated once
+    // overwriting: timed in C's rows, then written again
+    Vec over(size_t(M) * N, 7.0f), ref0(size_t(M) * N, -7.0f);
+    sgemm_balanced(CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, over.data(), N);
+    const nlohmann::json shapes = cache()["shapes"];
+    for (const auto& [key, v] : shapes.items())
+        if (key.find("acc") == std::string::npos) ASSERT_TRUE(setting_parse(v["choice"].get<std::string>(), &recorded));
+    sgemm_balanced_on(recorded, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, ref0.data(), N);
+    for (size_t i = 0; i < over.size(); i++)
+        ASSERT_EQ(over[i], ref0[i]) << "element " << i << " (row " << i / N << "), on " << setting_text(recorded);
+    if (gemm_has_native_bf16()) {
+        const Vec x = randn(size_t(64) * K, 24), w = randn(size_t(N) * K, 25);
+        Vec y(size_t(64) * N);
+        gemm_mixed(y.data(), DType::F32, {x.data(), DType::F32, K, 1}, {w.data(), DType::F32, 1, K}, 64, N, K, false, nullptr);
+        const nlohmann::json now = cache()["shapes"];
+        for (const auto& [key, v] : now.items())
+            if (key.rfind("bf16", 0) == 0) EXPECT_EQ(v.value("openblas_ms", 0.0), 0.0) << key << ": widened OpenBLAS timed";
+    }
+}
+
 // Every library writes C's M x N elements and nothing else: not the padding between rows (ldc > N), not
 // past the last row (a write there corrupts the heap), for shapes whose widths leave tails of every size.
 TEST(Gemm, WritesNothingOutsideC) {

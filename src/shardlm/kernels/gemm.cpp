@@ -259,6 +259,15 @@ int blocks_per_cpu() {
     return per;
 }
 
+// sgemm_balanced_on's column blocks (OpenBLAS, oneDNN): whole AVX-512 microkernel panels, blocks_per_cpu
+// a CPU of the machine
+int balanced_width(int N) {
+    constexpr int kAlign = 64;
+    const int per = blocks_per_cpu();
+    static const int procs = int(std::max(1u, std::thread::hardware_concurrency()));
+    return std::max(kAlign, (N + per * procs - 1) / (per * procs) + kAlign - 1) / kAlign * kAlign;
+}
+
 void warn_once(Table& t, const std::string& what, const std::string& text) {
     if (t.warned.insert(what).second) std::fprintf(stderr, "shardlm: warning: %s\n", text.c_str());
 }
@@ -279,6 +288,14 @@ double gemm_time_best(const std::function<void()>& run) {
 }
 
 int gemm_timing_rows() { return 1024; }
+
+size_t gemm_timing_floats() { return size_t(4) << 20; }  // 16 MiB of scratch C
+
+int gemm_timing_cols(int rows, int N, int step, int least) {
+    if (size_t(rows) * size_t(N) <= gemm_timing_floats()) return N;
+    const size_t fit = gemm_timing_floats() / size_t(std::max(rows, 1)) / size_t(step) * size_t(step);
+    return int(std::min(size_t(N), std::max(size_t(least), fit)));
+}
 
 void gemm_time_each(const std::function<void()>& openblas, const std::function<void()>& onednn,
                     const std::function<void()>& native, GemmTiming* t) {
@@ -412,20 +429,17 @@ void gemm_forget_choices() {
 }
 
 void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-                       const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+                       const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc, int cut_n) {
     if (be == GemmBackend::Native && native::has_fp32()) {  // its own cut (gemm_native.h)
         one_call(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     if (be == GemmBackend::Native) be = GemmBackend::OpenBlas;  // a build without the native kernels
-    constexpr int kAlign = 64;  // block width: whole AVX-512 microkernel panels
-    const int per = blocks_per_cpu();
     // The cut depends on N and the machine only, never on the threads running or the CPUs this
     // process may use (mpirun binds a rank to one): OpenBLAS's AVX2 kernels round a column block
     // differently from the same columns inside a wider call, so a cut that followed the thread count
     // would make one thread's product differ from two threads', and a rank's from one process's.
-    static const int procs = int(std::max(1u, std::thread::hardware_concurrency()));
-    const int width = std::max(kAlign, (N + per * procs - 1) / (per * procs) + kAlign - 1) / kAlign * kAlign;
+    const int width = balanced_width(cut_n > 0 ? cut_n : N);
     const int blocks = (N + width - 1) / width;
     if (blocks < 2) {
         // too narrow to cut: OpenBLAS splits rows over its threads (never K); oneDNN runs it on one thread
@@ -454,12 +468,17 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
         const std::string key = gemm_key(GemmKind::Fp32, ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T',
                                          M, N, K, lda, ldb, ldc, 0, beta != 0.0f ? "acc" : "");
         be = gemm_choice(key, [&](GemmTiming* t) {
-            // on the real operands (their first rows, gemm_timing_rows), into a scratch C (C itself may
-            // be accumulated into)
+            // on the real operands (their first rows, gemm_timing_rows), into C's first rows when the
+            // product overwrites C (beta 0: the call after the timing writes them again), else into a
+            // scratch C: of a wide product's first column blocks (gemm_timing_cols), cut as the whole
+            // product is, at least two (both threads busy)
             const int rows = std::min(M, gemm_timing_rows());
-            std::vector<float> scratch(size_t(rows) * size_t(ldc), 0.0f);
+            const int cols = beta == 0.0f ? N : gemm_timing_cols(rows, N, balanced_width(N), 2 * balanced_width(N));
+            const int ld = cols == N ? ldc : cols;
+            std::vector<float> scratch(beta == 0.0f ? 0 : size_t(rows) * size_t(ld), 0.0f);
+            float* out = beta == 0.0f ? C : scratch.data();
             const auto on = [&](GemmBackend b) {
-                return [&, b] { sgemm_balanced_on(b, ta, tb, rows, N, K, alpha, A, lda, B, ldb, beta, scratch.data(), ldc); };
+                return [&, b] { sgemm_balanced_on(b, ta, tb, rows, cols, K, alpha, A, lda, B, ldb, beta, out, ld, N); };
             };
             gemm_time_each(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn),
                            native::has_fp32() ? on(GemmBackend::Native) : std::function<void()>(), t);

@@ -58,9 +58,10 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
 // OpenBLAS, or oneDNN with --gemm onednn, or the native kernels with --gemm native.
 void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc);
-// One library, no choosing (tests, bench_gemm, the timing itself).
+// One library, no choosing (tests, bench_gemm, the timing itself). cut_n > 0: cut the columns into
+// blocks as a product of cut_n columns would be (auto's timing of a wide product's first blocks).
 void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-                       const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+                       const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc, int cut_n = 0);
 
 bool gemm_has_native_fp32();  // this build has native fp32 kernels (AVX-512F)
 bool gemm_has_native_bf16();  // and native bf16 ones (AVX512_BF16)
@@ -94,6 +95,11 @@ void gemm_time_each(const std::function<void()>& openblas, const std::function<v
 // N and K): its speed per row is the same, and the scratch C and the timing stay small when a long
 // sequence makes M tens of thousands of rows.
 int gemm_timing_rows();
+// And a product whose timing's scratch C (rows x N floats) would pass gemm_timing_floats is timed on
+// its first columns (at least `least`, a multiple of `step`): the vocabulary's products would
+// otherwise add a transient of tens to hundreds of MB to a run's peak memory the first time a shape is met.
+size_t gemm_timing_floats();
+int gemm_timing_cols(int rows, int N, int step, int least);
 // threads 0: not part of the key. The key ends with what else decides the speeds: OpenBLAS's kernels,
 // oneDNN's version, and the column blocks (per CPU x CPUs).
 std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,

@@ -114,7 +114,7 @@ MachineInfo machine_info(int threads, double seconds, bool gemm) {
     m.cpu = id.name;
     const std::set<std::string>& flags = id.flags;
     for (const char* want : {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"})
-        if (flags.count(want)) m.isa += (m.isa.empty() ? "" : " ") + std::string(want);
+        if (flags.count(want)) m.isa.append(m.isa.empty() ? "" : " ").append(want);
     m.has_avx512 = flags.count("avx512f") > 0;
     m.has_bf16_dot = flags.count("avx512_bf16") > 0;
     m.cpus_online = int(sysconf(_SC_NPROCESSORS_ONLN));

@@ -216,14 +216,26 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
         const std::string key = gemm_key(GemmKind::Bf16, layout(a), layout(b), M, N, K, leading(a), leading(b), N, threads,
                                          extra.c_str());
         be = gemm_choice(key, [&](GemmTiming* t) {
-            // the first rows (gemm_timing_rows) into a scratch C: C may be accumulated into
+            // the first rows (gemm_timing_rows) into C's first rows when the product overwrites C (the
+            // call after the timing writes them again), else into a scratch C of the first columns
+            // (gemm_timing_cols: items of 192 columns, two at least)
             const int rows = std::min(M, gemm_timing_rows());
-            std::vector<float> scratch(size_t(rows) * size_t(N), 0.0f);
+            const int cols = accumulate ? gemm_timing_cols(rows, N, 192, 384) : N;
+            std::vector<float> scratch(accumulate ? size_t(rows) * size_t(cols) : 0, 0.0f);
+            void* out = accumulate ? static_cast<void*>(scratch.data()) : c;
             auto on = [&](GemmBackend lib) {
-                return [&, lib] { gemm_mixed_on(lib, ctx, scratch.data(), c_t, a, b, rows, N, K, accumulate, bias); };
+                return [&, lib] { gemm_mixed_on(lib, ctx, out, c_t, a, b, rows, cols, K, accumulate, bias); };
             };
-            gemm_time_each(on(GemmBackend::OpenBlas), has_onednn ? on(GemmBackend::OneDnn) : std::function<void()>(),
+            // OpenBLAS (the operands widened to fp32) is not timed where the native bf16 kernels run: it
+            // computes at most at the fp32 FMA rate, half the dot product's, and its fp32 copies of a
+            // vocabulary-sized operand would add hundreds of MB to the run's peak
+            gemm_time_each(has_native ? std::function<void()>() : on(GemmBackend::OpenBlas),
+                           has_onednn ? on(GemmBackend::OneDnn) : std::function<void()>(),
                            has_native ? on(GemmBackend::Native) : std::function<void()>(), t);
+            // the libraries' roundings and widenings of the timed operands go with the timing: the chosen
+            // library makes its own at its next call
+            for (int slot : {3, 4}) std::vector<unsigned short>().swap(ctx.scratch[slot]);
+            for (std::vector<float>& w : ctx.wide) std::vector<float>().swap(w);
         });
     }
     gemm_mixed_on(be, ctx, c, c_t, a, b, M, N, K, accumulate, bias);
