@@ -226,12 +226,11 @@ std::string dump(const std::string& reason) {
     const std::string path = dir + "/rank" + std::to_string(world_rank()) + ".json";
     const std::string text = snapshot(reason).dump(1) + "\n";
     // One dump at a time: the watcher thread (SIGTERM while going down) and the main thread (a
-    // timeout's dump) once wrote the same temporary file at once, each through its own descriptor,
-    // and a shorter record over a longer one left the longer one's tail behind it (invalid JSON).
+    // timeout's dump) once wrote this process's temporary file at once, each through its own
+    // descriptor, and a shorter record over a longer one left the longer one's tail (invalid JSON).
     static std::mutex dump_mu;
-    static std::atomic<unsigned> serial{0};
     std::lock_guard dump_lk(dump_mu);
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
     // plain POSIX calls: this may run while the process is going down
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return "";

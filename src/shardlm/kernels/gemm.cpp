@@ -472,11 +472,12 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
             // product overwrites C (beta 0: the call after the timing writes them again), else into a
             // scratch C: of a wide product's first column blocks (gemm_timing_cols), cut as the whole
             // product is, at least two (both threads busy)
-            const int rows = std::min(M, gemm_timing_rows());
-            const int cols = beta == 0.0f ? N : gemm_timing_cols(rows, N, balanced_width(N), 2 * balanced_width(N));
+            const int rows = std::min(M, gemm_timing_rows()), width = balanced_width(N);
+            const bool overwrites = beta == 0.0f;
+            const int cols = overwrites ? N : gemm_timing_cols(rows, N, width, 2 * width);
             const int ld = cols == N ? ldc : cols;
-            std::vector<float> scratch(beta == 0.0f ? 0 : size_t(rows) * size_t(ld), 0.0f);
-            float* out = beta == 0.0f ? C : scratch.data();
+            std::vector<float> scratch(overwrites ? 0 : size_t(rows) * size_t(ld), 0.0f);
+            float* out = overwrites ? C : scratch.data();
             const auto on = [&](GemmBackend b) {
                 return [&, b] { sgemm_balanced_on(b, ta, tb, rows, cols, K, alpha, A, lda, B, ldb, beta, out, ld, N); };
             };
