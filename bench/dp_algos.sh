@@ -39,8 +39,16 @@ declare -A FLAGS=(
   # top-k with EF21's dense aggregate estimate (Richtarik et al. 2021) instead of EF's delayed residuals
   [topk-1%-ef21]="--dp-algo compressed --compress topk:0.01 --error-feedback ef21"
   [topk-0.5%-ef21]="--dp-algo compressed --compress topk:0.005 --error-feedback ef21"
+  # the vocabulary's matrices (92 % of this model's parameters) by a compressor of their own: PowerSGD at
+  # rank 1 there and rank 4 or 8 in the blocks (their factors in fp32 or bf16); top-k 1 % on the
+  # vocabulary alone (the blocks sent whole), and a global top-k budget
+  [powersgd-r4-vocab-r1]="--dp-algo compressed --compress powersgd:4 --compress-embedding powersgd:1 --error-feedback ef"
+  [powersgd-r4-vocab-r1-bf16]="--dp-algo compressed --compress powersgd:4 --compress-embedding powersgd:1 --compress-dtype bf16 --error-feedback ef"
+  [powersgd-r8-vocab-r1-bf16]="--dp-algo compressed --compress powersgd:8 --compress-embedding powersgd:1 --compress-dtype bf16 --error-feedback ef"
+  [topk-1%-vocab-only]="--dp-algo compressed --compress none --compress-embedding topk:0.01 --error-feedback ef"
 )
-EXTRA="powersgd-r2 powersgd-r1 local-sgd-h16-clip2 local-sgd-h64-clip2-lr8e-3 diloco-h100-clip2 topk-1%-ef21 topk-0.5%-ef21"
+EXTRA="powersgd-r2 powersgd-r1 local-sgd-h16-clip2 local-sgd-h64-clip2-lr8e-3 diloco-h100-clip2 topk-1%-ef21 topk-0.5%-ef21
+       powersgd-r4-vocab-r1 powersgd-r4-vocab-r1-bf16 powersgd-r8-vocab-r1-bf16 topk-1%-vocab-only"
 ORDER="allreduce local-sgd-h4 local-sgd-h16 diloco-h50 diloco-h100 gossip-ring gossip-one-peer-exp topk-1%-ef qsgd-4bit powersgd-r4 sign-ef"
 ALGOS=${ALGOS:-$ORDER}
 [ "$ALGOS" = all ] && ALGOS="$ORDER $EXTRA"

@@ -47,6 +47,10 @@ const Algo kAlgos[] = {
     {"sign_ef21", "--dp-algo compressed --compress sign --error-feedback ef21", false, true},
     {"sign_vote", "--dp-algo compressed --compress sign:vote --error-feedback ef", false, true},
     {"powersgd", "--dp-algo compressed --compress powersgd:2 --error-feedback ef", false, true},
+    // the vocabulary's matrices by a compressor of their own; PowerSGD's factors in bf16 on the wire
+    {"powersgd_vocab_bf16", "--dp-algo compressed --compress powersgd:2 --compress-embedding powersgd:1 --compress-dtype bf16",
+     false, true, 3e-3},
+    {"topk_vocab_sign", "--dp-algo compressed --compress topk:0.05 --compress-embedding sign --error-feedback ef", false, true},
 };
 
 // The e2e fixture model, G = 8 rows of T = 16, micro-batch 1.
@@ -176,6 +180,12 @@ TEST_F(DpAlgos, RefusedCombinationsSayWhy) {
         {"--dp-algo compressed --compress randk:0.01 --error-feedback ef", "not contractive"},
         {"--dp-algo compressed --compress qsgd:8 --error-feedback ef21", "not contractive"},
         {"--dp-algo compressed --compress sign:vote --error-feedback ef21", "majority vote is not their mean"},
+        {"--dp-algo compressed --compress powersgd:2 --compress-embedding topk:0.01", "PowerSGD all-reduces its factors"},
+        {"--dp-algo compressed --compress topk:0.01 --compress-embedding powersgd:1", "one exchange serves one family"},
+        {"--dp-algo compressed --compress topk:0.01 --compress-dtype bf16", "take a wire type"},
+        {"--dp-algo local-sgd --compress-embedding powersgd:1", "apply to --dp-algo compressed"},
+        {"--dp-algo compressed --compress topk:0.01 --compress-embedding qsgd:8", "(auto: --compress is biased)"},
+        {"--dp-algo compressed --compress powersgd:2 --compress-embedding powersgd:0", "--compress"},
     };
     for (const auto& c : cases) {
         const CmdResult r = sh(train(std::string(c.flags) + " --steps 1"), tmp / "refused.log");

@@ -340,6 +340,24 @@ TEST(PowerSgdTest, ExactOnLowRankOneRank) {
     EXPECT_EQ(calls, 4u);
 }
 
+// A matrix's own rank (--compress-embedding powersgd:R) overrides the class's: the factors take its
+// columns, and it is exact on a gradient of that rank while a rank-1 matrix beside it is not.
+TEST(PowerSgdTest, AMatrixOwnRankOverridesTheClassRank) {
+    std::vector<PowerSgdMatrix> mats = kMatrices;
+    mats[1].rank = 3;  // the class's rank 1 for the first, 3 for the second
+    std::vector<float> g = random_vector(kN, 80);
+    fill_low_rank(g, mats[0], 3, 81, 82);
+    fill_low_rank(g, mats[1], 3, 83, 84);
+    PowerSgd p(1, mats, kN, 13);
+    // P: 20x1 + 8x3, Q: 12x1 + 30x3, loose: 12
+    ASSERT_EQ(p.floats_per_round(), 20u + 24 + 12 + 90 + 12);
+    ASSERT_EQ(p.q_state().size(), 12u + 90);
+    std::vector<float> out(kN);
+    for (int round = 0; round < 2; round++) p.reduce(g.data(), out.data(), 1, [](float*, size_t) {});
+    EXPECT_LT(matrix_error(out, g, mats[1]), 1e-5);
+    EXPECT_GT(matrix_error(out, g, mats[0]), 1e-2);  // rank 3 through a rank-1 projection
+}
+
 // A zero matrix (P = 0: every column replaced by a unit vector) decodes to 0 without NaN, and PowerSGD
 // recovers: the next round starts from Q = 0 (not exact), the one after is exact again.
 TEST(PowerSgdTest, ZeroGradientKeepsRank) {

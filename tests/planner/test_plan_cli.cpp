@@ -237,7 +237,8 @@ TEST_F(PlanCli, DpAlgosShowWhenEachBeatsTheAllReduce) {
     const std::string fast = table(25), slow = table(0.125);
     EXPECT_NE(fast.find("data-parallel algorithms over 32 ranks (across the network)"), std::string::npos) << fast;
     for (const char* a : {"local-sgd H=4", "gossip ring", "topk 1% + EF", "qsgd 8 levels (4 bits)"}) EXPECT_FALSE(verdict(fast, a)) << a;
-    for (const char* a : {"local-sgd H=16", "diloco H=50", "diloco H=100", "powersgd R=4 + EF"}) EXPECT_TRUE(verdict(slow, a)) << a;
+    for (const char* a : {"local-sgd H=16", "diloco H=50", "diloco H=100", "powersgd R=4 + EF", "powersgd R=8, vocab R=1, bf16 + EF"})
+        EXPECT_TRUE(verdict(slow, a)) << a;
     EXPECT_FALSE(verdict(slow, "gossip ring"));
     // the bytes are the engine's formulas: local SGD every 16 steps sends 2(N-1)/N 4P / 16 per step
     std::smatch m;

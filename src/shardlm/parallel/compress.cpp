@@ -389,7 +389,7 @@ PowerSgd::PowerSgd(int rank, std::vector<PowerSgdMatrix> matrices, size_t n, uin
         SHARDLM_CHECK(m.rows >= 1 && m.cols >= 1 && m.offset + m.rows * m.cols <= n, "PowerSgd: matrix [", m.rows,
                       ", ", m.cols, "] at offset ", m.offset, " is empty or past the buffer's ", n,
                       " elements\n---> HINT: matrices are row-major [rows, cols] pieces of the flat gradient");
-        const size_t r = std::min({size_t(rank), m.rows, m.cols});
+        const size_t r = std::min({size_t(m.rank > 0 ? m.rank : rank), m.rows, m.cols});
         pieces_.push_back({m, r, p_floats_, q_floats_});
         p_floats_ += m.rows * r;
         q_floats_ += m.cols * r;

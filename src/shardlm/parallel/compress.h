@@ -72,14 +72,15 @@ void aggregate(const CompressSpec& s, const unsigned char* msgs, int ranks, size
 // (Q, warm-started from round to round), reduced through a sum all-reduce.
 
 // a row-major [rows, cols] matrix at offset of a flat buffer; key: its Q's random start (a tensor's
-// name hashed: copies of one tensor on other ranks draw alike)
+// name hashed: copies of one tensor on other ranks draw alike); rank: its own R (0: the class's)
 struct PowerSgdMatrix {
     size_t offset, rows, cols;
     uint64_t key = 0;
+    int rank = 0;
 };
 class PowerSgd {
 public:
-    // matrices: the 2-D tensors compressed at rank R (min(R, rows, cols)); every element of the flat buffer of n
+    // matrices: the 2-D tensors compressed at rank R, or at their own (min(R, rows, cols)); every element of the flat buffer of n
     // floats outside them is sent uncompressed. Q starts from a seeded standard normal (the same on every rank).
     // The matrices must lie within [0, n) and not overlap (any order).
     PowerSgd(int rank, std::vector<PowerSgdMatrix> matrices, size_t n, uint64_t seed);

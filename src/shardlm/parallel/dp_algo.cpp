@@ -248,6 +248,17 @@ uint64_t name_key(const std::string& name) {
     return h;
 }
 
+// The parameters with a row per token: the token embedding (and the head's tied copy of it), an untied LM head.
+std::vector<bool> vocabulary_params(const model::Layout& layout) {
+    std::vector<bool> v(layout.params.size(), false);
+    for (const model::Unit& u : layout.units) {
+        if (u.kind == model::UnitKind::TokenEmbedding)
+            for (int i = u.first_param; i < u.first_param + u.num_params; i++) v[size_t(i)] = true;
+        if (u.kind == model::UnitKind::Head && u.role[model::kLmHead] >= 0) v[size_t(u.role[model::kLmHead])] = true;
+    }
+    return v;
+}
+
 // Compressed gradients (seed 002, part 04): each rank sends C(p) instead of its gradient, p = g
 // (none), g + e with e <- p - C(p) (ef: Seide et al. 2014, Karimireddy et al. 2019), or, with ef21
 // (Richtarik et al. 2021), C(g - g_i) with g_i <- g_i + C(g - g_i) and the aggregate estimate
@@ -257,7 +268,9 @@ uint64_t name_key(const std::string& name) {
 // parallelism, the tied embedding's two pipeline copies) is then compressed the same and its copies
 // stay equal. The tensors' messages are concatenated (one size per rank), all-gathered, and every
 // rank sums the decoded messages in rank order (the same bits everywhere). PowerSGD's factors are
-// all-reduced (its vectors uncompressed).
+// all-reduced (its vectors uncompressed; --compress-dtype: in 16 bits on the wire). The vocabulary's
+// matrices (--compress-embedding) may take a compressor of their own: another elementwise one, or another
+// PowerSGD rank (none: sent whole, as the vectors).
 class Compressed final : public DpAlgorithm {
 public:
     Compressed(const DpAlgoConfig& cfg, comm::Group& dp, const model::Layout& layout) : DpAlgorithm(cfg, dp, layout) {
@@ -265,21 +278,30 @@ public:
         if (cfg_.error_feedback != ErrorFeedback::None) err_.resize(n_), err_.zero();
         if (cfg_.error_feedback == ErrorFeedback::Ef21) agg_.resize(n_), agg_.zero();
         work_.resize(n_);
+        const std::vector<bool> vocab = vocabulary_params(layout);
+        auto spec_of = [&](size_t i) -> const CompressSpec& {
+            return vocab[i] && cfg_.compress_embedding ? *cfg_.compress_embedding : c;
+        };
         if (c.kind == CompressKind::PowerSgd) {
             std::vector<PowerSgdMatrix> mats;
-            for (const model::ParamSpec& p : layout.params) {
-                if (p.shape.size() >= 2)
-                    mats.push_back({p.offset, size_t(p.shape[0]), p.numel / size_t(p.shape[0]), name_key(p.name)});
+            for (size_t i = 0; i < layout.params.size(); i++) {
+                const model::ParamSpec& p = layout.params[i];
+                if (p.shape.size() >= 2 && spec_of(i).kind == CompressKind::PowerSgd)
+                    mats.push_back({p.offset, size_t(p.shape[0]), p.numel / size_t(p.shape[0]), name_key(p.name),
+                                    spec_of(i).rank});
                 else
                     vectors_.push_back({p.offset, p.numel});
             }
             power_ = std::make_unique<PowerSgd>(c.rank, std::move(mats), n_, cfg_.seed);
+            if (cfg_.compress_dtype != DType::F32) wire_.resize(power_->floats_per_round());
             return;
         }
         size_t at = 0;
-        for (const model::ParamSpec& p : layout.params) {
+        for (size_t i = 0; i < layout.params.size(); i++) {
+            const model::ParamSpec& p = layout.params[i];
             if (p.numel == 0) continue;
-            tensors_.push_back({p.offset, p.numel, at, message_bytes(c, p.numel), name_key(p.name)});
+            const CompressSpec& pc = spec_of(i);
+            tensors_.push_back({p.offset, p.numel, at, message_bytes(pc, p.numel), name_key(p.name), pc});
             at += tensors_.back().bytes;
         }
         msg_.resize(at);
@@ -287,7 +309,6 @@ public:
         cx_.resize(n_);
     }
     void reduce_gradients(float* g, int step, float scale) override {
-        const CompressSpec& c = cfg_.compress;
         const ErrorFeedback ef = cfg_.error_feedback;
         float *p = work_.data(), *e = err_.data();
         // p: what is compressed, in the gradient's own units (the buffers outlive a change of loss scale)
@@ -301,7 +322,12 @@ public:
             calls_.clear();
             power_->reduce(p, g, dp_.size(), [this](float* x, size_t k) {
                 calls_.push_back(k);
-                dp_.all_reduce_sum(x, k);
+                if (cfg_.compress_dtype == DType::F32) return dp_.all_reduce_sum(x, k);
+                // 16-bit on the wire: every hop adds in fp32 and rounds; the error feedback carries the rounding
+                if (wire_.size() < k) wire_.resize(k);
+                convert_from_f32(wire_.data(), cfg_.compress_dtype, x, k);
+                dp_.all_reduce_sum(wire_.data(), k, cfg_.compress_dtype);
+                convert_to_f32(x, wire_.data(), cfg_.compress_dtype, k);
             });
             if (ef == ErrorFeedback::Ef) {
                 for (size_t i = 0; i < n_; i++) e[i] = p[i] - g[i];
@@ -318,7 +344,7 @@ public:
         seeds_.resize(size_t(N));
         float* cx = cx_.data();  // C(p), decoded
         for (const Tensor& t : tensors_)
-            compress(c, p + t.offset, t.numel, seed(step_seed, t.key, me), msg_.data() + t.msg, cx + t.offset);
+            compress(t.spec, p + t.offset, t.numel, seed(t.spec, step_seed, t.key, me), msg_.data() + t.msg, cx + t.offset);
         for (const Tensor& t : tensors_)
             for (size_t i = t.offset; i < t.offset + t.numel; i++) {
                 if (ef == ErrorFeedback::Ef) e[i] = p[i] - cx[i];
@@ -329,9 +355,9 @@ public:
             one_.resize(t.bytes * size_t(N));  // the ranks' messages of this tensor, rank-major
             for (int r = 0; r < N; r++) {
                 std::memcpy(one_.data() + size_t(r) * t.bytes, all_.data() + size_t(r) * msg_.size() + t.msg, t.bytes);
-                seeds_[size_t(r)] = seed(step_seed, t.key, r);
+                seeds_[size_t(r)] = seed(t.spec, step_seed, t.key, r);
             }
-            aggregate(c, one_.data(), N, t.numel, seeds_.data(), g + t.offset);
+            aggregate(t.spec, one_.data(), N, t.numel, seeds_.data(), g + t.offset);
         }
         if (ef == ErrorFeedback::Ef21) {
             float* a = agg_.data();
@@ -362,26 +388,32 @@ public:
             return comm::Group::ring_bytes_rank(comm::OpKind::AllGather, msg_.size() * size_t(dp_.size()), 1, dp_.size(),
                                                 dp_.rank());
         size_t b = 0;
-        for (size_t k : calls_) b += all_reduce_bytes(dp_, k, 4);
+        for (size_t k : calls_) b += all_reduce_bytes(dp_, k, dtype_bytes(cfg_.compress_dtype));
         return b;
     }
     std::string formula() const override {
-        if (power_) return "2(N-1)/N x 4 (P + Q factors + uncompressed vectors) bytes, all-reduced";
+        const std::string emb = cfg_.compress_embedding ? "; the vocabulary's matrices " +
+                                                              compress_text(*cfg_.compress_embedding) : "";
+        if (power_)
+            return "2(N-1)/N x " + std::to_string(dtype_bytes(cfg_.compress_dtype)) +
+                   " (P + Q factors + uncompressed vectors) bytes, all-reduced" + emb;
         return "(N-1) x " + std::to_string(msg_.size()) + " bytes (each rank's " + compress_text(cfg_.compress) +
-               " messages of its tensors, all-gathered)";
+               " messages of its tensors" + emb + ", all-gathered)";
     }
 
 private:
     struct Tensor {
         size_t offset, numel, msg, bytes;  // flat elements; its message at msg of the rank's message
         uint64_t key;
+        CompressSpec spec;                 // --compress, or --compress-embedding for the vocabulary's
     };
     // rand-k's indices must agree across ranks (the same seed for every rank), QSGD's rounding not
-    uint64_t seed(uint64_t step_seed, uint64_t key, int r) const {
+    static uint64_t seed(const CompressSpec& spec, uint64_t step_seed, uint64_t key, int r) {
         const uint64_t s = kernels::mix64(step_seed ^ key);
-        return cfg_.compress.kind == CompressKind::RandK ? s : kernels::mix64(s + uint64_t(r) + 1);
+        return spec.kind == CompressKind::RandK ? s : kernels::mix64(s + uint64_t(r) + 1);
     }
     AlignedBuffer<float> err_, agg_, work_, cx_, q_;
+    std::vector<unsigned short> wire_;  // PowerSGD's round in 16 bits (--compress-dtype)
     std::vector<Tensor> tensors_;
     std::vector<unsigned char> msg_, all_, one_;  // this rank's message, every rank's, one tensor's (scratch)
     std::vector<uint64_t> seeds_;                  // one tensor's seed per rank (scratch)

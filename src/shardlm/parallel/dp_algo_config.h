@@ -2,6 +2,7 @@
 // from their machinery so that train/train_config.h can hold them without MPI's headers.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/enum_names.h"
@@ -40,6 +41,10 @@ struct DpAlgoConfig {
     Topology topology = Topology::Ring;
     int global_avg_every = 0;        // gossip: every K steps a global average instead (0: never)
     CompressSpec compress;           // compressed
+    // compressed: the vocabulary's matrices (the token embedding, its tied copy, an untied LM head) by
+    // their own compressor (unset: by `compress`); with powersgd, powersgd:R or none (sent whole)
+    std::optional<CompressSpec> compress_embedding;
+    DType compress_dtype = DType::F32;  // compressed, powersgd: its factors' (and whole elements') type on the wire
     ErrorFeedback error_feedback = ErrorFeedback::None;  // resolved (never Auto)
     uint64_t seed = 0;               // compressors' randomness
 };

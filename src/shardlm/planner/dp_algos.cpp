@@ -14,7 +14,8 @@ namespace {
 // PowerSGD's floats per round on one rank: rank R times (rows + cols) of each of its matrices (tensor
 // parallelism splits one side of each: column-parallel the outputs, row-parallel the inputs, the
 // embedding its vocabulary), plus its vectors sent whole (biases, norms); pipeline stages split the layers.
-double powersgd_floats(const cost::ModelShape& m, int tp, int pp, int rank) {
+// vocab_rank: the vocabulary's matrices' own rank (--compress-embedding powersgd:R).
+double powersgd_floats(const cost::ModelShape& m, int tp, int pp, int rank, int vocab_rank) {
     const double h = m.hidden, f = m.ffn_hidden, kv = double(m.kv_dim()), t = tp;
     const bool swiglu = m.arch == cost::Arch::Llama;
     const double sides = (h + (h + 2 * kv) / t) + (h / t + h)                        // qkv, output projection
@@ -22,7 +23,7 @@ double powersgd_floats(const cost::ModelShape& m, int tp, int pp, int rank) {
     const double vectors = (m.biases ? (h + 2 * kv) / t + h + f / t + h : 0)         // biases
                            + (m.biases ? 4 * h : 2 * h);                             // norms (LayerNorm: gain and bias)
     double s = m.layers * (rank * sides + vectors) / pp;
-    s += rank * (m.vocab / t + h) * (m.tied_embeddings ? 1 : 2) / (pp > 1 && m.tied_embeddings ? 1 : pp);
+    s += vocab_rank * (m.vocab / t + h) * (m.tied_embeddings ? 1 : 2) / (pp > 1 && m.tied_embeddings ? 1 : pp);
     if (m.learned_positions) s += rank * (m.seq_len + h) / pp;
     return s + (m.biases ? 2 * h : h) / pp;                                          // the final norm
 }
@@ -100,8 +101,12 @@ std::vector<DpAlgoCost> compare_dp_algos(const cost::ModelShape& m, const Cluste
         add("sign + EF", b, s, true);
     }
     {
-        auto [b, s] = all_reduce(4 * powersgd_floats(m, p.tp, p.pp, 4), 1);
+        auto [b, s] = all_reduce(4 * powersgd_floats(m, p.tp, p.pp, 4, 4), 1);
         add("powersgd R=4 + EF", b, s, true);
+    }
+    {  // bench/dp_algos.sh's powersgd-r8-vocab-r1-bf16
+        auto [b, s] = all_reduce(2 * powersgd_floats(m, p.tp, p.pp, 8, 1), 1);
+        add("powersgd R=8, vocab R=1, bf16 + EF", b, s, true);
     }
     // ZeRO-1 with compressed gradients gathers the updated slices every step as the all-reduce does;
     // local SGD, DiLoCo and gossip need ZeRO-0 (and its memory)

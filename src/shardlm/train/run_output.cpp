@@ -148,12 +148,14 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
 }
 
 nlohmann::json Trainer::writer_json() const {
-    return {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", cfg_.zero},
+    nlohmann::json w = {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", cfg_.zero},
             {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
             {"world", e_.grid->world_size()}, {"dp_algo", setting_text(cfg_.dp_algo)},
             // what the per-rank state files hold depends on these too (train/checkpoint.h)
             {"compress", cfg_.compress}, {"error_feedback", setting_text(cfg_.dp_algo_config().error_feedback)},
             {"optimizer", setting_text(cfg_.optimizer)}};
+    if (!cfg_.compress_embedding.empty()) w["compress_embedding"] = cfg_.compress_embedding;  // PowerSGD's Q sizes
+    return w;
 }
 
 std::string Trainer::sample_text() {

@@ -35,19 +35,30 @@ optim::OptimConfig TrainConfig::optim_config() const {
     return o;
 }
 
+namespace {
+DType to_wire_dtype(ReduceType t) { return t == ReduceType::BF16 ? DType::BF16 : t == ReduceType::F16 ? DType::F16 : DType::F32; }
+}  // namespace
+
 parallel::DpAlgoConfig TrainConfig::dp_algo_config() const {
     parallel::DpAlgoConfig d;
     d.algo = dp_algo;
     d.local_steps = local_steps;
     d.average_optimizer = average_optimizer;
     d.outer_lr = outer_lr, d.outer_momentum = outer_momentum;
-    d.outer_dtype = outer_dtype == ReduceType::BF16 ? DType::BF16 : outer_dtype == ReduceType::F16 ? DType::F16 : DType::F32;
+    d.outer_dtype = to_wire_dtype(outer_dtype);
     d.topology = topology;
     d.global_avg_every = global_avg_every;
-    if (dp_algo == parallel::DpAlgo::Compressed) d.compress = parallel::parse_compress(compress);
+    if (dp_algo == parallel::DpAlgo::Compressed) {
+        d.compress = parallel::parse_compress(compress);
+        if (!compress_embedding.empty()) d.compress_embedding = parallel::parse_compress(compress_embedding);
+    }
+    d.compress_dtype = to_wire_dtype(compress_dtype);
+    // auto: error feedback when either compressor is biased
+    const bool unbiased = parallel::is_unbiased(d.compress) &&
+                          (!d.compress_embedding || parallel::is_unbiased(*d.compress_embedding));
     d.error_feedback = error_feedback != parallel::ErrorFeedback::Auto ? error_feedback
-                       : parallel::is_unbiased(d.compress)            ? parallel::ErrorFeedback::None
-                                                                      : parallel::ErrorFeedback::Ef;
+                       : unbiased                                      ? parallel::ErrorFeedback::None
+                                                                       : parallel::ErrorFeedback::Ef;
     d.seed = seed;
     return d;
 }
@@ -59,18 +70,50 @@ void TrainConfig::validate_dp_algo() const {
     SHARDLM_CHECK(outer_lr > 0 && std::isfinite(outer_lr), "--outer-lr must be > 0 (got ", outer_lr, ")");
     SHARDLM_CHECK(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum must be in [0, 1) (got ", outer_momentum, ")");
     SHARDLM_CHECK(global_avg_every >= 0, "--global-avg-every must be >= 0 (0 = never; got ", global_avg_every, ")");
+    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || (compress_embedding.empty() && (compress_dtype == ReduceType::Default ||
+                                                                                   compress_dtype == ReduceType::F32)),
+                  "--compress-embedding and --compress-dtype apply to --dp-algo compressed (got --dp-algo ", algo,
+                  ")\n---> HINT: --dp-algo compressed --compress powersgd:4 --compress-embedding powersgd:1");
     SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || compress.empty(), "--compress ", compress, " applies to --dp-algo "
                   "compressed (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress ", compress);
     if (dp_algo == DpAlgo::Compressed) {
         SHARDLM_CHECK(!compress.empty(), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
                       "the elements), qsgd:8, randk:0.01, sign, sign:vote or powersgd:4");
         const parallel::CompressSpec c = parallel::parse_compress(compress);
-        const bool with_ef = error_feedback == parallel::ErrorFeedback::Ef || error_feedback == parallel::ErrorFeedback::Ef21;
-        SHARDLM_CHECK(!(with_ef && parallel::is_unbiased(c)), "--error-feedback ", setting_text(error_feedback),
-                      " with --compress ", compress, ": error feedback needs a contractive compressor (|C(x) - x| < |x|), "
-                      "and ", compress, " is unbiased but not contractive (rand-k scales what it keeps by n/k, QSGD's "
-                      "rounding variance exceeds |x|^2 on large buckets), so the carried error grows step after step"
-                      "\n---> HINT: --error-feedback none (or auto) with ", compress, ", or a biased compressor (topk, sign) with ef");
+        const parallel::ErrorFeedback resolved = dp_algo_config().error_feedback;  // auto: ef when either is biased
+        const bool with_ef = resolved == parallel::ErrorFeedback::Ef || resolved == parallel::ErrorFeedback::Ef21;
+        for (const std::string* t : {&compress, &compress_embedding}) {
+            const std::string& text = *t;
+            const bool embedding = t == &compress_embedding;
+            if (text.empty()) continue;
+            const parallel::CompressSpec spec = parallel::parse_compress(text);
+            // none is exact: the error it would carry is 0
+            SHARDLM_CHECK(!(with_ef && parallel::is_unbiased(spec) && spec.kind != parallel::CompressKind::None),
+                          "--error-feedback ", setting_text(resolved), error_feedback == parallel::ErrorFeedback::Auto ?
+                          " (auto: " + std::string(embedding ? "--compress " : "--compress-embedding ") + "is biased)" : "",
+                          embedding ? " with --compress-embedding " :
+                          " with --compress ", text, ": error feedback needs a contractive compressor (|C(x) - x| < |x|), "
+                          "and ", text, " is unbiased but not contractive (rand-k scales what it keeps by n/k, QSGD's "
+                          "rounding variance exceeds |x|^2 on large buckets), so the carried error grows step after step"
+                          "\n---> HINT: --error-feedback none (or auto) with ", text, ", or a biased compressor (topk, sign) with ef");
+        }
+        const bool power = c.kind == parallel::CompressKind::PowerSgd;
+        if (!compress_embedding.empty()) {
+            const parallel::CompressSpec e = parallel::parse_compress(compress_embedding);
+            SHARDLM_CHECK(!power || e.kind == parallel::CompressKind::PowerSgd || e.kind == parallel::CompressKind::None,
+                          "--compress-embedding ", compress_embedding, " with --compress ", compress, ": PowerSGD all-"
+                          "reduces its factors and the elements it sends whole, and an elementwise message is all-gathered"
+                          "\n---> HINT: --compress-embedding powersgd:R (its own rank) or none (sent whole)");
+            SHARDLM_CHECK(power || e.kind != parallel::CompressKind::PowerSgd, "--compress-embedding ", compress_embedding,
+                          " with --compress ", compress, ": the elementwise compressors' messages are all-gathered and "
+                          "PowerSGD's factors all-reduced: one exchange serves one family\n---> HINT: --compress "
+                          "powersgd:R with --compress-embedding powersgd:R2, or an elementwise --compress-embedding "
+                          "(topk:F, qsgd:S, ...)");
+        }
+        SHARDLM_CHECK(power || compress_dtype == ReduceType::Default || compress_dtype == ReduceType::F32,
+                      "--compress-dtype ", setting_text(compress_dtype), " with --compress ", compress, ": only "
+                      "PowerSGD's all-reduced factors take a wire type (the elementwise messages have their own formats)"
+                      "\n---> HINT: --compress powersgd:R --compress-dtype bf16, or drop --compress-dtype");
         SHARDLM_CHECK(!(c.kind == parallel::CompressKind::SignVote && error_feedback == parallel::ErrorFeedback::Ef21),
                       "--error-feedback ef21 with --compress sign:vote: EF21's aggregate is the mean of the ranks' "
                       "compressed messages, and a majority vote is not their mean (the estimate would drift)"

@@ -123,6 +123,8 @@ struct TrainConfig {
     parallel::Topology topology = parallel::Topology::Ring;  // gossip
     int global_avg_every = 0;         // gossip
     std::string compress;             // compressed: topk:F | randk:F | qsgd:S | sign | sign:vote | powersgd:R
+    std::string compress_embedding;   // compressed: the vocabulary's matrices by this compressor (empty: --compress)
+    ReduceType compress_dtype = ReduceType::Default;  // compressed, powersgd: the factors on the wire (default fp32)
     parallel::ErrorFeedback error_feedback = parallel::ErrorFeedback::Auto;  // compressed
     int consensus_every = 1;          // local-sgd, diloco, gossip: measure the consensus distance every N steps
     float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
@@ -267,6 +269,12 @@ void for_each_field(Cfg& c, F&& f) {
     f("compress", c.compress,
       "compressed: topk:F | randk:F (a fraction F of the elements) | qsgd:S (S levels) | sign (scaled) | sign:vote "
       "(majority vote) | powersgd:R (rank R)");
+    f("compress_embedding", c.compress_embedding,
+      "compressed: the vocabulary's matrices (the token embedding and the LM head: a row per token) by this compressor "
+      "instead of --compress (same forms; with powersgd: powersgd:R or none, sent whole)");
+    f("compress_dtype", c.compress_dtype,
+      "compressed, powersgd: the all-reduced factors' type on the wire: fp32 | bf16 | fp16 (default fp32; every hop "
+      "adds in fp32 and rounds, error feedback carries the rounding)");
     f("error_feedback", c.error_feedback,
       "compressed: auto (ef for the biased compressors topk, sign, sign:vote, powersgd; none for the unbiased randk, qsgd) "
       "| none | ef (error feedback) | ef21 (EF21)");
