@@ -132,6 +132,16 @@ size_t all_reduce_bytes(const comm::Group& g, size_t n, size_t elem) {
     return comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, elem, g.size(), g.rank());
 }
 
+// x (n floats) <- its sum over the group, sent as `wire` (F32, or 16 bits in `scratch`: every hop adds in
+// fp32 and rounds)
+void all_reduce_sum_as(comm::Group& g, float* x, size_t n, DType wire, std::vector<unsigned short>& scratch) {
+    if (wire == DType::F32) return g.all_reduce_sum(x, n);
+    if (scratch.size() < n) scratch.resize(n);
+    convert_from_f32(scratch.data(), wire, x, n);
+    g.all_reduce_sum(scratch.data(), n, wire);
+    convert_to_f32(x, scratch.data(), wire, n);
+}
+
 
 class AllReduceAlgo final : public DpAlgorithm {
 public:
@@ -172,7 +182,6 @@ public:
     Diloco(const DpAlgoConfig& cfg, comm::Group& dp, const model::Layout& layout) : DpAlgorithm(cfg, dp, layout) {
         anchor_.resize(n_), momentum_.resize(n_), delta_.resize(n_);
         momentum_.zero();
-        if (cfg_.outer_dtype != DType::F32) wire_.resize(n_);  // 16-bit values, two per float
     }
     void start(const float* params) override { std::memcpy(anchor_.data(), params, n_ * sizeof(float)); }
     bool due(int step) const { return (step + 1) % cfg_.local_steps == 0; }
@@ -180,14 +189,7 @@ public:
         if (!due(step)) return;
         float* d = delta_.data();
         for (size_t i = 0; i < n_; i++) d[i] = anchor_.data()[i] - params[i];
-        if (cfg_.outer_dtype == DType::F32) {
-            dp_.all_reduce_sum(d, n_);
-        } else {  // 16-bit on the wire: every hop adds in fp32 and rounds
-            auto* w = reinterpret_cast<unsigned short*>(wire_.data());
-            convert_from_f32(w, cfg_.outer_dtype, d, n_);
-            dp_.all_reduce_sum(w, n_, cfg_.outer_dtype);
-            convert_to_f32(d, w, cfg_.outer_dtype, n_);
-        }
+        all_reduce_sum_as(dp_, d, n_, cfg_.outer_dtype, wire_);
         const float inv = 1.0f / float(dp_.size()), mu = cfg_.outer_momentum, lr = cfg_.outer_lr;
         float *a = anchor_.data(), *v = momentum_.data();
         for (size_t i = 0; i < n_; i++) {
@@ -210,7 +212,8 @@ public:
     }
 
 private:
-    AlignedBuffer<float> anchor_, momentum_, delta_, wire_;
+    AlignedBuffer<float> anchor_, momentum_, delta_;
+    std::vector<unsigned short> wire_;  // the delta in 16 bits (--outer-dtype)
     size_t opt_elems_ = 0;
 };
 
@@ -293,7 +296,6 @@ public:
                     vectors_.push_back({p.offset, p.numel});
             }
             power_ = std::make_unique<PowerSgd>(c.rank, std::move(mats), n_, cfg_.seed);
-            if (cfg_.compress_dtype != DType::F32) wire_.resize(power_->floats_per_round());
             return;
         }
         size_t at = 0;
@@ -322,12 +324,7 @@ public:
             calls_.clear();
             power_->reduce(p, g, dp_.size(), [this](float* x, size_t k) {
                 calls_.push_back(k);
-                if (cfg_.compress_dtype == DType::F32) return dp_.all_reduce_sum(x, k);
-                // 16-bit on the wire: every hop adds in fp32 and rounds; the error feedback carries the rounding
-                if (wire_.size() < k) wire_.resize(k);
-                convert_from_f32(wire_.data(), cfg_.compress_dtype, x, k);
-                dp_.all_reduce_sum(wire_.data(), k, cfg_.compress_dtype);
-                convert_to_f32(x, wire_.data(), cfg_.compress_dtype, k);
+                all_reduce_sum_as(dp_, x, k, cfg_.compress_dtype, wire_);  // the error feedback carries the rounding
             });
             if (ef == ErrorFeedback::Ef) {
                 for (size_t i = 0; i < n_; i++) e[i] = p[i] - g[i];

@@ -70,8 +70,7 @@ void TrainConfig::validate_dp_algo() const {
     SHARDLM_CHECK(outer_lr > 0 && std::isfinite(outer_lr), "--outer-lr must be > 0 (got ", outer_lr, ")");
     SHARDLM_CHECK(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum must be in [0, 1) (got ", outer_momentum, ")");
     SHARDLM_CHECK(global_avg_every >= 0, "--global-avg-every must be >= 0 (0 = never; got ", global_avg_every, ")");
-    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || (compress_embedding.empty() && (compress_dtype == ReduceType::Default ||
-                                                                                   compress_dtype == ReduceType::F32)),
+    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || (compress_embedding.empty() && to_wire_dtype(compress_dtype) == DType::F32),
                   "--compress-embedding and --compress-dtype apply to --dp-algo compressed (got --dp-algo ", algo,
                   ")\n---> HINT: --dp-algo compressed --compress powersgd:4 --compress-embedding powersgd:1");
     SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || compress.empty(), "--compress ", compress, " applies to --dp-algo "
@@ -79,17 +78,16 @@ void TrainConfig::validate_dp_algo() const {
     if (dp_algo == DpAlgo::Compressed) {
         SHARDLM_CHECK(!compress.empty(), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
                       "the elements), qsgd:8, randk:0.01, sign, sign:vote or powersgd:4");
-        const parallel::CompressSpec c = parallel::parse_compress(compress);
-        const parallel::ErrorFeedback resolved = dp_algo_config().error_feedback;  // auto: ef when either is biased
-        const bool with_ef = resolved == parallel::ErrorFeedback::Ef || resolved == parallel::ErrorFeedback::Ef21;
-        for (const std::string* t : {&compress, &compress_embedding}) {
-            const std::string& text = *t;
-            const bool embedding = t == &compress_embedding;
-            if (text.empty()) continue;
-            const parallel::CompressSpec spec = parallel::parse_compress(text);
+        const parallel::DpAlgoConfig d = dp_algo_config();  // both specs parsed, auto resolved (ef when either is biased)
+        const parallel::CompressSpec& c = d.compress;
+        const bool with_ef = d.error_feedback == parallel::ErrorFeedback::Ef || d.error_feedback == parallel::ErrorFeedback::Ef21;
+        for (const bool embedding : {false, true}) {
+            if (embedding && !d.compress_embedding) continue;
+            const parallel::CompressSpec& spec = embedding ? *d.compress_embedding : c;
+            const std::string& text = embedding ? compress_embedding : compress;
             // none is exact: the error it would carry is 0
             SHARDLM_CHECK(!(with_ef && parallel::is_unbiased(spec) && spec.kind != parallel::CompressKind::None),
-                          "--error-feedback ", setting_text(resolved), error_feedback == parallel::ErrorFeedback::Auto ?
+                          "--error-feedback ", setting_text(d.error_feedback), error_feedback == parallel::ErrorFeedback::Auto ?
                           " (auto: " + std::string(embedding ? "--compress " : "--compress-embedding ") + "is biased)" : "",
                           embedding ? " with --compress-embedding " :
                           " with --compress ", text, ": error feedback needs a contractive compressor (|C(x) - x| < |x|), "
@@ -98,20 +96,20 @@ void TrainConfig::validate_dp_algo() const {
                           "\n---> HINT: --error-feedback none (or auto) with ", text, ", or a biased compressor (topk, sign) with ef");
         }
         const bool power = c.kind == parallel::CompressKind::PowerSgd;
-        if (!compress_embedding.empty()) {
-            const parallel::CompressSpec e = parallel::parse_compress(compress_embedding);
-            SHARDLM_CHECK(!power || e.kind == parallel::CompressKind::PowerSgd || e.kind == parallel::CompressKind::None,
+        if (d.compress_embedding) {
+            const parallel::CompressKind e = d.compress_embedding->kind;
+            SHARDLM_CHECK(!power || e == parallel::CompressKind::PowerSgd || e == parallel::CompressKind::None,
                           "--compress-embedding ", compress_embedding, " with --compress ", compress, ": PowerSGD all-"
                           "reduces its factors and the elements it sends whole, and an elementwise message is all-gathered"
                           "\n---> HINT: --compress-embedding powersgd:R (its own rank) or none (sent whole)");
-            SHARDLM_CHECK(power || e.kind != parallel::CompressKind::PowerSgd, "--compress-embedding ", compress_embedding,
+            SHARDLM_CHECK(power || e != parallel::CompressKind::PowerSgd, "--compress-embedding ", compress_embedding,
                           " with --compress ", compress, ": the elementwise compressors' messages are all-gathered and "
                           "PowerSGD's factors all-reduced: one exchange serves one family\n---> HINT: --compress "
                           "powersgd:R with --compress-embedding powersgd:R2, or an elementwise --compress-embedding "
                           "(topk:F, qsgd:S, ...)");
         }
-        SHARDLM_CHECK(power || compress_dtype == ReduceType::Default || compress_dtype == ReduceType::F32,
-                      "--compress-dtype ", setting_text(compress_dtype), " with --compress ", compress, ": only "
+        SHARDLM_CHECK(power || d.compress_dtype == DType::F32, "--compress-dtype ", setting_text(compress_dtype),
+                      " with --compress ", compress, ": only "
                       "PowerSGD's all-reduced factors take a wire type (the elementwise messages have their own formats)"
                       "\n---> HINT: --compress powersgd:R --compress-dtype bf16, or drop --compress-dtype");
         SHARDLM_CHECK(!(c.kind == parallel::CompressKind::SignVote && error_feedback == parallel::ErrorFeedback::Ef21),
