@@ -46,9 +46,12 @@ declare -A FLAGS=(
   [powersgd-r4-vocab-r1-bf16]="--dp-algo compressed --compress powersgd:4 --compress-embedding powersgd:1 --compress-dtype bf16 --error-feedback ef"
   [powersgd-r8-vocab-r1-bf16]="--dp-algo compressed --compress powersgd:8 --compress-embedding powersgd:1 --compress-dtype bf16 --error-feedback ef"
   [topk-1%-vocab-only]="--dp-algo compressed --compress none --compress-embedding topk:0.01 --error-feedback ef"
+  # Deep Gradient Compression's momentum correction (each rank's momentum accumulated and masked where sent),
+  # the optimiser without a momentum of its own
+  [topk-1%-ef-dgc]="--dp-algo compressed --compress topk:0.01 --error-feedback ef --momentum-correction 0.9 --beta1 0"
 )
 EXTRA="powersgd-r2 powersgd-r1 local-sgd-h16-clip2 local-sgd-h64-clip2-lr8e-3 diloco-h100-clip2 topk-1%-ef21 topk-0.5%-ef21
-       powersgd-r4-vocab-r1 powersgd-r4-vocab-r1-bf16 powersgd-r8-vocab-r1-bf16 topk-1%-vocab-only"
+       powersgd-r4-vocab-r1 powersgd-r4-vocab-r1-bf16 powersgd-r8-vocab-r1-bf16 topk-1%-vocab-only topk-1%-ef-dgc"
 ORDER="allreduce local-sgd-h4 local-sgd-h16 diloco-h50 diloco-h100 gossip-ring gossip-one-peer-exp topk-1%-ef qsgd-4bit powersgd-r4 sign-ef"
 ALGOS=${ALGOS:-$ORDER}
 [ "$ALGOS" = all ] && ALGOS="$ORDER $EXTRA"

@@ -51,6 +51,9 @@ const Algo kAlgos[] = {
     {"powersgd_vocab_bf16", "--dp-algo compressed --compress powersgd:2 --compress-embedding powersgd:1 --compress-dtype bf16",
      false, true, 3e-3},
     {"topk_vocab_sign", "--dp-algo compressed --compress topk:0.05 --compress-embedding sign --error-feedback ef", false, true},
+    // Deep Gradient Compression: each rank's momentum accumulated with the error (a per-rank buffer more)
+    {"topk_dgc", "--dp-algo compressed --compress topk:0.05 --error-feedback ef --momentum-correction 0.9 --beta1 0", false,
+     true},
 };
 
 // The e2e fixture model, G = 8 rows of T = 16, micro-batch 1.
@@ -155,6 +158,11 @@ TEST_F(DpAlgos, LimitsEqualTheAlgorithmsTheyBecome) {
     const fs::path ar_adam = run_to("", "ar_adam", 4);
     const fs::path topk = run_to("--dp-algo compressed --compress topk:1 --error-feedback none", "topk", 4);
     same_losses(ar_adam, topk, 1e-5, "top-k of every element against all-reduce");
+    // DGC's momentum factor masking: what is sent leaves the momentum, so with every element sent the momentum
+    // never builds up and the exchange is the all-reduce's
+    const fs::path dgc = run_to("--dp-algo compressed --compress topk:1 --error-feedback ef --momentum-correction 0.9",
+                                "dgc", 4);
+    same_losses(ar_adam, dgc, 1e-5, "top-k of every element with momentum correction against all-reduce");
     const fs::path local2 = run_to("--dp-algo local-sgd --local-steps 1", "local2", 2);
     const fs::path gossip2 = run_to("--dp-algo gossip --topology ring", "gossip2", 2);
     same_losses(local2, gossip2, 1e-6, "gossip on two ranks against averaging every step", false);
@@ -186,6 +194,12 @@ TEST_F(DpAlgos, RefusedCombinationsSayWhy) {
         {"--dp-algo local-sgd --compress-embedding powersgd:1", "apply to --dp-algo compressed"},
         {"--dp-algo compressed --compress topk:0.01 --compress-embedding qsgd:8", "(auto: --compress is biased)"},
         {"--dp-algo compressed --compress powersgd:2 --compress-embedding powersgd:0", "--compress"},
+        {"--dp-algo compressed --compress sign --momentum-correction 0.9", "needs top-k on every tensor"},
+        {"--dp-algo compressed --compress topk:0.01 --compress-embedding none --momentum-correction 0.9",
+         "needs top-k on every tensor"},
+        {"--dp-algo compressed --compress topk:0.01 --error-feedback ef21 --momentum-correction 0.9", "error feedback ef"},
+        {"--dp-algo local-sgd --momentum-correction 0.9", "applies to --dp-algo compressed"},
+        {"--dp-algo compressed --compress topk:0.01 --momentum-correction 1", "must be in [0, 1)"},
     };
     for (const auto& c : cases) {
         const CmdResult r = sh(train(std::string(c.flags) + " --steps 1"), tmp / "refused.log");

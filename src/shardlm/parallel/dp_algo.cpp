@@ -273,13 +273,17 @@ std::vector<bool> vocabulary_params(const model::Layout& layout) {
 // rank sums the decoded messages in rank order (the same bits everywhere). PowerSGD's factors are
 // all-reduced (its vectors uncompressed; --compress-dtype: in 16 bits on the wire). The vocabulary's
 // matrices (--compress-embedding) may take a compressor of their own: another elementwise one, or another
-// PowerSGD rank (none: sent whole, as the vectors).
+// PowerSGD rank (none: sent whole, as the vectors). With top-k, --momentum-correction m is Deep Gradient
+// Compression's (Lin et al. 2018): each rank's own momentum u <- m u + g takes g's place in p = u + e, and
+// an element the rank sent leaves u as it leaves e (momentum factor masking); the optimiser then runs
+// without a momentum of its own (--beta1 0).
 class Compressed final : public DpAlgorithm {
 public:
     Compressed(const DpAlgoConfig& cfg, comm::Group& dp, const model::Layout& layout) : DpAlgorithm(cfg, dp, layout) {
         const CompressSpec& c = cfg_.compress;
         if (cfg_.error_feedback != ErrorFeedback::None) err_.resize(n_), err_.zero();
         if (cfg_.error_feedback == ErrorFeedback::Ef21) agg_.resize(n_), agg_.zero();
+        if (cfg_.momentum_correction > 0) mom_.resize(n_), mom_.zero();
         work_.resize(n_);
         const std::vector<bool> vocab = vocabulary_params(layout);
         auto spec_of = [&](size_t i) -> const CompressSpec& {
@@ -315,8 +319,11 @@ public:
         float *p = work_.data(), *e = err_.data();
         // p: what is compressed, in the gradient's own units (the buffers outlive a change of loss scale)
         const float inv = 1.0f / scale;
+        const float mc = cfg_.momentum_correction;
+        float* u = mom_.data();  // DGC: this rank's momentum, in the gradient's units
         for (size_t i = 0; i < n_; i++) {
-            const float gi = g[i] * inv;
+            float gi = g[i] * inv;
+            if (mc > 0) gi = u[i] = mc * u[i] + gi;
             p[i] = ef == ErrorFeedback::None ? gi : ef == ErrorFeedback::Ef21 ? gi - e[i] : gi + e[i];
         }
         if (power_) {
@@ -342,6 +349,10 @@ public:
         float* cx = cx_.data();  // C(p), decoded
         for (const Tensor& t : tensors_)
             compress(t.spec, p + t.offset, t.numel, seed(t.spec, step_seed, t.key, me), msg_.data() + t.msg, cx + t.offset);
+        if (mc > 0)  // DGC's momentum factor masking: an element this rank sent leaves its momentum too
+            for (const Tensor& t : tensors_)
+                for (size_t i = t.offset; i < t.offset + t.numel; i++)
+                    if (cx[i] != 0.0f) u[i] = 0.0f;
         for (const Tensor& t : tensors_)
             for (size_t i = t.offset; i < t.offset + t.numel; i++) {
                 if (ef == ErrorFeedback::Ef) e[i] = p[i] - cx[i];
@@ -369,6 +380,7 @@ public:
         std::vector<StateBuffer> s;
         if (err_.size()) s.push_back({cfg_.error_feedback == ErrorFeedback::Ef21 ? "ef21_local" : "ef_error", &err_});
         if (agg_.size()) s.push_back({"ef21_aggregate", &agg_});
+        if (mom_.size()) s.push_back({"dgc_momentum", &mom_});
         if (power_) {
             q_.resize(power_->q_state().size());
             std::copy(power_->q_state().begin(), power_->q_state().end(), q_.data());
@@ -409,7 +421,7 @@ private:
         const uint64_t s = kernels::mix64(step_seed ^ key);
         return spec.kind == CompressKind::RandK ? s : kernels::mix64(s + uint64_t(r) + 1);
     }
-    AlignedBuffer<float> err_, agg_, work_, cx_, q_;
+    AlignedBuffer<float> err_, agg_, mom_, work_, cx_, q_;
     std::vector<unsigned short> wire_;  // PowerSGD's round in 16 bits (--compress-dtype)
     std::vector<Tensor> tensors_;
     std::vector<unsigned char> msg_, all_, one_;  // this rank's message, every rank's, one tensor's (scratch)

@@ -46,6 +46,9 @@ struct DpAlgoConfig {
     std::optional<CompressSpec> compress_embedding;
     DType compress_dtype = DType::F32;  // compressed, powersgd: its factors' (and whole elements') type on the wire
     ErrorFeedback error_feedback = ErrorFeedback::None;  // resolved (never Auto)
+    // compressed, top-k with ef: Deep Gradient Compression's momentum correction m (Lin et al. 2018; 0: off):
+    // each rank compresses its own momentum u <- m u + g accumulated with the error, and what it sends leaves u
+    float momentum_correction = 0.0f;
     uint64_t seed = 0;               // compressors' randomness
 };
 

@@ -155,6 +155,7 @@ nlohmann::json Trainer::writer_json() const {
             {"compress", cfg_.compress}, {"error_feedback", setting_text(cfg_.dp_algo_config().error_feedback)},
             {"optimizer", setting_text(cfg_.optimizer)}};
     if (!cfg_.compress_embedding.empty()) w["compress_embedding"] = cfg_.compress_embedding;  // PowerSGD's Q sizes
+    if (cfg_.momentum_correction > 0) w["momentum_correction"] = cfg_.momentum_correction;  // a dgc_momentum buffer
     return w;
 }
 

@@ -59,6 +59,7 @@ parallel::DpAlgoConfig TrainConfig::dp_algo_config() const {
     d.error_feedback = error_feedback != parallel::ErrorFeedback::Auto ? error_feedback
                        : unbiased                                      ? parallel::ErrorFeedback::None
                                                                        : parallel::ErrorFeedback::Ef;
+    d.momentum_correction = momentum_correction;
     d.seed = seed;
     return d;
 }
@@ -73,6 +74,11 @@ void TrainConfig::validate_dp_algo() const {
     SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || (compress_embedding.empty() && to_wire_dtype(compress_dtype) == DType::F32),
                   "--compress-embedding and --compress-dtype apply to --dp-algo compressed (got --dp-algo ", algo,
                   ")\n---> HINT: --dp-algo compressed --compress powersgd:4 --compress-embedding powersgd:1");
+    SHARDLM_CHECK(momentum_correction >= 0 && momentum_correction < 1, "--momentum-correction must be in [0, 1) (0 = off; "
+                  "got ", momentum_correction, ")");
+    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || momentum_correction == 0, "--momentum-correction applies to --dp-algo "
+                  "compressed with top-k (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress topk:0.01 "
+                  "--error-feedback ef --momentum-correction 0.9 --beta1 0");
     SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || compress.empty(), "--compress ", compress, " applies to --dp-algo "
                   "compressed (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress ", compress);
     if (dp_algo == DpAlgo::Compressed) {
@@ -96,6 +102,19 @@ void TrainConfig::validate_dp_algo() const {
                           "\n---> HINT: --error-feedback none (or auto) with ", text, ", or a biased compressor (topk, sign) with ef");
         }
         const bool power = c.kind == parallel::CompressKind::PowerSgd;
+        if (momentum_correction > 0) {
+            // DGC's masking resets the momentum of what was sent: on a dense compressor (sign, none) that is every
+            // element every step, and PowerSGD sends no element of its own
+            const bool topk = c.kind == parallel::CompressKind::TopK &&
+                              (!d.compress_embedding || d.compress_embedding->kind == parallel::CompressKind::TopK);
+            SHARDLM_CHECK(topk && d.error_feedback == parallel::ErrorFeedback::Ef, "--momentum-correction ",
+                          momentum_correction, " with --compress ", compress,
+                          compress_embedding.empty() ? "" : " --compress-embedding " + compress_embedding,
+                          " --error-feedback ", setting_text(d.error_feedback), ": Deep Gradient Compression's momentum "
+                          "correction accumulates each rank's momentum in the error buffer and resets the elements top-k "
+                          "sent; it needs top-k on every tensor and error feedback ef"
+                          "\n---> HINT: --compress topk:0.01 --error-feedback ef --momentum-correction 0.9 --beta1 0");
+        }
         if (d.compress_embedding) {
             const parallel::CompressKind e = d.compress_embedding->kind;
             SHARDLM_CHECK(!power || e == parallel::CompressKind::PowerSgd || e == parallel::CompressKind::None,

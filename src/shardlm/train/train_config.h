@@ -126,6 +126,7 @@ struct TrainConfig {
     std::string compress_embedding;   // compressed: the vocabulary's matrices by this compressor (empty: --compress)
     ReduceType compress_dtype = ReduceType::Default;  // compressed, powersgd: the factors on the wire (default fp32)
     parallel::ErrorFeedback error_feedback = parallel::ErrorFeedback::Auto;  // compressed
+    float momentum_correction = 0.0f; // compressed, top-k + ef: DGC's momentum correction (0 = off)
     int consensus_every = 1;          // local-sgd, diloco, gossip: measure the consensus distance every N steps
     float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
     bool memory_report = false;
@@ -278,6 +279,10 @@ void for_each_field(Cfg& c, F&& f) {
     f("error_feedback", c.error_feedback,
       "compressed: auto (ef for the biased compressors topk, sign, sign:vote, powersgd; none for the unbiased randk, qsgd) "
       "| none | ef (error feedback) | ef21 (EF21)");
+    f("momentum_correction", c.momentum_correction,
+      "compressed, topk with ef: Deep Gradient Compression's momentum correction m in [0, 1) (0 = off): each rank "
+      "accumulates its own momentum u <- m u + g and compresses u + e; what it sends leaves u (momentum factor "
+      "masking). The momentum is applied before the exchange: give the optimiser none of its own (--beta1 0)");
     f("consensus_every", c.consensus_every,
       "local-sgd, diloco, gossip: write the replicas' consensus distance to metrics.jsonl every N steps (an all-reduce "
       "of the parameters not counted in bytes_sent; 0 = never)");
