@@ -349,13 +349,10 @@ public:
         float* cx = cx_.data();  // C(p), decoded
         for (const Tensor& t : tensors_)
             compress(t.spec, p + t.offset, t.numel, seed(t.spec, step_seed, t.key, me), msg_.data() + t.msg, cx + t.offset);
-        if (mc > 0)  // DGC's momentum factor masking: an element this rank sent leaves its momentum too
-            for (const Tensor& t : tensors_)
-                for (size_t i = t.offset; i < t.offset + t.numel; i++)
-                    if (cx[i] != 0.0f) u[i] = 0.0f;
         for (const Tensor& t : tensors_)
             for (size_t i = t.offset; i < t.offset + t.numel; i++) {
                 if (ef == ErrorFeedback::Ef) e[i] = p[i] - cx[i];
+                if (mc > 0 && cx[i] != 0.0f) u[i] = 0.0f;  // DGC's masking: what this rank sent leaves its momentum too
                 if (ef == ErrorFeedback::Ef21) e[i] += cx[i];  // g_i <- g_i + C(g - g_i)
             }
         dp_.all_gather_bytes(msg_.data(), all_.data(), msg_.size());
