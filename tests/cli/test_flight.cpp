@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli_run.h"
@@ -58,6 +59,38 @@ TEST_F(Flight, NamesMismatchedCollectives) {
         EXPECT_NE(a.out.find("world rank 0 issued " + kind + " #3"), std::string::npos) << a.out;
         EXPECT_NE(a.out.find("world rank 1 issued " + other + " #3"), std::string::npos) << a.out;
     }
+}
+
+TEST_F(Flight, NamesTheRankOutsideCommunicationWhenItsWaitingPeersLeftNoRecord) {
+    // The records a dp2 x pp2 run left when world rank 3 stalled on a loaded machine: rank 0 failed in
+    // its dp all-reduce with rank 1; ranks 1 and 2 (waiting for rank 3) were killed before they wrote
+    // a record; rank 3's record (SIGTERM) shows it outside communication. Rank 3 stalled, not rank 1.
+    const fs::path dir = tmp / "records";
+    fs::create_directories(dir);
+    auto op = [](int group, int seq, const std::string& state, double t, const std::string& extra = "") {
+        return "{\"id\":" + std::to_string(seq) + ",\"group\":" + std::to_string(group) + ",\"seq\":" + std::to_string(seq) +
+               ",\"op\":\"" + (extra.empty() ? "all_reduce" : "send_recv") + "\",\"bytes\":1024,\"state\":\"" + state +
+               "\",\"t_issue\":" + std::to_string(t) + ",\"t_start\":" + std::to_string(t) + ",\"t_end\":0" + extra + "}";
+    };
+    auto write = [&](int rank, const std::string& reason, const std::string& groups, const std::string& ops) {
+        std::ofstream(dir / ("rank" + std::to_string(rank) + ".json"))
+            << "{\"flight_record\":1,\"world_rank\":" << rank << ",\"pid\":1,\"host\":\"h\",\"reason\":\"" << reason
+            << "\",\"now\":20.0,\"unix_time\":0,\"groups\":" << groups << ",\"ops\":[" << ops << "]}";
+    };
+    write(0, "all_reduce on group 'dp' did not finish within --comm-timeout 4 s",
+          R"([{"name":"dp","members":[0,1]},{"name":"pp","members":[0,2]}])",
+          op(0, 0, "done", 1) + "," + op(1, 0, "done", 2, R"(,"peer":2,"tag":1,"dir":"send")") + "," + op(0, 1, "failed", 15));
+    write(3, "SIGTERM", R"([{"name":"dp","members":[2,3]},{"name":"pp","members":[1,3]}])",
+          op(0, 0, "done", 1) + "," + op(1, 0, "done", 2, R"(,"peer":1,"tag":1,"dir":"recv")") + "," + op(0, 1, "done", 3));
+    const CmdResult a = report(dir);
+    ASSERT_EQ(a.code, 0) << a.out;
+    EXPECT_NE(a.out.find("stalled: world rank 3\n"), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("world rank 1 left no flight record"), std::string::npos) << a.out;
+    // with rank 3's record gone too, the rank that left none is all the records can name
+    fs::remove(dir / "rank3.json");
+    const CmdResult b = report(dir);
+    ASSERT_EQ(b.code, 0) << b.out;
+    EXPECT_NE(b.out.find("stalled: world rank 1\n"), std::string::npos) << b.out;
 }
 
 TEST_F(Flight, ATrainingRunEndedByCommTimeoutNamesTheStalledRank) {

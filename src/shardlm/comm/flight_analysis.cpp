@@ -237,10 +237,19 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
     }
     // The root of the hang: a rank that did not enter and is not itself waiting for another (its record
     // shows it outside communication). A rank that left no record, or that waits in an operation of
-    // its own, may be a victim of that one: it is named only when no such rank explains the hang.
+    // its own, may be a victim of that one: it is named only when no rank with a record explains the
+    // hang.
+    // When every rank so named left no record or waits itself, a rank whose record shows it outside
+    // communication while the others wait is the one that stalled: its peers that only waited for it
+    // can be killed by mpirun before they write a record, and are then named above without having
+    // done anything (measured on a loaded machine: dp2 x pp2, rank 3 stalled, ranks 1 and 2 left no
+    // record, and rank 1 alone was named).
     std::vector<int> roots;
     for (int c : culprits)
         if (have.count(c) && !waiting.count(c)) roots.push_back(c);
+    if (roots.empty())
+        for (int r : have)
+            if (!waiting.count(r)) roots.push_back(r);
     if (roots.empty()) roots.assign(culprits.begin(), culprits.end());
     if (stalled) *stalled = roots;
     if (!roots.empty()) out << "stalled: world rank" << (roots.size() > 1 ? "s " : " ") << join(roots) << "\n";
