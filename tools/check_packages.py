@@ -22,13 +22,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def setup_packages():
-    """PACKAGES of tools/setup.sh, and FUZZ_PACKAGES (installed with --fuzz for tools/sanitize.sh)."""
+    """PACKAGES and TEST_PACKAGES of tools/setup.sh (the binary's, and the tests' and benchmarks': a test
+    build has both), and FUZZ_PACKAGES (installed with --fuzz for tools/sanitize.sh)."""
     text = open(os.path.join(ROOT, "tools", "setup.sh")).read()
     m = re.search(r"^PACKAGES=\((.*?)\)", text, re.S | re.M)
     if not m:
         sys.exit("check_packages: tools/setup.sh has no PACKAGES=(...) list")
+    tests = re.search(r"^TEST_PACKAGES=\((.*?)\)", text, re.S | re.M)
     fuzz = re.search(r"^FUZZ_PACKAGES=\((.*?)\)", text, re.S | re.M)
-    return m.group(1).split(), (fuzz.group(1).split() if fuzz else [])
+    return m.group(1).split() + (tests.group(1).split() if tests else []), (fuzz.group(1).split() if fuzz else [])
 
 
 def installed():

@@ -8,23 +8,38 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(build-essential cmake pkg-config libgtest-dev libbenchmark-dev
+# What ./build/shardlm and the quick start need (--binary-only installs these alone: PyTorch is most of
+# the rest's download, and the quick start never runs it).
+PACKAGES=(build-essential cmake pkg-config
           libopenblas-dev libopenblas0-openmp libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
-          libopenmpi-dev openmpi-bin npm python3-torch python3-numpy)
+          libopenmpi-dev openmpi-bin npm)
+# The tests and benchmarks (tools/test.sh): GoogleTest, Google Benchmark, and PyTorch for the reference
+# fixtures' self-check and the side-by-side benchmarks.
+TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-torch python3-numpy)
 # tools/sanitize.sh (CI after the plain suite): clang with libFuzzer and the sanitizer runtimes, and
 # LLVM's OpenMP (clang -fopenmp).
 FUZZ_PACKAGES=(clang libclang-rt-14-dev libomp-14-dev)
 
 build=1
-targets=()
+binary_only=0
+fuzz=0
 for arg in "$@"; do
   case "$arg" in
-    --fuzz) PACKAGES+=("${FUZZ_PACKAGES[@]}") ;;
+    --fuzz) fuzz=1 ;;
     --packages-only) build=0 ;;
-    --binary-only) targets=(--target shardlm) ;;
+    --binary-only) binary_only=1 ;;
     *) echo "setup: unknown option $arg (want --fuzz, --packages-only, --binary-only)" >&2; exit 2 ;;
   esac
 done
+# --binary-only: the binary's packages, and a build without the tests and benchmarks (configured OFF so
+# CMake does not look for GoogleTest); otherwise both, configured ON (a build directory the quick start
+# made gains its tests here, its objects kept)
+if [ "$binary_only" = 1 ] && [ "$fuzz" = 0 ]; then
+  targets=(--target shardlm); options=(-DSHARDLM_TESTS=OFF -DSHARDLM_BENCH=OFF)
+else
+  PACKAGES+=("${TEST_PACKAGES[@]}"); targets=(); options=(-DSHARDLM_TESTS=ON -DSHARDLM_BENCH=ON)
+fi
+[ "$fuzz" = 1 ] && PACKAGES+=("${FUZZ_PACKAGES[@]}")
 
 if [ -z "${SHARDLM_NO_APT:-}" ]; then
   missing=()
@@ -45,6 +60,6 @@ if [ -z "${SHARDLM_NO_APT:-}" ]; then
 fi
 
 [ "$build" = 1 ] || exit 0
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${options[@]}" >/dev/null
 cmake --build build -j"$(nproc)" "${targets[@]}"
 echo "setup: built ./build/shardlm"
