@@ -39,7 +39,7 @@ if [ "$binary_only" = 1 ] && [ "$fuzz" = 0 ]; then
 else
   PACKAGES+=("${TEST_PACKAGES[@]}"); targets=(); options=(-DSHARDLM_TESTS=ON -DSHARDLM_BENCH=ON)
 fi
-[ "$fuzz" = 1 ] && PACKAGES+=("${FUZZ_PACKAGES[@]}")
+if [ "$fuzz" = 1 ]; then PACKAGES+=("${FUZZ_PACKAGES[@]}"); fi
 
 if [ -z "${SHARDLM_NO_APT:-}" ]; then
   missing=()

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_run.h"
 
 namespace {
@@ -67,21 +69,23 @@ TEST_F(Flight, NamesTheRankOutsideCommunicationWhenItsWaitingPeersLeftNoRecord) 
     // a record; rank 3's record (SIGTERM) shows it outside communication. Rank 3 stalled, not rank 1.
     const fs::path dir = tmp / "records";
     fs::create_directories(dir);
-    auto op = [](int group, int seq, const std::string& state, double t, const std::string& extra = "") {
-        return "{\"id\":" + std::to_string(seq) + ",\"group\":" + std::to_string(group) + ",\"seq\":" + std::to_string(seq) +
-               ",\"op\":\"" + (extra.empty() ? "all_reduce" : "send_recv") + "\",\"bytes\":1024,\"state\":\"" + state +
-               "\",\"t_issue\":" + std::to_string(t) + ",\"t_start\":" + std::to_string(t) + ",\"t_end\":0" + extra + "}";
+    using nlohmann::json;
+    auto op = [](int group, int seq, const std::string& state, double t, json p2p = json::object()) {
+        json o = {{"id", seq},  {"group", group},   {"seq", seq}, {"op", p2p.empty() ? "all_reduce" : "send_recv"},
+                  {"bytes", 1024}, {"state", state}, {"t_issue", t}, {"t_start", t}, {"t_end", 0}};
+        o.update(p2p);
+        return o;
     };
-    auto write = [&](int rank, const std::string& reason, const std::string& groups, const std::string& ops) {
+    auto write = [&](int rank, const std::string& reason, const json& groups, const json& ops) {
         std::ofstream(dir / ("rank" + std::to_string(rank) + ".json"))
-            << "{\"flight_record\":1,\"world_rank\":" << rank << ",\"pid\":1,\"host\":\"h\",\"reason\":\"" << reason
-            << "\",\"now\":20.0,\"unix_time\":0,\"groups\":" << groups << ",\"ops\":[" << ops << "]}";
+            << json{{"flight_record", 1}, {"world_rank", rank}, {"pid", 1},      {"host", "h"},       {"reason", reason},
+                    {"now", 20.0},         {"unix_time", 0},     {"groups", groups}, {"ops", ops}};
     };
-    write(0, "all_reduce on group 'dp' did not finish within --comm-timeout 4 s",
-          R"([{"name":"dp","members":[0,1]},{"name":"pp","members":[0,2]}])",
-          op(0, 0, "done", 1) + "," + op(1, 0, "done", 2, R"(,"peer":2,"tag":1,"dir":"send")") + "," + op(0, 1, "failed", 15));
-    write(3, "SIGTERM", R"([{"name":"dp","members":[2,3]},{"name":"pp","members":[1,3]}])",
-          op(0, 0, "done", 1) + "," + op(1, 0, "done", 2, R"(,"peer":1,"tag":1,"dir":"recv")") + "," + op(0, 1, "done", 3));
+    auto group = [](const char* name, int a, int b) { return json{{"name", name}, {"members", {a, b}}}; };
+    write(0, "all_reduce on group 'dp' did not finish within --comm-timeout 4 s", {group("dp", 0, 1), group("pp", 0, 2)},
+          {op(0, 0, "done", 1), op(1, 0, "done", 2, {{"peer", 2}, {"tag", 1}, {"dir", "send"}}), op(0, 1, "failed", 15)});
+    write(3, "SIGTERM", {group("dp", 2, 3), group("pp", 1, 3)},
+          {op(0, 0, "done", 1), op(1, 0, "done", 2, {{"peer", 1}, {"tag", 1}, {"dir", "recv"}}), op(0, 1, "done", 3)});
     const CmdResult a = report(dir);
     ASSERT_EQ(a.code, 0) << a.out;
     EXPECT_NE(a.out.find("stalled: world rank 3\n"), std::string::npos) << a.out;

@@ -236,14 +236,11 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
         return out.str();
     }
     // The root of the hang: a rank that did not enter and is not itself waiting for another (its record
-    // shows it outside communication). A rank that left no record, or that waits in an operation of
-    // its own, may be a victim of that one: it is named only when no rank with a record explains the
-    // hang.
-    // When every rank so named left no record or waits itself, a rank whose record shows it outside
-    // communication while the others wait is the one that stalled: its peers that only waited for it
-    // can be killed by mpirun before they write a record, and are then named above without having
-    // done anything (measured on a loaded machine: dp2 x pp2, rank 3 stalled, ranks 1 and 2 left no
-    // record, and rank 1 alone was named).
+    // shows it outside communication); failing that, any rank whose record shows it outside
+    // communication while the others wait (the ranks that only waited for it can be killed by mpirun
+    // before they write a record, and are then the ones a finding points at: dp2 x pp2 on a loaded
+    // machine named rank 1 for a stalled rank 3). A rank that left no record, or that waits in an
+    // operation of its own, is named only when no rank with a record explains the hang.
     std::vector<int> roots;
     for (int c : culprits)
         if (have.count(c) && !waiting.count(c)) roots.push_back(c);
