@@ -312,6 +312,34 @@ TEST(Gemm, TimingColumnsStayWithinTheScratchBudget) {
     EXPECT_EQ(gemm_timing_cols(1 << 20, 300, 192, 384), 300);             // nor more than N
 }
 
+// auto's timing starts each timed run from memory (a step meets a weight it last read a layer ago): the
+// operands are dropped from the caches before every timed run and not before the untimed first ones, and
+// dropping them changes no value
+TEST(Gemm, EachTimedRunStartsWithTheOperandsOutOfTheCaches) {
+    std::vector<std::string> order;
+    GemmTiming t;
+    gemm_time_each([&] { order.push_back("openblas"); }, {}, [&] { order.push_back("native"); }, &t,
+                   [&] { order.push_back("cold"); });
+    ASSERT_GE(order.size(), 2u + 2u * 3u);
+    EXPECT_EQ(order[0], "openblas");  // the first runs, untimed: no flush
+    EXPECT_EQ(order[1], "native");
+    for (size_t i = 2; i < order.size(); i += 2) {
+        EXPECT_EQ(order[i], "cold") << "run " << i;
+        EXPECT_NE(order[i + 1], "cold") << "run " << i + 1;
+    }
+    EXPECT_GT(t.openblas, 0.0);
+    EXPECT_GT(t.native, 0.0);
+    EXPECT_EQ(t.onednn, 0.0);  // not given: not timed
+
+    const Vec x = randn(100003, 7);
+    Vec y = x;
+    flush_from_caches(y.data() + 1, (y.size() - 2) * sizeof(float));  // an unaligned start and end
+    EXPECT_EQ(x, y);
+    EXPECT_EQ(operand_span(3, 5, 10, 1, 4), size_t(2 * 10 + 4 + 1) * 4);  // rows 10 apart, the last row's 5
+    EXPECT_EQ(operand_span(3, 5, 1, 8, 2), size_t(2 + 4 * 8 + 1) * 2);    // columns 8 apart
+    EXPECT_EQ(operand_span(0, 5, 10, 1, 4), 0u);
+}
+
 TEST_F(GemmAuto, AWideAccumulatingProductIsTimedOnItsFirstColumns) {
     set_gemm_backend(GemmBackend::Auto);
     const int M = 1024, N = 6000, K = 16;  // 1024 x 6000 floats: over the scratch budget
@@ -330,7 +358,9 @@ TEST_F(GemmAuto, AWideAccumulatingProductIsTimedOnItsFirstColumns) {
     sgemm_balanced(CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, over.data(), N);
     const nlohmann::json shapes = cache()["shapes"];
     for (const auto& [key, v] : shapes.items())
-        if (key.find("acc") == std::string::npos) ASSERT_TRUE(setting_parse(v["choice"].get<std::string>(), &recorded));
+        if (key.find("acc") == std::string::npos) {
+            ASSERT_TRUE(setting_parse(v["choice"].get<std::string>(), &recorded));
+        }
     sgemm_balanced_on(recorded, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, ref0.data(), N);
     for (size_t i = 0; i < over.size(); i++)
         ASSERT_EQ(over[i], ref0[i]) << "element " << i << " (row " << i / N << "), on " << setting_text(recorded);
@@ -340,7 +370,9 @@ TEST_F(GemmAuto, AWideAccumulatingProductIsTimedOnItsFirstColumns) {
         gemm_mixed(y.data(), DType::F32, {x.data(), DType::F32, K, 1}, {w.data(), DType::F32, 1, K}, 64, N, K, false, nullptr);
         const nlohmann::json now = cache()["shapes"];
         for (const auto& [key, v] : now.items())
-            if (key.rfind("bf16", 0) == 0) EXPECT_EQ(v.value("openblas_ms", 0.0), 0.0) << key << ": widened OpenBLAS timed";
+            if (key.rfind("bf16", 0) == 0) {
+                EXPECT_EQ(v.value("openblas_ms", 0.0), 0.0) << key << ": widened OpenBLAS timed";
+            }
     }
 }
 

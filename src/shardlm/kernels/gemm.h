@@ -68,7 +68,7 @@ bool gemm_has_native_bf16();  // and native bf16 ones (AVX512_BF16)
 
 // ---- auto's choices ----------------------------------------------------------------------------------
 // What a shape is known by (gemm_choice's key): "fp32 NT 1024x2304x768 ld 768,768,2304 openblas:SkylakeX
-// onednn:2.6.3 native:1 blocks:2x2".
+// onednn:2.6.3 native:2 blocks:2x2".
 enum class GemmKind { Fp32, Bf16 };
 // What auto measured of a shape: each library's best seconds (0: not run, e.g. a library this build or
 // CPU does not have).
@@ -89,8 +89,13 @@ double gemm_time_best(const std::function<void()>& run);
 // auto's timing of a shape: each library once (primitives made, pages touched), then in turn, 2 to 4
 // rounds (until 40 ms are spent), so that a machine whose speed drifts slows them alike; the best of each
 // (null: a library not timed).
+// cold (when given) runs before each timed run: it drops the product's operands from the caches.
 void gemm_time_each(const std::function<void()>& openblas, const std::function<void()>& onednn,
-                    const std::function<void()>& native, GemmTiming* t);
+                    const std::function<void()>& native, GemmTiming* t, const std::function<void()>& cold = {});
+// [p, p + bytes) written back and dropped from every cache level; the bytes an operand of rows x cols
+// elements spans (element (r, c) at r * rs + c * cs)
+void flush_from_caches(const void* p, size_t bytes);
+size_t operand_span(long rows, long cols, long rs, long cs, size_t elem);
 // A product of more rows than this is timed on its first rows only (the rows of op(A) and C; the same
 // N and K): its speed per row is the same, and the scratch C and the timing stay small when a long
 // sequence makes M tens of thousands of rows.

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -171,31 +172,52 @@ Cut cut(int M, int N, int threads) {
 
 int team() { return omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads()); }
 
+// The columns of the item a thread takes after the one it runs (c1 <= c0: none), so the running item can
+// fetch the next one's first block of B while its last block computes.
+struct Next {
+    int c0 = 0, c1 = 0;
+};
+
 // A product run in chunks of rows: each chunk's strips of A packed by the team (units(rows) pieces of work,
 // pack(q0, rows, u) for each: the chunk's rows from q0; none when !packed), then its items (item(r0, r1, c0,
-// c1, q0)) taken as they come. On one thread (threads 1, or inside a parallel region) everything in order.
+// c1, q0, next)) taken as they come: a thread claims its next item before it runs the one it holds. On one
+// thread (threads 1, or inside a parallel region) everything in order.
 template <class Units, class Pack, class Item>
 void run_chunks(int M, int N, int chunk, int threads, bool packed, const Units& units, const Pack& pack, const Item& item) {
     for (int q0 = 0; q0 < M; q0 += chunk) {
         const int rows = std::min(chunk, M - q0), strips = packed ? units(rows) : 0;
         const Cut c = cut(rows, N, threads);
-        auto one = [&](int it) {
-            const int r0 = q0 + (it % c.row_blocks) * c.rb, c0 = (it / c.row_blocks) * kNb;
-            item(r0, std::min(q0 + rows, r0 + c.rb), c0, std::min(N, c0 + kNb), q0);
+        auto cols = [&](int it) {
+            Next n;
+            if (it < c.count()) n.c0 = (it / c.row_blocks) * kNb, n.c1 = std::min(N, n.c0 + kNb);
+            return n;
+        };
+        auto one = [&](int it, int next) {
+            const int r0 = q0 + (it % c.row_blocks) * c.rb;
+            const Next mine = cols(it);
+            item(r0, std::min(q0 + rows, r0 + c.rb), mine.c0, mine.c1, q0, cols(next));
         };
         if (threads <= 1) {
             for (int u = 0; u < strips; u++) pack(q0, rows, u);
-            for (int it = 0; it < c.count(); it++) one(it);
+            for (int it = 0; it < c.count(); it++) one(it, it + 1);
             continue;
         }
+        std::atomic<int> claims{0};
 #pragma omp parallel num_threads(threads)
         {
             if (packed) {
 #pragma omp for schedule(static)
                 for (int u = 0; u < strips; u++) pack(q0, rows, u);
             }
-#pragma omp for schedule(dynamic, 1)
-            for (int it = 0; it < c.count(); it++) one(it);
+            // ahead only while the others keep items enough to share: the items a slow thread holds (a
+            // busy neighbour on its core) must not be the tail the others wait for
+            const int n = c.count();
+            for (int it = claims.fetch_add(1, std::memory_order_relaxed); it < n;) {
+                const bool ahead = n - claims.load(std::memory_order_relaxed) > 2 * threads;
+                const int next = ahead ? claims.fetch_add(1, std::memory_order_relaxed) : n;
+                one(it, next);
+                it = ahead ? next : claims.fetch_add(1, std::memory_order_relaxed);
+            }
         }
     }
 }
@@ -224,10 +246,46 @@ void for_tiles(int r0, int r1, int nb, const Tile& tile, int mr = kMr, int nr = 
 
 // ---- fp32 ------------------------------------------------------------------------------------------------
 
+// The cache lines of B(k0 .. k0 + kc, n0 .. n0 + nb) that the next block's packing reads, fetched into L2 a few
+// at a time while this block's tiles run (step() after each tile), so the packing reads L2 instead of waiting
+// for memory: B (a weight, read once per product) is not in cache. Segments of B: its rows (rows contiguous)
+// or its columns (columns contiguous); other layouts are not fetched.
+class PrefetchB {
+public:
+    PrefetchB(const Operand& B, int k0, int kc, int n0, int nb, int steps) {
+        if (kc <= 0 || nb <= 0 || (B.cs != 1 && B.rs != 1)) return;
+        const bool rows = B.cs == 1;
+        base_ = static_cast<const char*>(B.data);
+        segs_ = rows ? kc : nb;
+        const long e = long(dtype_bytes(B.t));
+        seg_stride_ = (rows ? B.rs : B.cs) * e;
+        first_ = (rows ? long(k0) * B.rs + n0 : long(n0) * B.cs + k0) * e;
+        len_ = long(rows ? nb : kc) * e;
+        const long lines = long(segs_) * (len_ / 64 + 2);
+        per_step_ = int(std::max(1L, (lines + steps - 1) / std::max(steps, 1)));
+        next_line_ = line_of(0);
+    }
+    void step() {
+        for (int n = 0; n < per_step_ && seg_ < segs_; n++) {
+            _mm_prefetch(reinterpret_cast<const char*>(next_line_ * 64), _MM_HINT_T1);
+            if (++next_line_ > (seg_start(seg_) + len_ - 1) / 64) {
+                if (++seg_ < segs_) next_line_ = line_of(seg_);
+            }
+        }
+    }
+
+private:
+    long seg_start(int s) const { return long(reinterpret_cast<uintptr_t>(base_)) + first_ + long(s) * seg_stride_; }
+    long line_of(int s) const { return seg_start(s) / 64; }
+    const char* base_ = nullptr;
+    int segs_ = 0, seg_ = 0, per_step_ = 0;
+    long seg_stride_ = 0, first_ = 0, len_ = 0, next_line_ = 0;
+};
+
 // The rows r0 .. r1, columns c0 .. c1 of C. A: where it lies (rows, or columns contiguous) or packed strips
 // (ap, from row ap_row0).
-void f32_item(int r0, int r1, int c0, int c1, int K, float alpha, const Operand& A, const float* ap, int ap_row0,
-              const Operand& B, float beta, float* C, long ldc) {
+void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& A, const float* ap,
+              int ap_row0, const Operand& B, float beta, float* C, long ldc) {
     const int nb = c1 - c0, panels = cdiv(nb, kNr);
     float* bp = scratch(0, size_t(std::min(K, kKc)) * size_t(panels) * kNr);
     const bool kmajor = A.rs == 1 && A.cs != 1;
@@ -236,7 +294,12 @@ void f32_item(int r0, int r1, int c0, int c1, int K, float alpha, const Operand&
         const int kc = std::min(kKc, K - k0);
         pack_b_f32(B, k0, kc, c0, nb, bp);
         const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
+        // the next block of this item, or the first of the next item
+        const int tiles = panels * cdiv(r1 - r0, kMr);
+        PrefetchB fetch = k0 + kc < K ? PrefetchB(B, k0 + kc, std::min(kKc, K - k0 - kc), c0, nb, tiles)
+                                      : PrefetchB(B, 0, std::min(kKc, K), next.c0, next.c1 - next.c0, tiles);
         for_tiles(r0, r1, nb, [&](int i, int R, int p, const __mmask16* cm) {
+            fetch.step();
             const float* b = bp + size_t(p) * kc * kNr;
             float* c = C + long(i) * ldc + c0 + p * kNr;
             if (ap)  // strip (i - ap_row0) / 8
@@ -272,7 +335,9 @@ void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B,
     run_chunks(
         M, N, chunk, threads, packed, [&](int) { return cdiv(K, 2); },
         [&](int q0, int rows, int u) { pack_a_lines_f32(A, K, q0, rows, u, ap); },
-        [&](int r0, int r1, int c0, int c1, int q0) { f32_item(r0, r1, c0, c1, K, alpha, A, ap, q0, B, beta, C, ldc); });
+        [&](int r0, int r1, int c0, int c1, int q0, Next next) {
+            f32_item(r0, r1, c0, c1, next, K, alpha, A, ap, q0, B, beta, C, ldc);
+        });
 }
 
 size_t packed_b_floats(int K, int N, int nr) {
@@ -325,7 +390,7 @@ namespace {
 // The rows r0 .. r1 of C (cols c0 .. c1) on bf16 pairs. A: direct rows (words at row i, pair q:
 // A.data + i * rs + 2q) or packed strips (ap, rows from ap_row0). C: the fp32 target (C, or the
 // item's tile), rows ldc apart; first block: C = x, or C += x when add.
-void bf16_item(int r0, int r1, int c0, int c1, int K, const Operand& A, const uint32_t* ap, int ap_row0,
+void bf16_item(int r0, int r1, int c0, int c1, Next next, int K, const Operand& A, const uint32_t* ap, int ap_row0,
                const Operand& B, float* C, long ldc, bool add) {
     const int nb = c1 - c0, panels = cdiv(nb, kNr), kp_all = even(cdiv(K, 2));
     uint32_t* bp = reinterpret_cast<uint32_t*>(scratch(0, size_t(cdiv(std::min(K, kKc16), 2)) * size_t(panels) * kNr));
@@ -333,7 +398,12 @@ void bf16_item(int r0, int r1, int c0, int c1, int K, const Operand& A, const ui
         const int kc = std::min(kKc16, K - k0), kp = cdiv(kc, 2);
         pack_b_bf16(B, K, k0, kc, c0, nb, bp);
         const int mode = k0 > 0 || add ? kAddC : kStore;
+        // the next block of this item, or the first of the next item
+        const int tiles = panels * cdiv(r1 - r0, kMr);
+        PrefetchB fetch = k0 + kc < K ? PrefetchB(B, k0 + kc, std::min(kKc16, K - k0 - kc), c0, nb, tiles)
+                                      : PrefetchB(B, 0, std::min(kKc16, K), next.c0, next.c1 - next.c0, tiles);
         for_tiles(r0, r1, nb, [&](int i, int R, int p, const __mmask16* cm) {
+            fetch.step();
             const uint32_t* b = bp + size_t(p) * kp * kNr;
             float* c = C + long(i - r0) * ldc + p * kNr;
             if (ap) {
@@ -384,11 +454,11 @@ void gemm_bf16(void* C, DType c_t, long ldc, const Operand& A, const Operand& B,
     if (packed && strips.size() < size_t(chunk) * kp) strips.resize(size_t(chunk) * kp);
     uint32_t* ap = packed ? strips.data() : nullptr;
     const long eb = long(dtype_bytes(c_t));
-    auto item = [&](int r0, int r1, int c0, int c1, int q0) {
+    auto item = [&](int r0, int r1, int c0, int c1, int q0, Next next) {
         char* out = static_cast<char*>(C) + (long(r0) * ldc + c0) * eb;
         const float* b0 = bias ? bias + c0 : nullptr;
         if (!tile && K > 0) {
-            bf16_item(r0, r1, c0, c1, K, A, ap, q0, B, static_cast<float*>(C) + long(r0) * ldc + c0, ldc, accumulate);
+            bf16_item(r0, r1, c0, c1, next, K, A, ap, q0, B, static_cast<float*>(C) + long(r0) * ldc + c0, ldc, accumulate);
             return;
         }
         float* t = scratch(1, size_t(r1 - r0) * kNb);
@@ -396,7 +466,7 @@ void gemm_bf16(void* C, DType c_t, long ldc, const Operand& A, const Operand& B,
             for (int i = r0; i < r1; i++)
                 for (int j = c0; j < c1; j++)
                     t[size_t(i - r0) * kNb + size_t(j - c0)] = accumulate ? load1(C, c_t, long(i) * ldc + j) : 0.0f;
-        if (K > 0) bf16_item(r0, r1, c0, c1, K, A, ap, q0, B, t, kNb, accumulate);
+        if (K > 0) bf16_item(r0, r1, c0, c1, next, K, A, ap, q0, B, t, kNb, accumulate);
         finish_tile(t, kNb, r1 - r0, c1 - c0, b0, out, c_t, ldc);
     };
     const bool lines = A.rs == 1 && A.cs != 1;  // contiguous columns: packed a line of every strip at a time

@@ -229,9 +229,15 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
             // OpenBLAS (the operands widened to fp32) is not timed where the native bf16 kernels run: it
             // computes at most at the fp32 FMA rate, half the dot product's, and its fp32 copies of a
             // vocabulary-sized operand would add hundreds of MB to the run's peak
+            // each run from memory, as the step meets its operands (the weight last read a layer ago)
+            const auto cold = [&] {
+                flush_from_caches(a.data, operand_span(rows, K, a.rs, a.cs, dtype_bytes(a.t)));
+                flush_from_caches(b.data, operand_span(K, cols, b.rs, b.cs, dtype_bytes(b.t)));
+                flush_from_caches(out, operand_span(rows, cols, cols, 1, dtype_bytes(c_t)));
+            };
             gemm_time_each(has_native ? std::function<void()>() : on(GemmBackend::OpenBlas),
                            has_onednn ? on(GemmBackend::OneDnn) : std::function<void()>(),
-                           has_native ? on(GemmBackend::Native) : std::function<void()>(), t);
+                           has_native ? on(GemmBackend::Native) : std::function<void()>(), t, cold);
             // the libraries' roundings and widenings of the timed operands go with the timing: the chosen
             // library makes its own at its next call
             for (int slot : {3, 4}) std::vector<unsigned short>().swap(ctx.scratch[slot]);
