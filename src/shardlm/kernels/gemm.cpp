@@ -329,6 +329,10 @@ size_t operand_span(long rows, long cols, long rs, long cs, size_t elem) {
     return rows <= 0 || cols <= 0 ? 0 : size_t((rows - 1) * rs + (cols - 1) * cs + 1) * elem;
 }
 
+void flush_from_caches(const native::Operand& x, long rows, long cols) {
+    flush_from_caches(x.data, operand_span(rows, cols, x.rs, x.cs, dtype_bytes(x.t)));
+}
+
 GemmBackend gemm_choose(const GemmTiming& t) {
     GemmBackend first = t.native > 0 ? GemmBackend::Native : GemmBackend::OpenBlas;
     double first_s = t.native > 0 ? t.native : t.openblas, best_s = first_s;
@@ -494,11 +498,10 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                 return [&, b] { sgemm_balanced_on(b, ta, tb, rows, cols, K, alpha, A, lda, B, ldb, beta, out, ld, N); };
             };
             // each run from memory, as the step meets its operands (the weight last read a layer ago)
-            const bool tn = ta == CblasNoTrans, bn = tb == CblasNoTrans;
             const auto cold = [&] {
-                flush_from_caches(A, operand_span(rows, K, tn ? lda : 1, tn ? 1 : lda, sizeof(float)));
-                flush_from_caches(B, operand_span(K, cols, bn ? ldb : 1, bn ? 1 : ldb, sizeof(float)));
-                flush_from_caches(out, operand_span(rows, cols, ld, 1, sizeof(float)));
+                flush_from_caches(operand(ta, A, lda), rows, K);
+                flush_from_caches(operand(tb, B, ldb), K, cols);
+                flush_from_caches(operand(CblasNoTrans, out, ld), rows, cols);
             };
             gemm_time_each(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn),
                            native::has_fp32() ? on(GemmBackend::Native) : std::function<void()>(), t, cold);

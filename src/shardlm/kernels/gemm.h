@@ -38,6 +38,10 @@
 
 namespace shardlm::kernels {
 
+namespace native {
+struct Operand;  // kernels/gemm_native.h
+}
+
 enum class GemmBackend { Auto, OneDnn, OpenBlas, Native };
 inline constexpr EnumName<GemmBackend> kGemmBackendNames[] = {{GemmBackend::Auto, "auto"},
                                                               {GemmBackend::OneDnn, "onednn"},
@@ -93,9 +97,10 @@ double gemm_time_best(const std::function<void()>& run);
 void gemm_time_each(const std::function<void()>& openblas, const std::function<void()>& onednn,
                     const std::function<void()>& native, GemmTiming* t, const std::function<void()>& cold = {});
 // [p, p + bytes) written back and dropped from every cache level; the bytes an operand of rows x cols
-// elements spans (element (r, c) at r * rs + c * cs)
+// elements spans (element (r, c) at r * rs + c * cs); the rows x cols of x dropped so
 void flush_from_caches(const void* p, size_t bytes);
 size_t operand_span(long rows, long cols, long rs, long cs, size_t elem);
+void flush_from_caches(const native::Operand& x, long rows, long cols);
 // A product of more rows than this is timed on its first rows only (the rows of op(A) and C; the same
 // N and K): its speed per row is the same, and the scratch C and the timing stay small when a long
 // sequence makes M tens of thousands of rows.

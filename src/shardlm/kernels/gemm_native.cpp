@@ -252,6 +252,12 @@ void for_tiles(int r0, int r1, int nb, const Tile& tile, int mr = kMr, int nr = 
 // or its columns (columns contiguous); other layouts are not fetched.
 class PrefetchB {
 public:
+    // What a block's tiles fetch: the item's next block of k (blocks of kb), or, after its last block, the
+    // first block of the next item (none: next.c1 <= next.c0), spread over the block's `tiles` tiles
+    static PrefetchB after(const Operand& B, int K, int kb, int k0, int kc, int c0, int nb, Next next, int tiles) {
+        return k0 + kc < K ? PrefetchB(B, k0 + kc, std::min(kb, K - k0 - kc), c0, nb, tiles)
+                           : PrefetchB(B, 0, std::min(kb, K), next.c0, next.c1 - next.c0, tiles);
+    }
     PrefetchB(const Operand& B, int k0, int kc, int n0, int nb, int steps) {
         if (kc <= 0 || nb <= 0 || (B.cs != 1 && B.rs != 1)) return;
         const bool rows = B.cs == 1;
@@ -263,23 +269,23 @@ public:
         len_ = long(rows ? nb : kc) * e;
         const long lines = long(segs_) * (len_ / 64 + 2);
         per_step_ = int(std::max(1L, (lines + steps - 1) / std::max(steps, 1)));
-        next_line_ = line_of(0);
+        start_segment();
     }
     void step() {
         for (int n = 0; n < per_step_ && seg_ < segs_; n++) {
-            _mm_prefetch(reinterpret_cast<const char*>(next_line_ * 64), _MM_HINT_T1);
-            if (++next_line_ > (seg_start(seg_) + len_ - 1) / 64) {
-                if (++seg_ < segs_) next_line_ = line_of(seg_);
-            }
+            _mm_prefetch(reinterpret_cast<const char*>(line_ * 64), _MM_HINT_T1);
+            if (++line_ > last_line_ && ++seg_ < segs_) start_segment();
         }
     }
 
 private:
-    long seg_start(int s) const { return long(reinterpret_cast<uintptr_t>(base_)) + first_ + long(s) * seg_stride_; }
-    long line_of(int s) const { return seg_start(s) / 64; }
+    void start_segment() {
+        const long start = long(reinterpret_cast<uintptr_t>(base_)) + first_ + long(seg_) * seg_stride_;
+        line_ = start / 64, last_line_ = (start + len_ - 1) / 64;
+    }
     const char* base_ = nullptr;
     int segs_ = 0, seg_ = 0, per_step_ = 0;
-    long seg_stride_ = 0, first_ = 0, len_ = 0, next_line_ = 0;
+    long seg_stride_ = 0, first_ = 0, len_ = 0, line_ = 0, last_line_ = 0;
 };
 
 // The rows r0 .. r1, columns c0 .. c1 of C. A: where it lies (rows, or columns contiguous) or packed strips
@@ -294,10 +300,7 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
         const int kc = std::min(kKc, K - k0);
         pack_b_f32(B, k0, kc, c0, nb, bp);
         const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
-        // the next block of this item, or the first of the next item
-        const int tiles = panels * cdiv(r1 - r0, kMr);
-        PrefetchB fetch = k0 + kc < K ? PrefetchB(B, k0 + kc, std::min(kKc, K - k0 - kc), c0, nb, tiles)
-                                      : PrefetchB(B, 0, std::min(kKc, K), next.c0, next.c1 - next.c0, tiles);
+        PrefetchB fetch = PrefetchB::after(B, K, kKc, k0, kc, c0, nb, next, panels * cdiv(r1 - r0, kMr));
         for_tiles(r0, r1, nb, [&](int i, int R, int p, const __mmask16* cm) {
             fetch.step();
             const float* b = bp + size_t(p) * kc * kNr;
@@ -398,10 +401,7 @@ void bf16_item(int r0, int r1, int c0, int c1, Next next, int K, const Operand& 
         const int kc = std::min(kKc16, K - k0), kp = cdiv(kc, 2);
         pack_b_bf16(B, K, k0, kc, c0, nb, bp);
         const int mode = k0 > 0 || add ? kAddC : kStore;
-        // the next block of this item, or the first of the next item
-        const int tiles = panels * cdiv(r1 - r0, kMr);
-        PrefetchB fetch = k0 + kc < K ? PrefetchB(B, k0 + kc, std::min(kKc16, K - k0 - kc), c0, nb, tiles)
-                                      : PrefetchB(B, 0, std::min(kKc16, K), next.c0, next.c1 - next.c0, tiles);
+        PrefetchB fetch = PrefetchB::after(B, K, kKc16, k0, kc, c0, nb, next, panels * cdiv(r1 - r0, kMr));
         for_tiles(r0, r1, nb, [&](int i, int R, int p, const __mmask16* cm) {
             fetch.step();
             const uint32_t* b = bp + size_t(p) * kp * kNr;

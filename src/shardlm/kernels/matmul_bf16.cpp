@@ -231,9 +231,9 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
             // vocabulary-sized operand would add hundreds of MB to the run's peak
             // each run from memory, as the step meets its operands (the weight last read a layer ago)
             const auto cold = [&] {
-                flush_from_caches(a.data, operand_span(rows, K, a.rs, a.cs, dtype_bytes(a.t)));
-                flush_from_caches(b.data, operand_span(K, cols, b.rs, b.cs, dtype_bytes(b.t)));
-                flush_from_caches(out, operand_span(rows, cols, cols, 1, dtype_bytes(c_t)));
+                flush_from_caches(a, rows, K);
+                flush_from_caches(b, K, cols);
+                flush_from_caches({out, c_t, cols, 1}, rows, cols);
             };
             gemm_time_each(has_native ? std::function<void()>() : on(GemmBackend::OpenBlas),
                            has_onednn ? on(GemmBackend::OneDnn) : std::function<void()>(),
