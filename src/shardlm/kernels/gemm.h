@@ -67,6 +67,9 @@ void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, flo
 void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc, int cut_n = 0);
 
+// Column blocks per CPU of the machine in a balanced product: 2, or SHARDLM_GEMM_BLOCKS (for measuring)
+int gemm_blocks_per_cpu();
+
 bool gemm_has_native_fp32();  // this build has native fp32 kernels (AVX-512F)
 bool gemm_has_native_bf16();  // and native bf16 ones (AVX512_BF16)
 

@@ -1,6 +1,6 @@
-// kernels/gemm_native_parts.h: what the native GEMM's driver (gemm_native.cpp) and its packing
-// (gemm_native_pack.cpp) share: the tile's and the blocks' sizes, and the packing routines. Nothing else
-// includes it. AVX-512 builds only.
+// kernels/gemm_native_parts.h: what the native GEMMs (gemm_native.cpp, gemm_native_bf16.cpp and
+// gemm_native_drive.h) and their packing (gemm_native_pack.cpp) share: the tile's and the blocks' sizes, and
+// the packing routines. Nothing else includes it. AVX-512 builds only.
 #pragma once
 #if defined(__AVX512F__)
 #include <immintrin.h>
