@@ -32,12 +32,13 @@ for arg in "$@"; do
   esac
 done
 # --binary-only: the binary's packages, and a build without the tests and benchmarks (configured OFF so
-# CMake does not look for GoogleTest); otherwise both, configured ON (a build directory the quick start
-# made gains its tests here, its objects kept)
+# CMake does not look for GoogleTest), compiled as unity builds (CMakeLists.txt: SHARDLM_UNITY); otherwise
+# both, configured ON, one file at a time (a build directory the quick start made gains its tests here and
+# compiles its libraries again, file by file)
 if [ "$binary_only" = 1 ] && [ "$fuzz" = 0 ]; then
-  targets=(--target shardlm); options=(-DSHARDLM_TESTS=OFF -DSHARDLM_BENCH=OFF)
+  targets=(--target shardlm); options=(-DSHARDLM_TESTS=OFF -DSHARDLM_BENCH=OFF -DSHARDLM_UNITY=ON)
 else
-  PACKAGES+=("${TEST_PACKAGES[@]}"); targets=(); options=(-DSHARDLM_TESTS=ON -DSHARDLM_BENCH=ON)
+  PACKAGES+=("${TEST_PACKAGES[@]}"); targets=(); options=(-DSHARDLM_TESTS=ON -DSHARDLM_BENCH=ON -DSHARDLM_UNITY=OFF)
 fi
 if [ "$fuzz" = 1 ]; then PACKAGES+=("${FUZZ_PACKAGES[@]}"); fi
 

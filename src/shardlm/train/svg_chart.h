@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shardlm/core/format.h"
+
 namespace shardlm::train {
 
 // "Nice" axis ticks: steps of 1, 2 or 5 times a power of ten, covering [lo, hi].
@@ -58,13 +60,8 @@ namespace detail {
 // Shared with report.cpp's HTML: XML-escapes & < > " ' (text and attribute values alike).
 std::string xml_escape(std::string_view s);
 
-// snprintf into a std::string (at most 255 characters).
-template <typename... Args>
-std::string fmt(const char* f, Args... args) {
-    char buf[256];
-    std::snprintf(buf, sizeof(buf), f, args...);
-    return buf;
-}
+// printf into a std::string (core/format.h)
+using shardlm::format;
 
 }  // namespace detail
 
