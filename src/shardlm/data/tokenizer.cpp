@@ -49,7 +49,12 @@ constexpr int kEotId = 50256;
 
 bool is_js_space_ascii(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0D); }
 
+}  // namespace
+
 // ---- merge table: (left id, right id) -> (rank, merged id), open addressing -----------------------
+// (In a named namespace, not the anonymous one: Gpt2Tokenizer::Impl holds them, and a unity build, where this
+// file is not the compiler's main file, warns about a class with linkage holding anonymous types.)
+namespace bpe_detail {
 
 struct MergeTable {
     struct Slot {
@@ -95,6 +100,13 @@ struct StringHash {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
+
+}  // namespace bpe_detail
+
+namespace {
+
+using bpe_detail::MergeTable;
+using bpe_detail::StringHash;
 
 std::string read_vocab_file(const std::string& path) {
     SHARDLM_CHECK(std::filesystem::exists(path), "GPT-2 vocabulary file '", path, "' not found", kFetchHint);

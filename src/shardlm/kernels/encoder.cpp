@@ -1,5 +1,6 @@
 #include "shardlm/kernels/encoder.h"
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include <cstddef>
@@ -10,7 +11,7 @@ namespace shardlm::kernels {
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
     profile::Scope prof_("embedding forward", 0, 12.0 * B * T * C);
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int bt = 0; bt < B * T; bt++) {
         const float* e = wte + size_t(tokens[bt]) * C;
         const float* p = wpe + size_t(bt % T) * C;
@@ -24,7 +25,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
     profile::Scope prof_("embedding backward", 0, 12.0 * B * T * C);
     constexpr int kCols = 64;
     int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
         for (int bt = 0; bt < B * T; bt++) {
@@ -49,7 +50,7 @@ constexpr int kCols = 64;  // column block of the in-order accumulations
 }
 
 void embedding_forward(float* out, const int* tokens, const float* wte_local, int v0, int v1, int N, int C) {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const int t = tokens[n];
@@ -67,7 +68,7 @@ void embedding_forward(float* out, const int* tokens, const float* wte_local, in
 void embedding_backward(float* dwte_local, const float* dout, const int* tokens, int v0, int v1, int N, int C) {
     profile::Scope prof_("embedding backward", 0, 12.0 * N * C);
     const int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (int blk = 0; blk < nblk; blk++) {
         const int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
         for (int n = 0; n < N; n++) {
@@ -82,7 +83,7 @@ void embedding_backward(float* dwte_local, const float* dout, const int* tokens,
 }
 
 void position_forward(float* out, const float* wpe, int n0, int N, int T, int C) {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const float* p = wpe + size_t((n0 + n) % T) * C;
@@ -93,7 +94,7 @@ void position_forward(float* out, const float* wpe, int n0, int N, int T, int C)
 
 void position_backward(float* dwpe, const float* dout, int n0, int N, int T, int C) {
     const int nblk = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (int blk = 0; blk < nblk; blk++) {
         const int c0 = blk * kCols, c1 = c0 + kCols < C ? c0 + kCols : C;
         for (int n = 0; n < N; n++) {
@@ -115,7 +116,7 @@ inline simd::M16 mask_of(int j, int C) { return simd::mask_below(size_t(j), size
 
 template <DType W, DType O>
 void encoder_impl(void* out, const int* tokens, const void* wte, const void* wpe, int B, int T, int C) {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int bt = 0; bt < B * T; bt++) {
         const size_t e = size_t(tokens[bt]) * C, p = size_t(bt % T) * C, o = size_t(bt) * C;
         for (int j = 0; j < C; j += 16) {
@@ -127,7 +128,7 @@ void encoder_impl(void* out, const int* tokens, const void* wte, const void* wpe
 
 template <DType W>
 void embedding_impl(float* out, const int* tokens, const void* wte_local, int v0, int v1, int N, int C) {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const int t = tokens[n];
@@ -141,7 +142,7 @@ void embedding_impl(float* out, const int* tokens, const void* wte_local, int v0
 
 template <DType W>
 void position_impl(float* out, const void* wpe, int n0, int N, int T, int C) {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         float* o = out + size_t(n) * C;
         const size_t p = size_t((n0 + n) % T) * C;

@@ -1,5 +1,6 @@
 #include "shardlm/kernels/gelu.h"
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include "shardlm/core/dtype_simd.h"
@@ -15,7 +16,7 @@ constexpr size_t kChunk = 4096;  // elements per OpenMP work item (multiple of 1
 template <DType D>
 void forward(void* out, const void* inp, size_t n) {
     size_t nchunk = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         for (size_t i = i0; i < i1; i += 16) {
@@ -34,7 +35,7 @@ void forward(void* out, const void* inp, size_t n) {
 template <DType D>
 void backward(float* dinp, const void* inp, const float* dout, size_t n) {
     size_t nchunk = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         for (size_t i = i0; i < i1; i += 16) {
@@ -79,7 +80,7 @@ inline simd::V16 sigmoid16(simd::V16 x) {
 
 template <DType D>
 void swiglu_fwd(void* h, const void* gu, int N, int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         const size_t g0 = size_t(n) * 2 * F, u0 = g0 + F, h0 = size_t(n) * F;
         for (int i = 0; i < F; i += 16) {
@@ -93,7 +94,7 @@ void swiglu_fwd(void* h, const void* gu, int N, int F) {
 
 template <DType D>
 void swiglu_bwd(float* dgu, const float* dh, const void* gu, int N, int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         const size_t g0 = size_t(n) * 2 * F, u0 = g0 + F, h0 = size_t(n) * F;
         for (int i = 0; i < F; i += 16) {

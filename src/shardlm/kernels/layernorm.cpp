@@ -1,5 +1,6 @@
 #include "shardlm/kernels/layernorm.h"
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include <algorithm>
@@ -52,7 +53,7 @@ void layernorm_forward(float* out, float* mean, float* rstd,
                        const float* inp, const float* weight, const float* bias,
                        int N, int C, float eps) {
     profile::Scope prof_("layernorm forward", 0, 8.0 * N * C);
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int n = 0; n < N; n++) ln_row(out + size_t(n) * C, mean + n, rstd + n, inp + size_t(n) * C, weight, bias, C, eps);
 }
 
@@ -69,7 +70,7 @@ void layernorm_forward(void* out, DType out_t, float* mean, float* rstd, const v
         layernorm_forward(static_cast<float*>(out), mean, rstd, static_cast<const float*>(inp), weight, bias, N, C, eps);
         return;
     }
-#pragma omp parallel
+#pragma omp parallel if (!cpu_contended())
     {
         float* xin = thread_scratch(0, 2 * size_t(C));
         float* y = xin + C;
@@ -92,7 +93,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void layernorm_backward_input(float* dinp, const float* dout, const void* inp, DType in_t, const float* weight,
                               const float* mean, const float* rstd, int N, int C) {
     profile::Scope prof_("layernorm backward", 0, (8.0 + dtype_bytes(in_t)) * N * C);
-#pragma omp parallel
+#pragma omp parallel if (!cpu_contended())
     {
         float* buf = in_t == DType::F32 ? nullptr : thread_scratch(1, size_t(C));
 #pragma omp for schedule(dynamic, 8)
@@ -125,7 +126,7 @@ void layernorm_backward_params(float* dweight, float* dbias, const float* dout, 
     profile::Scope prof_("layernorm backward", 0, (4.0 + dtype_bytes(in_t)) * N * (c1 - c0));
     constexpr int kCols = 64;
     const int nblk = (c1 - c0 + kCols - 1) / kCols;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (int blk = 0; blk < nblk; blk++) {
         const int b0 = c0 + blk * kCols, w = std::min(kCols, c1 - b0);
         float dw[kCols] = {}, db[kCols] = {}, xb[kCols];
@@ -152,7 +153,7 @@ void layernorm_backward_params(float* dweight, float* dbias, const float* dout, 
 void rmsnorm_forward(void* out, DType out_t, float* rstd, const void* inp, DType in_t, const float* weight, int N,
                      int C, float eps) {
     profile::Scope prof_("rmsnorm forward", 0, double(dtype_bytes(out_t) + dtype_bytes(in_t)) * N * C);
-#pragma omp parallel
+#pragma omp parallel if (!cpu_contended())
     {
         float* xin = in_t == DType::F32 ? nullptr : thread_scratch(0, 2 * size_t(C));
         float* y = out_t == DType::F32 ? nullptr : (xin ? xin + C : thread_scratch(0, size_t(C)));
@@ -174,7 +175,7 @@ void rmsnorm_forward(void* out, DType out_t, float* rstd, const void* inp, DType
 
 void rmsnorm_backward_input(float* dinp, const float* dout, const void* inp, DType in_t, const float* weight,
                             const float* rstd, int N, int C) {
-#pragma omp parallel
+#pragma omp parallel if (!cpu_contended())
     {
         float* buf = in_t == DType::F32 ? nullptr : thread_scratch(1, size_t(C));
 #pragma omp for schedule(dynamic, 8)

@@ -1,10 +1,12 @@
 #include "shardlm/kernels/matmul.h"
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include <cblas.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -27,13 +29,13 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
         if (accumulate) {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
             for (int n = 0; n < N; n++) {
                 float* o = out + size_t(n) * OC;
                 for (int j = 0; j < OC; j++) o[j] += bias[j];
             }
         } else {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
             for (int n = 0; n < N; n++) std::memcpy(out + size_t(n) * OC, bias, sizeof(float) * OC);
         }
         beta = 1.0f;
@@ -44,25 +46,41 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
         sgemm_balanced(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
-// dbias(OC) += sum_n dout(n, :), parallel over column blocks of 16, rows summed in order.
+// dbias(OC) += sum_n dout(n, :), parallel over column blocks of 128 (each row's 512 contiguous bytes at a
+// time, not one cache line per row), rows summed in order: the same sums for any block and thread count.
 void bias_backward(float* dbias, const float* dout, int N, int OC, int ld) {
     profile::Scope prof_("bias backward", 0, 4.0 * N * OC);
     if (ld == 0) ld = OC;
-    int nblk = (OC + 15) / 16;
-#pragma omp parallel for schedule(dynamic, 1)
+    constexpr int kVecs = 8, kCols = 16 * kVecs;
+    const int nblk = (OC + kCols - 1) / kCols;
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (int b = 0; b < nblk; b++) {
-        int j = b * 16;
-        int w = OC - j < 16 ? OC - j : 16;
-        const simd::M16 m = simd::mask_first(w);
-        simd::V16 acc = simd::load(m, dbias + j);
-        for (int n = 0; n < N; n++) acc = acc + simd::load(m, dout + size_t(n) * ld + j);
-        simd::store(m, dbias + j, acc);
+        const int j0 = b * kCols, nv = std::min(kVecs, (OC - j0 + 15) / 16);
+        simd::M16 m[kVecs];
+        simd::V16 acc[kVecs];
+        for (int v = 0; v < nv; v++) {
+            m[v] = simd::mask_first(std::min(16, OC - j0 - 16 * v));
+            acc[v] = simd::load(m[v], dbias + j0 + 16 * v);
+        }
+        if (nv == kVecs) {  // the accumulators stay in registers
+            for (int n = 0; n < N; n++) {
+                const float* row = dout + size_t(n) * ld + j0;
+#pragma GCC unroll 8
+                for (int v = 0; v < kVecs; v++) acc[v] = acc[v] + simd::load(m[v], row + 16 * v);
+            }
+        } else {
+            for (int n = 0; n < N; n++) {
+                const float* row = dout + size_t(n) * ld + j0;
+                for (int v = 0; v < nv; v++) acc[v] = acc[v] + simd::load(m[v], row + 16 * v);
+            }
+        }
+        for (int v = 0; v < nv; v++) simd::store(m[v], dbias + j0 + 16 * v, acc[v]);
     }
 }
 
 void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C) {
     profile::Scope prof_("residual add", 0, 12.0 * N * C);
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         const float* a = x + size_t(n) * C;
         const float* b = y + size_t(n) * C;
@@ -114,7 +132,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
 namespace {
 template <DType D>
 void residual_add_impl(void* out, const void* x, const float* bias, const float* y, int N, int C) {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (!cpu_contended())
     for (int n = 0; n < N; n++) {
         const size_t row = size_t(n) * C;
         for (int j = 0; j < C; j += 16) {

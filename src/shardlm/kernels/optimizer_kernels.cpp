@@ -1,5 +1,6 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include "shardlm/core/dtype_simd.h"
@@ -366,7 +367,7 @@ double sum_squares(const float* x, size_t n) {
     constexpr size_t kChunk = 1 << 16;
     size_t nchunk = (n + kChunk - 1) / kChunk;
     std::vector<double> part(nchunk);
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
     for (size_t c = 0; c < nchunk; c++) {
         size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
         double s = 0.0;

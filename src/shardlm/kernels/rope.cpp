@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/dtype_simd.h"
 
 namespace shardlm::kernels {
@@ -44,7 +45,7 @@ void apply(void* x, DType t, int N, int T, int pos0, size_t stride, int col0, in
     std::vector<float> cs, sn;
     tables(cs, sn, T, pos0, HS, theta);
     const int h = HS / 2, W = n_heads * HS;
-#pragma omp parallel
+#pragma omp parallel if (!cpu_contended())
     {
         std::vector<float> buf(t == DType::F32 ? 0 : size_t(W));
 #pragma omp for schedule(static)
