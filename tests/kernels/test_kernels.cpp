@@ -59,6 +59,21 @@ TEST(Kernels, VectorExpAndTanh) {
     }
 }
 
+// The bias's gradient on widths around its column blocks (16 floats a vector, 128 a block), rows ld apart:
+// each column the same sum as adding the rows in order to the value it held, to the bit.
+TEST(Kernels, BiasBackwardSumsTheRowsInOrderOnAnyWidth) {
+    const int N = 19;
+    for (int OC : {7, 16, 120, 128, 131, 300}) {
+        const int ld = OC + 5;
+        const std::vector<float> dout = randn(size_t(N) * ld, 40 + OC), init = randn(size_t(OC), 80 + OC);
+        std::vector<float> db = init, want = init;
+        for (int j = 0; j < OC; j++)
+            for (int n = 0; n < N; n++) want[size_t(j)] += dout[size_t(n) * ld + j];
+        bias_backward(db.data(), dout.data(), N, OC, ld);
+        EXPECT_EQ(db, want) << "OC " << OC;
+    }
+}
+
 TEST(Kernels, Matmul) {
     const int N = 37, C = 45, OC = 67;
     Vec inp = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), dout = randn(N * OC, 4);

@@ -2,7 +2,11 @@
 
 #include "shardlm/core/timer.h"
 
+#include <strings.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -59,7 +63,9 @@ struct Sampler {
         if (!lock.owns_lock()) return;  // another thread samples now
         if (t < next.load(std::memory_order_relaxed)) return;
         const double w = summed_wait_ns();
-        if (w >= 0 && wait0 >= 0 && t > t0) waiting.store((w - wait0) * 1e-9 / (t - t0), std::memory_order_relaxed);
+        // (a thread that ended since the last sample takes its wait out of the sum: then this window reads 0)
+        if (w >= 0 && wait0 >= 0 && t > t0)
+            waiting.store(std::max(0.0, w - wait0) * 1e-9 / (t - t0), std::memory_order_relaxed);
         t0 = t, wait0 = w;
         next.store(t + kSampleSeconds, std::memory_order_relaxed);
     }
@@ -73,9 +79,11 @@ Sampler& sampler() {
 int forced() {
     static const int f = [] {
         const char* v = std::getenv("SHARDLM_CONTENTION");
-        if (v && (std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0)) return 1;
-        if (v && (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0)) return 0;
-        return -1;  // unset, auto
+        if (!v || !*v || strcasecmp(v, "auto") == 0) return -1;
+        if (strcasecmp(v, "on") == 0 || std::strcmp(v, "1") == 0) return 1;
+        if (strcasecmp(v, "off") == 0 || std::strcmp(v, "0") == 0) return 0;
+        std::fprintf(stderr, "warning: SHARDLM_CONTENTION=%s is not on, off or auto: measuring (auto)\n", v);
+        return -1;
     }();
     return f;
 }

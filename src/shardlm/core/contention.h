@@ -23,7 +23,7 @@ inline constexpr double kSampleSeconds = 0.05;
 double cpu_waiting_threads();
 
 // cpu_waiting_threads() > kContendedWaitingThreads. SHARDLM_CONTENTION=off (or 0) answers false always,
-// =on (or 1) true always (tests, benchmarks); unset or auto measures.
+// =on (or 1) true always (tests, benchmarks); unset or auto measures (any other value: a warning, then auto).
 bool cpu_contended();
 
 }  // namespace shardlm

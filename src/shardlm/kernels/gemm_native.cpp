@@ -46,7 +46,7 @@ __attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long 
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) row[i] = KMAJOR ? a + i : a + i * lda;
     const long step = KMAJOR ? lda : 1;
-    prefetch_c<R, NV>(c, ldc);
+    prefetch_c<R, NV>(c, ldc, cm);
 #pragma GCC unroll 4
     for (int k = 0; k < kc; k++) {
         __m512 bv[NV];

@@ -44,7 +44,7 @@ __attribute__((noinline)) void tile_bf16(int kp, const word_t* __restrict a, lon
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) row[i] = KMAJOR ? a + i : a + i * lda;
     const long step = KMAJOR ? lda : 1;
-    prefetch_c<R, kNv>(c, ldc);
+    prefetch_c<R, kNv>(c, ldc, cm);
 #pragma GCC unroll 4
     for (int p = 0; p < kp; p++) {
         const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16),

@@ -27,17 +27,20 @@ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 inline int even(int k) { return (k + 1) / 2 * 2; }
 inline __mmask16 prefix(int n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u); }
 
-// The cache lines of R rows of a tile of C (16 NV floats each, ldc apart), asked for before the tile's loop over
-// k so that they have arrived when it ends: a tile reads C (accumulating) and writes it once per block of k,
-// from memory when C is larger than the caches (a weight's gradient, the head's logits).
+// The cache lines of R rows of a tile of C (the vectors of cm that hold columns, 16 floats each; rows ldc apart),
+// asked for before the tile's loop over k so that they have arrived when it ends: a tile reads C (accumulating)
+// and writes it once per block of k, from memory when C is larger than the caches (a weight's gradient, the
+// head's logits). The columns past cm's are another item's: not fetched.
 template <int R, int NV>
-inline void prefetch_c(const float* c, long ldc) {
+inline void prefetch_c(const float* c, long ldc, const __mmask16* cm) {
+    int bytes = 0;
+    for (int v = 0; v < NV; v++) bytes += cm[v] ? 64 : 0;
+    if (bytes == 0) return;
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) {
         const char* p = reinterpret_cast<const char*>(c + i * ldc);
-#pragma GCC unroll 4
-        for (int l = 0; l < 64 * NV; l += 64) __builtin_prefetch(p + l, 1, 3);
-        __builtin_prefetch(p + 64 * NV - 1, 1, 3);  // the row's last line, when it does not start a line
+        for (int l = 0; l < bytes; l += 64) __builtin_prefetch(p + l, 1, 3);
+        __builtin_prefetch(p + bytes - 1, 1, 3);  // the row's last line, when it does not start a line
     }
 }
 

@@ -62,7 +62,7 @@ void bias_backward(float* dbias, const float* dout, int N, int OC, int ld) {
             m[v] = simd::mask_first(std::min(16, OC - j0 - 16 * v));
             acc[v] = simd::load(m[v], dbias + j0 + 16 * v);
         }
-        if (nv == kVecs) {  // the accumulators stay in registers
+        if (nv == kVecs) {  // a whole block: the accumulators stay in registers (AVX-512)
             for (int n = 0; n < N; n++) {
                 const float* row = dout + size_t(n) * ld + j0;
 #pragma GCC unroll 8

@@ -10,11 +10,11 @@
 #include <string_view>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/format.h"
 #include "shardlm/io/atomic_file.h"
 
 namespace shardlm::train {
 
-using detail::format;
 using detail::xml_escape;
 
 namespace {
@@ -80,7 +80,7 @@ double number_field(const json& row, const char* key, const std::string& path, s
 // --- report.html helpers ---
 
 std::string fmt_num(double v, const char* f = "%.4f") {
-    return std::isfinite(v) ? format(f, v) : std::string("&mdash;");
+    return std::isfinite(v) ? shardlm::format(f, v) : std::string("&mdash;");
 }
 
 std::string json_value_text(const ordered_json& v) {
@@ -111,10 +111,10 @@ std::string kv_table(const ordered_json& obj, std::string_view skip_key = {}) {
 std::string duration_text(double seconds) {
     if (!std::isfinite(seconds)) return "&mdash;";
     long long s = std::llround(seconds);
-    std::string hms = s >= 3600   ? format("%lldh %02lldm %02llds", s / 3600, s / 60 % 60, s % 60)
-                      : s >= 60   ? format("%lldm %02llds", s / 60, s % 60)
-                                  : format("%.1fs", seconds);
-    return s >= 60 ? format("%.1f s", seconds) + " (" + hms + ")" : hms;
+    std::string hms = s >= 3600   ? shardlm::format("%lldh %02lldm %02llds", s / 3600, s / 60 % 60, s % 60)
+                      : s >= 60   ? shardlm::format("%lldm %02llds", s / 60, s % 60)
+                                  : shardlm::format("%.1fs", seconds);
+    return s >= 60 ? shardlm::format("%.1f s", seconds) + " (" + hms + ")" : hms;
 }
 
 }  // namespace
@@ -266,16 +266,16 @@ std::vector<std::string> write_report(const std::string& run_dir) {
 
     auto row = [](const std::string& k, const std::string& v) { return "<tr><th>" + k + "</th><td>" + v + "</td></tr>\n"; };
     std::string numbers = "<table class=\"kv\">\n";
-    numbers += row("last step", last ? format("%lld", (long long)last->step) : "&mdash;");
+    numbers += row("last step", last ? shardlm::format("%lld", (long long)last->step) : "&mdash;");
     numbers += row("last train loss", last ? fmt_num(last->loss) : "&mdash;");
-    numbers += row("last val loss", last_val ? fmt_num(last_val->val_loss) + format(" (step %lld)", (long long)last_val->step)
+    numbers += row("last val loss", last_val ? fmt_num(last_val->val_loss) + shardlm::format(" (step %lld)", (long long)last_val->step)
                                              : "&mdash;");
-    numbers += row("best val loss", best_val ? fmt_num(best_val->val_loss) + format(" (step %lld)", (long long)best_val->step)
+    numbers += row("best val loss", best_val ? fmt_num(best_val->val_loss) + shardlm::format(" (step %lld)", (long long)best_val->step)
                                              : "&mdash;");
     numbers += row("last learning rate", last ? fmt_num(last->lr, "%.4g") : "&mdash;");
     numbers += row("mean tokens/s, last 20% of steps", fmt_num(tps_mean, "%.0f"));
     numbers += row("total train time (sum of step_ms)", train_rows.empty() ? "&mdash;" : duration_text(train_ms / 1e3));
-    numbers += row("train steps logged", format("%zu", train_rows.size()));
+    numbers += row("train steps logged", shardlm::format("%zu", train_rows.size()));
     numbers += "</table>\n";
 
     std::string h;

@@ -34,7 +34,7 @@ std::string json_escape(const std::string& s) {
 
 std::string Trainer::memory_report() const {
     const comm::Grid& g = *e_.grid;
-    std::string out = format("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d)\n", g.world_rank(),
+    std::string out = shardlm::format("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d)\n", g.world_rank(),
                           g.world_size(), g.dp_rank(), g.dp_size(), g.tp_rank(), g.tp_size(), g.pp_rank(), g.pp_size());
     out += e_.dp->memory_report(*e_.optimizer);
     // tensor parallelism: the matrices are cut in tp, the LayerNorms and row-parallel biases replicated
@@ -46,7 +46,7 @@ std::string Trainer::memory_report() const {
         if (p.tp_axis >= 0) sharded += p.numel, sharded_full += full;
         else replicated += p.numel;
     }
-    out += format("  %-22s %12zu %12zu   this rank's sharded elements = the part's whole tensors / tp (%zu / %d), "
+    out += shardlm::format("  %-22s %12zu %12zu   this rank's sharded elements = the part's whole tensors / tp (%zu / %d), "
                "plus %zu replicated\n",
                "tensor-parallel shard", sharded, sharded_full / size_t(g.tp_size()), sharded_full, g.tp_size(),
                replicated);
@@ -65,12 +65,12 @@ std::string Trainer::memory_report() const {
         case schedule::ScheduleKind::Interleaved:
         case schedule::ScheduleKind::ZeroBubbleV: theory = e_.part->slots(c); break;
         }
-        out += format("  %-22s %12d %12d   activation slots of chunk %d (compute units %d..%d), %.2f MiB each; "
+        out += shardlm::format("  %-22s %12d %12d   activation slots of chunk %d (compute units %d..%d), %.2f MiB each; "
                    "theory: %s\n",
                    "micro-batches held", e_.part->slots(c), theory, c, e_.part->first_unit(c), e_.part->last_unit(c),
                    mib(double(e_.part->slot_bytes(c))), why);
     }
-    out += format("  %-22s %12.2f %12s   MiB of output gradients B keeps for W (%s)\n", "B -> W buffers",
+    out += shardlm::format("  %-22s %12.2f %12s   MiB of output gradients B keeps for W (%s)\n", "B -> W buffers",
                mib(double(e_.part->keep_bytes())), "-",
                e_.part->defers_weight_grads() ? "W deferred: one set per slot, inside the slots above"
                                             : "W follows B: one set, reused");
@@ -91,37 +91,37 @@ std::string Trainer::memory_report() const {
         spec.recompute = fused_selective ? cost::Recompute::None : cfg_.recompute;
         spec.value_bytes = double(dtype_bytes(e_.part->precision().activation));
         const double f = cost::block_activation_bytes(shape, spec);
-        out += format("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
+        out += shardlm::format("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
                    "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
                    "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
                    "block activations", bb.values, f, setting_text(cfg_.recompute).c_str(), int(spec.value_bytes),
                    4.0 * cfg_.micro_batch * (2.0 * model_cfg_.n_head * cfg_.seq * cfg_.seq + 14.0 * cfg_.seq * model_cfg_.n_embd));
         if (bb.stats > 0)
-            out += format("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
+            out += shardlm::format("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
                        "norm statistics", bb.stats,
                        model_cfg_.norm == model::Norm::RMSNorm ? "1/rms" : "means and 1/std");
     }
     if (e_.part->recompute_bytes() > 0)
-        out += format("  %-22s %12.2f   (held once: the recomputed block or attention probabilities)\n", "recompute MiB",
+        out += shardlm::format("  %-22s %12.2f   (held once: the recomputed block or attention probabilities)\n", "recompute MiB",
                    mib(double(e_.part->recompute_bytes())));
-    out += format("  %-22s %12.2f   (all slots, boundary buffers and scratch)\n", "activations MiB",
+    out += shardlm::format("  %-22s %12.2f   (all slots, boundary buffers and scratch)\n", "activations MiB",
                mib(double(e_.part->activation_bytes())));
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    out += format("  %-22s %12.2f   (this process so far)\n", "peak RSS MiB", double(ru.ru_maxrss) / 1024.0);
+    out += shardlm::format("  %-22s %12.2f   (this process so far)\n", "peak RSS MiB", double(ru.ru_maxrss) / 1024.0);
     return out;
 }
 
 std::string Trainer::comm_report() const {
     const comm::Grid& g = *e_.grid;
-    std::string out = format("communication, rank %d of %d (bytes sent by this rank in the last step beside the formulas: "
+    std::string out = shardlm::format("communication, rank %d of %d (bytes sent by this rank in the last step beside the formulas: "
                           "ring all-reduce 2(N-1)/N B, reduce-scatter and all-gather (N-1)/N B; Megatron's 2 + 2 "
                           "all-reduces of B T C per block; B T C per micro-batch per pipeline boundary)\n",
                           g.world_rank(), g.world_size());
     auto row = [&](const char* group, const comm::Group& grp, comm::OpKind k, size_t theory) {
         const comm::OpStats& o = grp.stats()[k];
         if (o.calls == 0 && theory == 0) return;
-        out += format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  busy %.3f s\n", group,
+        out += shardlm::format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  busy %.3f s\n", group,
                    std::string(comm::op_name(k)).c_str(), (unsigned long long)o.calls,
                    (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
     };
@@ -137,7 +137,7 @@ std::string Trainer::comm_report() const {
     } else {  // the algorithm's own traffic (and ZeRO-1's gather of the updated slices), beside its formula
         const comm::CommStats& st = g.dp().stats();
         const size_t gather = cfg_.zero == 1 ? dpb[2] : 0;
-        out += format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  (%s%s)\n", "dp",
+        out += shardlm::format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  (%s%s)\n", "dp",
                    setting_text(cfg_.dp_algo).c_str(),
                    (unsigned long long)(st[comm::OpKind::AllReduce].calls + st[comm::OpKind::AllGather].calls +
                                         st[comm::OpKind::SendRecv].calls),
@@ -178,7 +178,7 @@ std::string Trainer::comm_report() const {
     double busy = 0;
     for (auto k : {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather})
         busy += st[k].busy_seconds;
-    out += format("  data-parallel communication busy %.3f s, training thread waited %.3f s: %.0f %% hidden behind compute\n",
+    out += shardlm::format("  data-parallel communication busy %.3f s, training thread waited %.3f s: %.0f %% hidden behind compute\n",
                busy, e_.dp->exposed_comm_s(), busy > 0 ? 100.0 * std::max(0.0, 1.0 - e_.dp->exposed_comm_s() / busy) : 0.0);
     return out;
 }
@@ -191,26 +191,26 @@ void Trainer::write_trace(double bubble_mean) {
     for (const trace::Event& e : trace::take()) {
         auto [it, fresh] = tracks.emplace(e.track, int(tracks.size()));
         if (!ev.empty()) ev += ",\n";
-        ev += format("{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
+        ev += shardlm::format("{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
                   "\"dur\": %.3f",
                   json_escape(e.name).c_str(), json_escape(e.track).c_str(), g.world_rank(), it->second, e.t0 * 1e6,
                   (e.t1 - e.t0) * 1e6);
         ev += e.args.empty() ? "}" : ", \"args\": {" + e.args + "}}";
     }
-    std::string meta = format("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d "
+    std::string meta = shardlm::format("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d "
                            "(dp %d, tp %d, pp %d)\"}}",
                            g.world_rank(), g.world_rank(), g.dp_rank(), g.tp_rank(), g.pp_rank());
-    meta += format(",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"sort_index\": %d}}",
+    meta += shardlm::format(",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"sort_index\": %d}}",
                 g.world_rank(), g.world_rank());
     for (const auto& [name, id] : tracks)
-        meta += format(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+        meta += shardlm::format(",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
                     g.world_rank(), id, json_escape(name).c_str());
     const std::string mine = meta + (ev.empty() ? "" : ",\n" + ev);
     const std::vector<std::string> all = gather_text(*world_, mine);
     if (!is_root()) return;
     std::string out = "{\"traceEvents\": [\n";
     for (size_t r = 0; r < all.size(); r++) out += (r ? ",\n" : "") + all[r];
-    out += format("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
+    out += shardlm::format("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
                "\"micro_batches\": %d, \"bubble_measured\": %.4f, \"bubble_theory\": %.4f}}\n",
                g.dp_size(), g.tp_size(), g.pp_size(), setting_text(cfg_.schedule).c_str(), e_.micro, bubble_mean,
                schedule::bubble_fraction_theory(e_.schedule.kind, g.pp_size(), e_.micro, e_.schedule.virtual_stages));

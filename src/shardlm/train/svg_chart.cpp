@@ -9,9 +9,10 @@
 #include <iterator>
 #include <utility>
 
+#include "shardlm/core/format.h"
+
 namespace shardlm::train {
 
-using detail::format;
 using detail::xml_escape;
 
 namespace {
@@ -121,11 +122,11 @@ std::string format_tick(double v, double step) {
         // The unit follows the step, so that one axis never mixes units ("900k", "1M").
         double scale = step >= 2e8 ? 1e9 : step >= 2e5 ? 1e6 : 1e3;
         const char* unit = scale == 1e9 ? "G" : scale == 1e6 ? "M" : "k";
-        return format("%.*f", decimals(step / scale), v / scale) + unit;
+        return shardlm::format("%.*f", decimals(step / scale), v / scale) + unit;
     }
     if (step < 1e-3) {
         int digits = std::max(0, int(std::floor(std::log10(std::fabs(v)) + 1e-9) - std::floor(std::log10(step) + 1e-9)));
-        std::string s = format("%.*e", digits, v);  // "1.2e-03"
+        std::string s = shardlm::format("%.*e", digits, v);  // "1.2e-03"
         size_t e = s.find('e');
         std::string mant = s.substr(0, e), ex = s.substr(e + 1);
         bool neg = ex[0] == '-';
@@ -133,7 +134,7 @@ std::string format_tick(double v, double step) {
         while (k + 1 < ex.size() && ex[k] == '0') k++;
         return mant + "e" + (neg ? "-" : "") + ex.substr(k);
     }
-    return format("%.*f", decimals(step), v);
+    return shardlm::format("%.*f", decimals(step), v);
 }
 
 // --- SVG ---
@@ -169,36 +170,36 @@ std::string svg_line_chart(const ChartSpec& spec) {
     auto py = [&](double y) { return mt + ph - (y - ay0) / (ay1 - ay0) * ph; };
 
     std::string o;
-    o += format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" ", W, H, W, H);
+    o += shardlm::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" ", W, H, W, H);
     o += "font-family=\"sans-serif\" font-size=\"12\" role=\"img\">\n";
     o += "<title>" + xml_escape(spec.title) + "</title>\n";
-    o += format("<rect x=\"0\" y=\"0\" width=\"%g\" height=\"%g\" fill=\"#ffffff\"/>\n", W, H);
-    o += format("<clipPath id=\"%s-plot\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n",
+    o += shardlm::format("<rect x=\"0\" y=\"0\" width=\"%g\" height=\"%g\" fill=\"#ffffff\"/>\n", W, H);
+    o += shardlm::format("<clipPath id=\"%s-plot\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n",
              id.c_str(), ml - 4, mt - 4, pw + 8, ph + 8);
-    o += format("<text x=\"%.1f\" y=\"24\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", ml) +
+    o += shardlm::format("<text x=\"%.1f\" y=\"24\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", ml) +
          xml_escape(spec.title) + "</text>\n";
 
     // Grid and tick labels.
     o += "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
-    for (double t : xs.ticks) o += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", px(t), mt, px(t), mt + ph);
-    for (double t : ys.ticks) o += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, py(t), ml + pw, py(t));
+    for (double t : xs.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", px(t), mt, px(t), mt + ph);
+    for (double t : ys.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, py(t), ml + pw, py(t));
     o += "</g>\n<g stroke=\"#333\" stroke-width=\"1\">\n";
-    for (double t : xs.ticks) o += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", px(t), mt + ph, px(t), mt + ph + 5);
-    for (double t : ys.ticks) o += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml - 5, py(t), ml, py(t));
-    o += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt + ph, ml + pw, mt + ph);
-    o += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt, ml, mt + ph);
+    for (double t : xs.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", px(t), mt + ph, px(t), mt + ph + 5);
+    for (double t : ys.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml - 5, py(t), ml, py(t));
+    o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt + ph, ml + pw, mt + ph);
+    o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt, ml, mt + ph);
     o += "</g>\n<g fill=\"#444\" font-size=\"11\">\n";
     for (double t : xs.ticks)
-        o += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", px(t), mt + ph + 18) + format_tick(t, xs.step) + "</text>\n";
+        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", px(t), mt + ph + 18) + format_tick(t, xs.step) + "</text>\n";
     for (double t : ys.ticks)
-        o += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", ml - 8, py(t) + 4) + format_tick(t, ys.step) + "</text>\n";
+        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", ml - 8, py(t) + 4) + format_tick(t, ys.step) + "</text>\n";
     o += "</g>\n";
-    o += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\">", ml + pw / 2, H - 10) +
+    o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\">", ml + pw / 2, H - 10) +
          xml_escape(spec.x_label) + "</text>\n";
-    o += format("<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\" transform=\"rotate(-90 16 %.1f)\">",
+    o += shardlm::format("<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\" transform=\"rotate(-90 16 %.1f)\">",
              mt + ph / 2, mt + ph / 2) + xml_escape(spec.y_label) + "</text>\n";
     if (empty)
-        o += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n", ml + pw / 2, mt + ph / 2);
+        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n", ml + pw / 2, mt + ph / 2);
 
     // Series.
     std::vector<std::string> colors;
@@ -211,13 +212,13 @@ std::string svg_line_chart(const ChartSpec& spec) {
             o += "<polyline fill=\"none\" stroke=\"" + xml_escape(c) +
                  "\" stroke-width=\"1.5\" stroke-linejoin=\"round\" points=\"";
             for (size_t k = 0; k < pts[i].size(); k++)
-                o += format(k ? " %.1f,%.1f" : "%.1f,%.1f", px(pts[i][k].x), py(pts[i][k].y));
+                o += shardlm::format(k ? " %.1f,%.1f" : "%.1f,%.1f", px(pts[i][k].x), py(pts[i][k].y));
             o += "\"/>\n";
         }
         // A lone point of a line series gets a dot, or it would not show at all.
         if (s.markers || (s.line && pts[i].size() == 1)) {
             o += "<g fill=\"" + xml_escape(c) + "\" stroke=\"#fff\" stroke-width=\"0.8\">\n";
-            for (const Pt& p : pts[i]) o += format("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.2\"/>\n", px(p.x), py(p.y));
+            for (const Pt& p : pts[i]) o += shardlm::format("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.2\"/>\n", px(p.x), py(p.y));
             o += "</g>\n";
         }
         o += "</g>\n";
@@ -232,12 +233,12 @@ std::string svg_line_chart(const ChartSpec& spec) {
             const ChartSeries& s = spec.series[i];
             double tw = 7.0 * double(s.name.size());  // rough width of 12px sans-serif text
             x -= tw;
-            std::string item = format("<text x=\"%.1f\" y=\"28\" fill=\"#222\">", x) + xml_escape(s.name) + "</text>\n";
+            std::string item = shardlm::format("<text x=\"%.1f\" y=\"28\" fill=\"#222\">", x) + xml_escape(s.name) + "</text>\n";
             x -= 26;
-            item += format("<line x1=\"%.1f\" y1=\"24\" x2=\"%.1f\" y2=\"24\" stroke=\"%s\" stroke-width=\"%s\"/>\n", x, x + 20,
+            item += shardlm::format("<line x1=\"%.1f\" y1=\"24\" x2=\"%.1f\" y2=\"24\" stroke=\"%s\" stroke-width=\"%s\"/>\n", x, x + 20,
                         xml_escape(colors[i]).c_str(), s.line ? "2" : "0");
             if (s.markers)
-                item += format("<circle cx=\"%.1f\" cy=\"24\" r=\"3.2\" fill=\"%s\"/>\n", x + 10, xml_escape(colors[i]).c_str());
+                item += shardlm::format("<circle cx=\"%.1f\" cy=\"24\" r=\"3.2\" fill=\"%s\"/>\n", x + 10, xml_escape(colors[i]).c_str());
             x -= 14;
             items = item + items;
         }

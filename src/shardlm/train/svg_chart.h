@@ -12,7 +12,6 @@
 #include <string_view>
 #include <vector>
 
-#include "shardlm/core/format.h"
 
 namespace shardlm::train {
 
@@ -60,8 +59,6 @@ namespace detail {
 // Shared with report.cpp's HTML: XML-escapes & < > " ' (text and attribute values alike).
 std::string xml_escape(std::string_view s);
 
-// printf into a std::string (core/format.h)
-using shardlm::format;
 
 }  // namespace detail
 

@@ -7,11 +7,11 @@
 #include <set>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/format.h"
 #include "shardlm/train/svg_chart.h"
 
 namespace shardlm::train {
 
-using detail::format;
 using detail::xml_escape;
 
 namespace {
@@ -87,14 +87,14 @@ std::string trace_svg(const nlohmann::json& trace, int width) {
     const double plot_w = width - left - right;
     const NiceScale xs = nice_scale(0.0, hi - lo, 10);
     auto X = [&](double t) { return left + (t - lo) / (xs.hi - xs.lo) * plot_w; };
-    std::string svg = format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+    std::string svg = shardlm::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                           "font-family=\"sans-serif\" font-size=\"11\">\n",
                           width, height);
-    svg += format("<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", width, height);
+    svg += shardlm::format("<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", width, height);
     std::string title = "training step timeline";
     if (trace.contains("otherData")) {
         const auto& o = trace["otherData"];
-        title = format("%s, %s schedule, %d micro-batches: pipeline bubble measured %.3f, theory %.3f",
+        title = shardlm::format("%s, %s schedule, %d micro-batches: pipeline bubble measured %.3f, theory %.3f",
                     o.value("layout", "").c_str(), o.value("schedule", "").c_str(), o.value("micro_batches", 0),
                     o.value("bubble_measured", 0.0), o.value("bubble_theory", 0.0));
     }
@@ -105,29 +105,29 @@ std::string trace_svg(const nlohmann::json& trace, int width) {
                           "reduce_scatter", "reduce grads", "optimizer step"}) {
         std::string key = n;
         const std::string c = color_of(key == "F: forward" ? "F0" : key == "B: backward" ? "B0" : key == "recv wait" ? "recv" : key);
-        svg += format("<rect x=\"%d\" y=\"30\" width=\"10\" height=\"10\" fill=\"%s\"/>", lx, c.c_str());
-        svg += format("<text x=\"%d\" y=\"39\">%s</text>\n", lx + 14, xml_escape(n).c_str());
+        svg += shardlm::format("<rect x=\"%d\" y=\"30\" width=\"10\" height=\"10\" fill=\"%s\"/>", lx, c.c_str());
+        svg += shardlm::format("<text x=\"%d\" y=\"39\">%s</text>\n", lx + 14, xml_escape(n).c_str());
         lx += 14 + int(key.size()) * 7 + 14;
     }
     // grid and axis
     for (double t : xs.ticks) {
         const double x = left + (t - xs.lo) / (xs.hi - xs.lo) * plot_w;
-        svg += format("<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", x, top - 4, x, h);
-        svg += format("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, h + 14,
+        svg += shardlm::format("<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>", x, top - 4, x, h);
+        svg += shardlm::format("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, h + 14,
                    format_tick(t, xs.step).c_str());
     }
-    svg += format("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">milliseconds</text>\n", left + plot_w / 2, h + 30);
+    svg += shardlm::format("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">milliseconds</text>\n", left + plot_w / 2, h + 30);
     for (auto key : rows) {
         const int y = row_y[key];
-        svg += format("<text x=\"4\" y=\"%d\">%s</text>", y + 13,
+        svg += shardlm::format("<text x=\"4\" y=\"%d\">%s</text>", y + 13,
                    xml_escape(process[key.first] + " " + thread[key]).c_str());
         for (const Ev& e : events[key]) {
             const double x0 = X(e.t0), w = std::max(0.6, X(e.t1) - x0);
-            svg += format("<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
+            svg += shardlm::format("<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" stroke=\"white\" "
                        "stroke-width=\"0.3\"><title>%s %.2f ms</title></rect>",
                        x0, y + 1, w, row_h - 2, color_of(e.name), xml_escape(e.name).c_str(), e.t1 - e.t0);
             if (w > 7.0 * double(e.name.size()) && (e.name[0] == 'F' || e.name[0] == 'B'))
-                svg += format("<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\">%s</text>", x0 + w / 2, y + 13,
+                svg += shardlm::format("<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\">%s</text>", x0 + w / 2, y + 13,
                            xml_escape(e.name).c_str());
         }
         svg += "\n";
