@@ -7,7 +7,6 @@
 //   std::string svg = shardlm::train::svg_line_chart(c);
 #pragma once
 #include <cstddef>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
