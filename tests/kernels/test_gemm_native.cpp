@@ -193,7 +193,9 @@ TEST(NativeGemm, BitsDoNotDependOnThreadsOrCut) {
 }
 
 // A packed B read by many products, each a range of its rows and columns (attention's tiles): the same
-// bits as sgemm on those ranges (one block of k), with A given as its rows or as its columns.
+// bits as sgemm on those ranges (one block of k), with A given as its rows or as its columns. Ranges of at
+// most 16, 32 or 48 columns (a small head size) run the 64-column panels' narrow tiles (12, 12 or 8 rows):
+// M 29 takes whole tiles and a part.
 TEST(NativeGemm, PackedProductsReadTheirRangesOfB) {
     if (!kernels::native::has_fp32()) GTEST_SKIP() << "no AVX-512 in this build";
     const int K = 150, N = 130;
@@ -203,9 +205,13 @@ TEST(NativeGemm, PackedProductsReadTheirRangesOfB) {
         AlignedBuffer<float> storage(kernels::native::packed_b_floats(K, N, nr));
         const kernels::native::PackedB pb = kernels::native::pack_b(B.op(), K, N, storage.data(), nr);
         for (char la : {'N', 'T'})
-            for (auto [k0, k1, n0, n1] : {std::array{0, K, 0, N}, std::array{17, 111, nr, 130}, std::array{5, 6, 2 * nr, 130}}) {
-                SCOPED_TRACE(::testing::Message() << "panels " << nr << " " << lb << la << " k " << k0 << ".." << k1 << " n " << n0 << ".." << n1);
-                const int M = 11, nk = k1 - k0, nn = n1 - n0;
+            for (int M : {11, 29})
+            for (auto [k0, k1, n0, n1] : {std::array{0, K, 0, N}, std::array{17, 111, nr, 130}, std::array{5, 6, 2 * nr, 130},
+                                          std::array{0, K, 0, 16}, std::array{3, 100, nr, nr + 32}, std::array{9, 80, 0, 20},
+                                          std::array{1, 150, 0, 47}}) {
+                SCOPED_TRACE(::testing::Message() << "panels " << nr << " " << lb << la << " M " << M << " k " << k0 << ".."
+                                                  << k1 << " n " << n0 << ".." << n1);
+                const int nk = k1 - k0, nn = n1 - n0;
                 const Stored A(M, nk, la, DType::F32, 15);
                 Vec got(size_t(M) * nn, 3.0f), want(got.size());
                 kernels::native::gemm_packed(M, k0, k1, n0, n1, 0.5f, A.op(), pb, 0.0f, got.data(), nn);

@@ -32,9 +32,12 @@ using namespace detail;
 // ---- register tiles ---------------------------------------------------------------------------------
 
 // C(R x 16 NV, the columns of cm) op= alpha A(R x kc) B(kc x 16 NV): A(i, k) at a[i * lda + k] (rows) or
-// a[i + k * lda] (KMAJOR); B a packed panel (kc rows of 16 NV). The GEMMs run 8 x 48 (NV 3: 24 accumulators);
-// products whose columns come in 64s (attention's tiles, its head size) run 6 x 64 (NV 4).
-template <int R, int NV, bool KMAJOR>
+// a[i + k * lda] (KMAJOR); B a packed panel (kc rows of BS floats, the first 16 NV read). The GEMMs run 8 x 48
+// (NV 3: 24 accumulators); products whose columns come in 64s (attention's tiles, its head size) run 6 x 64
+// (NV 4), or, when their columns fit in 16, 32 or 48 (a small head size), 12 x 16, 12 x 32 or 8 x 48 of the
+// 64-column panel (NV 1, 2 or 3, BS 64) instead of a 6 x 64 tile that computes columns only to drop them.
+// Each element of C is the same chain of fused multiply-adds over k whatever the tile: the same bits.
+template <int R, int NV, bool KMAJOR, int BS = 16 * NV>
 __attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long lda, const float* __restrict b, float* c,
                                         long ldc, const __mmask16* cm, float alpha, float beta, int mode) {
     __m512 acc[R][NV];
@@ -58,7 +61,7 @@ __attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long 
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(x, bv[v], acc[i][v]);
         }
-        b += 16 * NV;
+        b += BS;
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
@@ -90,6 +93,39 @@ void tile_f32_rows(int R, int kc, const float* a, long lda, const float* b, floa
     }
 }
 
+
+// The narrow tiles of a 64-column panel: NV 1, 2 or 3 of its 4 vectors, 1 .. narrow_rows(NV) rows (at most
+// 24 accumulators)
+constexpr int narrow_rows(int nv) { return nv == 3 ? 8 : 12; }
+
+template <int NV, bool KMAJOR>
+void tile_f32_narrow(int R, int kc, const float* a, long lda, const float* b, float* c, long ldc, const __mmask16* cm,
+                     float alpha, float beta, int mode) {
+    switch (R) {
+#define SHARDLM_TILE(r) \
+    case r: return tile_f32<r, NV, KMAJOR, 64>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+        SHARDLM_TILE(1) SHARDLM_TILE(2) SHARDLM_TILE(3) SHARDLM_TILE(4) SHARDLM_TILE(5) SHARDLM_TILE(6)
+        SHARDLM_TILE(7) SHARDLM_TILE(8)
+#undef SHARDLM_TILE
+        case 9: if constexpr (NV < 3) return tile_f32<9, NV, KMAJOR, 64>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode); break;
+        case 10: if constexpr (NV < 3) return tile_f32<10, NV, KMAJOR, 64>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode); break;
+        case 11: if constexpr (NV < 3) return tile_f32<11, NV, KMAJOR, 64>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode); break;
+        case 12: if constexpr (NV < 3) return tile_f32<12, NV, KMAJOR, 64>(kc, a, lda, b, c, ldc, cm, alpha, beta, mode); break;
+    }
+}
+
+template <int NV>
+void narrow_product(int M, int kc, bool kmajor, const float* a0, long lda, const float* b, float* C, long ldc, int nb,
+                    float alpha, float beta, int mode) {
+    for_tiles(
+        0, M, nb,
+        [&](int i, int R, int, const __mmask16* cm) {
+            float* c = C + long(i) * ldc;
+            if (kmajor) tile_f32_narrow<NV, true>(R, kc, a0 + i, lda, b, c, ldc, cm, alpha, beta, mode);
+            else tile_f32_narrow<NV, false>(R, kc, a0 + long(i) * lda, lda, b, c, ldc, cm, alpha, beta, mode);
+        },
+        narrow_rows(NV), 64);
+}
 
 // ---- fp32 ------------------------------------------------------------------------------------------------
 
@@ -172,6 +208,14 @@ void gemm_packed(int M, int k0, int k1, int n0, int n1, float alpha, const Opera
     }
     const bool kmajor = A.rs == 1 && A.cs != 1, wide = B.nr == 64;
     const float* a0 = static_cast<const float*>(A.data);
+    if (wide && n1 - n0 <= 48) {  // one panel, 16, 32 or 48 of its columns: the narrow tiles
+        const float* b = B.data + (size_t(n0 / B.nr) * B.K + k0) * B.nr;
+        const long lda = kmajor ? A.cs : A.rs;
+        if (n1 - n0 <= 16) narrow_product<1>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
+        else if (n1 - n0 <= 32) narrow_product<2>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
+        else narrow_product<3>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
+        return;
+    }
     for_tiles(
         0, M, n1 - n0,
         [&](int i, int R, int p, const __mmask16* cm) {
