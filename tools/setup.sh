@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # the rest's download, and the quick start never runs it).
 PACKAGES=(build-essential cmake pkg-config
           libopenblas-dev libopenblas0-openmp libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
-          libopenmpi-dev openmpi-bin npm)
+          libopenmpi-dev openmpi-bin curl ca-certificates)
 # The tests and benchmarks (tools/test.sh): GoogleTest, Google Benchmark, and PyTorch for the reference
 # fixtures' self-check and the side-by-side benchmarks.
 TEST_PACKAGES=(libgtest-dev libbenchmark-dev python3-torch python3-numpy)
@@ -47,11 +47,6 @@ if [ -z "${SHARDLM_NO_APT:-}" ]; then
   for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  # nodesource's nodejs ships npm itself; don't ask apt for Debian's npm then.
-  if command -v npm >/dev/null 2>&1; then
-    missing=("${missing[@]/npm}")
-  fi
-  missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
   if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
