@@ -211,19 +211,23 @@ TEST(NativeGemm, PackedProductsReadTheirRangesOfB) {
                                           std::array{1, 150, 0, 47}}) {
                 SCOPED_TRACE(::testing::Message() << "panels " << nr << " " << lb << la << " M " << M << " k " << k0 << ".."
                                                   << k1 << " n " << n0 << ".." << n1);
-                const int nk = k1 - k0, nn = n1 - n0;
+                // C's rows ldc apart, 16 columns past the product's (attention writes a head's columns of a wider
+                // row): the columns between must keep their 3.0f
+                const int nk = k1 - k0, nn = n1 - n0, ldc = nn + 16;
                 const Stored A(M, nk, la, DType::F32, 15);
-                Vec got(size_t(M) * nn, 3.0f), want(got.size());
-                kernels::native::gemm_packed(M, k0, k1, n0, n1, 0.5f, A.op(), pb, 0.0f, got.data(), nn);
+                Vec got(size_t(M) * ldc, 3.0f), want(got.size(), 3.0f);
+                kernels::native::gemm_packed(M, k0, k1, n0, n1, 0.5f, A.op(), pb, 0.0f, got.data(), ldc);
                 const Operand bs = B.op();  // B's block from (k0, n0)
                 const Operand block{static_cast<const float*>(bs.data) + long(k0) * bs.rs + long(n0) * bs.cs, DType::F32,
                                     bs.rs, bs.cs};
-                kernels::native::sgemm(M, nn, nk, 0.5f, A.op(), block, 0.0f, want.data(), nn);
+                kernels::native::sgemm(M, nn, nk, 0.5f, A.op(), block, 0.0f, want.data(), ldc);
                 EXPECT_EQ(got, want);
+                for (int i = 0; i < M; i++)
+                    for (int j = nn; j < ldc; j++) ASSERT_EQ(got[size_t(i) * ldc + j], 3.0f) << i << "," << j;
                 // accumulating: C += the product
                 Vec acc(got.size(), 1.0f), acc_want(got.size(), 1.0f);
-                kernels::native::gemm_packed(M, k0, k1, n0, n1, 0.5f, A.op(), pb, 1.0f, acc.data(), nn);
-                kernels::native::sgemm(M, nn, nk, 0.5f, A.op(), block, 1.0f, acc_want.data(), nn);
+                kernels::native::gemm_packed(M, k0, k1, n0, n1, 0.5f, A.op(), pb, 1.0f, acc.data(), ldc);
+                kernels::native::sgemm(M, nn, nk, 0.5f, A.op(), block, 1.0f, acc_want.data(), ldc);
                 EXPECT_EQ(acc, acc_want);
             }
     }

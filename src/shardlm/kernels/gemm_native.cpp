@@ -41,12 +41,12 @@ template <int R, int NV, bool KMAJOR, int BS = 16 * NV>
 __attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long lda, const float* __restrict b, float* c,
                                         long ldc, const __mmask16* cm, float alpha, float beta, int mode) {
     __m512 acc[R][NV];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
     const float* row[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < R; i++) row[i] = KMAJOR ? a + i : a + i * lda;
     const long step = KMAJOR ? lda : 1;
     prefetch_c<R, NV>(c, ldc, cm);
@@ -55,7 +55,7 @@ __attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long 
         __m512 bv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(b + 16 * v);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int i = 0; i < R; i++) {
             const __m512 x = _mm512_set1_ps(row[i][k * step]);
 #pragma GCC unroll 4
@@ -64,7 +64,7 @@ __attribute__((noinline)) void tile_f32(int kc, const float* __restrict a, long 
         b += BS;
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {

@@ -53,7 +53,7 @@ struct PackedB {
 size_t packed_b_floats(int K, int N, int nr);  // the storage pack_b fills (64-byte aligned)
 PackedB pack_b(const Operand& B, int K, int N, float* storage, int nr);
 // C(M x (n1 - n0)) = alpha A(M x (k1 - k0)) B[k0:k1, n0:n1] + beta C, on this thread: A fp32 (its column 0
-// multiplies B's row k0) with rows (cs 1) or columns (rs 1) contiguous, n0 a multiple of 48, C rows ldc floats apart (beta 0: C is not read). Each
+// multiplies B's row k0) with rows (cs 1) or columns (rs 1) contiguous, n0 a multiple of the panels (nr), C rows ldc floats apart (beta 0: C is not read). Each
 // element is the same chain of FMAs over k0 .. k1 as sgemm's (one block of k).
 void gemm_packed(int M, int k0, int k1, int n0, int n1, float alpha, const Operand& A, const PackedB& B, float beta,
                  float* C, long ldc);
