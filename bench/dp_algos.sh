@@ -60,9 +60,12 @@ args=()
 for name in $ALGOS; do
   dir="$OUT/${name//%/pc}"
   if [ ! -f "$dir/summary.json" ] || [ "${RERUN:-0}" = 1 ]; then
+    # AdamW at lr 0.004 unless the algorithm's flags say otherwise: these experiments' rate (configs/sotu.json's
+    # until it moved to 0.008)
+    lr=(--lr 0.004); [[ " ${FLAGS[$name]} " == *" --lr "* ]] && lr=()
     cmd=(mpirun "${root[@]}" --oversubscribe -np "$RANKS" "$BUILD/shardlm" train --config configs/sotu.json
          --steps "$STEPS" --warmup $((STEPS / 50)) --val-every $((STEPS / 16)) --ckpt-every 0 --sample-tokens 0
-         --micro-batch 4 --threads 1 --precision "$PRECISION" --consensus-every 10 ${FLAGS[$name]} --out "$dir" --overwrite)
+         --micro-batch 4 --threads 1 --precision "$PRECISION" --consensus-every 10 "${lr[@]}" ${FLAGS[$name]} --out "$dir" --overwrite)
     echo "dp_algos: $name: ${cmd[*]}"
     "${cmd[@]}" > "$dir.log" 2>&1 || { echo "dp_algos: $name failed: see $dir.log"; tail -3 "$dir.log"; continue; }
   fi

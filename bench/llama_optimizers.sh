@@ -51,8 +51,9 @@ for n in names:
 PY
 }
 if [ "$WHAT" = arch ] || [ "$WHAT" = all ]; then
-  run gpt --optimizer adamw
-  run llama --optimizer adamw --norm rmsnorm --position rope --mlp swiglu --ffn-hidden 200 --bias false \
+  # AdamW at lr 0.004 throughout: these experiments' rate (configs/sotu.json's until it moved to 0.008)
+  run gpt --optimizer adamw --lr 0.004
+  run llama --optimizer adamw --lr 0.004 --norm rmsnorm --position rope --mlp swiglu --ffn-hidden 200 --bias false \
       --n-kv-head 2 --tie-embeddings true
   table gpt llama
   /usr/bin/python3 bench/plot_curves.py --out bench/llama_vs_gpt.svg \
@@ -89,8 +90,8 @@ if [ "$WHAT" = sophia ] || [ "$WHAT" = all ]; then
     fi
     names+=("$name"); args+=("$name=$OUT/$name/metrics.jsonl")
   }
-  srun "adamw-$STEPS" "$STEPS" --optimizer adamw
-  srun "adamw-$half" "$half" --optimizer adamw
+  srun "adamw-$STEPS" "$STEPS" --optimizer adamw --lr 0.004
+  srun "adamw-$half" "$half" --optimizer adamw --lr 0.004
   for lr in $SOPHIA_LRS; do srun "sophia-lr$lr-$STEPS" "$STEPS" --optimizer sophia --lr "$lr" --rho "$SOPHIA_RHO"; done
   # Sophia's half-length run at the learning rate whose full-length run ended lowest
   best=$(/usr/bin/python3 -c "
