@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -110,6 +112,37 @@ TEST(Kernels, ConvertToBf16MatchesScalar) {
     shardlm::convert_from_f32(got.data(), shardlm::DType::BF16, v.data(), v.size());
     for (size_t i = 0; i < v.size(); i++)
         ASSERT_EQ(got[i], shardlm::f32_to_bf16(v[i])) << "element " << i << " = " << v[i];
+}
+
+// Every kind of bit pattern, whole vectors of each: normals of any exponent (with AVX512_BF16 one instruction
+// rounds those), denormals alone or one among normals (that instruction would flush it), NaNs quiet and
+// signalling with payloads, infinities, zeros, and random words.
+TEST(Kernels, ConvertToBf16MatchesScalarOnEveryKindOfBits) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<uint32_t> word;
+    std::vector<uint32_t> bits;
+    auto vec = [&](auto gen) {
+        for (int i = 0; i < 16; i++) bits.push_back(gen(i));
+    };
+    for (int r = 0; r < 400; r++) {
+        vec([&](int) { return (word(rng) & 0x807fffffu) | ((1u + word(rng) % 254u) << 23); });  // normals
+        vec([&](int) { return word(rng) & 0x807fffffu; });                                        // denormals, zeros
+        const int odd = int(word(rng) % 16);
+        vec([&](int i) {  // one denormal among normals
+            return i == odd ? (word(rng) & 0x807fffffu) | 1u : (word(rng) & 0x807fffffu) | (100u << 23);
+        });
+        vec([&](int) { return 0x7f800000u | (word(rng) & 0x807fffffu) | 1u; });  // NaNs (and a few infinities' neighbours)
+        vec([&](int) { return word(rng); });
+    }
+    for (uint32_t b : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x00800000u, 0x007fffffu,
+                       0x7f800001u, 0x7fc00000u, 0xffbfffffu, 0x3f808000u, 0x3f818000u, 0x3f80ffffu})
+        bits.push_back(b);
+    std::vector<float> v(bits.size());
+    std::memcpy(v.data(), bits.data(), bits.size() * sizeof(float));
+    std::vector<unsigned short> got(v.size());
+    shardlm::convert_from_f32(got.data(), shardlm::DType::BF16, v.data(), v.size());
+    for (size_t i = 0; i < v.size(); i++)
+        ASSERT_EQ(got[i], shardlm::f32_to_bf16(v[i])) << "element " << i << ", bits " << std::hex << bits[i];
 }
 
 // bf16 precision: equal to the fp32 reference run on bf16-rounded operands (fp32 accumulation), and
