@@ -3,7 +3,7 @@
 // tokens/s, MFU against the fp32 peak given with --peak-gflops, and peak RSS.
 // Usage: bench_train_step --batch B --seq T [--model gpt2] [--threads K] [--steps N] [--warmup W] [--peak-gflops P]
 //                         [--matmul-precision fp32|bf16] [--precision fp32|bf16|fp16] [--recompute none|full|selective]
-//                         [--n-layer L --n-head H --n-embd C] (reshape the preset)
+//                         [--n-layer L --n-head H --n-embd C] [--tie-embeddings true|false] (reshape the preset)
 //                         [--thread-split auto|batch|kernel] [--attention fused|materialized] [--n-ctx N]
 //                         [--gemm auto|onednn|openblas]
 //                         [--profile 1]: after the run, per kernel of a step (stderr): time, share of the step,
@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
     double peak = 0;
     std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto", attention = "fused", gemm = "auto";
     int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0;
+    std::string tie;  // --tie-embeddings true|false (empty: the preset's)
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
         const char* v = argv[i + 1];
@@ -108,11 +109,13 @@ int main(int argc, char** argv) {
         else if (k == "--n-layer") n_layer = std::atoi(v);
         else if (k == "--n-head") n_head = std::atoi(v);
         else if (k == "--n-embd") n_embd = std::atoi(v);
+        else if (k == "--tie-embeddings") tie = v;
         else { std::fprintf(stderr, "unknown flag %s\n", k.c_str()); return 2; }
     }
     shardlm::train::TrainConfig cfg;
     cfg.model = model;
     cfg.n_layer = n_layer, cfg.n_head = n_head, cfg.n_embd = n_embd;
+    cfg.tie_embeddings = tie;
     if (n_ctx > 0) cfg.n_ctx = n_ctx;
     using shardlm::train::parse_setting;
     parse_setting("--attention", attention, &cfg.attention);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/dp_algos.sh: issue 23's experiment. Four data-parallel ranks (mpirun, one thread each) train the
-# default model on the default corpus (configs/sotu.json: 16 x 128 tokens a step, AdamW, cosine
+# default model on the default corpus (bench/sotu_experiments.json: 16 x 128 tokens a step, AdamW, cosine
 # schedule, cut to STEPS steps) with every data-parallel algorithm, the same token budget for all:
 # validation loss against steps and against the bytes one rank sent in its data-parallel group
 # (metrics.jsonl's bytes_sent, summed), the table of final validation loss and bytes, and the plot
@@ -60,12 +60,11 @@ args=()
 for name in $ALGOS; do
   dir="$OUT/${name//%/pc}"
   if [ ! -f "$dir/summary.json" ] || [ "${RERUN:-0}" = 1 ]; then
-    # AdamW at lr 0.004 unless the algorithm's flags say otherwise: these experiments' rate (configs/sotu.json's
-    # until it moved to 0.008)
-    lr=(--lr 0.004); [[ " ${FLAGS[$name]} " == *" --lr "* ]] && lr=()
-    cmd=(mpirun "${root[@]}" --oversubscribe -np "$RANKS" "$BUILD/shardlm" train --config configs/sotu.json
+    # bench/sotu_experiments.json: the default run as these experiments recorded it (configs/sotu.json's
+    # settings until 2026-11-28: AdamW at lr 0.004, beta2 0.95)
+    cmd=(mpirun "${root[@]}" --oversubscribe -np "$RANKS" "$BUILD/shardlm" train --config bench/sotu_experiments.json
          --steps "$STEPS" --warmup $((STEPS / 50)) --val-every $((STEPS / 16)) --ckpt-every 0 --sample-tokens 0
-         --micro-batch 4 --threads 1 --precision "$PRECISION" --consensus-every 10 "${lr[@]}" ${FLAGS[$name]} --out "$dir" --overwrite)
+         --micro-batch 4 --threads 1 --precision "$PRECISION" --consensus-every 10 ${FLAGS[$name]} --out "$dir" --overwrite)
     echo "dp_algos: $name: ${cmd[*]}"
     "${cmd[@]}" > "$dir.log" 2>&1 || { echo "dp_algos: $name failed: see $dir.log"; tail -3 "$dir.log"; continue; }
   fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/llama_optimizers.sh: issue 22's experiment on the default corpus (configs/sotu.json's data,
-# batch, schedule and seed, cut to STEPS steps so a run takes minutes here).
+# bench/llama_optimizers.sh: issue 22's experiment on the default corpus (bench/sotu_experiments.json: the
+# default run's data, batch, schedule and seed as this experiment recorded them, configs/sotu.json's until
+# 2026-11-28; cut to STEPS steps so a run takes minutes here).
 #   arch:  the default GPT (6 x 64, 4 heads: 3.5 M parameters) against a LLaMA-style model of the same
 #          size and budget: RMSNorm, rotary embeddings, SwiGLU (ffn 200 so the blocks hold what
 #          GPT-2's do), no biases, 2 key/value heads, the head tied to the embedding (untied, the
@@ -24,7 +25,7 @@ if [ -z "${PRECISION:-}" ]; then grep -qw avx512_bf16 /proc/cpuinfo && PRECISION
 unset OPENBLAS_CORETYPE
 [ -f data/sotu/sotu_train.bin ] || { echo "llama_optimizers: data/sotu missing: run tools/quickstart.sh first"; exit 2; }
 mkdir -p "$OUT"
-base=(--config configs/sotu.json --ckpt-every 0 --sample-tokens 0 --threads "$THREADS" --precision "$PRECISION"
+base=(--config bench/sotu_experiments.json --ckpt-every 0 --sample-tokens 0 --threads "$THREADS" --precision "$PRECISION"
       --memory-report)
 common=("${base[@]}" --steps "$STEPS" --warmup $((STEPS / 50)) --val-every $((STEPS / 4)))
 run() {  # name, flags...
@@ -51,7 +52,7 @@ for n in names:
 PY
 }
 if [ "$WHAT" = arch ] || [ "$WHAT" = all ]; then
-  # AdamW at lr 0.004 throughout: these experiments' rate (configs/sotu.json's until it moved to 0.008)
+  # AdamW at lr 0.004 throughout (bench/sotu_experiments.json's rate)
   run gpt --optimizer adamw --lr 0.004
   run llama --optimizer adamw --lr 0.004 --norm rmsnorm --position rope --mlp swiglu --ffn-hidden 200 --bias false \
       --n-kv-head 2 --tie-embeddings true

@@ -396,6 +396,7 @@ float LrSchedule::at(int step) const {
     if (step < warmup) return lr * float(step + 1) / float(warmup);
     if (step >= total) return lr_min;
     double progress = double(step - warmup) / double(std::max(1, total - warmup));
+    if (kind == LrKind::Linear) return float(lr_min + (lr - lr_min) * (1.0 - progress));
     return float(lr_min + 0.5 * (lr - lr_min) * (1.0 + std::cos(M_PI * progress)));
 }
 

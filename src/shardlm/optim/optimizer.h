@@ -179,9 +179,11 @@ private:
     int step_ = 0;
 };
 
-// LR schedules: constant, or linear warm-up over `warmup` steps then cosine decay to `lr_min` at `total`.
-enum class LrKind { Constant, Cosine };
-inline constexpr EnumName<LrKind> kLrKindNames[] = {{LrKind::Constant, "constant"}, {LrKind::Cosine, "cosine"}};
+// LR schedules: constant, or linear warm-up over `warmup` steps then a cosine or a linear decay to `lr_min` at
+// `total` (linear: "Straight to Zero", Bergsma et al. 2025, with lr_min 0).
+enum class LrKind { Constant, Cosine, Linear };
+inline constexpr EnumName<LrKind> kLrKindNames[] = {
+    {LrKind::Constant, "constant"}, {LrKind::Cosine, "cosine"}, {LrKind::Linear, "linear"}};
 constexpr const auto& enum_names(LrKind) { return kLrKindNames; }
 struct LrSchedule {
     LrKind kind = LrKind::Constant;

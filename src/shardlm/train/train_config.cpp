@@ -228,7 +228,7 @@ void TrainConfig::validate() const {
                   ") must be a positive multiple of --micro-batch (", micro_batch, ")");
     SHARDLM_CHECK(lr >= 0 && std::isfinite(lr), "--lr must be a finite number >= 0 (got ", lr, ")");
     SHARDLM_CHECK(lr_min >= 0 && lr_min <= lr, "--lr-min ", lr_min, " must be in [0, --lr ", lr,
-                  "]: the cosine schedule decays from --lr down to --lr-min\n---> HINT: --lr-min ", lr / 10,
+                  "]: the cosine and linear schedules decay from --lr down to --lr-min\n---> HINT: --lr-min ", lr / 10,
                   " (a tenth of --lr) is common");
     SHARDLM_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), "--weight-decay must be >= 0 (got ", weight_decay,
                   "): a negative decay pushes the weights away from zero\n---> HINT: 0 (off) or e.g. 0.1");
