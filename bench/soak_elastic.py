@@ -73,7 +73,7 @@ def main():
     exe = a.out + ".bin"  # a copy: rebuilding during the soak does not change it
     shutil.copy(a.bin, exe)
     os.environ.pop("OPENBLAS_CORETYPE", None)
-    steps = 100000  # ended by time (SIGTERM); the cosine schedule is the same in the references
+    steps = 100000  # ended by time (SIGTERM); the schedule (the config's) is the same in the references
     train = ["--config", "configs/sotu.json", "--threads", "1", "--global-batch", "12", "--micro-batch", "1",
              "--steps", str(steps), "--ckpt-every", "0", "--ckpt-every-seconds", str(a.ckpt), "--async-ckpt", "--keep-ckpts", "3",
              "--val-every", "0", "--sample-tokens", "0", "--log-every", "50"]

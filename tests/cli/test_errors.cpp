@@ -82,7 +82,7 @@ TEST_F(CliErrors, FlagsOutOfRange) {
     EXPECT_ERROR(run("train --init " + kFix + " --data " + kFix + "/data.bin --global-batch 5 --micro-batch 2"),
                  "--global-batch (5)", "multiple of --micro-batch (2)");
     EXPECT_ERROR(run(train_args() + " --optimizer adamx"), "--optimizer 'adamx' is not known", "adamw");
-    EXPECT_ERROR(run(train_args() + " --lr-schedule linear"), "--lr-schedule 'linear'");
+    EXPECT_ERROR(run(train_args() + " --lr-schedule exponential"), "--lr-schedule 'exponential'");
     EXPECT_ERROR(run("train --model gpt5 --data " + kFix + "/data.bin"), "unknown model preset 'gpt5'", "gpt2");
     EXPECT_ERROR(run("train --data " + kFix + "/data.bin"), "--init DIR or --model PRESET");
     // shape overrides: only for a preset, and they must make a consistent model
@@ -144,7 +144,7 @@ TEST_F(CliErrors, FailedRunLeavesNoHalfWrittenFiles) {
 
 TEST_F(CliErrors, ScheduleAndDecayOutOfRange) {
     EXPECT_ERROR(run(train_args() + " --lr 1e-3 --lr-min 1e-2 --lr-schedule cosine"), "--lr-min 0.01 must be in [0, --lr 0.001]",
-                 "decays from --lr down to --lr-min");
+                 "decay from --lr down to --lr-min");
     EXPECT_ERROR(run(train_args() + " --weight-decay -0.1"), "--weight-decay must be >= 0 (got -0.1)");
 }
 

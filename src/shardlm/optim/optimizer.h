@@ -180,7 +180,7 @@ private:
 };
 
 // LR schedules: constant, or linear warm-up over `warmup` steps then a cosine or a linear decay to `lr_min` at
-// `total` (linear: "Straight to Zero", Bergsma et al. 2025, with lr_min 0).
+// `total` (linear: "Straight to Zero", Bergsma et al. 2025, decays to lr_min 0).
 enum class LrKind { Constant, Cosine, Linear };
 inline constexpr EnumName<LrKind> kLrKindNames[] = {
     {LrKind::Constant, "constant"}, {LrKind::Cosine, "cosine"}, {LrKind::Linear, "linear"}};
