@@ -58,8 +58,9 @@ namespace {
 // Settings that change what a run trains on or how it learns: changing them on --resume makes the
 // continuation another experiment (layout settings, --steps, logging and the like may change freely).
 const char* const kTrajectoryKeys[] = {"data", "data_order", "seed", "global_batch", "seq", "optimizer", "lr",
-                                       "beta1", "beta2", "lr_schedule", "lr_min", "warmup", "weight_decay", "grad_clip", "precision",
-                                       "model", "n_layer", "n_head", "n_embd", "vocab_size", "init"};
+                                       "beta1", "beta2", "lr_schedule", "lr_min", "warmup", "weight_decay",
+                                       "grad_clip", "precision", "model", "n_layer", "n_head", "n_embd",
+                                       "vocab_size", "init"};
 }  // namespace
 
 void Trainer::keep_config_history(const std::string& path, const nlohmann::json& now) {

@@ -241,7 +241,8 @@ void TrainConfig::validate() const {
                   ")\n---> HINT: -1 (the default) takes the optimiser's own");
     const bool adafactor = optimizer == optim::Kind::Adafactor;
     SHARDLM_CHECK(!adafactor || beta2 == -1.0f, "--beta2 does not apply to --optimizer adafactor: its second moment decays "
-                  "with beta2_t = 1 - t^decay_rate\n---> HINT: drop --beta2 (--beta2 -1 over a --config that sets it, as configs/sotu.json does), or set --decay-rate (default -0.8)");
+                  "with beta2_t = 1 - t^decay_rate\n---> HINT: drop --beta2 (--beta2 -1 over a --config that sets it, "
+                  "as configs/sotu.json does), or set --decay-rate (default -0.8)");
     SHARDLM_CHECK(!adafactor || tp == 1, "--optimizer adafactor needs --tp 1 (got --tp ", tp,
                   "): its row and column statistics are sums over whole matrices, and a tensor-parallel rank holds a "
                   "shard of each\n---> HINT: use data parallelism (--dp, any --zero) and pipeline stages with adafactor, "

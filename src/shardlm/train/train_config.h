@@ -202,7 +202,8 @@ void for_each_field(Cfg& c, F&& f) {
     f("steps", c.steps, "Total optimiser steps");
     f("optimizer", c.optimizer, "Optimiser");
     f("lr", c.lr, "Peak learning rate");
-    f("lr_schedule", c.lr_schedule, "Learning-rate schedule (cosine or linear: linear warm-up, then a cosine or linear decay to lr_min)");
+    f("lr_schedule", c.lr_schedule,
+      "Learning-rate schedule (cosine or linear: linear warm-up, then a cosine or linear decay to lr_min)");
     f("warmup", c.warmup, "Warm-up steps (cosine and linear schedules)");
     f("lr_min", c.lr_min, "Final learning rate (cosine and linear schedules)");
     f("weight_decay", c.weight_decay, "Weight decay on matrices and embeddings");
