@@ -252,6 +252,46 @@ TEST(Kernels, CrossEntropy) {
     for (int i = 0; i < N * Vp; i++) ASSERT_EQ(d_bf16[i], shardlm::f32_to_bf16(logits[i])) << "element " << i;
 }
 
+// The chunked head's cross-entropy, a block of columns at a time (online softmax over the blocks),
+// against the reference on whole rows: blocks of 64 columns, the last real one partial, the last one
+// all padding, targets in every block.
+TEST(Kernels, CrossEntropyByColumnBlocks) {
+    const int N = 9, V = 141, Vp = 256, W = 64, blocks = Vp / W;  // blocks 0-1 real, 2 partial, 3 padding
+    Vec logits = randn(N * Vp, 3, 4.0f), logits_r = logits;
+    for (int j = 0; j < 30; j++) logits[5 * Vp + 70 + j] = logits_r[5 * Vp + 70 + j] = 40.0f + j;  // a late maximum
+    std::vector<int> t(N);
+    for (int i = 0; i < N; i++) t[i] = (i * 37) % V;
+    Vec loss_r(N);
+    ref::crossentropy_forward_backward(logits_r.data(), loss_r.data(), t.data(), N, V, Vp, 0.25f);
+    for (bool keep : {true, false}) {
+        // the blocks as the head computes them: block b's (N, W) tile alone
+        Vec tile(N * W), mb(N * blocks), stats(4 * N), loss(N);
+        std::vector<unsigned short> d(N * Vp, 0xffff);
+        const CeRowStats st{stats.data(), stats.data() + N, stats.data() + 2 * N, stats.data() + 3 * N};
+        ce_rows_start(st, N);
+        for (int b = 0; b < blocks; b++) {
+            for (int i = 0; i < N; i++) std::memcpy(&tile[i * W], &logits[i * Vp + b * W], sizeof(float) * W);
+            ce_block_stats(tile.data(), keep ? d.data() + b * W : nullptr, Vp, &mb[b * N], st, t.data(), N,
+                           std::clamp(V - b * W, 0, W), W, b * W);
+        }
+        ce_rows_loss(loss.data(), st, N);
+        expect_close(keep ? "blocked ce loss" : "blocked ce loss (forward only)", loss, loss_r, 2e-6f);
+        if (!keep) continue;
+        ce_rows_grad(d.data(), Vp, mb.data(), W, st, t.data(), N, V, 0.25f);
+        for (int i = 0; i < N * Vp; i++) {
+            if (i % Vp >= V) {
+                ASSERT_EQ(d[i], 0) << "padding element " << i;
+            }
+            // rounded to bf16 twice: within 2^-8 of the fp32 gradient; the target's once
+            const float g = shardlm::bf16_to_f32(d[i]), r = logits_r[i];
+            ASSERT_NEAR(g, r, std::fabs(r) * (1.0f / 256 + 1.0f / 512) + 1e-9f) << "element " << i;
+            if (i % Vp == t[i / Vp]) {
+                ASSERT_EQ(d[i], shardlm::f32_to_bf16(r)) << "target " << i;
+            }
+        }
+    }
+}
+
 TEST(Kernels, AttentionAcrossBlocks) {
     // T = 150 spans three query blocks of 64; head dim 10.
     const int B = 2, T = 150, C = 40, NH = 4;

@@ -78,6 +78,10 @@ inline __m256i f16_round(V16 a) { return _mm512_cvtps_ph(a.v, _MM_FROUND_TO_NEAR
 inline V16 f16_widen(__m256i h) { return {_mm512_cvtph_ps(h)}; }
 inline __m256i load_u16(M16 m, const unsigned short* p) { return _mm256_maskz_loadu_epi16(m.k, p); }
 inline void store_u16(M16 m, unsigned short* p, __m256i h) { _mm256_mask_storeu_epi16(p, m.k, h); }
+// 32 16-bit values (a, then b) to p, 64-byte aligned, past the caches as stream() stores
+inline void stream_u16x32(unsigned short* p, __m256i a, __m256i b) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+}
 
 #else  // AVX2 + FMA + F16C
 inline constexpr const char* kIsa = "avx2";
@@ -204,6 +208,10 @@ inline void store_u16(M16 m, unsigned short* p, __m256i h) {  // m a prefix
     alignas(32) unsigned short b[16];
     _mm256_store_si256(reinterpret_cast<__m256i*>(b), h);
     std::memcpy(p, b, size_t(m.n) * 2);
+}
+inline void stream_u16x32(unsigned short* p, __m256i a, __m256i b) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p + 16), b);
 }
 #endif
 

@@ -4,9 +4,14 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/kernels/vec_math.h"
+
+// GCC 12 warns inside _mm512_reduce_max_ps's own header (its __Y "used uninitialized": GCC bug 105593)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace shardlm::kernels {
 
@@ -27,12 +32,12 @@ float row_sum_exp(const float* x, float* out, int V, float mx) {
     return reduce_add(s);
 }
 
-// One row's gradient from its exponentials x[0, V): dloss * softmax - dloss at the target t (when
-// 0 <= t < V), zero on the padding [V, Vp). Written to d in bf16 (x left holding the exponentials), or
-// in place in x.
-void grad_row(float* x, unsigned short* d, int t, int V, int Vp, float dloss, float sum) {
+// One row's gradient from its exponentials x[0, V): x * scale (dloss * softmax) - dloss at the target t
+// (when 0 <= t < V), zero on the padding [V, Vp). Written to d in bf16 (x left holding the exponentials),
+// or in place in x.
+void grad_row(float* x, unsigned short* d, int t, int V, int Vp, float dloss, float row_scale) {
     using namespace simd;
-    const V16 scale = set1(dloss / sum);
+    const V16 scale = set1(row_scale);
     if (d) {
         for (int j = 0; j < Vp; j += 16) {
             const M16 m = j < V ? mask_below(size_t(j), size_t(V)) : mask_first(0);
@@ -66,7 +71,7 @@ void crossentropy_forward_backward(float* logits, float* losses, const int* targ
         float sum = row_sum_exp<true>(x, x, V, mx);
         losses[n] = mx + std::log(sum) - xt;
         // with a bf16 buffer the gradient goes there only; x is left holding the exponentials
-        grad_row(x, dlogits_bf16 ? dlogits_bf16 + size_t(n) * Vp : nullptr, t, V, Vp, dloss, sum);
+        grad_row(x, dlogits_bf16 ? dlogits_bf16 + size_t(n) * Vp : nullptr, t, V, Vp, dloss, dloss / sum);
     }
 }
 
@@ -78,6 +83,108 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
         float mx = row_max(x, V);
         float sum = row_sum_exp<false>(x, nullptr, V, mx);
         losses[n] = mx + std::log(sum) - x[targets[n]];
+    }
+}
+
+// ---- a block of columns at a time ------------------------------------------------------------------
+
+namespace {
+
+// the largest of x[0, n) (-inf for n = 0), four vectors at a time (a maximum's order does not matter)
+float block_max(const float* x, int n) {
+    using namespace simd;
+    V16 m0 = set1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    int j = 0;
+    for (; j + 64 <= n; j += 64) {
+        m0 = max(m0, loadu(x + j));
+        m1 = max(m1, loadu(x + j + 16));
+        m2 = max(m2, loadu(x + j + 32));
+        m3 = max(m3, loadu(x + j + 48));
+    }
+    for (; j < n; j += 16) {
+        const M16 k = mask_below(size_t(j), size_t(n));
+        m0 = mask_max(m0, k, m0, load(k, x + j));
+    }
+    return reduce_max(max(max(m0, m1), max(m2, m3)));
+}
+
+}  // namespace
+
+void ce_rows_start(const CeRowStats& st, int rows) {
+    for (int r = 0; r < rows; r++) st.m[r] = -INFINITY, st.s[r] = 0.0f, st.xt[r] = 0.0f, st.et[r] = 0.0f;
+}
+
+void ce_block_stats(const float* x, unsigned short* e, size_t lde, float* mb, const CeRowStats& st, const int* targets,
+                    int rows, int n, int width, int c0) {
+    profile::Scope prof_("cross-entropy", 0, 4.0 * rows * double(n) + (e ? 2.0 * rows * double(width) : 0.0));
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        using namespace simd;
+        const float* row = x + size_t(r) * size_t(width);
+        unsigned short* er = e ? e + size_t(r) * lde : nullptr;
+        const int t = targets[r] - c0;
+        const float b = block_max(row, n);
+        mb[r] = b;
+        if (er)  // the padding's gradient: 0
+            for (int j = n; j < width; j++) er[j] = 0;
+        if (n <= 0) continue;
+        const V16 vb = set1(b);
+        V16 sum = zero();
+        int j = 0;
+        // whole cache lines of the gradient's place: streamed past the caches (it is read again only after
+        // every block, from memory)
+        if (er && reinterpret_cast<uintptr_t>(er) % 64 == 0) {
+            for (; j + 32 <= n; j += 32) {
+                const V16 e0 = exp16(loadu(row + j) - vb), e1 = exp16(loadu(row + j + 16) - vb);
+                sum = sum + e0;
+                sum = sum + e1;
+                stream_u16x32(er + j, bf16_round(e0), bf16_round(e1));
+            }
+        }
+        for (; j < n; j += 16) {
+            const M16 k = mask_below(size_t(j), size_t(n));
+            const V16 ex = maskz(k, exp16(load(k, row + j) - vb));
+            if (er) store_u16(k, er + j, bf16_round(ex));
+            sum = sum + ex;
+        }
+        if (t >= 0 && t < n) {  // the target's logit, and its exponential unrounded (lane 0 of the same exp16)
+            st.xt[r] = row[t];
+            st.et[r] = reduce_add(maskz(mask_first(1), exp16(set1(row[t]) - vb)));
+        }
+        if (er) stream_fence();
+        const float m = std::max(st.m[r], b);  // the first block: b (exp(-inf - b) = 0 drops the empty sum)
+        st.s[r] = st.s[r] * std::exp(st.m[r] - m) + reduce_add(sum) * std::exp(b - m);
+        st.m[r] = m;
+    }
+}
+
+void ce_rows_loss(float* losses, const CeRowStats& st, int rows) {
+    for (int r = 0; r < rows; r++) losses[r] = st.m[r] + std::log(st.s[r]) - st.xt[r];
+}
+
+void ce_rows_grad(unsigned short* e, size_t lde, const float* mb, int width, const CeRowStats& st, const int* targets,
+                  int rows, int V, float dloss) {
+    profile::Scope prof_("cross-entropy", 0, 4.0 * rows * double(V));
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        using namespace simd;
+        unsigned short* er = e + size_t(r) * lde;
+        float target_scale = 0.0f;
+        const int t = targets[r];
+        for (int b = 0, c0 = 0; c0 < V; b++, c0 += width) {
+            // e holds bf16(exp(x - mb)): times exp(mb - m) / s, the softmax
+            const float scale = dloss * (std::exp(mb[size_t(b) * size_t(rows) + size_t(r)] - st.m[r]) / st.s[r]);
+            const V16 vs = set1(scale);
+            const int n = std::min(width, V - c0);
+            unsigned short* p = er + c0;
+            for (int j = 0; j < n; j += 16) {
+                const M16 k = mask_below(size_t(j), size_t(n));
+                store_u16(k, p + j, bf16_round(bf16_widen(load_u16(k, p + j)) * vs));
+            }
+            if (t >= c0 && t < c0 + n) target_scale = scale;
+        }
+        // the target's from its unrounded exponential, - dloss as the fp32 path
+        if (t >= 0 && t < V) er[t] = f32_to_bf16(st.et[r] * target_scale - dloss);
     }
 }
 
@@ -112,7 +219,8 @@ void vocab_parallel_grad(float* logits, const int* targets, const float* stats, 
     for (int n = 0; n < N; n++) {
         float* x = logits + size_t(n) * Vp_loc;  // holds exp(x - mx) over the real columns
         const int t = targets[n] - v0;
-        grad_row(x, dlogits_bf16 ? dlogits_bf16 + size_t(n) * Vp_loc : nullptr, t, Vreal, Vp_loc, dloss, stats[n]);
+        grad_row(x, dlogits_bf16 ? dlogits_bf16 + size_t(n) * Vp_loc : nullptr, t, Vreal, Vp_loc, dloss,
+                 dloss / stats[n]);
     }
 }
 

@@ -19,6 +19,35 @@ namespace shardlm::model {
 using namespace shardlm::kernels;
 using namespace detail;
 
+namespace {
+
+// The chunked head's rows [0, rows) (one tensor-parallel rank): the logits a block of kHeadCols columns at a
+// time into the tile lg (rows, width), each block's softmax statistics taken while it is in cache
+// (kernels/crossentropy.h), then the losses and, with d16 (rows, Vt), the bf16 gradient.
+void head_rows_blocked(const UnitContext& u, float* lg, const void* in, const void* wte, const int* labels,
+                       float* losses, unsigned short* d16, int rows, float dloss) {
+    const int C = u.cfg->n_embd, V = u.cfg->vocab_size, Vt = u.cfg->padded_vocab(1);
+    const DType wt = u.mixed() ? u.prec.activation : DType::F32;  // the weight as linear() reads it
+    const int blocks = (Vt + kHeadCols - 1) / kHeadCols;
+    std::vector<float> stats(4 * size_t(rows)), mb(size_t(rows) * size_t(blocks));
+    const CeRowStats st{stats.data(), stats.data() + rows, stats.data() + 2 * size_t(rows), stats.data() + 3 * size_t(rows)};
+    ce_rows_start(st, rows);
+    auto block = [&](int b, int* c0, int* w, int* nr) {
+        *c0 = b * kHeadCols, *w = std::min(kHeadCols, Vt - *c0), *nr = std::clamp(V - *c0, 0, *w);
+    };
+    for (int b = 0; b < blocks; b++) {
+        int c0, w, nr;
+        block(b, &c0, &w, &nr);
+        linear(u, lg, DType::F32, in, at(wte, wt, size_t(c0) * size_t(C)), nullptr, rows, C, w);
+        ce_block_stats(lg, d16 ? d16 + c0 : nullptr, size_t(Vt), mb.data() + size_t(b) * size_t(rows), st, labels, rows,
+                       nr, w, c0);
+    }
+    ce_rows_loss(losses, st, rows);
+    if (d16) ce_rows_grad(d16, size_t(Vt), mb.data(), kHeadCols, st, labels, rows, V, dloss);
+}
+
+}  // namespace
+
 void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, const void* wte, HeadActs& a,
                   const void* xL, const int* targets, int B, int T, float dloss) {
     const int C = u.cfg->n_embd, tp = u.tp_size(), N = B * T;
@@ -39,13 +68,20 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
         // the labels the loss uses: the targets, or (sampling) drawn below from the logits into a.targets
         const int* labels = targets ? a.targets.data() : nullptr;
         if (a.logits.size() == 0) {
-            // chunked head: the fp32 logits of kHeadRows rows at a time in scratch (the lane's own),
+            // chunked head: the fp32 logits of kHeadRows rows at a time in scratch (the lane's own tile),
             // and from them the loss and the bf16 gradient of those rows
-            float* lg = u.scratch->logits.data() + size_t(u.lane) * kHeadRows * size_t(Vt);
+            float* lg = u.scratch->logits.data() + size_t(u.lane) * head_tile_floats(u, Vt);
             for (size_t r = r0; r < r0 + size_t(n); r += kHeadRows) {
                 const int rows = int(std::min(size_t(kHeadRows), r0 + size_t(n) - r));
-                linear(u, lg, DType::F32, at(a.lnf.data(), u.prec.activation, r * C), wte, nullptr, rows, C, Vt);
-                if (u.sample_labels) sample_labels(a.targets.data() + r, lg, targets + r, rows, V, Vt, u.sample_seed);
+                const void* in = at(a.lnf.data(), u.prec.activation, r * C);
+                if (!u.sample_labels) {  // a block of columns at a time, each one's statistics taken in cache
+                    head_rows_blocked(u, lg, in, wte, labels + r, a.losses.data() + r, dloss != 0.0f ? d16 + r * Vt : nullptr,
+                                      rows, dloss);
+                    continue;
+                }
+                // Sophia's labels are drawn from whole rows of logits
+                linear(u, lg, DType::F32, in, wte, nullptr, rows, C, Vt);
+                sample_labels(a.targets.data() + r, lg, targets + r, rows, V, Vt, u.sample_seed);
                 if (dloss != 0.0f)
                     crossentropy_forward_backward(lg, a.losses.data() + r, labels + r, rows, V, Vt, dloss, d16 + r * Vt);
                 else

@@ -154,7 +154,6 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
 
 void ModelPart::configure_head() {
     const int t = ctx_.tp_size();
-    const size_t Vt = size_t(config_.padded_vocab(t) / t);
     bool any = false;
     for (Chunk& ch : chunks_)
         if (ch.last == config_.n_layer + 1)
@@ -162,7 +161,19 @@ void ModelPart::configure_head() {
                 s.head.allocate(config_, maxB_, maxT_, t, ctx_.sp, ctx_.prec.activation, ctx_.bf16_products(), ctx_.chunked_head());
                 any = true;
             }
-    scratch_.logits.resize(any && ctx_.chunked_head() ? size_t(lanes_) * kHeadRows * Vt : 0);
+    head_in_part_ = any;
+    size_head_scratch();
+}
+
+void ModelPart::size_head_scratch() {
+    const int t = ctx_.tp_size();
+    const size_t n = head_in_part_ && ctx_.chunked_head() ? size_t(lanes_) * head_tile_floats(ctx_, config_.padded_vocab(t) / t) : 0;
+    if (scratch_.logits.size() != n) scratch_.logits.resize(n);
+}
+
+void ModelPart::set_label_sampling(bool on, uint64_t seed) {
+    ctx_.sample_labels = on, ctx_.sample_seed = seed;
+    size_head_scratch();  // sampled labels need whole rows of logits
 }
 
 void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {

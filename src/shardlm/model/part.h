@@ -88,7 +88,7 @@ public:
     const PrecisionPolicy& precision() const { return ctx_.prec; }
     // Sophia's Hessian passes: while on, the head draws each token's label from the model's softmax
     // (kernels/sample_labels.h) with `seed`, and forward's targets are the tokens' keys (>= 0).
-    void set_label_sampling(bool on, uint64_t seed = 0) { ctx_.sample_labels = on, ctx_.sample_seed = seed; }
+    void set_label_sampling(bool on, uint64_t seed = 0);
     bool samples_labels() const { return ctx_.sample_labels; }
     // fp32 storage only: bf16 products (the policy fp32-bf16-products) or fp32 ones
     void set_matmul_precision(kernels::MatmulPrecision p);
@@ -199,6 +199,8 @@ private:
     template <class F>
     void run_lanes(int B, F&& f);
     void configure_head();  // the head's buffers for the precision (full logits, or a chunked head)
+    void size_head_scratch();  // the chunked head's logits tiles: per lane, head_tile_floats (model/units.h)
+    bool head_in_part_ = false;
     int maxB_ = 0, maxT_ = 0;
     int lanes_ = 1;
     std::unique_ptr<LaneWork> work_ = std::make_unique<LaneWork>();  // the items the lanes share

@@ -27,6 +27,7 @@
 // `selective` keeps everything but the attention probabilities (the part that grows with T^2) and
 // recomputes them from the kept q, k, v.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -82,6 +83,8 @@ struct Scratch {
 // With bf16 products on one tensor-parallel rank the head computes its fp32 logits this many rows at
 // a time (only their bf16 gradient is kept for backward): the full (N, Vp) fp32 logits never exist.
 inline constexpr int kHeadRows = 256;
+// and those rows' logits a block of this many columns at a time (with kHeadRows rows: 1 MB, about an L2)
+inline constexpr int kHeadCols = 1024;
 
 // The items of a unit's two phases (sequence groups, output-row blocks) the lanes take in turn; reset
 // before each unit runs on more than one lane.
@@ -127,6 +130,12 @@ struct UnitContext {
     bool sample_labels = false;
     uint64_t sample_seed = 0;
 };
+
+// The chunked head's fp32 logits tile, one lane's: kHeadRows rows of a column block (at most kHeadCols), or
+// of whole rows (Vt columns: this rank's padded vocabulary) while labels are sampled from them.
+inline size_t head_tile_floats(const UnitContext& u, int Vt) {
+    return size_t(kHeadRows) * size_t(u.sample_labels ? Vt : std::min(kHeadCols, Vt));
+}
 
 // Saved activations of one block for one micro-batch (act type; statistics fp32).
 struct BlockActs {
