@@ -1,5 +1,6 @@
 #include "shardlm/kernels/crossentropy.h"
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include <cmath>
@@ -117,7 +118,8 @@ void ce_rows_start(const CeRowStats& st, int rows) {
 void ce_block_stats(const float* x, unsigned short* e, size_t lde, float* mb, const CeRowStats& st, const int* targets,
                     int rows, int n, int width, int c0) {
     profile::Scope prof_("cross-entropy", 0, 4.0 * rows * double(n) + (e ? 2.0 * rows * double(width) : 0.0));
-#pragma omp parallel for schedule(static)
+    // a short kernel (tens of microseconds a block): on the calling thread alone while the CPUs are shared
+#pragma omp parallel for schedule(static) if (!cpu_contended())
     for (int r = 0; r < rows; r++) {
         using namespace simd;
         const float* row = x + size_t(r) * size_t(width);
