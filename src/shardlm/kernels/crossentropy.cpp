@@ -3,16 +3,13 @@
 #include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/kernels/vec_math.h"
-
-// GCC 12 warns inside _mm512_reduce_max_ps's own header (its __Y "used uninitialized": GCC bug 105593)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace shardlm::kernels {
 
@@ -92,6 +89,10 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
 namespace {
 
 // the largest of x[0, n) (-inf for n = 0), four vectors at a time (a maximum's order does not matter)
+// (GCC 12 warns inside _mm512_reduce_max_ps's own header: its __Y "used uninitialized", GCC bug 105593)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 float block_max(const float* x, int n) {
     using namespace simd;
     V16 m0 = set1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
@@ -108,6 +109,7 @@ float block_max(const float* x, int n) {
     }
     return reduce_max(max(max(m0, m1), max(m2, m3)));
 }
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -119,44 +121,49 @@ void ce_block_stats(const float* x, unsigned short* e, size_t lde, float* mb, co
                     int rows, int n, int width, int c0) {
     profile::Scope prof_("cross-entropy", 0, 4.0 * rows * double(n) + (e ? 2.0 * rows * double(width) : 0.0));
     // a short kernel (tens of microseconds a block): on the calling thread alone while the CPUs are shared
-#pragma omp parallel for schedule(static) if (!cpu_contended())
-    for (int r = 0; r < rows; r++) {
-        using namespace simd;
-        const float* row = x + size_t(r) * size_t(width);
-        unsigned short* er = e ? e + size_t(r) * lde : nullptr;
-        const int t = targets[r] - c0;
-        const float b = block_max(row, n);
-        mb[r] = b;
-        if (er)  // the padding's gradient: 0
-            for (int j = n; j < width; j++) er[j] = 0;
-        if (n <= 0) continue;
-        const V16 vb = set1(b);
-        V16 sum = zero();
-        int j = 0;
-        // whole cache lines of the gradient's place: streamed past the caches (it is read again only after
-        // every block, from memory)
-        if (er && reinterpret_cast<uintptr_t>(er) % 64 == 0) {
-            for (; j + 32 <= n; j += 32) {
-                const V16 e0 = exp16(loadu(row + j) - vb), e1 = exp16(loadu(row + j + 16) - vb);
-                sum = sum + e0;
-                sum = sum + e1;
-                stream_u16x32(er + j, bf16_round(e0), bf16_round(e1));
+#pragma omp parallel if (!cpu_contended())
+    {
+#pragma omp for schedule(static) nowait
+        for (int r = 0; r < rows; r++) {
+            using namespace simd;
+            const float* row = x + size_t(r) * size_t(width);
+            unsigned short* er = e ? e + size_t(r) * lde : nullptr;
+            const int t = targets[r] - c0;
+            const float b = block_max(row, n);
+            mb[r] = b;
+            if (er)  // the padding's gradient: 0
+                for (int j = n; j < width; j++) er[j] = 0;
+            if (n <= 0) continue;
+            const V16 vb = set1(b);
+            V16 sum = zero();
+            int j = 0;
+            // whole cache lines of the gradient's place: streamed past the caches (it is read again only after
+            // every block, from memory)
+            if (er && reinterpret_cast<uintptr_t>(er) % 64 == 0) {
+                for (; j + 32 <= n; j += 32) {
+                    const V16 e0 = exp16(loadu(row + j) - vb), e1 = exp16(loadu(row + j + 16) - vb);
+                    sum = sum + e0;
+                    sum = sum + e1;
+                    stream_u16x32(er + j, bf16_round(e0), bf16_round(e1));
+                }
             }
+            for (; j < n; j += 16) {
+                const M16 k = mask_below(size_t(j), size_t(n));
+                const V16 ex = maskz(k, exp16(load(k, row + j) - vb));
+                if (er) store_u16(k, er + j, bf16_round(ex));
+                sum = sum + ex;
+            }
+            if (t >= 0 && t < n) {  // the target's logit, and its exponential unrounded (lane 0 of the same exp16)
+                st.xt[r] = row[t];
+                st.et[r] = reduce_add(maskz(mask_first(1), exp16(set1(row[t]) - vb)));
+            }
+            if (b == -INFINITY) continue;  // every real logit -inf: nothing to add (and -inf - -inf is NaN)
+            // the first block: m = b, and exp(-inf - b) = 0 drops the empty sum
+            const float m = std::max(st.m[r], b);
+            st.s[r] = st.s[r] * std::exp(st.m[r] - m) + reduce_add(sum) * std::exp(b - m);
+            st.m[r] = m;
         }
-        for (; j < n; j += 16) {
-            const M16 k = mask_below(size_t(j), size_t(n));
-            const V16 ex = maskz(k, exp16(load(k, row + j) - vb));
-            if (er) store_u16(k, er + j, bf16_round(ex));
-            sum = sum + ex;
-        }
-        if (t >= 0 && t < n) {  // the target's logit, and its exponential unrounded (lane 0 of the same exp16)
-            st.xt[r] = row[t];
-            st.et[r] = reduce_add(maskz(mask_first(1), exp16(set1(row[t]) - vb)));
-        }
-        if (er) stream_fence();
-        const float m = std::max(st.m[r], b);  // the first block: b (exp(-inf - b) = 0 drops the empty sum)
-        st.s[r] = st.s[r] * std::exp(st.m[r] - m) + reduce_add(sum) * std::exp(b - m);
-        st.m[r] = m;
+        if (e) simd::stream_fence();  // this thread's streamed rows complete before the team joins
     }
 }
 

@@ -25,12 +25,15 @@ namespace {
 // time into the tile lg (rows, width), each block's softmax statistics taken while it is in cache
 // (kernels/crossentropy.h), then the losses and, with d16 (rows, Vt), the bf16 gradient.
 void head_rows_blocked(const UnitContext& u, float* lg, const void* in, const void* wte, const int* labels,
-                       float* losses, unsigned short* d16, int rows, float dloss) {
-    const int C = u.cfg->n_embd, V = u.cfg->vocab_size, Vt = u.cfg->padded_vocab(1);
+                       float* losses, unsigned short* d16, int rows, int Vt, float dloss) {
+    const int C = u.cfg->n_embd, V = u.cfg->vocab_size;
     const DType wt = u.mixed() ? u.prec.activation : DType::F32;  // the weight as linear() reads it
     const int blocks = (Vt + kHeadCols - 1) / kHeadCols;
-    std::vector<float> stats(4 * size_t(rows)), mb(size_t(rows) * size_t(blocks));
-    const CeRowStats st{stats.data(), stats.data() + rows, stats.data() + 2 * size_t(rows), stats.data() + 3 * size_t(rows)};
+    // per row: 4 statistics and each block's maximum (the thread's own; grown once, not in every step)
+    thread_local std::vector<float> buf;
+    buf.resize(std::max(buf.size(), size_t(rows) * size_t(4 + blocks)));
+    float* mb = buf.data() + 4 * size_t(rows);
+    const CeRowStats st{buf.data(), buf.data() + rows, buf.data() + 2 * size_t(rows), buf.data() + 3 * size_t(rows)};
     ce_rows_start(st, rows);
     auto block = [&](int b, int* c0, int* w, int* nr) {
         *c0 = b * kHeadCols, *w = std::min(kHeadCols, Vt - *c0), *nr = std::clamp(V - *c0, 0, *w);
@@ -39,11 +42,11 @@ void head_rows_blocked(const UnitContext& u, float* lg, const void* in, const vo
         int c0, w, nr;
         block(b, &c0, &w, &nr);
         linear(u, lg, DType::F32, in, at(wte, wt, size_t(c0) * size_t(C)), nullptr, rows, C, w);
-        ce_block_stats(lg, d16 ? d16 + c0 : nullptr, size_t(Vt), mb.data() + size_t(b) * size_t(rows), st, labels, rows,
+        ce_block_stats(lg, d16 ? d16 + c0 : nullptr, size_t(Vt), mb + size_t(b) * size_t(rows), st, labels, rows,
                        nr, w, c0);
     }
     ce_rows_loss(losses, st, rows);
-    if (d16) ce_rows_grad(d16, size_t(Vt), mb.data(), kHeadCols, st, labels, rows, V, dloss);
+    if (d16) ce_rows_grad(d16, size_t(Vt), mb, kHeadCols, st, labels, rows, V, dloss);
 }
 
 }  // namespace
@@ -76,7 +79,7 @@ void head_forward(const UnitContext& u, const float* lnf_w, const float* lnf_b, 
                 const void* in = at(a.lnf.data(), u.prec.activation, r * C);
                 if (!u.sample_labels) {  // a block of columns at a time, each one's statistics taken in cache
                     head_rows_blocked(u, lg, in, wte, labels + r, a.losses.data() + r, dloss != 0.0f ? d16 + r * Vt : nullptr,
-                                      rows, dloss);
+                                      rows, Vt, dloss);
                     continue;
                 }
                 // Sophia's labels are drawn from whole rows of logits

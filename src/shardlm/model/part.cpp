@@ -168,7 +168,8 @@ void ModelPart::configure_head() {
 void ModelPart::size_head_scratch() {
     const int t = ctx_.tp_size();
     const size_t n = head_in_part_ && ctx_.chunked_head() ? size_t(lanes_) * head_tile_floats(ctx_, config_.padded_vocab(t) / t) : 0;
-    if (scratch_.logits.size() != n) scratch_.logits.resize(n);
+    // grown, never shrunk while a head needs it: Sophia's passes turn sampling on and off every few steps
+    if (n == 0 || n > scratch_.logits.size()) scratch_.logits.resize(n);
 }
 
 void ModelPart::set_label_sampling(bool on, uint64_t seed) {

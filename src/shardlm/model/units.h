@@ -72,7 +72,7 @@ struct Scratch {
     AlignedBuffer<float> ce;        // (3N): vocabulary-parallel cross-entropy statistics
     TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
     TypedBuffer recomputed;         // full recomputation: the block output its forward computes again
-    AlignedBuffer<float> logits;    // (kHeadRows, Vt) per lane: the head's logits a block of rows at a time
+    AlignedBuffer<float> logits;    // head_tile_floats per lane: the chunked head's logits tile
     // threads: at least the lanes (each takes its own attention scratch)
     // fused: the fused attention kernel (no probabilities to recompute, no materialized scratch)
     void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp = false,
@@ -85,6 +85,7 @@ struct Scratch {
 inline constexpr int kHeadRows = 256;
 // and those rows' logits a block of this many columns at a time (with kHeadRows rows: 1 MB, about an L2)
 inline constexpr int kHeadCols = 1024;
+static_assert(kHeadCols % 32 == 0, "a block's first column starts a cache line of the bf16 gradient (streamed)");
 
 // The items of a unit's two phases (sequence groups, output-row blocks) the lanes take in turn; reset
 // before each unit runs on more than one lane.
