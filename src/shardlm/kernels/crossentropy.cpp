@@ -11,6 +11,10 @@
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/kernels/vec_math.h"
 
+// GCC 12 warns inside _mm512_reduce_add_ps's own header (its __Y "used uninitialized": GCC bug 105593)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace shardlm::kernels {
 
 namespace {
@@ -86,33 +90,6 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
 
 // ---- a block of columns at a time ------------------------------------------------------------------
 
-namespace {
-
-// the largest of x[0, n) (-inf for n = 0), four vectors at a time (a maximum's order does not matter)
-// (GCC 12 warns inside _mm512_reduce_max_ps's own header: its __Y "used uninitialized", GCC bug 105593)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-float block_max(const float* x, int n) {
-    using namespace simd;
-    V16 m0 = set1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
-    int j = 0;
-    for (; j + 64 <= n; j += 64) {
-        m0 = max(m0, loadu(x + j));
-        m1 = max(m1, loadu(x + j + 16));
-        m2 = max(m2, loadu(x + j + 32));
-        m3 = max(m3, loadu(x + j + 48));
-    }
-    for (; j < n; j += 16) {
-        const M16 k = mask_below(size_t(j), size_t(n));
-        m0 = mask_max(m0, k, m0, load(k, x + j));
-    }
-    return reduce_max(max(max(m0, m1), max(m2, m3)));
-}
-#pragma GCC diagnostic pop
-
-}  // namespace
-
 void ce_rows_start(const CeRowStats& st, int rows) {
     for (int r = 0; r < rows; r++) st.m[r] = -INFINITY, st.s[r] = 0.0f, st.xt[r] = 0.0f, st.et[r] = 0.0f;
 }
@@ -129,7 +106,7 @@ void ce_block_stats(const float* x, unsigned short* e, size_t lde, float* mb, co
             const float* row = x + size_t(r) * size_t(width);
             unsigned short* er = e ? e + size_t(r) * lde : nullptr;
             const int t = targets[r] - c0;
-            const float b = block_max(row, n);
+            const float b = row_max(row, n);
             mb[r] = b;
             if (er)  // the padding's gradient: 0
                 for (int j = n; j < width; j++) er[j] = 0;

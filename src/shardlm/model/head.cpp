@@ -35,12 +35,8 @@ void head_rows_blocked(const UnitContext& u, float* lg, const void* in, const vo
     float* mb = buf.data() + 4 * size_t(rows);
     const CeRowStats st{buf.data(), buf.data() + rows, buf.data() + 2 * size_t(rows), buf.data() + 3 * size_t(rows)};
     ce_rows_start(st, rows);
-    auto block = [&](int b, int* c0, int* w, int* nr) {
-        *c0 = b * kHeadCols, *w = std::min(kHeadCols, Vt - *c0), *nr = std::clamp(V - *c0, 0, *w);
-    };
     for (int b = 0; b < blocks; b++) {
-        int c0, w, nr;
-        block(b, &c0, &w, &nr);
+        const int c0 = b * kHeadCols, w = std::min(kHeadCols, Vt - c0), nr = std::clamp(V - c0, 0, w);
         linear(u, lg, DType::F32, in, at(wte, wt, size_t(c0) * size_t(C)), nullptr, rows, C, w);
         ce_block_stats(lg, d16 ? d16 + c0 : nullptr, size_t(Vt), mb + size_t(b) * size_t(rows), st, labels, rows,
                        nr, w, c0);
