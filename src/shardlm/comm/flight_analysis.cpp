@@ -67,6 +67,7 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
     std::map<std::string, GroupView> groups;
     std::set<int> have;
     std::set<int> waiting;  // ranks whose own record shows them stuck in an operation (waiting for another)
+    std::map<int, double> quiet;  // seconds from a rank's last communication event (issue, start or end) to its dump
     std::map<int, std::string> reasons;
     int world = 0;
     for (const json& d : dumps) {
@@ -76,6 +77,10 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
         reasons[r] = why.substr(0, std::min(why.find('\n'), size_t(160)));
         const double now = d.at("now").get<double>();
         const json& gs = d.at("groups");
+        double last = -1;
+        for (const json& o : d.at("ops"))
+            for (const char* t : {"t_issue", "t_start", "t_end"}) last = std::max(last, o.value(t, 0.0));
+        quiet[r] = last < 0 ? now : now - last;
         for (const json& o : d.at("ops")) {
             const json& g = gs.at(o.at("group").get<size_t>());
             const std::vector<int> members = g.at("members").get<std::vector<int>>();
@@ -236,17 +241,23 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
         return out.str();
     }
     // The root of the hang: a rank that did not enter and is not itself waiting for another (its record
-    // shows it outside communication); failing that, any rank whose record shows it outside
-    // communication while the others wait (the ranks that only waited for it can be killed by mpirun
-    // before they write a record, and are then the ones a finding points at: dp2 x pp2 on a loaded
-    // machine named rank 1 for a stalled rank 3). A rank that left no record, or that waits in an
-    // operation of its own, is named only when no rank with a record explains the hang.
+    // shows it outside communication, and for a while: a rank that issued or finished an operation less
+    // than kInProgressS before its dump is working, maybe slowly, not stalled); failing that, any rank
+    // whose record shows it so while the others wait (the ranks that only waited for it can be killed
+    // by mpirun before they write a record, and are then the ones a finding points at: dp2 x pp2 on a
+    // loaded machine named rank 1 for a stalled rank 3); failing that, the ranks a finding points at
+    // that left no record (the stalled rank killed before it wrote one, while its busy pipeline peer
+    // wrote one mid-step: the same layout named rank 1 so once); the ranks a finding points at last.
+    auto idle = [&](int r) { return have.count(r) && !waiting.count(r) && quiet[r] >= kInProgressS; };
     std::vector<int> roots;
     for (int c : culprits)
-        if (have.count(c) && !waiting.count(c)) roots.push_back(c);
+        if (idle(c)) roots.push_back(c);
     if (roots.empty())
         for (int r : have)
-            if (!waiting.count(r)) roots.push_back(r);
+            if (idle(r)) roots.push_back(r);
+    if (roots.empty())
+        for (int c : culprits)
+            if (!have.count(c)) roots.push_back(c);
     if (roots.empty()) roots.assign(culprits.begin(), culprits.end());
     if (stalled) *stalled = roots;
     if (!roots.empty()) out << "stalled: world rank" << (roots.size() > 1 ? "s " : " ") << join(roots) << "\n";
