@@ -5,6 +5,7 @@
 // The split backward (B of two micro-batches, then their deferred W: zero-bubble pipelines) computes
 // every gradient bit for bit as the whole backward does.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,12 +37,12 @@ struct Case {
     }
 };
 
-model::GptConfig tiny() {
+model::GptConfig tiny(int n_embd = 80) {
     model::GptConfig c;
     c.name = "lanes-test";
     c.n_layer = 2;
     c.n_head = 4;
-    c.n_embd = 80;  // head dim 20; output blocks of 16 do not divide 3C = 240 evenly into lanes
+    c.n_embd = n_embd;  // 80: head dim 20; output blocks of 16 do not divide 3C = 240 evenly into lanes
     c.vocab_size = 301;
     c.n_ctx = 64;
     return c;
@@ -52,12 +53,17 @@ struct Result {
     std::vector<float> grads;
 };
 
-// Two micro-batches (the second accumulates) through a part with `lanes` lanes and 2 threads. split:
-// both forwards, both B, then both W (two activation slots), as ZB-H1's last stage runs them.
-Result run(const Case& k, int lanes, bool split = false) {
-    const model::GptConfig cfg = tiny();
+// Two micro-batches (the second accumulates) through a part with `lanes` lanes and `threads` threads.
+// split: both forwards, both B, then both W (two activation slots), as ZB-H1's last stage runs them.
+Result run(const Case& k, int lanes, bool split = false, int threads = 2, int n_embd = 80) {
+    struct Threads {  // the OpenMP team the part's kernels (and its W's lanes) get, restored after
+        int before = omp_get_max_threads();
+        explicit Threads(int n) { omp_set_num_threads(n); }
+        ~Threads() { omp_set_num_threads(before); }
+    } team(threads);
+    const model::GptConfig cfg = tiny(n_embd);
     model::ModelPart::Options o;
-    o.threads = 2;
+    o.threads = threads;
     o.lanes = lanes;
     precision_policy_from_name(k.precision == DType::F32 ? "fp32" : k.precision == DType::BF16 ? "bf16" : "fp16",
                                &o.precision);
@@ -131,6 +137,20 @@ TEST_P(Lanes, SplitBackwardEqualsWholeBackwardToTheBit) {
         EXPECT_EQ(0, std::memcmp(whole.grads.data(), split.grads.data(), whole.grads.size() * sizeof(float)))
             << lanes << " lanes";
     }
+}
+
+// One lane (the kernel split: every kernel over the threads; the weight gradients on the threads as
+// lanes) gives the same bits on one thread and on two: fp32 products and every other kernel do not
+// depend on the threads, and the weight gradients' blocks do not depend on the lanes (C = 272: the MLP's
+// 1088 output rows in blocks of 512, 512 and 64).
+TEST_P(Lanes, KernelSplitBitsDoNotDependOnTheThreads) {
+    const Case& k = GetParam();
+    if (k.precision != DType::F32 || k.products != kernels::MatmulPrecision::fp32)
+        GTEST_SKIP() << "16-bit products on oneDNN run on its own threads: held to their noise (EqualOneLane)";
+    const Result one = run(k, 1, false, 1, 272), two = run(k, 1, false, 2, 272);
+    EXPECT_EQ(one.losses, two.losses);
+    ASSERT_EQ(one.grads.size(), two.grads.size());
+    EXPECT_EQ(0, std::memcmp(one.grads.data(), two.grads.data(), one.grads.size() * sizeof(float)));
 }
 
 TEST(SplitBackward, RefusesFullRecomputationAndOutOfOrderCalls) {

@@ -241,8 +241,7 @@ const float* ModelPart::losses(int chunk, int slot) const {
 }
 
 template <class F>
-void ModelPart::run_lanes(int B, F&& f) {
-    const int lanes = std::min(lanes_, B);
+void ModelPart::run_team(int lanes, F&& f) {
     if (lanes <= 1) {
         f(ctx_);
         return;
@@ -266,6 +265,26 @@ void ModelPart::run_lanes(int B, F&& f) {
         }
     }
     if (error) std::rethrow_exception(error);
+}
+
+template <class F>
+void ModelPart::run_lanes(int B, F&& f) {
+    run_team(std::min(lanes_, B), f);
+}
+
+template <class F>
+void ModelPart::run_weight_lanes(F&& f) {
+    run_team(lanes_ > 1 ? lanes_ : ctx_.tp_size() > 1 || omp_in_parallel() ? 1 : omp_get_max_threads(), f);
+}
+
+template <class Both, class Input, class Weight>
+void ModelPart::run_backward(int B, Both&& both, Input&& input, Weight&& weight) {
+    if (std::min(lanes_, B) > 1) {
+        run_lanes(B, both);
+        return;
+    }
+    input(ctx_);
+    run_weight_lanes(weight);
 }
 
 void ModelPart::zero_accumulated_grads(int unit) {
@@ -400,11 +419,16 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             float* dw = weight ? grad(head_unit_, kLnfW) : nullptr;
             float* db = weight ? grad(head_unit_, kLnfB) : nullptr;
             float* dwte = !weight ? nullptr : head_wte_unit_ >= 0 ? grad(head_wte_unit_, kTable) : grad(head_unit_, kLmHead);
-            run_lanes(B, [&](const UnitContext& c) {
-                if (phases == Phases::Both) head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate);
-                else if (input) head_backward_input(c, w, wte, s.head, hk, x, dres, B, T);
-                else head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, accumulate);
-            });
+            auto head_input = [&](const UnitContext& c) { head_backward_input(c, w, wte, s.head, hk, x, dres, B, T); };
+            auto head_weight = [&](const UnitContext& c) {
+                head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, accumulate);
+            };
+            if (phases == Phases::Both)
+                run_backward(
+                    B, [&](const UnitContext& c) { head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate); },
+                    head_input, head_weight);
+            else if (input) run_lanes(B, head_input);
+            else run_weight_lanes(head_weight);
             if (head_wte_unit_ != wte_unit_) after(head_wte_unit_);  // the tied copy: final after the head
             after(head_unit_);
         } else if (cu == 0) {
@@ -422,18 +446,16 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             before(u);
             BlockActs& a = acts(s, b);
             BlockKeep& kp = keep(s, b);
-            if (input) {
-                const BlockWeights w = block_weights(l);
-                if (phases == Phases::Both) {
-                    const BlockGrads g = block_grads(l);
-                    run_lanes(B, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, accumulate); });
-                } else {
-                    run_lanes(B, [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); });
-                }
-            } else {
-                const BlockGrads g = block_grads(l);
-                run_lanes(B, [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, accumulate); });
-            }
+            const BlockWeights w = input ? block_weights(l) : BlockWeights{};
+            const BlockGrads g = weight ? block_grads(l) : BlockGrads{};
+            auto block_input = [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); };
+            auto block_weight = [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, accumulate); };
+            if (phases == Phases::Both)
+                run_backward(
+                    B, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, accumulate); },
+                    block_input, block_weight);
+            else if (input) run_lanes(B, block_input);
+            else run_weight_lanes(block_weight);
             after(u);
         }
     }

@@ -198,6 +198,16 @@ private:
     // threads, each running its kernels single-threaded.
     template <class F>
     void run_lanes(int B, F&& f);
+    // A unit's W phase (its parameter gradients): on the lanes, and with one lane (the kernel split) on
+    // every thread as lanes too, each taking blocks of output rows with its kernels single-threaded (one
+    // meeting of the threads for the unit's W instead of one per product); here on one thread or under
+    // tensor parallelism. The unit's B phase and W phase both: on the lanes, or B here then W so.
+    template <class F>
+    void run_weight_lanes(F&& f);
+    template <class Both, class Input, class Weight>
+    void run_backward(int B, Both&& both, Input&& input, Weight&& weight);
+    template <class F>
+    void run_team(int lanes, F&& f);
     void configure_head();  // the head's buffers for the precision (full logits, or a chunked head)
     void size_head_scratch();  // the chunked head's logits tiles: per lane, head_tile_floats (model/units.h)
     bool head_in_part_ = false;

@@ -221,7 +221,7 @@ OutputItems::OutputItems(const UnitContext& u, const int* sizes, int n_tasks) {
     SHARDLM_CHECK(n_tasks <= kMaxTasks, "OutputItems: more than ", kMaxTasks, " tasks");
     for (int k = 0; k < n_tasks; k++) {
         const int n = sizes[k];
-        const int blk = u.lanes > 1 ? std::max(min_rows, (n / (8 * u.lanes) + 15) / 16 * 16) : std::max(n, 1);
+        const int blk = std::max(min_rows, (n / kOutputBlocks + 15) / 16 * 16);
         size_[tasks_] = n, block_[tasks_] = blk, first_[tasks_] = count_;
         count_ += (n + blk - 1) / blk;
         tasks_++;
