@@ -221,7 +221,9 @@ OutputItems::OutputItems(const UnitContext& u, const int* sizes, int n_tasks) {
     SHARDLM_CHECK(n_tasks <= kMaxTasks, "OutputItems: more than ", kMaxTasks, " tasks");
     for (int k = 0; k < n_tasks; k++) {
         const int n = sizes[k];
-        const int blk = std::max(min_rows, (n / kOutputBlocks + 15) / 16 * 16);
+        // tensor parallelism (one lane, every product over the threads): whole tasks, so a weight gradient
+        // whose input is all-gathered under sequence parallelism gathers it once
+        const int blk = u.tp_size() > 1 ? std::max(n, 1) : std::max(min_rows, (n / kOutputBlocks + 15) / 16 * 16);
         size_[tasks_] = n, block_[tasks_] = blk, first_[tasks_] = count_;
         count_ += (n + blk - 1) / blk;
         tasks_++;
