@@ -77,11 +77,9 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
         reasons[r] = why.substr(0, std::min(why.find('\n'), size_t(160)));
         const double now = d.at("now").get<double>();
         const json& gs = d.at("groups");
-        double last = -1;
-        for (const json& o : d.at("ops"))
-            for (const char* t : {"t_issue", "t_start", "t_end"}) last = std::max(last, o.value(t, 0.0));
-        quiet[r] = last < 0 ? now : now - last;
+        double last = -1;  // the rank's last communication event
         for (const json& o : d.at("ops")) {
+            for (const char* t : {"t_issue", "t_start", "t_end"}) last = std::max(last, o.value(t, 0.0));
             const json& g = gs.at(o.at("group").get<size_t>());
             const std::vector<int> members = g.at("members").get<std::vector<int>>();
             for (int m : members) world = std::max(world, m + 1);
@@ -108,6 +106,7 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
                 v.coll[r][x.seq] = x;
             }
         }
+        quiet[r] = last < 0 ? now : now - last;
     }
     std::ostringstream out;
     std::set<int> culprits;

@@ -278,12 +278,11 @@ void ModelPart::run_weight_lanes(F&& f) {
 }
 
 template <class Both, class Input, class Weight>
-void ModelPart::run_backward(int B, Both&& both, Input&& input, Weight&& weight) {
-    if (std::min(lanes_, B) > 1) {
-        run_lanes(B, both);
-        return;
-    }
-    input(ctx_);
+void ModelPart::run_unit_backward(int B, Phases phases, Both&& both, Input&& input, Weight&& weight) {
+    if (phases == Phases::Input) return run_lanes(B, input);
+    if (phases == Phases::Weight) return run_weight_lanes(weight);
+    if (std::min(lanes_, B) > 1) return run_lanes(B, both);  // B, the lanes' barrier, W: one team
+    run_lanes(B, input);
     run_weight_lanes(weight);
 }
 
@@ -419,16 +418,10 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             float* dw = weight ? grad(head_unit_, kLnfW) : nullptr;
             float* db = weight ? grad(head_unit_, kLnfB) : nullptr;
             float* dwte = !weight ? nullptr : head_wte_unit_ >= 0 ? grad(head_wte_unit_, kTable) : grad(head_unit_, kLmHead);
-            auto head_input = [&](const UnitContext& c) { head_backward_input(c, w, wte, s.head, hk, x, dres, B, T); };
-            auto head_weight = [&](const UnitContext& c) {
-                head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, accumulate);
-            };
-            if (phases == Phases::Both)
-                run_backward(
-                    B, [&](const UnitContext& c) { head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate); },
-                    head_input, head_weight);
-            else if (input) run_lanes(B, head_input);
-            else run_weight_lanes(head_weight);
+            run_unit_backward(
+                B, phases, [&](const UnitContext& c) { head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate); },
+                [&](const UnitContext& c) { head_backward_input(c, w, wte, s.head, hk, x, dres, B, T); },
+                [&](const UnitContext& c) { head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, accumulate); });
             if (head_wte_unit_ != wte_unit_) after(head_wte_unit_);  // the tied copy: final after the head
             after(head_unit_);
         } else if (cu == 0) {
@@ -448,14 +441,10 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             BlockKeep& kp = keep(s, b);
             const BlockWeights w = input ? block_weights(l) : BlockWeights{};
             const BlockGrads g = weight ? block_grads(l) : BlockGrads{};
-            auto block_input = [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); };
-            auto block_weight = [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, accumulate); };
-            if (phases == Phases::Both)
-                run_backward(
-                    B, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, accumulate); },
-                    block_input, block_weight);
-            else if (input) run_lanes(B, block_input);
-            else run_weight_lanes(block_weight);
+            run_unit_backward(
+                B, phases, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, accumulate); },
+                [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); },
+                [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, accumulate); });
             after(u);
         }
     }

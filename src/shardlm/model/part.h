@@ -201,11 +201,13 @@ private:
     // A unit's W phase (its parameter gradients): on the lanes, and with one lane (the kernel split) on
     // every thread as lanes too, each taking blocks of output rows with its kernels single-threaded (one
     // meeting of the threads for the unit's W instead of one per product); here on one thread or under
-    // tensor parallelism. The unit's B phase and W phase both: on the lanes, or B here then W so.
+    // tensor parallelism.
     template <class F>
     void run_weight_lanes(F&& f);
+    // A unit's backward in `phases`: B alone on the lanes, W alone as above, or both: on the lanes in
+    // one team (`both`: B, the lanes' barrier, W), or with one lane B here, then W as above.
     template <class Both, class Input, class Weight>
-    void run_backward(int B, Both&& both, Input&& input, Weight&& weight);
+    void run_unit_backward(int B, Phases phases, Both&& both, Input&& input, Weight&& weight);
     template <class F>
     void run_team(int lanes, F&& f);
     void configure_head();  // the head's buffers for the precision (full logits, or a chunked head)
