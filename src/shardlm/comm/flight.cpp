@@ -3,6 +3,8 @@
 #include "shardlm/comm/flight.h"
 
 #include <fcntl.h>
+#include <omp.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,6 +66,14 @@ std::atomic<bool> g_watcher{false};
 
 void on_usr1(int) { poke("SIGUSR1"); }
 
+// The signals our handlers take: SIGUSR1 (here), SIGINT and SIGTERM (train/stop_signal.cpp)
+sigset_t handled_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGUSR1, SIGINT, SIGTERM}) sigaddset(&set, s);
+    return set;
+}
+
 }  // namespace
 
 const char* state_name(State s) {
@@ -103,7 +113,16 @@ void install_signal_dump() {
         g_watcher = false;
         return;
     }
-    std::thread([] {
+    // The handled signals go to the watcher thread: every other thread blocks them, so a handler never runs
+    // on a thread that computes. oneDNN 2.6's AVX2 sgemm sets the stack pointer to the start of a heap block
+    // of its own while it runs (valgrind: "client switching stacks? SP change: 0x1ffeffc278 --> 0x1c1c5000",
+    // the block's first byte), so the frame of a signal delivered there was written over the heap below it:
+    // on a Zen 3, Signals.FlightDumpsDuringOneDnnProductsLeaveTheHeapWhole aborted in free() inside libdnnl
+    // in every run. The threads that exist block them here (this one and its OpenMP team); the threads
+    // started later (OpenMP, oneDNN, the checkpoint writer) inherit this thread's mask.
+    const sigset_t set = handled_signals();
+    std::thread([set] {
+        pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
         for (;;) {
             unsigned char code = 0;
             const ssize_t n = ::read(g_pipe[0], &code, 1);
@@ -120,6 +139,11 @@ void install_signal_dump() {
             }
         }
     }).detach();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    if (!omp_in_parallel()) {
+#pragma omp parallel
+        pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    }
     struct sigaction sa;
     std::memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_usr1;

@@ -156,6 +156,9 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_e
     const pid_t pid = ::fork();
     SHARDLM_CHECK(pid >= 0, "launch: fork failed: ", std::strerror(errno));
     if (pid == 0) {
+        sigset_t none;  // a mask inherited by exec: mpirun takes every signal (comm/flight.h blocks some)
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
         ::dup2(fds[1], STDOUT_FILENO);
         ::dup2(fds[1], STDERR_FILENO);
         ::execvpe(cargv[0], cargv.data(), cenv.data());

@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+
+#include "shardlm/train/stop_signal.h"
 
 namespace shardlm::train {
 
@@ -57,7 +61,12 @@ void apply_test_signal(int step, int world_rank) {
     const char* env = std::getenv("SHARDLM_TEST_SIGNAL");
     int rank = -1, at_step = -1, sig = 0;
     if (!env || std::sscanf(env, "%d:%d:%d", &rank, &at_step, &sig) != 3 || rank != world_rank || at_step != step) return;
-    std::raise(sig);
+    // to the process, as kill or mpirun sends it: this thread blocks the handled signals (the watcher thread
+    // takes them, comm/flight.h), so raise() would leave it pending. Its handler runs there at once; wait
+    // until it has, so the signal lands before this step as the variable says.
+    ::kill(::getpid(), sig);
+    if (sig != SIGINT && sig != SIGTERM) return;
+    for (int i = 0; i < 2000 && stop_signal() != sig; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 int env_step(const char* name) {
