@@ -3,7 +3,7 @@
 # steps (forward, backward, clip, AdamW) at T = 256, 1024, 2048, 4096 with a fixed token budget per
 # step (TOKENS, default 8192: B = TOKENS / T), side by side in one run: shardlm --attention fused,
 # shardlm --attention materialized, PyTorch 1.13 (its reference model's softmax, and 1.13's private
-# F._scaled_dot_product_attention; the faster counts) with OpenBLAS on SkylakeX kernels. Prints
+# F._scaled_dot_product_attention; the faster counts) with OpenBLAS on SkylakeX kernels (Haswell without AVX-512). Prints
 # tokens/s and peak RSS per row (one JSON line each into OUT, default /tmp/attention.jsonl).
 #   bash bench/attention.sh [build=build] [threads=2]      (hold /tmp/shardlm-build.lock; ~30 min)
 # Environment: TS ("256 1024 2048 4096"), TOKENS (8192), PRECISION (fp32 | bf16), STEPS (2), TORCH=0 to skip it.
@@ -13,6 +13,9 @@ BUILD=${1:-build}; THREADS=${2:-2}
 TS=${TS:-"256 1024 2048 4096"}; TOKENS=${TOKENS:-8192}; PRECISION=${PRECISION:-fp32}; STEPS=${STEPS:-2}
 OUT=${OUT:-/tmp/attention.jsonl}; PY=/usr/bin/python3
 TUNED="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
+# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: what OpenBLAS picks
+# by itself on a Zen 3)
+BLAS_CORE=$(grep -qw avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
 : > "$OUT"
 printf "%-6s %-5s %-14s %12s %12s\n" T B impl tokens/s peak_RSS_MiB
 for T in $TS; do
@@ -27,7 +30,7 @@ for T in $TS; do
   [ "${TORCH:-1}" = 1 ] || continue
   autocast=none; [ "$PRECISION" = bf16 ] && autocast=bf16
   for attn in manual sdpa; do
-    line=$(env OPENBLAS_CORETYPE=SkylakeX GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
+    line=$(env OPENBLAS_CORETYPE=$BLAS_CORE GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
            $PY bench/pytorch_gpt2_step.py --batch "$B" --seq "$T" --threads "$THREADS" --steps "$STEPS" --warmup 1 \
            --autocast "$autocast" --attn "$attn" --n-positions "$nctx" 2>/dev/null || echo '{"impl": "pytorch", "failed": true}')
     echo "$line" >> "$OUT"

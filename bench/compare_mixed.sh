@@ -4,13 +4,16 @@
 # --precision bf16 / fp16, and bf16 with --recompute selective / full. Prints tokens/s, the ratios to
 # PyTorch, MFU against the bf16 dot-product peak measured in the same run, and peak RSS.
 #   bash bench/compare_mixed.sh [build dir=build] [threads=2] [rounds=2]
-# PyTorch gets its best configuration (MACHINE.md): OpenBLAS forced to SkylakeX kernels, glibc malloc
+# PyTorch gets its best configuration (MACHINE.md): OpenBLAS forced to SkylakeX kernels (Haswell on an AVX2-only CPU), glibc malloc
 # tuned, passive OpenMP waiting. Each configuration runs `rounds` times, alternating; the best counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; THREADS=${2:-2}; ROUNDS=${3:-2}
 PY=/usr/bin/python3
 TUNED="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
+# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: what OpenBLAS picks
+# by itself on a Zen 3)
+BLAS_CORE=$(grep -qw avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
 unset OPENBLAS_CORETYPE  # shardlm picks SkylakeX itself; PyTorch is given it below
 B=4; T=256; STEPS=6
 peaks=$("$BUILD/bench_peak")
@@ -18,7 +21,7 @@ bf16peak=$(echo "$peaks" | $PY -c 'import json,sys; print([json.loads(l) for l i
 fp32peak=$(echo "$peaks" | $PY -c 'import json,sys; print([json.loads(l) for l in sys.stdin if "fp32" in l][0]["gflops_all_threads"])')
 echo "peaks measured now, $THREADS threads: fp32 FMA $fp32peak GFLOP/s, bf16 dot $bf16peak GFLOP/s"
 OUT=$(mktemp)
-torch() { env OPENBLAS_CORETYPE=SkylakeX GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
+torch() { env OPENBLAS_CORETYPE=$BLAS_CORE GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
           $PY bench/pytorch_gpt2_step.py --batch $B --seq $T --threads "$THREADS" --steps $STEPS --warmup 2 "$@"; }
 ours() { "$BUILD/bench_train_step" --batch $B --seq $T --threads "$THREADS" --steps $STEPS --warmup 2 \
          --peak-gflops "$bf16peak" "$@"; }

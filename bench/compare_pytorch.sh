@@ -2,7 +2,7 @@
 # bench/compare_pytorch.sh: GPT-2 124M training step (forward, backward, clip, AdamW), shardlm vs
 # PyTorch 1.13 on this machine, side by side in one run, at (B=4,T=64), (B=4,T=256), (B=4,T=1024).
 #   bash bench/compare_pytorch.sh [build dir=build] [threads=2] [shapes="4x64 4x256 4x1024"]
-# PyTorch gets its best configuration (MACHINE.md): OpenBLAS forced to SkylakeX kernels, glibc malloc
+# PyTorch gets its best configuration (MACHINE.md): OpenBLAS forced to SkylakeX kernels (Haswell on an AVX2-only CPU), glibc malloc
 # tuned so it does not re-fault its buffers every step, passive OpenMP waiting; and we also try it on
 # Debian's OpenMP build of OpenBLAS (one thread pool) and keep whichever is faster.
 # Each implementation runs twice per shape, alternating; the best run of each counts.
@@ -13,6 +13,9 @@ THREADS=${2:-2}
 SHAPES=${3:-"4x64 4x256 4x1024"}
 PY=/usr/bin/python3
 TUNED="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
+# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: what OpenBLAS picks
+# by itself on a Zen 3)
+BLAS_CORE=$(grep -qw avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
 
 peak=$("$BUILD/bench_peak" | $PY -c 'import json,sys; print([json.loads(l) for l in sys.stdin if "fp32" in l][0]["gflops_all_threads"])')
 echo "fp32 FMA peak, $THREADS threads, measured now: $peak GFLOP/s"
@@ -27,9 +30,9 @@ for shape in $SHAPES; do
   for round in 1 2; do
     ours+=$("$BUILD/bench_train_step" --batch "$B" --seq "$T" --threads "$THREADS" --steps "$S" --warmup 1 \
             --peak-gflops "$peak")$'\n'
-    torch+=$(env OPENBLAS_CORETYPE=SkylakeX GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
+    torch+=$(env OPENBLAS_CORETYPE=$BLAS_CORE GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
              $PY bench/pytorch_gpt2_step.py --batch "$B" --seq "$T" --threads "$THREADS" --steps "$S" --warmup 1)$'\n'
-    torch+=$(env OPENBLAS_CORETYPE=SkylakeX GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
+    torch+=$(env OPENBLAS_CORETYPE=$BLAS_CORE GLIBC_TUNABLES=$TUNED OMP_WAIT_POLICY=PASSIVE \
              LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp \
              $PY bench/pytorch_gpt2_step.py --batch "$B" --seq "$T" --threads "$THREADS" --steps "$S" --warmup 1)$'\n'
   done

@@ -70,7 +70,7 @@ void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, in
 // Column blocks per CPU of the machine in a balanced product: 2, or SHARDLM_GEMM_BLOCKS (for measuring)
 int gemm_blocks_per_cpu();
 
-bool gemm_has_native_fp32();  // this build has native fp32 kernels (AVX-512F)
+bool gemm_has_native_fp32();  // this build has native fp32 kernels (AVX-512F, or AVX2 + FMA)
 bool gemm_has_native_bf16();  // and native bf16 ones (AVX512_BF16)
 
 // ---- auto's choices ----------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-// kernels/gemm_native.cpp: the native fp32 GEMMs (gemm_native.h): their register tiles, items and entry
-// points; the bf16 ones are in gemm_native_bf16.cpp, how both run a product in gemm_native_drive.h.
+// kernels/gemm_native.cpp: the native fp32 GEMMs (gemm_native.h): their entry points for every build with native
+// kernels, and the AVX-512 register tiles and items (AVX2's are in gemm_native_avx2.cpp); the bf16 ones are in
+// gemm_native_bf16.cpp, how both run a product in gemm_native_drive.h.
 #include "shardlm/kernels/gemm_native.h"
 #include "shardlm/kernels/gemm_native_drive.h"
 #include "shardlm/kernels/gemm_native_parts.h"
@@ -25,9 +26,8 @@ namespace shardlm::kernels::native {
 
 #if defined(__AVX512F__)
 
+namespace detail {
 namespace {
-
-using namespace detail;
 
 // ---- register tiles ---------------------------------------------------------------------------------
 
@@ -127,37 +127,65 @@ void narrow_product(int M, int kc, bool kmajor, const float* a0, long lda, const
         narrow_rows(NV), 64);
 }
 
+}  // namespace
+
 // ---- fp32 ------------------------------------------------------------------------------------------------
 
-// The rows r0 .. r1, columns c0 .. c1 of C. A: where it lies (rows, or columns contiguous) or packed strips
-// (ap, from row ap_row0).
 void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& A, const float* ap,
               int ap_row0, const Operand& B, float beta, float* C, long ldc) {
-    const int nb = c1 - c0, panels = cdiv(nb, kNr);
-    float* bp = scratch(0, size_t(std::min(K, kKc)) * size_t(panels) * kNr);
     const bool kmajor = A.rs == 1 && A.cs != 1;
     const float* a0 = static_cast<const float*>(A.data);
-    for (int k0 = 0; k0 < K; k0 += kKc) {
-        const int kc = std::min(kKc, K - k0);
-        pack_b_f32(B, k0, kc, c0, nb, bp);
-        const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
-        PrefetchB fetch = PrefetchB::after(B, K, kKc, k0, kc, c0, nb, next, panels * cdiv(r1 - r0, kMr));
-        for_tiles(r0, r1, nb, [&](int i, int R, int p, const __mmask16* cm) {
-            fetch.step();
-            const float* b = bp + size_t(p) * kc * kNr;
-            float* c = C + long(i) * ldc + c0 + p * kNr;
-            if (ap)  // strip (i - ap_row0) / 8
-                tile_f32_rows<kNv, true>(R, kc, ap + size_t(i - ap_row0) * even(K) + size_t(k0) * kMr, kMr, b, c, ldc, cm, alpha,
-                                    beta, mode);
-            else if (kmajor)
-                tile_f32_rows<kNv, true>(R, kc, a0 + i + long(k0) * A.cs, A.cs, b, c, ldc, cm, alpha, beta, mode);
-            else
-                tile_f32_rows<kNv, false>(R, kc, a0 + long(i) * A.rs + k0, A.rs, b, c, ldc, cm, alpha, beta, mode);
-        });
-    }
+    f32_blocks(r0, r1, c0, c1, next, K, B, beta,
+               [&](int i, int R, int p, const __mmask16* cm, const float* b, int k0, int kc, int mode) {
+                   float* c = C + long(i) * ldc + c0 + p * kNr;
+                   if (ap)  // strip (i - ap_row0) / 8
+                       tile_f32_rows<kNv, true>(R, kc, ap + size_t(i - ap_row0) * even(K) + size_t(k0) * kMr, kMr, b, c, ldc,
+                                                cm, alpha, beta, mode);
+                   else if (kmajor)
+                       tile_f32_rows<kNv, true>(R, kc, a0 + i + long(k0) * A.cs, A.cs, b, c, ldc, cm, alpha, beta, mode);
+                   else
+                       tile_f32_rows<kNv, false>(R, kc, a0 + long(i) * A.rs + k0, A.rs, b, c, ldc, cm, alpha, beta, mode);
+               });
 }
 
-}  // namespace
+void packed_tiles(int M, int k0, int kc, int n0, int n1, float alpha, const Operand& A, const PackedB& B, float beta,
+                  float* C, long ldc, int mode) {
+    const bool kmajor = A.rs == 1 && A.cs != 1, wide = B.nr == 64;
+    const float* a0 = static_cast<const float*>(A.data);
+    if (wide && n1 - n0 <= 48) {  // one panel, 16, 32 or 48 of its columns: the narrow tiles
+        const float* b = B.data + (size_t(n0 / B.nr) * B.K + k0) * B.nr;
+        const long lda = kmajor ? A.cs : A.rs;
+        if (n1 - n0 <= 16) narrow_product<1>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
+        else if (n1 - n0 <= 32) narrow_product<2>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
+        else narrow_product<3>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
+        return;
+    }
+    for_tiles(
+        0, M, n1 - n0,
+        [&](int i, int R, int p, const __mmask16* cm) {
+            const float* b = B.data + (size_t(n0 / B.nr + p) * B.K + k0) * B.nr;
+            float* c = C + long(i) * ldc + p * B.nr;
+            // A's column 0 multiplies B's row k0
+            const float* a = kmajor ? a0 + i : a0 + long(i) * A.rs;
+            const long lda = kmajor ? A.cs : A.rs;
+            if (wide) {
+                if (kmajor) tile_f32_rows<4, true>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+                else tile_f32_rows<4, false>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+            } else {
+                if (kmajor) tile_f32_rows<kNv, true>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+                else tile_f32_rows<kNv, false>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
+            }
+        },
+        wide ? 6 : kMr, B.nr);
+}
+
+}  // namespace detail
+
+#endif
+
+#if defined(SHARDLM_NATIVE_FP32)
+
+using namespace detail;
 
 bool has_fp32() { return true; }
 
@@ -206,48 +234,22 @@ void gemm_packed(int M, int k0, int k1, int n0, int n1, float alpha, const Opera
             for (int j = 0; j < n1 - n0; j++) C[long(i) * ldc + j] = mode == kStore ? 0.0f : beta * C[long(i) * ldc + j];
         return;
     }
-    const bool kmajor = A.rs == 1 && A.cs != 1, wide = B.nr == 64;
-    const float* a0 = static_cast<const float*>(A.data);
-    if (wide && n1 - n0 <= 48) {  // one panel, 16, 32 or 48 of its columns: the narrow tiles
-        const float* b = B.data + (size_t(n0 / B.nr) * B.K + k0) * B.nr;
-        const long lda = kmajor ? A.cs : A.rs;
-        if (n1 - n0 <= 16) narrow_product<1>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
-        else if (n1 - n0 <= 32) narrow_product<2>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
-        else narrow_product<3>(M, kc, kmajor, a0, lda, b, C, ldc, n1 - n0, alpha, beta, mode);
-        return;
-    }
-    for_tiles(
-        0, M, n1 - n0,
-        [&](int i, int R, int p, const __mmask16* cm) {
-            const float* b = B.data + (size_t(n0 / B.nr + p) * B.K + k0) * B.nr;
-            float* c = C + long(i) * ldc + p * B.nr;
-            // A's column 0 multiplies B's row k0
-            const float* a = kmajor ? a0 + i : a0 + long(i) * A.rs;
-            const long lda = kmajor ? A.cs : A.rs;
-            if (wide) {
-                if (kmajor) tile_f32_rows<4, true>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
-                else tile_f32_rows<4, false>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
-            } else {
-                if (kmajor) tile_f32_rows<kNv, true>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
-                else tile_f32_rows<kNv, false>(R, kc, a, lda, b, c, ldc, cm, alpha, beta, mode);
-            }
-        },
-        wide ? 6 : kMr, B.nr);
+    packed_tiles(M, k0, kc, n0, n1, alpha, A, B, beta, C, ldc, mode);
 }
 
-#else  // no AVX-512: OpenBLAS and oneDNN serve every product (kernels/gemm.h)
+#else  // neither AVX-512 nor AVX2 + FMA: OpenBLAS and oneDNN serve every product (kernels/gemm.h)
 
 bool has_fp32() { return false; }
 void sgemm(int, int, int, float, const Operand&, const Operand&, float, float*, long) {
-    SHARDLM_CHECK(false, "native sgemm: this build has no AVX-512 kernels");
+    SHARDLM_CHECK(false, "native sgemm: this build has no native kernels (AVX-512 or AVX2 + FMA)");
 }
 size_t packed_b_floats(int, int, int) { return 0; }
 PackedB pack_b(const Operand&, int K, int N, float*, int) {
-    SHARDLM_CHECK(false, "native pack_b: this build has no AVX-512 kernels");
+    SHARDLM_CHECK(false, "native pack_b: this build has no native kernels (AVX-512 or AVX2 + FMA)");
     return {nullptr, K, N, 0};
 }
 void gemm_packed(int, int, int, int, int, float, const Operand&, const PackedB&, float, float*, long) {
-    SHARDLM_CHECK(false, "native gemm_packed: this build has no AVX-512 kernels");
+    SHARDLM_CHECK(false, "native gemm_packed: this build has no native kernels (AVX-512 or AVX2 + FMA)");
 }
 
 #endif

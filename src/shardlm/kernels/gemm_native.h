@@ -1,6 +1,7 @@
-// kernels/gemm_native.h: shardlm's own GEMMs for AVX-512 (fp32 FMA and AVX512_BF16 dot products), the
-// third library under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (issue 25 item 1; docs/DESIGN.md
-// "The native GEMM").
+// kernels/gemm_native.h: shardlm's own GEMMs for AVX-512 (fp32 FMA and AVX512_BF16 dot products) and, fp32
+// only, for AVX2 + FMA (gemm_native_avx2.cpp: 4 x 24 and 6 x 16 tiles, the same bits), the third library
+// under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (issue 25 item 1; docs/DESIGN.md "The
+// native GEMM").
 //
 // The BLIS/GotoBLAS structure, sized for one core's caches: an 8 x 48 register tile (24 accumulators,
 // three 16-column vectors of B and one broadcast of A per step of k), B packed per block of k into 48-column
@@ -30,7 +31,7 @@ struct Operand {
     long rs, cs;
 };
 
-bool has_fp32();  // this build has the fp32 kernels (AVX-512F)
+bool has_fp32();  // this build has the fp32 kernels (AVX-512F, or AVX2 + FMA)
 bool has_bf16();  // and the bf16 ones (AVX512_BF16)
 
 // C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C: fp32 operands, C rows ldc floats apart (beta 0: C is not read).

@@ -1,9 +1,10 @@
 // kernels/gemm_native_drive.h: how the native GEMMs run a product, shared by the fp32 (gemm_native.cpp) and
 // the bf16 (gemm_native_bf16.cpp) kernels: the threads' scratch, the cut of C into items that the threads take,
 // the tiles of an item's block, and the lines of B fetched ahead of their packing. Nothing else includes
-// it. AVX-512 builds only.
+// it. Builds with native kernels (SHARDLM_NATIVE_FP32: AVX-512, or AVX2 + FMA).
 #pragma once
-#if defined(__AVX512F__)
+#include "shardlm/kernels/gemm_native_parts.h"
+#if defined(SHARDLM_NATIVE_FP32)
 #include <immintrin.h>
 #include <omp.h>
 
@@ -14,7 +15,6 @@
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/dtype.h"
-#include "shardlm/kernels/gemm_native_parts.h"
 
 namespace shardlm::kernels::native::detail {
 
@@ -113,7 +113,7 @@ void for_tiles(int r0, int r1, int nb, const Tile& tile, int mr = kMr, int nr = 
     for (int m0 = r0; m0 < r1; m0 += kMc) {
         const int m1 = std::min(r1, m0 + kMc);
         for (int p = 0; p < panels; p++) {
-            __mmask16 cm[4];
+            Mask16 cm[4];
             for (int v = 0; v < 4; v++) cm[v] = prefix(nb - p * nr - 16 * v);
             for (int i = m0; i < m1; i += mr) tile(i, std::min(mr, m1 - i), p, cm);
         }
@@ -161,6 +161,35 @@ private:
     int segs_ = 0, seg_ = 0, per_step_ = 0;
     long seg_stride_ = 0, first_ = 0, len_ = 0, line_ = 0, last_line_ = 0;
 };
+
+// sgemm's item as either instruction set runs it: per block of k (kKc), B's panels packed (the lines of the next
+// block fetched while the tiles run), then tile(i, R, p, cm, b, k0, kc, mode) for the tiles of rows r0 .. r1
+// (kMr rows at most) and each panel p (its packed block at b).
+template <class Tile>
+void f32_blocks(int r0, int r1, int c0, int c1, Next next, int K, const Operand& B, float beta, const Tile& tile) {
+    const int nb = c1 - c0, panels = cdiv(nb, kNr);
+    float* bp = scratch(0, size_t(std::min(K, kKc)) * size_t(panels) * kNr);
+    for (int k0 = 0; k0 < K; k0 += kKc) {
+        const int kc = std::min(kKc, K - k0);
+        pack_b_f32(B, k0, kc, c0, nb, bp);
+        const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
+        PrefetchB fetch = PrefetchB::after(B, K, kKc, k0, kc, c0, nb, next, panels * cdiv(r1 - r0, kMr));
+        for_tiles(r0, r1, nb, [&](int i, int R, int p, const Mask16* cm) {
+            fetch.step();
+            tile(i, R, p, cm, bp + size_t(p) * kc * kNr, k0, kc, mode);
+        });
+    }
+}
+
+// ---- what each instruction set's tiles provide (gemm_native.cpp: AVX-512; gemm_native_avx2.cpp: AVX2) -----
+
+// sgemm's item: rows r0 .. r1, columns c0 .. c1 of C, every block of k. A where it lies (rows, or columns
+// contiguous) or packed strips (ap, from row ap_row0).
+void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& A, const float* ap,
+              int ap_row0, const Operand& B, float beta, float* C, long ldc);
+// gemm_packed's tiles: one block of k (k0, kc > 0), columns n0 .. n1 of a packed B, on the calling thread
+void packed_tiles(int M, int k0, int kc, int n0, int n1, float alpha, const Operand& A, const PackedB& B, float beta,
+                  float* C, long ldc, int mode);
 
 }  // namespace shardlm::kernels::native::detail
 

@@ -70,11 +70,6 @@ __m512i pairs_along(const void* p, DType t, int kk) {
 
 }  // namespace
 
-// an operand's element as fp32
-float load1(const void* data, DType t, long i) {
-    if (t == DType::F32) return static_cast<const float*>(data)[i];
-    return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-}
 // ---- packing B: panels of 48 columns, one row of 48 values (fp32) or words (bf16 pairs) per step of k ----
 
 // B(k0 .. k0 + kc, n0 .. n0 + nb) into panels at bp (panel p at bp + p * kc * 48; columns past nb are 0).

@@ -1,8 +1,10 @@
 // kernels/gemm_native_parts.h: what the native GEMMs (gemm_native.cpp, gemm_native_bf16.cpp and
 // gemm_native_drive.h) and their packing (gemm_native_pack.cpp) share: the tile's and the blocks' sizes, and
-// the packing routines. Nothing else includes it. AVX-512 builds only.
+// the packing routines. Nothing else includes it. AVX-512 builds, and the fp32 parts of AVX2 + FMA builds
+// (SHARDLM_NATIVE_FP32; the tiles there are gemm_native_avx2.cpp's).
 #pragma once
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define SHARDLM_NATIVE_FP32 1
 #include <immintrin.h>
 
 #include <cstdint>
@@ -25,14 +27,17 @@ typedef uint32_t __attribute__((may_alias, aligned(2))) word_t;
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 inline int even(int k) { return (k + 1) / 2 * 2; }
-inline __mmask16 prefix(int n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u); }
+// The columns of a 16-column vector that are there (the first n): one bit each. __mmask16 itself where the
+// build has AVX-512 (the same unsigned short).
+using Mask16 = uint16_t;
+inline Mask16 prefix(int n) { return n >= 16 ? Mask16(0xffff) : n <= 0 ? Mask16(0) : Mask16((1u << n) - 1u); }
 
 // The cache lines of R rows of a tile of C (the vectors of cm that hold columns, 16 floats each; rows ldc apart),
 // asked for before the tile's loop over k so that they have arrived when it ends: a tile reads C (accumulating)
 // and writes it once per block of k, from memory when C is larger than the caches (a weight's gradient, the
 // head's logits). The columns past cm's are another item's: not fetched.
 template <int R, int NV>
-inline void prefetch_c(const float* c, long ldc, const __mmask16* cm) {
+inline void prefetch_c(const float* c, long ldc, const Mask16* cm) {
     int bytes = 0;
     for (int v = 0; v < NV; v++) bytes += cm[v] ? 64 : 0;
     if (bytes == 0) return;
@@ -45,13 +50,17 @@ inline void prefetch_c(const float* c, long ldc, const __mmask16* cm) {
 }
 
 // an operand's element as fp32
-float load1(const void* data, DType t, long i);
+inline float load1(const void* data, DType t, long i) {
+    if (t == DType::F32) return static_cast<const float*>(data)[i];
+    return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+}
 
 // ---- packing B: panels of 48 columns, one row of 48 values (fp32) or words (bf16 pairs) per step of k ----
 // B(k0 .. k0 + kc, n0 .. n0 + nb) into panels of 16 nv columns at bp (panel p at bp + p * kc * 16 nv; columns
 // past nb are 0).
 void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp, int nv = kNv);
-// The bf16 pairs of the same (kp = ceil(kc / 2) rows of 48 words a panel; a k past K is 0).
+// The bf16 pairs of the same (kp = ceil(kc / 2) rows of 48 words a panel; a k past K is 0). AVX512_BF16 only,
+// as the other bf16 packings.
 void pack_b_bf16(const Operand& B, int K, int k0, int kc, int n0, int nb, uint32_t* bp);
 
 // ---- packing A into strips (when it cannot be read where it lies) ----------------------------------------
