@@ -13,8 +13,8 @@ BUILD=${1:-build}; THREADS=${2:-2}
 TS=${TS:-"256 1024 2048 4096"}; TOKENS=${TOKENS:-8192}; PRECISION=${PRECISION:-fp32}; STEPS=${STEPS:-2}
 OUT=${OUT:-/tmp/attention.jsonl}; PY=/usr/bin/python3
 TUNED="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
-# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: what OpenBLAS picks
-# by itself on a Zen 3)
+# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: the kernels
+# OpenBLAS picks by itself on a Zen 3, where it names them Zen)
 BLAS_CORE=$(grep -qw avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
 : > "$OUT"
 printf "%-6s %-5s %-14s %12s %12s\n" T B impl tokens/s peak_RSS_MiB

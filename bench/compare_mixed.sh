@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}; THREADS=${2:-2}; ROUNDS=${3:-2}
 PY=/usr/bin/python3
 TUNED="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
-# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: what OpenBLAS picks
-# by itself on a Zen 3)
+# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: the kernels
+# OpenBLAS picks by itself on a Zen 3, where it names them Zen)
 BLAS_CORE=$(grep -qw avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
 unset OPENBLAS_CORETYPE  # shardlm picks SkylakeX itself; PyTorch is given it below
 B=4; T=256; STEPS=6

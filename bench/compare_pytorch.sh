@@ -13,8 +13,8 @@ THREADS=${2:-2}
 SHAPES=${3:-"4x64 4x256 4x1024"}
 PY=/usr/bin/python3
 TUNED="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=268435456"
-# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: what OpenBLAS picks
-# by itself on a Zen 3)
+# OpenBLAS kernels for PyTorch: SkylakeX (AVX-512) where the CPU has them, else Haswell (AVX2: the kernels
+# OpenBLAS picks by itself on a Zen 3, where it names them Zen)
 BLAS_CORE=$(grep -qw avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
 
 peak=$("$BUILD/bench_peak" | $PY -c 'import json,sys; print([json.loads(l) for l in sys.stdin if "fp32" in l][0]["gflops_all_threads"])')

@@ -32,7 +32,7 @@ TEST_F(Doctor, NamesTheMachineAndItsKernels) {
     EXPECT_TRUE(std::regex_search(r.out, std::regex("peaks fp32 [0-9]+ GFLOP/s"))) << r.out;
     // --gemm auto (the default): every library, per shape (the native kernels where the build has them); the
     // cache file and what it holds
-    EXPECT_TRUE(std::regex_search(r.out, std::regex("GEMMs: auto per shape: fp32 (native AVX-512 kernels, )?OpenBLAS "
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("GEMMs: auto per shape: fp32 (native (AVX-512|AVX2) kernels, )?OpenBLAS "
                                                     "[A-Za-z0-9]+ kernels or oneDNN [a-z0-9_]+, bf16 ")))
         << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("\ngemm choices: .*/gemm-[a-z0-9-]+\\.json: "))) << r.out;
@@ -70,7 +70,7 @@ TEST_F(Doctor, TheRunHeaderSaysWhatRuns) {
                            tmp / "train.log");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_TRUE(std::regex_search(r.out, std::regex("machine: .* \\| peaks fp32 [0-9]+ GFLOP/s.* \\| GEMMs: auto per shape: fp32 "
-                                                    "(native AVX-512 kernels, )?OpenBLAS Haswell kernels \\(OPENBLAS_CORETYPE preset\\) or oneDNN .* "
+                                                    "(native (AVX-512|AVX2) kernels, )?OpenBLAS Haswell kernels \\(OPENBLAS_CORETYPE preset\\) or oneDNN .* "
                                                     "\\| threads 1 per rank .* \\| waits: communication sleeps")))
         << r.out;
     EXPECT_NE(r.out.find("warning: OPENBLAS_CORETYPE=Haswell is preset"), std::string::npos) << r.out;
@@ -80,7 +80,7 @@ TEST_F(Doctor, TheRunHeaderSaysWhatRuns) {
                                tmp / "clean.log");
     ASSERT_EQ(clean.code, 0) << clean.out;
     EXPECT_EQ(clean.out.find("warning: OPENBLAS_CORETYPE"), std::string::npos) << clean.out;
-    EXPECT_TRUE(std::regex_search(clean.out, std::regex("GEMMs: auto per shape: fp32 (native AVX-512 kernels, )?OpenBLAS "
+    EXPECT_TRUE(std::regex_search(clean.out, std::regex("GEMMs: auto per shape: fp32 (native (AVX-512|AVX2) kernels, )?OpenBLAS "
                                                         "SkylakeX kernels")))
         << clean.out;
     // the end of the run says what auto chose

@@ -113,8 +113,8 @@ void install_signal_dump() {
         g_watcher = false;
         return;
     }
-    // The handled signals go to the watcher thread: every other thread blocks them, so a handler never runs
-    // on a thread that computes. oneDNN 2.6's AVX2 sgemm sets the stack pointer to the start of a heap block
+    // The handled signals go to the watcher thread: the threads that compute block them, so a handler never
+    // runs on one. oneDNN 2.6's AVX2 sgemm sets the stack pointer to the start of a heap block
     // of its own while it runs (valgrind: "client switching stacks? SP change: 0x1ffeffc278 --> 0x1c1c5000",
     // the block's first byte), so the frame of a signal delivered there was written over the heap below it:
     // on a Zen 3, Signals.FlightDumpsDuringOneDnnProductsLeaveTheHeapWhole aborted in free() inside libdnnl
@@ -127,7 +127,9 @@ void install_signal_dump() {
             unsigned char code = 0;
             const ssize_t n = ::read(g_pipe[0], &code, 1);
             if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) return;
+            if (n <= 0) {  // (cannot happen: the write end stays open) stay, to take the signals
+                for (;;) ::pause();
+            }
             try {
                 const std::string f = dump(kReasons[code < 4 ? code : 3]);
                 if (!f.empty()) {

@@ -182,14 +182,13 @@ void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, i
 void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
     GemmBackend be = gemm_backend();
-    if (be == GemmBackend::Auto && N <= 64 && !native::has_fp32()) {
-        be = GemmBackend::OpenBlas;  // too narrow to cut into blocks: OpenBLAS splits its rows over the threads
-    } else if (be == GemmBackend::Auto) {
-        // (a narrow product, N <= 64, is timed too where the native kernels cut its rows: a small model's
-        // head backward, 64 columns by 50257 steps of k, ran 1.4x faster on them than on OpenBLAS on a Zen 3)
+    if (be == GemmBackend::Auto) {
         // Every block is one single-threaded product on either library, whatever the threads: the key
         // leaves them out, so a run with 1 or 2 threads, lanes or not, runs a shape on the same library
-        // (and gets the same bits)
+        // (and gets the same bits). A product of at most 64 columns is not cut (OpenBLAS and the native
+        // kernels split its rows over the threads, oneDNN runs it on one): its bits do not depend on the
+        // threads either, and it is timed like the others. (It went to OpenBLAS untimed before: on a Zen 3
+        // a small model's products of 64 columns with K = 64 ran 1.45-1.9x faster on the native kernels.)
         const std::string key = gemm_key(GemmKind::Fp32, ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T',
                                          M, N, K, lda, ldb, ldc, 0, beta != 0.0f ? "acc" : "");
         be = gemm_choice(key, [&](GemmTiming* t) {

@@ -3,8 +3,9 @@
 //
 // Three libraries can run every product: OpenBLAS (sgemm; for bf16 operands, widened to fp32 first:
 // a bf16 x bf16 product is exact in fp32, so only the order of the fp32 sums differs), oneDNN (its fp32
-// matmul; its bf16 matmul on AVX512_BF16 or AMX kernels) and shardlm's own AVX-512 kernels
-// (kernels/gemm_native.h: fp32 FMA and AVX512_BF16 tiles; a build without AVX-512 has none). `--gemm`
+// matmul; its bf16 matmul on AVX512_BF16 or AMX kernels) and shardlm's own kernels (kernels/gemm_native.h:
+// fp32 FMA and AVX512_BF16 tiles on AVX-512, fp32 FMA tiles on AVX2; bf16 products without AVX512_BF16 have
+// none). `--gemm`
 // chooses:
 //   openblas  every product on OpenBLAS (bf16 operands widened)
 //   onednn    every product on oneDNN, attention's tiles included: OpenBLAS is never called, so

@@ -237,21 +237,8 @@ void gemm_packed(int M, int k0, int k1, int n0, int n1, float alpha, const Opera
     packed_tiles(M, k0, kc, n0, n1, alpha, A, B, beta, C, ldc, mode);
 }
 
-#else  // neither AVX-512 nor AVX2 + FMA: OpenBLAS and oneDNN serve every product (kernels/gemm.h)
-
-bool has_fp32() { return false; }
-void sgemm(int, int, int, float, const Operand&, const Operand&, float, float*, long) {
-    SHARDLM_CHECK(false, "native sgemm: this build has no native kernels (AVX-512 or AVX2 + FMA)");
-}
-size_t packed_b_floats(int, int, int) { return 0; }
-PackedB pack_b(const Operand&, int K, int N, float*, int) {
-    SHARDLM_CHECK(false, "native pack_b: this build has no native kernels (AVX-512 or AVX2 + FMA)");
-    return {nullptr, K, N, 0};
-}
-void gemm_packed(int, int, int, int, int, float, const Operand&, const PackedB&, float, float*, long) {
-    SHARDLM_CHECK(false, "native gemm_packed: this build has no native kernels (AVX-512 or AVX2 + FMA)");
-}
-
+#else
+#error "the native kernels need AVX-512F, or AVX2 + FMA (as core/simd.h does)"
 #endif
 
 }  // namespace shardlm::kernels::native

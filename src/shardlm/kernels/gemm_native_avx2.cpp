@@ -6,8 +6,8 @@
 //     down an 8-row strip of packed A;
 //   - gemm_packed (attention's tiles): 6 x 16 (two vectors, 12 accumulators), across 48- or 64-column panels.
 // Each element of C is still one chain of fused multiply-adds over k in blocks of kKc, the blocks added in
-// order, then alpha, then beta C: the bits of the AVX-512 kernels (by construction), whatever the threads or
-// the cut.
+// order, then alpha, then beta C, whatever the threads or the cut: the AVX-512 kernels' chain (whether the
+// compiler contracts the epilogue alike in both is not checked: the two have not been compared bit for bit).
 // (16 ymm registers: 12 accumulators, the vectors of B and one broadcast of A.)
 #include "shardlm/kernels/gemm_native.h"
 #include "shardlm/kernels/gemm_native_drive.h"
@@ -22,13 +22,20 @@ namespace shardlm::kernels::native::detail {
 
 namespace {
 
-// the first n lanes of 8 (n <= 0: none)
-inline __m256i lanes(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
-// n of 8 consecutive floats at p (the rest 0; nothing past them is read)
-inline __m256 load_n(const float* p, int n) { return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes(n)); }
+// n of 8 consecutive floats at p (the rest 0), and the first n of x stored at p. Nothing past the n is
+// touched: a part of a vector goes through a copy (VMASKMOV may fault on masked-off elements on AMD: its
+// manual leaves that to the implementation; only a product's edges take this path).
+inline __m256 load_n(const float* p, int n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    alignas(32) float t[8] = {};
+    for (int j = 0; j < n; j++) t[j] = p[j];
+    return _mm256_load_ps(t);
+}
 inline void store_n(float* p, int n, __m256 x) {
-    if (n >= 8) _mm256_storeu_ps(p, x);
-    else if (n > 0) _mm256_maskstore_ps(p, lanes(n), x);
+    if (n >= 8) return _mm256_storeu_ps(p, x);
+    alignas(32) float t[8];
+    _mm256_store_ps(t, x);
+    for (int j = 0; j < n; j++) p[j] = t[j];
 }
 
 // r[i] <- column i of the 8 x 8 matrix whose rows are r[0..7]

@@ -29,7 +29,7 @@ __attribute__((target("avx512f"))) float fma512(long iters) {
 }
 
 // 12 chains: with b and c that leaves 2 of AVX2's 16 ymm registers (16 chains, as the AVX-512 loop has, spilled
-// to the stack and measured 54 of a Zen 3 core's ~100 GFLOP/s); 8 would do for a 4-cycle FMA on two pipes.
+// to the stack and measured 54 of a Zen 3 core's 76-93 GFLOP/s); 8 would do for a 4-cycle FMA on two pipes.
 constexpr int kChains256 = 12;
 
 __attribute__((target("avx2,fma"))) float fma256(long iters) {

@@ -156,7 +156,7 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_e
     const pid_t pid = ::fork();
     SHARDLM_CHECK(pid >= 0, "launch: fork failed: ", std::strerror(errno));
     if (pid == 0) {
-        sigset_t none;  // a mask inherited by exec: mpirun takes every signal (comm/flight.h blocks some)
+        sigset_t none;  // mpirun starts with no signal blocked, whatever this process blocks (comm/flight.h)
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
         ::dup2(fds[1], STDOUT_FILENO);

@@ -65,7 +65,9 @@ void apply_test_signal(int step, int world_rank) {
     // takes them, comm/flight.h), so raise() would leave it pending. Its handler runs there at once; wait
     // until it has, so the signal lands before this step as the variable says.
     ::kill(::getpid(), sig);
-    if (sig != SIGINT && sig != SIGTERM) return;
+    struct sigaction cur {};
+    ::sigaction(sig, nullptr, &cur);
+    if ((sig != SIGINT && sig != SIGTERM) || cur.sa_handler == SIG_IGN) return;  // no stop to wait for
     for (int i = 0; i < 2000 && stop_signal() != sig; i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 

@@ -310,7 +310,7 @@ void for_each_field(Cfg& c, F&& f) {
       "ring (ours: deterministic sums, exact byte accounting, progress thread) | mpi (MPI_Allreduce, "
       "MPI_Reduce_scatter, MPI_Allgather: a cluster's tuned MPI serves; sums to rounding of the ring's)");
     f("gemm", c.gemm,
-      "auto (per shape and precision, the fastest of shardlm's native AVX-512 kernels, OpenBLAS and oneDNN, timed once "
+      "auto (per shape and precision, the fastest of shardlm's native kernels (AVX-512 or AVX2), OpenBLAS and oneDNN, timed once "
       "and cached per CPU model) | onednn (every product on oneDNN: no OPENBLAS_CORETYPE re-exec) | openblas (every "
       "product on OpenBLAS, bf16 operands widened to fp32) | native (every product on the native kernels, where the "
       "build has them)");
