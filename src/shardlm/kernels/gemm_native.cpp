@@ -127,6 +127,25 @@ void narrow_product(int M, int kc, bool kmajor, const float* a0, long lda, const
         narrow_rows(NV), 64);
 }
 
+// sgemm's item: per block of k (kKc), B's panels packed (the lines of the next block fetched while the tiles
+// run), then tile(i, R, p, cm, b, k0, kc, mode) for the tiles of rows r0 .. r1 (kMr rows at most) and each
+// panel p (its packed block at b): each panel over kMc rows at a time (for_tiles)
+template <class Tile>
+void f32_blocks(int r0, int r1, int c0, int c1, Next next, int K, const Operand& B, float beta, const Tile& tile) {
+    const int nb = c1 - c0, panels = cdiv(nb, kNr);
+    float* bp = scratch(0, size_t(std::min(K, kKc)) * size_t(panels) * kNr);
+    for (int k0 = 0; k0 < K; k0 += kKc) {
+        const int kc = std::min(kKc, K - k0);
+        pack_b_f32(B, k0, kc, c0, nb, bp);
+        const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
+        PrefetchB fetch = PrefetchB::after(B, K, kKc, k0, kc, c0, nb, next, panels * cdiv(r1 - r0, kMr));
+        for_tiles(r0, r1, nb, [&](int i, int R, int p, const Mask16* cm) {
+            fetch.step();
+            tile(i, R, p, cm, bp + size_t(p) * kc * kNr, k0, kc, mode);
+        });
+    }
+}
+
 }  // namespace
 
 // ---- fp32 ------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // kernels/gemm_native.h: shardlm's own GEMMs for AVX-512 (fp32 FMA and AVX512_BF16 dot products) and, fp32
-// only, for AVX2 + FMA (gemm_native_avx2.cpp: 4 x 24 and 6 x 16 tiles, the same bits), the third library
+// only, for AVX2 + FMA (gemm_native_avx2.cpp: 6 x 16 and 4 x 24 tiles, the same bits), the third library
 // under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (issue 25 item 1; docs/DESIGN.md "The
 // native GEMM").
 //

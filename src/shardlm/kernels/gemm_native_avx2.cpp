@@ -1,14 +1,15 @@
-// kernels/gemm_native_avx2.cpp: the native fp32 GEMMs' tiles and packing for CPUs with AVX2 and FMA but no
-// AVX-512 (Zen 3, Intel before Skylake-SP and the client cores): the entry points (gemm_native.cpp), the cut
-// into items, the blocks of k and the layout of packed B and of A's strips (gemm_native_drive.h,
-// gemm_native_parts.h) are the AVX-512 kernels', only the register tiles are narrower:
-//   - sgemm: 4 x 24 (three 8-column vectors, 12 accumulators), two of them across a 48-column panel, two
-//     down an 8-row strip of packed A;
-//   - gemm_packed (attention's tiles): 6 x 16 (two vectors, 12 accumulators), across 48- or 64-column panels.
+// kernels/gemm_native_avx2.cpp: the native fp32 GEMMs' tiles, items and packing for CPUs with AVX2 and FMA but
+// no AVX-512 (Zen 3, Intel before Skylake-SP and the client cores). The entry points (gemm_native.cpp), the
+// cut into items, the blocks of k (kKc), the packing of A's strips and B's prefetch (gemm_native_drive.h,
+// gemm_native_parts.h) are the AVX-512 kernels'; the register tiles are narrower, and an sgemm item runs its
+// blocks in another order (item_blocks):
+//   - sgemm: 6 x 16 tiles (two 8-column vectors, 12 accumulators) where A is read where it lies, 4 x 24
+//     (three vectors) down the 8-row strips of a packed A; B packed per block into panels of the tile's width;
+//   - gemm_packed (attention's tiles): 6 x 16 across its 48- or 64-column panels.
 // Each element of C is still one chain of fused multiply-adds over k in blocks of kKc, the blocks added in
-// order, then alpha, then beta C, whatever the threads or the cut: the AVX-512 kernels' chain (whether the
-// compiler contracts the epilogue alike in both is not checked: the two have not been compared bit for bit).
-// (16 ymm registers: 12 accumulators, the vectors of B and one broadcast of A.)
+// order, then alpha, then beta C, whatever the tile, the threads or the cut: the AVX-512 kernels' chain
+// (whether the compiler contracts the epilogue alike in both is not checked: the two have not been compared
+// bit for bit). (16 ymm registers: 12 accumulators, the vectors of B and one broadcast of A.)
 #include "shardlm/kernels/gemm_native.h"
 #include "shardlm/kernels/gemm_native_drive.h"
 #include "shardlm/kernels/gemm_native_parts.h"
@@ -58,9 +59,9 @@ void transpose8(__m256 r[8]) {
 }
 
 // C(R x 8 NV, its first n columns) op= alpha A(R x kc) B(kc x 8 NV): A(i, k) at a[i * lda + k] (rows) or
-// a[i + k * lda] (KMAJOR); B kc rows of a packed panel, BS floats apart (the first 8 NV of each read).
-template <int R, int NV, bool KMAJOR, int BS>
-__attribute__((noinline)) void tile8(int kc, const float* __restrict a, long lda, const float* __restrict b, float* c,
+// a[i + k * lda] (KMAJOR); B kc rows of a panel, bs floats apart (the first 8 NV of each read).
+template <int R, int NV, bool KMAJOR>
+__attribute__((noinline)) void tile8(int kc, const float* __restrict a, long lda, const float* __restrict b, long bs, float* c,
                                      long ldc, int n, float alpha, float beta, int mode) {
     __m256 acc[R][NV];
 #pragma GCC unroll 8
@@ -90,7 +91,7 @@ __attribute__((noinline)) void tile8(int kc, const float* __restrict a, long lda
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) acc[i][v] = _mm256_fmadd_ps(x, bv[v], acc[i][v]);
         }
-        b += BS;
+        b += bs;
     }
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
 #pragma GCC unroll 8
@@ -109,17 +110,17 @@ __attribute__((noinline)) void tile8(int kc, const float* __restrict a, long lda
         }
 }
 
-// The tiles by their rows (1 .. 4 for NV 3, 1 .. 6 for NV 2): a switch over the template's instances.
-template <int NV, bool KMAJOR, int BS>
-void tile8_rows(int R, int kc, const float* a, long lda, const float* b, float* c, long ldc, int n, float alpha,
+// The tiles by their rows (1 .. 4 for NV 3, 1 .. 6 for NV 1 and 2): a switch over the template's instances.
+template <int NV, bool KMAJOR>
+void tile8_rows(int R, int kc, const float* a, long lda, const float* b, long bs, float* c, long ldc, int n, float alpha,
                 float beta, int mode) {
     switch (R) {
 #define SHARDLM_TILE(r) \
-    case r: return tile8<r, NV, KMAJOR, BS>(kc, a, lda, b, c, ldc, n, alpha, beta, mode);
+    case r: return tile8<r, NV, KMAJOR>(kc, a, lda, b, bs, c, ldc, n, alpha, beta, mode);
         SHARDLM_TILE(1) SHARDLM_TILE(2) SHARDLM_TILE(3) SHARDLM_TILE(4)
 #undef SHARDLM_TILE
-        case 5: if constexpr (NV == 2) return tile8<5, 2, KMAJOR, BS>(kc, a, lda, b, c, ldc, n, alpha, beta, mode); break;
-        case 6: if constexpr (NV == 2) return tile8<6, 2, KMAJOR, BS>(kc, a, lda, b, c, ldc, n, alpha, beta, mode); break;
+        case 5: if constexpr (NV < 3) return tile8<5, NV, KMAJOR>(kc, a, lda, b, bs, c, ldc, n, alpha, beta, mode); break;
+        case 6: if constexpr (NV < 3) return tile8<6, NV, KMAJOR>(kc, a, lda, b, bs, c, ldc, n, alpha, beta, mode); break;
     }
 }
 
@@ -130,10 +131,14 @@ inline int panel_cols(int nb, int p, int nr) { return std::min(nr, nb - p * nr);
 
 // ---- packing (the layouts of gemm_native_parts.h) ----------------------------------------------------------
 
-void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp, int nv) {
+namespace {
+
+// B(k0 .. k0 + kc, n0 .. n0 + nb) into panels of nr columns (a multiple of 8) at bp: panel p at bp + p kc nr,
+// one row of nr values per step of k; columns past nb are 0
+void pack_b_panels(const Operand& B, int k0, int kc, int n0, int nb, float* bp, int nr) {
     const float* src = static_cast<const float*>(B.data);
-    const int nr = 16 * nv, groups = cdiv(nb, nr) * 2 * nv;  // 8-column groups, whole panels
-    auto dest = [&](int g) { return bp + size_t(g / (2 * nv)) * kc * nr + 8 * (g % (2 * nv)); };
+    const int per = nr / 8, groups = cdiv(nb, nr) * per;  // 8-column groups, whole panels
+    auto dest = [&](int g) { return bp + size_t(g / per) * kc * nr + 8 * (g % per); };
     if (B.cs == 1) {  // rows of B contiguous: each row's nb values read in order, into the panels
         for (int k = 0; k < kc; k++) {
             const float* s = src + long(k0 + k) * B.rs + n0;
@@ -163,6 +168,12 @@ void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp, int
             }
 }
 
+}  // namespace
+
+void pack_b_f32(const Operand& B, int k0, int kc, int n0, int nb, float* bp, int nv) {
+    pack_b_panels(B, k0, kc, n0, nb, bp, 16 * nv);
+}
+
 void pack_a_lines_f32(const Operand& A, int K, int q0, int rows, int u, float* ap) {
     const float* c0 = static_cast<const float*>(A.data) + long(2 * u) * A.cs + q0;
     const float* c1 = 2 * u + 1 < K ? c0 + A.cs : nullptr;
@@ -177,27 +188,65 @@ void pack_a_lines_f32(const Operand& A, int K, int q0, int rows, int u, float* a
 
 // ---- the items -------------------------------------------------------------------------------------------
 
+namespace {
+
+// An item's blocks of k with tiles of RS rows x 8 NV columns: per block, B's panels packed (8 NV columns each,
+// kc rows of them one after another), then for each RS rows of the item every panel in turn. The tile's rows
+// of A (at most 6 x kKc floats) stay in L1 while it sweeps the block's panels, which stay in L2 and are read
+// in order (64 or 96 bytes a step of k): the order OpenBLAS's Haswell kernels run. The AVX-512 order (each
+// 48-column panel over 256 rows) read both operands from L2 here, the panel (384 x 48 floats, 72 KiB) being
+// more than L1 holds: 0.77-0.92 of OpenBLAS's speed on one core of a Zen 3, against 0.90-0.97 in this order.
+// rows(i, k0, &lda) gives A(i, k0) and the step between A's rows (rows) or its steps of k (KMAJOR).
+template <int RS, int NV, bool KMAJOR, class Rows>
+void item_blocks(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& B, float beta, float* C,
+                 long ldc, const Rows& rows) {
+    constexpr int ns = 8 * NV;
+    const int nb = c1 - c0, panels = cdiv(nb, ns), last = nb - (panels - 1) * ns;
+    float* bp = scratch(0, size_t(std::min(K, kKc)) * size_t(panels) * ns);
+    for (int k0 = 0; k0 < K; k0 += kKc) {
+        const int kc = std::min(kKc, K - k0);
+        pack_b_panels(B, k0, kc, c0, nb, bp, ns);
+        const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
+        PrefetchB fetch = PrefetchB::after(B, K, kKc, k0, kc, c0, nb, next, panels * cdiv(r1 - r0, RS));
+        for (int i = r0; i < r1; i += RS) {
+            const int R = std::min(RS, r1 - i);
+            long lda;
+            const float* a = rows(i, k0, &lda);
+            for (int p = 0; p < panels; p++) {
+                fetch.step();
+                const float* b = bp + size_t(p) * kc * ns;
+                float* c = C + long(i) * ldc + c0 + p * ns;
+                // the last panel's tile only as wide as its columns' vectors
+                const int n = p + 1 < panels ? ns : last, nv = p + 1 < panels ? NV : cdiv(n, 8);
+                if (nv == NV) tile8_rows<NV, KMAJOR>(R, kc, a, lda, b, ns, c, ldc, n, alpha, beta, mode);
+                else if (nv == 2) tile8_rows<2, KMAJOR>(R, kc, a, lda, b, ns, c, ldc, n, alpha, beta, mode);
+                else tile8_rows<1, KMAJOR>(R, kc, a, lda, b, ns, c, ldc, n, alpha, beta, mode);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+// Tiles of 6 x 16 (two vectors of B and six broadcasts of A a step of k, as OpenBLAS's) where A is read where
+// it lies; 4 x 24 down packed strips of A (8 rows each: a 6-row tile would straddle two).
 void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& A, const float* ap,
               int ap_row0, const Operand& B, float beta, float* C, long ldc) {
-    const bool kmajor = A.rs == 1 && A.cs != 1;
     const float* a0 = static_cast<const float*>(A.data);
-    const int nb = c1 - c0;
-    f32_blocks(r0, r1, c0, c1, next, K, B, beta, [&](int i, int R, int p, const Mask16*, const float* bp, int k0, int kc, int mode) {
-        const int pc = panel_cols(nb, p, kNr);
-        // an 8-row strip's two 4-row halves (i - ap_row0 is a multiple of 8), each across the panel's halves
-        for (int s = 0; s < R; s += 4)
-            for (int h = 0; h * 24 < pc; h++) {
-                const float* b = bp + 24 * h;
-                float* c = C + long(i + s) * ldc + c0 + p * kNr + 24 * h;
-                const int rows = std::min(4, R - s), n = pc - 24 * h;
-                if (ap)
-                    tile8_rows<3, true, kNr>(rows, kc, ap + size_t(i - ap_row0) * even(K) + size_t(k0) * kMr + s, kMr, b, c,
-                                             ldc, n, alpha, beta, mode);
-                else if (kmajor)
-                    tile8_rows<3, true, kNr>(rows, kc, a0 + i + s + long(k0) * A.cs, A.cs, b, c, ldc, n, alpha, beta, mode);
-                else
-                    tile8_rows<3, false, kNr>(rows, kc, a0 + long(i + s) * A.rs + k0, A.rs, b, c, ldc, n, alpha, beta, mode);
-            }
+    if (ap)  // strip (i - ap_row0) / 8, its rows from (i - ap_row0) % 8
+        return item_blocks<4, 3, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
+            const int d = i - ap_row0;
+            *lda = kMr;
+            return ap + size_t(d / kMr * kMr) * even(K) + size_t(k0) * kMr + d % kMr;
+        });
+    if (A.rs == 1 && A.cs != 1)
+        return item_blocks<6, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
+            *lda = A.cs;
+            return a0 + i + long(k0) * A.cs;
+        });
+    item_blocks<6, 2, false>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
+        *lda = A.rs;
+        return a0 + long(i) * A.rs + k0;
     });
 }
 
@@ -218,11 +267,11 @@ void packed_tiles(int M, int k0, int kc, int n0, int n1, float alpha, const Oper
                 float* c = C + long(i) * ldc + p * B.nr + 16 * q;
                 const int n = pc - 16 * q;
                 if (B.nr == 64) {
-                    if (kmajor) tile8_rows<2, true, 64>(R, kc, a, lda, b, c, ldc, n, alpha, beta, mode);
-                    else tile8_rows<2, false, 64>(R, kc, a, lda, b, c, ldc, n, alpha, beta, mode);
+                    if (kmajor) tile8_rows<2, true>(R, kc, a, lda, b, 64, c, ldc, n, alpha, beta, mode);
+                    else tile8_rows<2, false>(R, kc, a, lda, b, 64, c, ldc, n, alpha, beta, mode);
                 } else {
-                    if (kmajor) tile8_rows<2, true, kNr>(R, kc, a, lda, b, c, ldc, n, alpha, beta, mode);
-                    else tile8_rows<2, false, kNr>(R, kc, a, lda, b, c, ldc, n, alpha, beta, mode);
+                    if (kmajor) tile8_rows<2, true>(R, kc, a, lda, b, kNr, c, ldc, n, alpha, beta, mode);
+                    else tile8_rows<2, false>(R, kc, a, lda, b, kNr, c, ldc, n, alpha, beta, mode);
                 }
             }
         },

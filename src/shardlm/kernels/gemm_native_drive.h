@@ -162,25 +162,6 @@ private:
     long seg_stride_ = 0, first_ = 0, len_ = 0, line_ = 0, last_line_ = 0;
 };
 
-// sgemm's item as either instruction set runs it: per block of k (kKc), B's panels packed (the lines of the next
-// block fetched while the tiles run), then tile(i, R, p, cm, b, k0, kc, mode) for the tiles of rows r0 .. r1
-// (kMr rows at most) and each panel p (its packed block at b).
-template <class Tile>
-void f32_blocks(int r0, int r1, int c0, int c1, Next next, int K, const Operand& B, float beta, const Tile& tile) {
-    const int nb = c1 - c0, panels = cdiv(nb, kNr);
-    float* bp = scratch(0, size_t(std::min(K, kKc)) * size_t(panels) * kNr);
-    for (int k0 = 0; k0 < K; k0 += kKc) {
-        const int kc = std::min(kKc, K - k0);
-        pack_b_f32(B, k0, kc, c0, nb, bp);
-        const int mode = k0 > 0 ? kAddC : beta == 0.0f ? kStore : kBetaC;
-        PrefetchB fetch = PrefetchB::after(B, K, kKc, k0, kc, c0, nb, next, panels * cdiv(r1 - r0, kMr));
-        for_tiles(r0, r1, nb, [&](int i, int R, int p, const Mask16* cm) {
-            fetch.step();
-            tile(i, R, p, cm, bp + size_t(p) * kc * kNr, k0, kc, mode);
-        });
-    }
-}
-
 // ---- what each instruction set's tiles provide (gemm_native.cpp: AVX-512; gemm_native_avx2.cpp: AVX2) -----
 
 // sgemm's item: rows r0 .. r1, columns c0 .. c1 of C, every block of k. A where it lies (rows, or columns
