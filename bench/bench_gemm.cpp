@@ -75,7 +75,7 @@ void table(const char* title, const std::vector<Shape>& shapes, bool bf16, doubl
         };
         double t[3];
         for (int l = 0; l < 3; l++) {
-            const bool have = kLibs[l] != GemmBackend::Native || (bf16 ? kn::gemm_has_native_bf16() : kn::gemm_has_native_fp32());
+            const bool have = kLibs[l] != GemmBackend::Native || (!bf16 || kn::gemm_has_native_bf16());
             kn::set_gemm_backend(kLibs[l]);
             t[l] = have ? time_best(run, 3) : 0;
         }

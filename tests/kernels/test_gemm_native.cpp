@@ -86,7 +86,6 @@ const Shape kShapes[] = {{1, 1, 1},    {7, 5, 3},     {8, 48, 16},   {9, 49, 17}
                          {64, 64, 64}, {100, 97, 770}, {259, 390, 129}, {16, 1000, 8}, {513, 17, 1537}};
 
 TEST(NativeGemm, Fp32EveryLayoutAndEdge) {
-    if (!kernels::native::has_fp32()) GTEST_SKIP() << "no native fp32 kernels in this build";
     for (const Shape& s : kShapes)
         for (char la : {'N', 'T'})
             for (char lb : {'N', 'T'}) {
@@ -102,7 +101,6 @@ TEST(NativeGemm, Fp32EveryLayoutAndEdge) {
 }
 
 TEST(NativeGemm, Fp32AlphaAndBeta) {
-    if (!kernels::native::has_fp32()) GTEST_SKIP() << "no native fp32 kernels in this build";
     const int M = 19, N = 70, K = 400;  // two blocks of k: beta applies once
     const Stored A(M, K, 'N', DType::F32, 3), B(K, N, 'T', DType::F32, 4);
     const Vec c0 = randn(size_t(M) * N, 5);
@@ -158,7 +156,6 @@ TEST(NativeGemm, Bf16AccumulateBiasAndBf16Output) {
 // The bits of an element do not depend on the threads, on the rows or columns computed with it, or on
 // where it falls in a tile: a row block, a column block and one row alone equal the whole product.
 TEST(NativeGemm, BitsDoNotDependOnThreadsOrCut) {
-    if (!kernels::native::has_fp32()) GTEST_SKIP() << "no native fp32 kernels in this build";
     const int M = 203, N = 421, K = 900;
     for (DType t : {DType::F32, DType::BF16}) {
         if (t == DType::BF16 && !kernels::native::has_bf16()) continue;
@@ -197,7 +194,6 @@ TEST(NativeGemm, BitsDoNotDependOnThreadsOrCut) {
 // most 16, 32 or 48 columns (a small head size) run the 64-column panels' narrow tiles (12, 12 or 8 rows):
 // M 29 takes whole tiles and a part.
 TEST(NativeGemm, PackedProductsReadTheirRangesOfB) {
-    if (!kernels::native::has_fp32()) GTEST_SKIP() << "no native fp32 kernels in this build";
     const int K = 150, N = 130;
     for (int nr : {48, 64})
     for (char lb : {'N', 'T'}) {

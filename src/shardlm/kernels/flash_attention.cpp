@@ -101,7 +101,7 @@ public:
     }
 
 private:
-    const bool native_ = native::has_fp32() && (gemm_backend() == GemmBackend::Auto || gemm_backend() == GemmBackend::Native);
+    const bool native_ = (gemm_backend() == GemmBackend::Auto || gemm_backend() == GemmBackend::Native);
     const float* x_ = nullptr;
     long rs_ = 0, cs_ = 0;
     native::PackedB packed_{nullptr, 0, 0, 0};

@@ -117,7 +117,7 @@ native::Operand operand(CBLAS_TRANSPOSE t, const float* X, int ld) {
 
 void one_call(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
               int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-    if (b == GemmBackend::Native && native::has_fp32())
+    if (b == GemmBackend::Native)
         native::sgemm(M, N, K, alpha, operand(ta, A, lda), operand(tb, B, ldb), beta, C, ldc);
     else if (b == GemmBackend::OneDnn)
         onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -145,7 +145,6 @@ int gemm_blocks_per_cpu() {
     return per;
 }
 
-bool gemm_has_native_fp32() { return native::has_fp32(); }
 bool gemm_has_native_bf16() { return native::has_bf16(); }
 
 void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
@@ -153,11 +152,10 @@ GemmBackend gemm_backend() { return g_backend.load(); }
 
 void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc, int cut_n) {
-    if (be == GemmBackend::Native && native::has_fp32()) {  // its own cut (gemm_native.h)
+    if (be == GemmBackend::Native) {  // its own cut (gemm_native.h)
         one_call(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    if (be == GemmBackend::Native) be = GemmBackend::OpenBlas;  // a build without the native kernels
     // The cut depends on N and the machine only, never on the threads running or the CPUs this
     // process may use (mpirun binds a rank to one): OpenBLAS's AVX2 kernels round a column block
     // differently from the same columns inside a wider call, so a cut that followed the thread count
@@ -211,8 +209,7 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                 flush_from_caches(operand(tb, B, ldb), K, cols);
                 flush_from_caches(operand(CblasNoTrans, out, ld), rows, cols);
             };
-            gemm_time_each(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn),
-                           native::has_fp32() ? on(GemmBackend::Native) : std::function<void()>(), t, cold);
+            gemm_time_each(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn), on(GemmBackend::Native), t, cold);
         });
     }
     sgemm_balanced_on(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -10,7 +10,7 @@
 //   openblas  every product on OpenBLAS (bf16 operands widened)
 //   onednn    every product on oneDNN, attention's tiles included: OpenBLAS is never called, so
 //             main() does not re-exec itself to give OpenBLAS its OPENBLAS_CORETYPE
-//   native    every product on the native kernels (a build without them: OpenBLAS)
+//   native    every product on the native kernels (bf16 ones without AVX512_BF16: widened, on OpenBLAS)
 //   auto      per shape and precision: the first time a process meets a shape (its dimensions,
 //             transposes, leading dimensions, whether it accumulates; for bf16 also the operand types and
 //             the threads oneDNN runs it on), every library runs it on the real operands (its first
@@ -71,8 +71,7 @@ void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, in
 // Column blocks per CPU of the machine in a balanced product: 2, or SHARDLM_GEMM_BLOCKS (for measuring)
 int gemm_blocks_per_cpu();
 
-bool gemm_has_native_fp32();  // this build has native fp32 kernels (AVX-512F, or AVX2 + FMA)
-bool gemm_has_native_bf16();  // and native bf16 ones (AVX512_BF16)
+bool gemm_has_native_bf16();  // this build has native bf16 kernels (AVX512_BF16; the fp32 ones are in every build)
 
 // ---- auto's choices ----------------------------------------------------------------------------------
 // What a shape is known by (gemm_choice's key): "fp32 NT 1024x2304x768 ld 768,768,2304 openblas:SkylakeX

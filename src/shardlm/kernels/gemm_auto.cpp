@@ -231,7 +231,7 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
         const char* c = openblas_get_corename();
         const dnnl_version_t* v = dnnl_version();
         return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, " native:",
-                   native::has_fp32() ? kNativeVersion : 0, " blocks:", gemm_blocks_per_cpu(), "x",
+                   kNativeVersion, " blocks:", gemm_blocks_per_cpu(), "x",
                    std::max(1u, std::thread::hardware_concurrency()));
     }();
     char buf[160];

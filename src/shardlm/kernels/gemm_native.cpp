@@ -206,8 +206,6 @@ void packed_tiles(int M, int k0, int kc, int n0, int n1, float alpha, const Oper
 
 using namespace detail;
 
-bool has_fp32() { return true; }
-
 void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B, float beta, float* C, long ldc) {
     SHARDLM_CHECK(A.t == DType::F32 && B.t == DType::F32, "native sgemm: fp32 operands");
     SHARDLM_CHECK(A.rs == 1 || A.cs == 1, "native sgemm: A needs contiguous rows or columns");

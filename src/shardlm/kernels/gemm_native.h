@@ -3,9 +3,9 @@
 // under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (issue 25 item 1; docs/DESIGN.md "The
 // native GEMM").
 //
-// The BLIS/GotoBLAS structure, sized for one core's caches: an 8 x 48 register tile (24 accumulators,
-// three 16-column vectors of B and one broadcast of A per step of k), B packed per block of k into 48-column
-// panels that stay in L2, A read where it lies (its rows, or its columns) with no copy when its layout
+// The BLIS/GotoBLAS structure, sized for one core's caches: on AVX-512 an 8 x 48 register tile (24
+// accumulators, three 16-column vectors of B and one broadcast of A per step of k; AVX2's tiles and order:
+// gemm_native_avx2.cpp), B packed per block of k into 48-column panels that stay in L2, A read where it lies (its rows, or its columns) with no copy when its layout
 // lets the tile broadcast from it. What the other libraries do not do:
 //   - bf16 operands may be given as fp32: they are rounded to bf16 (nearest even, the bits of
 //     convert_from_f32) as they are packed, so a mixed-precision product needs no rounding pass of its own;
@@ -31,8 +31,7 @@ struct Operand {
     long rs, cs;
 };
 
-bool has_fp32();  // this build has the fp32 kernels (AVX-512F, or AVX2 + FMA)
-bool has_bf16();  // and the bf16 ones (AVX512_BF16)
+bool has_bf16();  // this build has the bf16 kernels (AVX512_BF16); the fp32 ones are in every build
 
 // C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C: fp32 operands, C rows ldc floats apart (beta 0: C is not read).
 void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B, float beta, float* C, long ldc);

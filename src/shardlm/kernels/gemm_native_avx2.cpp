@@ -1,6 +1,6 @@
 // kernels/gemm_native_avx2.cpp: the native fp32 GEMMs' tiles, items and packing for CPUs with AVX2 and FMA but
 // no AVX-512 (Zen 3, Intel before Skylake-SP and the client cores). The entry points (gemm_native.cpp), the
-// cut into items, the blocks of k (kKc), the packing of A's strips and B's prefetch (gemm_native_drive.h,
+// cut into items, the blocks of k (kKc), the layout of A's strips and B's prefetch (gemm_native_drive.h,
 // gemm_native_parts.h) are the AVX-512 kernels'; the register tiles are narrower, and an sgemm item runs its
 // blocks in another order (item_blocks):
 //   - sgemm: 6 x 16 tiles (two 8-column vectors, 12 accumulators) where A is read where it lies, 4 x 24
@@ -195,7 +195,8 @@ namespace {
 // of A (at most 6 x kKc floats) stay in L1 while it sweeps the block's panels, which stay in L2 and are read
 // in order (64 or 96 bytes a step of k): the order OpenBLAS's Haswell kernels run. The AVX-512 order (each
 // 48-column panel over 256 rows) read both operands from L2 here, the panel (384 x 48 floats, 72 KiB) being
-// more than L1 holds: 0.77-0.92 of OpenBLAS's speed on one core of a Zen 3, against 0.90-0.97 in this order.
+// more than L1 holds: on one core of a Zen 3, bench_gemm's GPT-2 shapes ran at 0.91-0.92x OpenBLAS's speed,
+// in this order at 1.08-1.14x (bench/RESULTS.md).
 // rows(i, k0, &lda) gives A(i, k0) and the step between A's rows (rows) or its steps of k (KMAJOR).
 template <int RS, int NV, bool KMAJOR, class Rows>
 void item_blocks(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& B, float beta, float* C,

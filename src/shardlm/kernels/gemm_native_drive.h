@@ -1,7 +1,8 @@
-// kernels/gemm_native_drive.h: how the native GEMMs run a product, shared by the fp32 (gemm_native.cpp) and
-// the bf16 (gemm_native_bf16.cpp) kernels: the threads' scratch, the cut of C into items that the threads take,
-// the tiles of an item's block, and the lines of B fetched ahead of their packing. Nothing else includes
-// it. Builds with native kernels (SHARDLM_NATIVE_FP32: AVX-512, or AVX2 + FMA).
+// kernels/gemm_native_drive.h: how the native GEMMs run a product, shared by the fp32 kernels (gemm_native.cpp
+// on AVX-512, gemm_native_avx2.cpp on AVX2) and the bf16 ones (gemm_native_bf16.cpp): the threads' scratch,
+// the cut of C into items that the threads take, the tiles of an item's block, and the lines of B fetched
+// ahead of their packing. Only those include it. Builds with native kernels (SHARDLM_NATIVE_FP32: AVX-512,
+// or AVX2 + FMA).
 #pragma once
 #include "shardlm/kernels/gemm_native_parts.h"
 #if defined(SHARDLM_NATIVE_FP32)

@@ -110,7 +110,7 @@ const CpuId& cpu_id() {
 
 GemmBackend sgemm_library(GemmBackend gemm) {
     if (gemm == GemmBackend::OneDnn) return GemmBackend::OneDnn;
-    if ((gemm == GemmBackend::Native || gemm == GemmBackend::Auto) && gemm_has_native_fp32()) return GemmBackend::Native;
+    if (gemm == GemmBackend::Native || gemm == GemmBackend::Auto) return GemmBackend::Native;
     return GemmBackend::OpenBlas;
 }
 
@@ -158,7 +158,7 @@ std::string describe(const MachineInfo& m, int threads) {
     if (!m.openblas_coretype_env.empty() && !m.coretype_ours) openblas += " (OPENBLAS_CORETYPE preset)";
     const std::string onednn = "oneDNN " + m.onednn_isa;
     const std::string widened = "widened to fp32 on OpenBLAS";
-    const bool nat32 = gemm_has_native_fp32(), nat16 = gemm_has_native_bf16();
+    const bool nat16 = gemm_has_native_bf16();
 #if defined(__AVX512F__)
     const std::string native32 = "native AVX-512 kernels";
 #else
@@ -170,10 +170,10 @@ std::string describe(const MachineInfo& m, int threads) {
         case GemmBackend::OpenBlas: s << "fp32 " << openblas << ", bf16 " << widened; break;
         case GemmBackend::OneDnn: s << "fp32 " << onednn << ", bf16 " << (m.onednn_bf16 ? onednn : widened); break;
         case GemmBackend::Native:
-            s << "fp32 " << (nat32 ? native32 : openblas) << ", bf16 " << (nat16 ? native16 : widened);
+            s << "fp32 " << native32 << ", bf16 " << (nat16 ? native16 : widened);
             break;
         default:
-            s << "auto per shape: fp32 " << (nat32 ? native32 + ", " : "") << openblas << " or " << onednn << ", bf16 "
+            s << "auto per shape: fp32 " << native32 << ", " << openblas << " or " << onednn << ", bf16 "
               << (nat16 ? native16 + ", " : "") << (m.onednn_bf16 ? onednn + " or " + widened : widened);
     }
     if (m.fp32_gemm_gflops > 0) {

@@ -46,7 +46,8 @@ GemmBackend sgemm_library(GemmBackend gemm);
 // openblas: "bf16 widened to fp32 on OpenBLAS"; onednn: "fp32 oneDNN ..."; native: "fp32 native AVX-512
 // kernels, bf16 native AVX512_BF16 kernels"; auto: "auto per shape: fp32 native AVX-512 kernels, OpenBLAS
 // SkylakeX kernels or oneDNN avx512_core_amx, bf16 native AVX512_BF16 kernels, oneDNN avx512_core_amx or
-// widened to fp32 on OpenBLAS", without the native kernels where the build has none)
+// widened to fp32 on OpenBLAS", without the native bf16 kernels where the build has none; "native AVX2
+// kernels" on a build without AVX-512)
 std::string describe(const MachineInfo& m, int threads);
 
 // The traps this process's environment sets for the kernels, one sentence each with its fix: an
