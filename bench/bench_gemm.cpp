@@ -5,7 +5,8 @@
 // of their own on OpenBLAS and oneDNN, in the packing on the native kernels), against the fp32 FMA and the
 // bf16 dot-product peaks measured in the same run; and what --gemm auto keeps for each shape (its own
 // timing, cached per CPU model: SHARDLM_CACHE_DIR to start from an empty cache).
-// Usage: bench_gemm [tokens=1024] [threads=all]
+// Usage: bench_gemm [tokens=1024] [threads=all] [n_embd=768] (64: the small model's narrow products, its head's
+// weight gradient a 50304 x 64 product over the tokens)
 #include <cblas.h>
 #include <omp.h>
 
@@ -100,9 +101,9 @@ int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
     int N = argc > 1 ? std::atoi(argv[1]) : 1024;
     if (argc > 2) shardlm::set_threads(std::atoi(argv[2]));
-    const int C = 768, V = 50304, threads = omp_get_max_threads();
+    const int C = argc > 3 ? std::atoi(argv[3]) : 768, V = 50304, threads = omp_get_max_threads();
     const kn::MachineInfo m = kn::machine_info(threads, 0.4);
-    std::printf("OpenBLAS core %s, threads %d, tokens %d\n", openblas_get_corename(), threads, N);
+    std::printf("OpenBLAS core %s, threads %d, tokens %d, n_embd %d\n", openblas_get_corename(), threads, N, C);
     const std::vector<Shape> fp32 = {
         {"qkv fwd  (N,C)x(3C,C)^T", 'N', 'T', N, 3 * C, C},
         {"fc fwd   (N,C)x(4C,C)^T", 'N', 'T', N, 4 * C, C},

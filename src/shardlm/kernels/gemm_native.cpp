@@ -215,8 +215,9 @@ void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B,
             for (int j = 0; j < N; j++) C[long(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * C[long(i) * ldc + j];
         return;
     }
-    // A with contiguous columns (a transposed operand) is packed into strips: see pack_a_strip_f32
-    const bool packed = A.rs == 1 && A.cs != 1 && M > 1;
+    // A with contiguous columns (a transposed operand) is packed into strips up front (pack_a_lines_f32), but
+    // where the instruction set's items copy it as they go (packs_a_up_front)
+    const bool packed = A.rs == 1 && A.cs != 1 && M > 1 && packs_a_up_front(N);
     const int threads = team(), chunk = chunk_rows(M, long(even(K)) * 4, packed);
     thread_local AlignedBuffer<float> strips;
     if (packed && strips.size() < size_t(chunk) * even(K)) strips.resize(size_t(chunk) * even(K));

@@ -5,6 +5,7 @@
 // blocks in another order (item_blocks):
 //   - sgemm: 6 x 16 tiles (two 8-column vectors, 12 accumulators) where A is read where it lies, 4 x 24
 //     (three vectors) down the 8-row strips of a packed A; B packed per block into panels of the tile's width;
+//     a transposed A of a narrow product (packs_a_up_front) copied six rows of a block at a time, 6 x 16;
 //   - gemm_packed (attention's tiles): 6 x 16 across its 48- or 64-column panels.
 // Each element of C is still one chain of fused multiply-adds over k in blocks of kKc, the blocks added in
 // order, then alpha, then beta C, whatever the tile, the threads or the cut: the AVX-512 kernels' chain
@@ -240,11 +241,22 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
             *lda = kMr;
             return ap + size_t(d / kMr * kMr) * even(K) + size_t(k0) * kMr + d % kMr;
         });
-    if (A.rs == 1 && A.cs != 1)
+    if (A.rs == 1 && A.cs != 1) {
+        // a transposed A left where it lies (narrow products, sgemm): each tile's six rows of a block copied
+        // into L1 once, one step of k after another, for the block's panels to read (OpenBLAS's order)
+        float* t = scratch(1, size_t(6) * kKc + 8);
         return item_blocks<6, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
-            *lda = A.cs;
-            return a0 + i + long(k0) * A.cs;
+            const int R = std::min(6, r1 - i), kc = std::min(kKc, K - k0);
+            const float* src = a0 + i + long(k0) * A.cs;
+            if (i + 8 <= r1)  // 8 at a time, the last two overwritten by the next step's
+                for (int k = 0; k < kc; k++) _mm256_storeu_ps(t + 6 * k, _mm256_loadu_ps(src + long(k) * A.cs));
+            else
+                for (int k = 0; k < kc; k++)
+                    for (int j = 0; j < 6; j++) t[6 * k + j] = j < R ? src[long(k) * A.cs + j] : 0.0f;
+            *lda = 6;
+            return static_cast<const float*>(t);
         });
+    }
     item_blocks<6, 2, false>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
         *lda = A.rs;
         return a0 + long(i) * A.rs + k0;

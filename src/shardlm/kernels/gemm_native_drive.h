@@ -165,8 +165,20 @@ private:
 
 // ---- what each instruction set's tiles provide (gemm_native.cpp: AVX-512; gemm_native_avx2.cpp: AVX2) -----
 
-// sgemm's item: rows r0 .. r1, columns c0 .. c1 of C, every block of k. A where it lies (rows, or columns
-// contiguous) or packed strips (ap, from row ap_row0).
+// Whether sgemm packs a transposed A's strips before the items run. On AVX2 a narrow product's (N <= 64: the
+// weight gradient of a narrow input, such as a small model's head, d(wte) 50304 x 64 over thousands of rows of
+// k) is not: packing copies all of A through memory and back, while its item copies each tile's rows of a
+// block into L1 as it reaches them (OpenBLAS's order; one core 0.7x OpenBLAS before, 1.1x after,
+// bench/RESULTS.md).
+#if defined(__AVX512F__)
+inline bool packs_a_up_front(int) { return true; }
+#else
+inline bool packs_a_up_front(int N) { return N > 64; }
+#endif
+
+// sgemm's item: rows r0 .. r1, columns c0 .. c1 of C, every block of k. A where it lies (rows contiguous; or
+// columns, one row: M = 1), packed strips (ap, from row ap_row0), or, on AVX2, a transposed A that sgemm did
+// not pack (packs_a_up_front), each tile's rows of a block copied as the item reaches them.
 void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& A, const float* ap,
               int ap_row0, const Operand& B, float beta, float* C, long ldc);
 // gemm_packed's tiles: one block of k (k0, kc > 0), columns n0 .. n1 of a packed B, on the calling thread
