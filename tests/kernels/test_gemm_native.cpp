@@ -191,32 +191,37 @@ TEST(NativeGemm, BitsDoNotDependOnThreadsOrCut) {
 
 // A stored by columns (a weight gradient's transposed operand) gives the bits of the same A stored by rows,
 // whether sgemm packs its strips first (wide products) or, on AVX2, copies each tile's rows of a block as it
-// goes (at most 64 columns: a narrow input's weight gradient), on one thread or three, rows cut anywhere.
+// goes (at most 64 columns: a narrow input's weight gradient), on one thread or three, rows cut anywhere,
+// one row of it alone, and with alpha and beta.
 TEST(NativeGemm, ColumnMajorAGivesTheBitsOfRowMajorA) {
-    const Shape shapes[] = {{513, 17, 1537}, {300, 64, 800}, {300, 65, 800}, {7, 64, 5}, {1, 40, 390}};
+    const Shape shapes[] = {{513, 17, 1537}, {300, 64, 800}, {300, 65, 800}, {7, 64, 5}, {40, 100, 390}};
     for (const Shape& s : shapes) {
         SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K);
         const Stored Ar(s.M, s.K, 'N', DType::F32, 21), Ac(s.M, s.K, 'T', DType::F32, 21), B(s.K, s.N, 'N', DType::F32, 22);
-        auto run = [&](const Stored& A, int m0, int m1, int threads) {
-            Vec c(size_t(m1 - m0) * s.N, 7.0f);
+        const Vec c0 = randn(size_t(s.M) * s.N, 23);
+        // rows m0 .. m1 of alpha A B + beta C0
+        auto run = [&](const Stored& A, int m0, int m1, int threads, float alpha = 1.0f, float beta = 0.0f) {
+            Vec c(c0.begin() + long(m0) * s.N, c0.begin() + long(m1) * s.N);
             const int saved = omp_get_max_threads();
             omp_set_num_threads(threads);
             const Operand a = A.op();
             const Operand as{static_cast<const float*>(a.data) + size_t(m0) * a.rs, DType::F32, a.rs, a.cs};
-            kernels::native::sgemm(m1 - m0, s.N, s.K, 1.0f, as, B.op(), 0.0f, c.data(), s.N);
+            kernels::native::sgemm(m1 - m0, s.N, s.K, alpha, as, B.op(), beta, c.data(), s.N);
             omp_set_num_threads(saved);
             return c;
         };
         const Vec rows = run(Ar, 0, s.M, 1);
         EXPECT_EQ(run(Ac, 0, s.M, 1), rows);
         EXPECT_EQ(run(Ac, 0, s.M, 3), rows);
-        if (s.M > 8) {
-            const int m0 = s.M / 3 + 1, m1 = s.M - 2;  // rows from the middle of a tile
+        EXPECT_EQ(run(Ac, 0, s.M, 2, 0.5f, -2.0f), run(Ar, 0, s.M, 1, 0.5f, -2.0f));
+        auto expect_rows = [&](int m0, int m1) {
             const Vec part = run(Ac, m0, m1, 2);
             for (int i = m0; i < m1; i++)
                 for (int j = 0; j < s.N; j++)
                     ASSERT_EQ(part[size_t(i - m0) * s.N + j], rows[size_t(i) * s.N + j]) << i << "," << j;
-        }
+        };
+        if (s.M > 8) expect_rows(s.M / 3 + 1, s.M - 2);  // rows from the middle of a tile
+        expect_rows(s.M - 1, s.M);                        // one row of a wider A: columns s.M floats apart
     }
 }
 

@@ -242,8 +242,9 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
             return ap + size_t(d / kMr * kMr) * even(K) + size_t(k0) * kMr + d % kMr;
         });
     if (A.rs == 1 && A.cs != 1) {
-        // a transposed A left where it lies (narrow products, sgemm): each tile's six rows of a block copied
-        // into L1 once, one step of k after another, for the block's panels to read (OpenBLAS's order)
+        // a transposed A that sgemm did not pack (a narrow product's, packs_a_up_front, or one row): each
+        // tile's six rows of a block copied into L1 once, one step of k after another, for the block's panels
+        // to read (OpenBLAS's order)
         float* t = scratch(1, size_t(6) * kKc + 8);
         return item_blocks<6, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
             const int R = std::min(6, r1 - i), kc = std::min(kKc, K - k0);

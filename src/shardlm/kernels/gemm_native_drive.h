@@ -22,7 +22,8 @@ namespace shardlm::kernels::native::detail {
 // How the tile writes C: C = x; C = x + C; C = x + beta C.
 enum Mode { kStore, kAddC, kBetaC };
 
-// The calling thread's scratch (slot 0: packed B; 1: an fp32 tile of C), grown as needed.
+// The calling thread's scratch (slot 0: packed B; 1: an fp32 tile of C (bf16), or a tile's rows of a transposed
+// A (AVX2 f32_item)), grown as needed.
 inline float* scratch(int slot, size_t floats) {
     thread_local AlignedBuffer<float> buf[2];
     if (buf[slot].size() < floats) buf[slot].resize(floats);
@@ -176,9 +177,10 @@ inline bool packs_a_up_front(int) { return true; }
 inline bool packs_a_up_front(int N) { return N > 64; }
 #endif
 
-// sgemm's item: rows r0 .. r1, columns c0 .. c1 of C, every block of k. A where it lies (rows contiguous; or
-// columns, one row: M = 1), packed strips (ap, from row ap_row0), or, on AVX2, a transposed A that sgemm did
-// not pack (packs_a_up_front), each tile's rows of a block copied as the item reaches them.
+// sgemm's item: rows r0 .. r1, columns c0 .. c1 of C, every block of k. A where it lies (rows contiguous), packed
+// strips (ap, from row ap_row0), or a transposed A that sgemm did not pack (one row, M = 1; on AVX2 also a
+// narrow product's, packs_a_up_front): read where it lies on AVX-512, on AVX2 each tile's rows of a block
+// copied as the item reaches them.
 void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& A, const float* ap,
               int ap_row0, const Operand& B, float beta, float* C, long ldc);
 // gemm_packed's tiles: one block of k (k0, kc > 0), columns n0 .. n1 of a packed B, on the calling thread
