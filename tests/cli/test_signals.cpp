@@ -39,18 +39,19 @@ protected:
         waitpid(pid, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
+    // Waits (at most 60 s) until done() holds.
+    template <class Done>
+    static void wait_until(const Done& done) {
+        for (int i = 0; i < 6000 && !done(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     // Waits until the run's output (log.txt) holds `text`.
     void wait_log(const std::string& text) {
         const fs::path log = tmp / "log.txt";
-        for (int i = 0; i < 6000; i++) {
-            if (fs::exists(log) && shardlm::io::read_file(log.string()).find(text) != std::string::npos) return;
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+        wait_until([&] { return fs::exists(log) && shardlm::io::read_file(log.string()).find(text) != std::string::npos; });
     }
     // Waits until the run directory's metrics hold at least n rows.
     void wait_rows(const fs::path& run, size_t n) {
-        for (int i = 0; i < 6000 && shardlm::test::metrics(run).size() < n; i++)
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        wait_until([&] { return shardlm::test::metrics(run).size() >= n; });
     }
     static std::string train(const std::string& extra) {
         return shardlm::test::train_fixture("--optimizer adamw --lr 1e-3 --data-order random --seed 3 --threads 1 " + extra);

@@ -47,8 +47,24 @@ struct Stored {
         const void* d = t == DType::F32 ? static_cast<const void*>(f32.data()) : static_cast<const void*>(bits.data());
         return layout == 'N' ? Operand{d, t, cols, 1} : Operand{d, t, 1, rows};
     }
+    // the part from element (r0, c0) on
+    Operand op_from(int r0, int c0) const {
+        Operand o = op();
+        o.data = static_cast<const char*>(o.data) + (size_t(r0) * o.rs + size_t(c0) * o.cs) * dtype_bytes(t);
+        return o;
+    }
     float operator()(int i, int j) const { return values[size_t(i) * cols + j]; }
 };
+
+// f() with the OpenMP team at `threads`, then the team as it was
+template <class F>
+auto on_threads(int threads, const F& f) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    auto r = f();
+    omp_set_num_threads(saved);
+    return r;
+}
 
 // sum_k A(i,k) B(k,j) in double, each operand's value rounded to bf16 first when `round`
 std::vector<double> reference(const Stored& A, const Stored& B, bool round) {
@@ -162,17 +178,13 @@ TEST(NativeGemm, BitsDoNotDependOnThreadsOrCut) {
         SCOPED_TRACE(dtype_name(t));
         const Stored A(M, K, 'N', t, 12), B(K, N, 'T', t, 13);
         auto run = [&](int m0, int m1, int n0, int n1, int threads) {
-            Vec c(size_t(m1 - m0) * (n1 - n0));
-            const int saved = omp_get_max_threads();
-            omp_set_num_threads(threads);
-            const Operand a = A.op(), b = B.op();
-            const size_t eb = dtype_bytes(t);
-            const Operand as{static_cast<const char*>(a.data) + size_t(m0) * a.rs * eb, t, a.rs, a.cs};
-            const Operand bs{static_cast<const char*>(b.data) + size_t(n0) * b.cs * eb, t, b.rs, b.cs};
-            if (t == DType::F32) kernels::native::sgemm(m1 - m0, n1 - n0, K, 1.0f, as, bs, 0.0f, c.data(), n1 - n0);
-            else kernels::native::gemm_bf16(c.data(), DType::F32, n1 - n0, as, bs, m1 - m0, n1 - n0, K, false, nullptr);
-            omp_set_num_threads(saved);
-            return c;
+            return on_threads(threads, [&] {
+                Vec c(size_t(m1 - m0) * (n1 - n0));
+                const Operand as = A.op_from(m0, 0), bs = B.op_from(0, n0);
+                if (t == DType::F32) kernels::native::sgemm(m1 - m0, n1 - n0, K, 1.0f, as, bs, 0.0f, c.data(), n1 - n0);
+                else kernels::native::gemm_bf16(c.data(), DType::F32, n1 - n0, as, bs, m1 - m0, n1 - n0, K, false, nullptr);
+                return c;
+            });
         };
         const Vec whole = run(0, M, 0, N, 1);
         EXPECT_EQ(run(0, M, 0, N, 2), whole);
@@ -201,14 +213,11 @@ TEST(NativeGemm, ColumnMajorAGivesTheBitsOfRowMajorA) {
         const Vec c0 = randn(size_t(s.M) * s.N, 23);
         // rows m0 .. m1 of alpha A B + beta C0
         auto run = [&](const Stored& A, int m0, int m1, int threads, float alpha = 1.0f, float beta = 0.0f) {
-            Vec c(c0.begin() + long(m0) * s.N, c0.begin() + long(m1) * s.N);
-            const int saved = omp_get_max_threads();
-            omp_set_num_threads(threads);
-            const Operand a = A.op();
-            const Operand as{static_cast<const float*>(a.data) + size_t(m0) * a.rs, DType::F32, a.rs, a.cs};
-            kernels::native::sgemm(m1 - m0, s.N, s.K, alpha, as, B.op(), beta, c.data(), s.N);
-            omp_set_num_threads(saved);
-            return c;
+            return on_threads(threads, [&] {
+                Vec c(c0.begin() + long(m0) * s.N, c0.begin() + long(m1) * s.N);
+                kernels::native::sgemm(m1 - m0, s.N, s.K, alpha, A.op_from(m0, 0), B.op(), beta, c.data(), s.N);
+                return c;
+            });
         };
         const Vec rows = run(Ar, 0, s.M, 1);
         EXPECT_EQ(run(Ac, 0, s.M, 1), rows);

@@ -245,16 +245,17 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
         // a transposed A that sgemm did not pack (a narrow product's, packs_a_up_front, or one row): each
         // tile's six rows of a block copied into L1 once, one step of k after another, for the block's panels
         // to read (OpenBLAS's order)
-        float* t = scratch(1, size_t(6) * kKc + 8);
-        return item_blocks<6, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
-            const int R = std::min(6, r1 - i), kc = std::min(kKc, K - k0);
+        constexpr int rs = 6;  // the tile's rows: rs values a step of k
+        float* t = scratch(1, size_t(rs) * kKc + 8);
+        return item_blocks<rs, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
+            const int R = std::min(rs, r1 - i), kc = std::min(kKc, K - k0);
             const float* src = a0 + i + long(k0) * A.cs;
             if (i + 8 <= r1)  // 8 at a time, the last two overwritten by the next step's
-                for (int k = 0; k < kc; k++) _mm256_storeu_ps(t + 6 * k, _mm256_loadu_ps(src + long(k) * A.cs));
+                for (int k = 0; k < kc; k++) _mm256_storeu_ps(t + rs * k, _mm256_loadu_ps(src + long(k) * A.cs));
             else
                 for (int k = 0; k < kc; k++)
-                    for (int j = 0; j < 6; j++) t[6 * k + j] = j < R ? src[long(k) * A.cs + j] : 0.0f;
-            *lda = 6;
+                    for (int j = 0; j < rs; j++) t[rs * k + j] = j < R ? src[long(k) * A.cs + j] : 0.0f;
+            *lda = rs;
             return static_cast<const float*>(t);
         });
     }
