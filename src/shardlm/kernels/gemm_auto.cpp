@@ -38,7 +38,7 @@ namespace {
 
 // Part of every auto key: a change to the native kernels that moves their speed bumps it, so that the
 // cache times them again
-constexpr int kNativeVersion = 5;
+constexpr int kNativeVersion = 6;
 
 // ---- auto's table and its cache file ------------------------------------------------------------------
 

@@ -243,12 +243,14 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
         });
     if (A.rs == 1 && A.cs != 1) {
         // a transposed A that sgemm did not pack (a narrow product's, packs_a_up_front, or one row): the
-        // rows of a block copied 48 at a time (three cache lines of each step of k, read once) into eight
+        // rows of a block copied 96 at a time (six cache lines of each step of k, read once) into sixteen
         // tiles' copies, [k][6] each, as the item reaches them; each tile's copy then stays in L1 while the
         // block's panels read it (OpenBLAS's order). Copying one tile's six rows at a time read each line
         // of A two or three times, from L2 at best: A's steps of k fall in few sets of L1 when their stride
-        // is a multiple of 8 lines (the head's 50304 floats, 3144 lines: 8 sets of 64).
-        constexpr int rs = 6, tiles = 8, group = tiles * rs;
+        // is a multiple of 8 lines (the head's 50304 floats, 3144 lines: 8 sets of 64). 96 rows rather than
+        // 48: each of memory's pages gives twice as many lines at a time (the head's d(wte) 27-29 % of the
+        // default model's step with 48, 25-27 % with 96; 192 no better).
+        constexpr int rs = 6, tiles = 16, group = tiles * rs;
         constexpr size_t ts = size_t(rs) * kKc + 8;  // a tile's copy, and room for the 8-wide store's last two
         float* t = scratch(1, tiles * ts);
         return item_blocks<rs, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
@@ -257,14 +259,14 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
                 const int kc = std::min(kKc, K - k0), rows = std::min(group, r1 - g0);
                 const float* src = a0 + g0 + long(k0) * A.cs;
                 // the next group's lines of this block asked for into L2 now, to arrive while this group's tiles
-                // run: no prefetcher follows steps of k a row of A apart (in the step 8-10 % less time)
+                // run: no prefetcher follows steps of k a row of A apart (in the step 8-10 % less time, with 48)
                 const bool ahead = g0 + group < r1;
                 if (g0 + group + 2 <= r1)  // 8 at a time from each tile's first row (two past the group's end)
                     for (int k = 0; k < kc; k++) {
                         const float* s = src + long(k) * A.cs;
                         if (ahead)
                             for (int l = 0; l < group; l += 16) __builtin_prefetch(s + group + l, 0, 2);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
                         for (int u = 0; u < tiles; u++) _mm256_storeu_ps(t + u * ts + rs * k, _mm256_loadu_ps(s + rs * u));
                     }
                 else  // the item's last rows: its own only, zeros past them in their last tile
