@@ -261,15 +261,20 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
                 // the next group's lines of this block asked for into L2 now, to arrive while this group's tiles
                 // run: no prefetcher follows steps of k a row of A apart (in the step 8-10 % less time, with 48)
                 const bool ahead = g0 + group < r1;
-                if (g0 + group + 2 <= r1)  // 8 at a time from each tile's first row (two past the group's end)
+                if (rows == group) {  // 8 at a time from each tile's first row, the last tile's from two before
+                    // (not touching the next group's first line, just asked for: that load would wait on memory)
+                    const __m256i left2 = _mm256_setr_epi32(2, 3, 4, 5, 6, 7, 7, 7);
                     for (int k = 0; k < kc; k++) {
                         const float* s = src + long(k) * A.cs;
                         if (ahead)
                             for (int l = 0; l < group; l += 16) __builtin_prefetch(s + group + l, 0, 2);
 #pragma GCC unroll 16
-                        for (int u = 0; u < tiles; u++) _mm256_storeu_ps(t + u * ts + rs * k, _mm256_loadu_ps(s + rs * u));
+                        for (int u = 0; u + 1 < tiles; u++) _mm256_storeu_ps(t + u * ts + rs * k, _mm256_loadu_ps(s + rs * u));
+                        _mm256_storeu_ps(t + (tiles - 1) * ts + rs * k,
+                                         _mm256_permutevar8x32_ps(_mm256_loadu_ps(s + group - 8), left2));
                     }
-                else  // the item's last rows: its own only, zeros past them in their last tile
+                } else
+                    // the item's last rows: its own only, zeros past them in their last tile
                     for (int k = 0; k < kc; k++)
                         for (int u = 0; u < cdiv(rows, rs); u++)
                             for (int j = 0; j < rs; j++)
