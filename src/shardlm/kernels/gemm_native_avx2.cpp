@@ -5,7 +5,8 @@
 // blocks in another order (item_blocks):
 //   - sgemm: 6 x 16 tiles (two 8-column vectors, 12 accumulators) where A is read where it lies, 4 x 24
 //     (three vectors) down the 8-row strips of a packed A; B packed per block into panels of the tile's width;
-//     a transposed A of a narrow product (packs_a_up_front) copied six rows of a block at a time, 6 x 16;
+//     a transposed A of a narrow product (packs_a_up_front) copied 96 rows of a block at a time (copy_rows),
+//     6 x 16;
 //   - gemm_packed (attention's tiles): 6 x 16 across its 48- or 64-column panels.
 // Each element of C is still one chain of fused multiply-adds over k in blocks of kKc, the blocks added in
 // order, then alpha, then beta C, whatever the tile, the threads or the cut: the AVX-512 kernels' chain
@@ -191,6 +192,36 @@ void pack_a_lines_f32(const Operand& A, int K, int q0, int rows, int u, float* a
 
 namespace {
 
+// A transposed A's rows g0 .. g0 + rows (rows <= 16 x 6) of the block k0 .. k0 + kc, A(i, k) at a[i + k cs],
+// into the copies of cdiv(rows, 6) tiles at t, ts floats apart, [k][6] each (a partial tile's missing rows 0).
+// A step of k's values are contiguous: each whole tile 8 at a time (two past its rows, overwritten by the next
+// step's, or from two before and shifted when nothing of A's follows in the group), a partial tile one at a
+// time. With ahead, the next group's lines of the block (rows g0 + group ..) are asked for into L2 while it
+// copies: no prefetcher follows steps of k a row of A apart.
+void copy_rows(const float* a, long cs, int g0, int rows, int k0, int kc, float* t, size_t ts, int group, bool ahead) {
+    constexpr int rs = 6;
+    const int whole = rows / rs;
+    const __m256i left2 = _mm256_setr_epi32(2, 3, 4, 5, 6, 7, 7, 7);
+    for (int k = 0; k < kc; k++) {
+        const float* s = a + g0 + long(k0 + k) * cs;
+        float* d = t + rs * k;
+        if (ahead) {
+            for (int l = 0; l < group; l += 16) __builtin_prefetch(s + group + l, 0, 2);
+            __builtin_prefetch(s + 2 * group - 1, 0, 2);  // the seventh line, when the rows are not line-aligned
+        }
+        int u = 0;
+        for (; rs * u + 8 <= rows; u++) _mm256_storeu_ps(d + u * ts, _mm256_loadu_ps(s + rs * u));
+        if (u < whole) {  // the last whole tile, its rows the group's last: from two before, shifted
+            if (u > 0) _mm256_storeu_ps(d + u * ts, _mm256_permutevar8x32_ps(_mm256_loadu_ps(s + rs * u - 2), left2));
+            else
+                for (int j = 0; j < rs; j++) d[j] = s[j];
+            u++;
+        }
+        if (u * rs < rows)  // a partial tile
+            for (int j = 0; j < rs; j++) d[u * ts + j] = rs * u + j < rows ? s[rs * u + j] : 0.0f;
+    }
+}
+
 // An item's blocks of k with tiles of RS rows x 8 NV columns: per block, B's panels packed (8 NV columns each,
 // kc rows of them one after another), then for each RS rows of the item every panel in turn. The tile's rows
 // of A (at most 6 x kKc floats) stay in L1 while it sweeps the block's panels, which stay in L2 and are read
@@ -244,42 +275,20 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
     if (A.rs == 1 && A.cs != 1) {
         // a transposed A that sgemm did not pack (a narrow product's, packs_a_up_front, or one row): the
         // rows of a block copied 96 at a time (six cache lines of each step of k, read once) into sixteen
-        // tiles' copies, [k][6] each, as the item reaches them; each tile's copy then stays in L1 while the
+        // tiles' copies as the item reaches them (copy_rows); each tile's copy then stays in L1 while the
         // block's panels read it (OpenBLAS's order). Copying one tile's six rows at a time read each line
         // of A two or three times, from L2 at best: A's steps of k fall in few sets of L1 when their stride
         // is a multiple of 8 lines (the head's 50304 floats, 3144 lines: 8 sets of 64). 96 rows rather than
         // 48: each of memory's pages gives twice as many lines at a time (the head's d(wte) 27-29 % of the
         // default model's step with 48, 25-27 % with 96; 192 no better).
         constexpr int rs = 6, tiles = 16, group = tiles * rs;
-        constexpr size_t ts = size_t(rs) * kKc + 8;  // a tile's copy, and room for the 8-wide store's last two
+        constexpr size_t ts = size_t(rs) * kKc + 8;  // a tile's copy, and room for an 8-wide store's last two
         float* t = scratch(1, tiles * ts);
         return item_blocks<rs, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
             const int g0 = r0 + (i - r0) / group * group;
-            if (i == g0) {  // the group's first tile: copy the group
-                const int kc = std::min(kKc, K - k0), rows = std::min(group, r1 - g0);
-                const float* src = a0 + g0 + long(k0) * A.cs;
-                // the next group's lines of this block asked for into L2 now, to arrive while this group's tiles
-                // run: no prefetcher follows steps of k a row of A apart (in the step 8-10 % less time, with 48)
-                const bool ahead = g0 + group < r1;
-                if (rows == group) {  // 8 at a time from each tile's first row, the last tile's from two before
-                    // (not touching the next group's first line, just asked for: that load would wait on memory)
-                    const __m256i left2 = _mm256_setr_epi32(2, 3, 4, 5, 6, 7, 7, 7);
-                    for (int k = 0; k < kc; k++) {
-                        const float* s = src + long(k) * A.cs;
-                        if (ahead)
-                            for (int l = 0; l < group; l += 16) __builtin_prefetch(s + group + l, 0, 2);
-#pragma GCC unroll 16
-                        for (int u = 0; u + 1 < tiles; u++) _mm256_storeu_ps(t + u * ts + rs * k, _mm256_loadu_ps(s + rs * u));
-                        _mm256_storeu_ps(t + (tiles - 1) * ts + rs * k,
-                                         _mm256_permutevar8x32_ps(_mm256_loadu_ps(s + group - 8), left2));
-                    }
-                } else
-                    // the item's last rows: its own only, zeros past them in their last tile
-                    for (int k = 0; k < kc; k++)
-                        for (int u = 0; u < cdiv(rows, rs); u++)
-                            for (int j = 0; j < rs; j++)
-                                t[u * ts + rs * k + j] = rs * u + j < rows ? src[long(k) * A.cs + rs * u + j] : 0.0f;
-            }
+            if (i == g0)  // the group's first tile: copy the group
+                copy_rows(a0, A.cs, g0, std::min(group, r1 - g0), k0, std::min(kKc, K - k0), t, ts, group,
+                          g0 + group < r1);
             *lda = rs;
             return static_cast<const float*>(t + size_t((i - g0) / rs) * ts);
         });

@@ -22,8 +22,8 @@ namespace shardlm::kernels::native::detail {
 // How the tile writes C: C = x; C = x + C; C = x + beta C.
 enum Mode { kStore, kAddC, kBetaC };
 
-// The calling thread's scratch (slot 0: packed B; 1: an fp32 tile of C (bf16), or a tile's rows of a transposed
-// A (AVX2 f32_item)), grown as needed.
+// The calling thread's scratch (slot 0: packed B; 1: an fp32 tile of C (bf16), or sixteen tiles' rows of a
+// transposed A (AVX2 f32_item)), grown as needed.
 inline float* scratch(int slot, size_t floats) {
     thread_local AlignedBuffer<float> buf[2];
     if (buf[slot].size() < floats) buf[slot].resize(floats);
@@ -168,9 +168,9 @@ private:
 
 // Whether sgemm packs a transposed A's strips before the items run. On AVX2 a narrow product's (N <= 64: the
 // weight gradient of a narrow input, such as a small model's head, d(wte) 50304 x 64 over thousands of rows of
-// k) is not: packing copies all of A through memory and back, while its item copies each tile's rows of a
-// block into L1 as it reaches them (OpenBLAS's order; one core 0.7x OpenBLAS before, 1.1x after,
-// bench/RESULTS.md).
+// k) is not: packing copies all of A through memory and back, while its item copies 96 rows of a block at a
+// time into its tiles' copies as it reaches them (OpenBLAS's order; one core 0.7x OpenBLAS before, 1.1x
+// after, with six rows a copy; bench/RESULTS.md).
 #if defined(__AVX512F__)
 inline bool packs_a_up_front(int) { return true; }
 #else
@@ -179,7 +179,7 @@ inline bool packs_a_up_front(int N) { return N > 64; }
 
 // sgemm's item: rows r0 .. r1, columns c0 .. c1 of C, every block of k. A where it lies (rows contiguous), packed
 // strips (ap, from row ap_row0), or a transposed A that sgemm did not pack (one row, M = 1; on AVX2 also a
-// narrow product's, packs_a_up_front): read where it lies on AVX-512, on AVX2 each tile's rows of a block
+// narrow product's, packs_a_up_front): read where it lies on AVX-512, on AVX2 96 rows of a block at a time
 // copied as the item reaches them.
 void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, const Operand& A, const float* ap,
               int ap_row0, const Operand& B, float beta, float* C, long ldc);
