@@ -204,7 +204,8 @@ TEST(NativeGemm, BitsDoNotDependOnThreadsOrCut) {
 // A stored by columns (a weight gradient's transposed operand) gives the bits of the same A stored by rows,
 // whether sgemm packs its strips first (wide products) or, on AVX2, copies each tile's rows of a block as it
 // goes (at most 64 columns: a narrow input's weight gradient; 96 rows at a time, rows 96-191 of 193 the last
-// whole group, without reading past them), on one thread or three, rows cut anywhere, one row of it alone, and with alpha and beta.
+// whole group, without reading past them), on one thread or three, rows cut anywhere, one row of it alone,
+// and with alpha and beta.
 TEST(NativeGemm, ColumnMajorAGivesTheBitsOfRowMajorA) {
     const Shape shapes[] = {{513, 17, 1537}, {300, 64, 800}, {300, 65, 800}, {7, 64, 5}, {193, 40, 400}, {40, 100, 390}};
     for (const Shape& s : shapes) {

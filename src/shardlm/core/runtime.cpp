@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +70,8 @@ void ensure_blas_coretype(int argc, char** argv) {
 void set_threads(int k) {
     if (k > 0) omp_set_num_threads(k);
 }
+
+int team_threads() { return omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads()); }
 
 int get_threads() { return omp_get_max_threads(); }
 

@@ -15,6 +15,8 @@ void ensure_blas_coretype(int argc, char** argv);
 // Threads for our OpenMP kernels and for OpenBLAS (same libgomp runtime). k <= 0: leave the default.
 void set_threads(int k);
 int get_threads();
+// The threads a parallel region opened here gets: 1 inside one (no nesting), else the OpenMP default.
+int team_threads();
 
 // Binds OpenMP thread i to the i-th CPU this process may run on, when there are 2 or more threads, no
 // more than those CPUs, and OMP_PROC_BIND is unset (set, libgomp does what it says; false: no binding).

@@ -2,8 +2,7 @@
 
 #include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
-
-#include <omp.h>
+#include "shardlm/core/runtime.h"
 
 #include <algorithm>
 #include <cmath>
@@ -45,8 +44,7 @@ float row_sum_exp(const float* x, float* out, int V, float mx, const float* next
 // depend on the runs.
 template <class F>
 void rows_in_runs(int N, F&& f) {
-    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();  // the team the loop below gets
-    const int run = std::clamp(N / (2 * threads), 1, 8);
+    const int run = std::clamp(N / (2 * team_threads()), 1, 8);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int r0 = 0; r0 < N; r0 += run) {
         const int r1 = std::min(N, r0 + run);

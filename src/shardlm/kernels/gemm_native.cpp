@@ -218,7 +218,7 @@ void sgemm(int M, int N, int K, float alpha, const Operand& A, const Operand& B,
     // A with contiguous columns (a transposed operand) is packed into strips up front (pack_a_lines_f32), but
     // where the instruction set's items copy it as they go (packs_a_up_front)
     const bool packed = A.rs == 1 && A.cs != 1 && M > 1 && packs_a_up_front(N);
-    const int threads = team(), chunk = chunk_rows(M, long(even(K)) * 4, packed);
+    const int threads = team_threads(), chunk = chunk_rows(M, long(even(K)) * 4, packed);
     thread_local AlignedBuffer<float> strips;
     if (packed && strips.size() < size_t(chunk) * even(K)) strips.resize(size_t(chunk) * even(K));
     float* ap = packed ? strips.data() : nullptr;

@@ -192,14 +192,20 @@ void pack_a_lines_f32(const Operand& A, int K, int q0, int rows, int u, float* a
 
 namespace {
 
-// A transposed A's rows g0 .. g0 + rows (rows <= 16 x 6) of the block k0 .. k0 + kc, A(i, k) at a[i + k cs],
-// into the copies of cdiv(rows, 6) tiles at t, ts floats apart, [k][6] each (a partial tile's missing rows 0).
-// A step of k's values are contiguous: each whole tile 8 at a time (two past its rows, overwritten by the next
-// step's, or from two before and shifted when nothing of A's follows in the group), a partial tile one at a
-// time. With ahead, the next group's lines of the block (rows g0 + group ..) are asked for into L2 while it
-// copies: no prefetcher follows steps of k a row of A apart.
-void copy_rows(const float* a, long cs, int g0, int rows, int k0, int kc, float* t, size_t ts, int group, bool ahead) {
-    constexpr int rs = 6;
+// A transposed A copied for f32_item's 6 x 16 tiles: groups of kCopyRows rows (sixteen tiles), each tile's
+// copy kCopyStride floats (kKc steps of k of six values, and room for an 8-wide store's last two)
+constexpr int kCopyRows = 16 * 6;
+constexpr size_t kCopyStride = size_t(6) * kKc + 8;
+
+// A transposed A's rows g0 .. g0 + rows (rows <= kCopyRows) of the block k0 .. k0 + kc, A(i, k) at a[i + k cs],
+// into the copies of cdiv(rows, 6) tiles at t, kCopyStride floats apart, [k][6] each (a partial tile's missing
+// rows 0). A step of k's values are contiguous: each whole tile 8 at a time (two past its rows, overwritten by
+// the next step's, or from two before and shifted when nothing of A's follows in the group), a partial tile one
+// at a time. With ahead, the next group's lines of the block (rows g0 + kCopyRows ..) are asked for into L2
+// while it copies: no prefetcher follows steps of k a row of A apart.
+void copy_rows(const float* a, long cs, int g0, int rows, int k0, int kc, float* t, bool ahead) {
+    constexpr int rs = 6, group = kCopyRows;
+    constexpr size_t ts = kCopyStride;
     const int whole = rows / rs;
     const __m256i left2 = _mm256_setr_epi32(2, 3, 4, 5, 6, 7, 7, 7);
     for (int k = 0; k < kc; k++) {
@@ -281,16 +287,14 @@ void f32_item(int r0, int r1, int c0, int c1, Next next, int K, float alpha, con
         // is a multiple of 8 lines (the head's 50304 floats, 3144 lines: 8 sets of 64). 96 rows rather than
         // 48: each of memory's pages gives twice as many lines at a time (the head's d(wte) 27-29 % of the
         // default model's step with 48, 25-27 % with 96; 192 no better).
-        constexpr int rs = 6, tiles = 16, group = tiles * rs;
-        constexpr size_t ts = size_t(rs) * kKc + 8;  // a tile's copy, and room for an 8-wide store's last two
-        float* t = scratch(1, tiles * ts);
-        return item_blocks<rs, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
+        constexpr int group = kCopyRows;
+        float* t = scratch(1, size_t(group / 6) * kCopyStride);
+        return item_blocks<6, 2, true>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {
             const int g0 = r0 + (i - r0) / group * group;
             if (i == g0)  // the group's first tile: copy the group
-                copy_rows(a0, A.cs, g0, std::min(group, r1 - g0), k0, std::min(kKc, K - k0), t, ts, group,
-                          g0 + group < r1);
-            *lda = rs;
-            return static_cast<const float*>(t + size_t((i - g0) / rs) * ts);
+                copy_rows(a0, A.cs, g0, std::min(group, r1 - g0), k0, std::min(kKc, K - k0), t, g0 + group < r1);
+            *lda = 6;
+            return static_cast<const float*>(t + size_t((i - g0) / 6) * kCopyStride);
         });
     }
     item_blocks<6, 2, false>(r0, r1, c0, c1, next, K, alpha, B, beta, C, ldc, [&](int i, int k0, long* lda) {

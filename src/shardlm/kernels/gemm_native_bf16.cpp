@@ -140,7 +140,7 @@ void gemm_bf16(void* C, DType c_t, long ldc, const Operand& A, const Operand& B,
                         reinterpret_cast<uintptr_t>(A.data) % 4 == 0;
     // C in fp32 as the sums run: C itself, or (bf16 C, or a bias to add after the whole sum) a tile of the item
     const bool tile = c_t != DType::F32 || bias;
-    const int threads = team(), kp = even(cdiv(std::max(K, 1), 2));
+    const int threads = team_threads(), kp = even(cdiv(std::max(K, 1), 2));
     const bool packed = !direct && K > 0;
     const int chunk = chunk_rows(M, long(kp) * 4, packed);
     thread_local AlignedBuffer<uint32_t> strips;

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "shardlm/core/aligned_buffer.h"
+#include "shardlm/core/runtime.h"
 #include "shardlm/core/dtype.h"
 
 namespace shardlm::kernels::native::detail {
@@ -47,8 +48,6 @@ inline Cut cut(int M, int N, int threads) {
     c.row_blocks = cdiv(M, c.rb);
     return c;
 }
-
-inline int team() { return omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads()); }
 
 // The columns of the item a thread takes after the one it runs (c1 <= c0: none), so the running item can
 // fetch the next one's first block of B while its last block computes.

@@ -18,6 +18,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/core/dtype.h"
+#include "shardlm/core/runtime.h"
 #include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/gemm_native.h"
 #include "shardlm/kernels/matmul.h"
@@ -206,7 +207,7 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
     GemmBackend be = gemm_backend();
     if (be == GemmBackend::Auto) {
         const bool has_native = native::has_bf16(), has_onednn = onednn_has_bf16();
-        const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+        const int threads = team_threads();
         // oneDNN runs a bf16 product on its own threads, so their count is part of the key; fp32 operands are
         // rounded as part of the product (packed by the native kernels, a pass of their own for the others)
         const std::string extra = cat(c_t == DType::BF16 ? "c-bf16" : "c-fp32", bias ? " bias" : "", accumulate ? " acc" : "",
