@@ -19,9 +19,10 @@ bash tools/fetch_assets.sh >/dev/null
 # One clang build serves both: every library and test with ASan + UBSan (and libFuzzer's coverage
 # instrumentation, harmless outside the fuzzers). clang builds it about 3x faster than g++ would
 # with the same sanitizers, which keeps CI inside its time limit. The libraries and the binary are unity
-# builds here (SHARDLM_UNITY, as the quick start's), so CI compiles and tests both ways.
+# builds here (SHARDLM_UNITY, as the quick start's), so CI compiles and tests both ways. At -O1 clang's loop
+# vectorizer does not run, so every `omp simd` loop would warn that it was not vectorized (-Wpass-failed).
 echo "sanitize: clang build with ASan + UBSan: the test suite and the libFuzzer targets (build-san/)"
-CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -Wno-pass-failed" \
       -DSHARDLM_FUZZ=ON -DSHARDLM_BENCH=OFF -DSHARDLM_UNITY=ON >/dev/null
 /usr/bin/python3 tools/check_packages.py build-san/CMakeCache.txt  # clang's packages are in setup.sh
 targets=(safetensors token_shard config decode tokenizer)

@@ -60,7 +60,9 @@ TEST_F(Doctor, OneLinePerTrapWithItsFix) {
     EXPECT_EQ(count_lines(r.out, "finding: "), int(std::count(r.out.begin(), r.out.end(), '\n')) - 3) << r.out;
     std::istringstream in(r.out);
     for (std::string line; std::getline(in, line);)
-        if (line.rfind("finding: ", 0) == 0) EXPECT_NE(line.find(" -- fix: "), std::string::npos) << line;
+        if (line.rfind("finding: ", 0) == 0) {
+            EXPECT_NE(line.find(" -- fix: "), std::string::npos) << line;
+        }
 }
 
 // The run header names the same, and a trap becomes a warning at the start of the run.
@@ -107,9 +109,10 @@ TEST_F(Doctor, GemmNamesTheLibrariesAndOneDnnNeedsNoCoretype) {
     // --gemm native: the native kernels for both precisions (where this build has them)
     const CmdResult nat = sh(kBin + " doctor --threads 1 --gemm native", tmp / "d3.log");
     ASSERT_EQ(nat.code, 0) << nat.out;
-    if (__builtin_cpu_supports("avx512bf16"))
+    if (__builtin_cpu_supports("avx512bf16")) {
         EXPECT_NE(nat.out.find("GEMMs: fp32 native AVX-512 kernels, bf16 native AVX512_BF16 kernels"), std::string::npos)
             << nat.out;
+    }
     // the environment of a running `train --gemm onednn` (no re-exec: GOMP_SPINCOUNT is given) has no
     // OPENBLAS_CORETYPE; without --gemm onednn shardlm sets SkylakeX on an AVX-512 CPU
     const auto coretype_of_running = [&](const std::string& flags) {
@@ -123,8 +126,9 @@ TEST_F(Doctor, GemmNamesTheLibrariesAndOneDnnNeedsNoCoretype) {
         return sh("bash " + (tmp / "env.sh").string(), tmp / "env.log").out;
     };
     EXPECT_EQ(coretype_of_running("--gemm onednn").substr(0, 4), "none");
-    if (__builtin_cpu_supports("avx512f"))
+    if (__builtin_cpu_supports("avx512f")) {
         EXPECT_EQ(coretype_of_running("--gemm auto").substr(0, 26), "OPENBLAS_CORETYPE=SkylakeX");
+    }
 }
 
 }  // namespace

@@ -50,8 +50,12 @@ void expect_well_formed(const Schedule& s) {
                 break;
             default: break;
             }
-            if (a.op == Op::SendAct || a.op == Op::RecvAct) EXPECT_EQ(a.peer, s.rank_of(a.op == Op::SendAct ? mc + 1 : mc - 1));
-            if (a.op == Op::SendGrad || a.op == Op::RecvGrad) EXPECT_EQ(a.peer, s.rank_of(a.op == Op::SendGrad ? mc - 1 : mc + 1));
+            if (a.op == Op::SendAct || a.op == Op::RecvAct) {
+                EXPECT_EQ(a.peer, s.rank_of(a.op == Op::SendAct ? mc + 1 : mc - 1));
+            }
+            if (a.op == Op::SendGrad || a.op == Op::RecvGrad) {
+                EXPECT_EQ(a.peer, s.rank_of(a.op == Op::SendGrad ? mc - 1 : mc + 1));
+            }
         }
         const bool split = s.splits_backward(r);
         for (int m = 0; m < s.micro; m++)
@@ -200,9 +204,13 @@ TEST(Schedule, ZeroBubbleH1LeavesAThirdOf1F1BsBubble) {
                 EXPECT_DOUBLE_EQ(r.busy[size_t(st)], 3.0 * m);
                 EXPECT_LE(r.max_in_flight[size_t(st)], std::min(p, m)) << "stage " << st;
                 EXPECT_LE(r.idle[size_t(st)], one.idle[size_t(st)]) << "stage " << st;
-                if (m >= p) EXPECT_DOUBLE_EQ(r.idle[size_t(st)], double(p - 1)) << "stage " << st;
+                if (m >= p) {
+                    EXPECT_DOUBLE_EQ(r.idle[size_t(st)], double(p - 1)) << "stage " << st;
+                }
             }
-            if (m >= p) EXPECT_NEAR(bubble_fraction(r), bubble_fraction_theory(ScheduleKind::ZeroBubbleH1, p, m), 1e-12);
+            if (m >= p) {
+                EXPECT_NEAR(bubble_fraction(r), bubble_fraction_theory(ScheduleKind::ZeroBubbleH1, p, m), 1e-12);
+            }
             // the first stage defers nothing: it runs whole backwards
             EXPECT_FALSE(s.splits_backward(0));
         }
@@ -230,11 +238,13 @@ TEST(Schedule, ZeroBubbleVReachesItsWarmUpBound) {
             for (int st = 0; st < p; st++) {
                 EXPECT_DOUBLE_EQ(r.busy[size_t(st)], 3.0 * m);
                 EXPECT_LE(r.max_in_flight[size_t(st)], 2 * p) << "stage " << st;
-                if (m >= 2 * p - 1 || (p <= 4 && m >= p))
+                if (m >= 2 * p - 1 || (p <= 4 && m >= p)) {
                     EXPECT_DOUBLE_EQ(r.idle[size_t(st)], 0.5 * (p - 1)) << "stage " << st;
+                }
             }
-            if (m >= 2 * p - 1 || (p <= 4 && m >= p))
+            if (m >= 2 * p - 1 || (p <= 4 && m >= p)) {
                 EXPECT_NEAR(bubble_fraction(r), bubble_fraction_theory(ScheduleKind::ZeroBubbleV, p, m), 1e-12);
+            }
             if (m >= p) {
                 const SimResult h1 = simulate(make_schedule(ScheduleKind::ZeroBubbleH1, p, m), 1.0, 2.0);
                 EXPECT_LT(bubble_fraction(r), bubble_fraction(h1));
