@@ -86,6 +86,11 @@ int main(int argc, char** argv) {
     int iters = 5;
     size_t overlap_mib = 16;
     bool skip_overlap = false;
+    if (argc % 2 == 0) {  // options come in pairs: --name value
+        std::fprintf(stderr, "bench_comm: %s has no value (the options: the comment at the top of bench/bench_comm.cpp)\n",
+                     argv[argc - 1]);
+        return 2;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
         if (k == "--sizes-mib") {
@@ -102,6 +107,10 @@ int main(int argc, char** argv) {
             set_segment_bytes(std::strtoull(argv[i + 1], nullptr, 10) << 10);
         } else if (k == "--overlap-mib") {
             overlap_mib = std::strtoull(argv[i + 1], nullptr, 10);
+        } else {
+            std::fprintf(stderr, "bench_comm: unknown option %s (see the comment at the top of bench/bench_comm.cpp)\n",
+                         k.c_str());
+            return 2;
         }
     }
     set_threads(1);  // one compute thread per rank: 2 ranks on 2 cores

@@ -98,6 +98,17 @@ void table(const char* title, const std::vector<Shape>& shapes, bool bf16, doubl
 }  // namespace
 
 int main(int argc, char** argv) {
+    // every argument a positive whole number, or the usage (an `--help` had been taken for 0 tokens)
+    for (int i = 1; i < argc; i++) {
+        char* end = nullptr;
+        const long v = std::strtol(argv[i], &end, 10);
+        if (argc > 4 || *end != '\0' || v <= 0 || v > (1 << 20)) {
+            std::fprintf(stderr,
+                         "usage: bench_gemm [tokens=1024] [threads=all] [n_embd=768]: positive whole numbers (n_embd 64: "
+                         "the small model's narrow products)\n");
+            return std::string(argv[i]) == "--help" ? 0 : 2;
+        }
+    }
     shardlm::ensure_blas_coretype(argc, argv);
     int N = argc > 1 ? std::atoi(argv[1]) : 1024;
     if (argc > 2) shardlm::set_threads(std::atoi(argv[2]));

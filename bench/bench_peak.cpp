@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "shardlm/kernels/peak_loops.h"
 #include "shardlm/core/runtime.h"
@@ -36,8 +37,14 @@ static double peak_gflops(int threads, long iters, double flops_per_iter, float 
 }
 
 int main(int argc, char** argv) {
+    char* end = nullptr;
+    const long n = argc > 1 ? std::strtol(argv[1], &end, 10) : 200000000L;
+    if (argc > 2 || (argc > 1 && (*end != '\0' || n < 4))) {  // (an `--help` had run 0 iterations: 0 GFLOP/s)
+        std::fprintf(stderr, "usage: bench_peak [iterations=200000000]: a whole number of FMA iterations, at least 4\n");
+        return argc == 2 && std::string(argv[1]) == "--help" ? 0 : 2;
+    }
     shardlm::ensure_blas_coretype(argc, argv);
-    long iters = (argc > 1 ? std::atol(argv[1]) : 200000000L) / 4;
+    long iters = n / 4;
     int all = omp_get_max_threads();
     using namespace shardlm::kernels;  // the loops `shardlm calibrate` measures with
     const double fma = fp32_fma_flops_per_iter();
