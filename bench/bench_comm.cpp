@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "shardlm/calibrate/calibrate.h"
+#include "bench_options.h"
 #include "shardlm/comm/group.h"
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/core/aligned_buffer.h"
@@ -86,11 +87,7 @@ int main(int argc, char** argv) {
     int iters = 5;
     size_t overlap_mib = 16;
     bool skip_overlap = false;
-    if (argc % 2 == 0) {  // options come in pairs: --name value
-        std::fprintf(stderr, "bench_comm: %s has no value (the options: the comment at the top of bench/bench_comm.cpp)\n",
-                     argv[argc - 1]);
-        return 2;
-    }
+    if (!options_paired("bench_comm", argc, argv)) return 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
         if (k == "--sizes-mib") {

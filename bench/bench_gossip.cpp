@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_options.h"
 #include "shardlm/comm/group.h"
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/core/aligned_buffer.h"
@@ -42,11 +43,7 @@ int main(int argc, char** argv) {
     comm::MpiEnv env(&argc, &argv);
     double mib = 16, gbps = 25, alpha_us = 6;
     int iters = 9;
-    if (argc % 2 == 0) {  // options come in pairs: --name value
-        std::fprintf(stderr, "bench_gossip: %s has no value (the options: the comment at the top of bench/bench_gossip.cpp)\n",
-                     argv[argc - 1]);
-        return 2;
-    }
+    if (!options_paired("bench_gossip", argc, argv)) return 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i];
         if (k == "--mib") mib = std::atof(argv[i + 1]);
