@@ -29,8 +29,29 @@
 #include "shardlm/data/token_shard.h"
 #include "shardlm/model/config.h"
 #include "shardlm/train/trainer.h"
+#include "bench_options.h"
 
 namespace {
+
+constexpr const char* kUsage =
+    "usage: bench_train_step [--batch B=4] [--seq T=64] [--model gpt2] [--threads K=2] [--steps N=5] [--warmup W=1]\n"
+    "                        [--peak-gflops P] [--matmul-precision fp32|bf16] [--precision fp32|bf16|fp16]\n"
+    "                        [--recompute none|full|selective] [--n-layer L] [--n-head H] [--n-embd C] [--n-ctx N]\n"
+    "                        [--tie-embeddings true|false] [--thread-split auto|batch|kernel]\n"
+    "                        [--attention fused|materialized] [--gemm auto|onednn|openblas] [--profile 0|1]\n"
+    "(what each does: the comment at the top of bench/bench_train_step.cpp)\n";
+
+// v as a whole number of at least lo, or a message naming the option and the process's end (exit 2): atoi had
+// read "--steps 4x" as 4 and "--batch x" as 0
+int whole(const std::string& k, const char* v, int lo) {
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || x < lo || x > 1 << 30) {
+        std::fprintf(stderr, "bench_train_step: %s %s: give a whole number of at least %d\n", k.c_str(), v, lo);
+        std::exit(2);
+    }
+    return int(x);
+}
 
 // GB/s of a STREAM triad over 3 x 64 MiB on all threads, best of 5
 double triad_gbps() {
@@ -88,15 +109,28 @@ int main(int argc, char** argv) {
     std::string model = "gpt2", precision = "fp32", mixed = "fp32", recompute = "none", split = "auto", attention = "fused", gemm = "auto";
     int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0;
     std::string tie;  // --tie-embeddings true|false (empty: the preset's)
+    for (int i = 1; i < argc; i++)
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+            std::fputs(kUsage, stdout);  // (a lone --help had been dropped and the GPT-2 step run)
+            return 0;
+        }
+    if (!options_paired("bench_train_step", argc, argv)) return 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string k = argv[i];
         const char* v = argv[i + 1];
-        if (k == "--batch") B = std::atoi(v);
-        else if (k == "--seq") T = std::atoi(v);
-        else if (k == "--threads") threads = std::atoi(v);
-        else if (k == "--steps") steps = std::atoi(v);
-        else if (k == "--warmup") warmup = std::atoi(v);
-        else if (k == "--peak-gflops") peak = std::atof(v);
+        if (k == "--batch") B = whole(k, v, 1);
+        else if (k == "--seq") T = whole(k, v, 1);
+        else if (k == "--threads") threads = whole(k, v, 1);
+        else if (k == "--steps") steps = whole(k, v, 1);
+        else if (k == "--warmup") warmup = whole(k, v, 0);
+        else if (k == "--peak-gflops") {
+            char* end = nullptr;
+            peak = std::strtod(v, &end);
+            if (end == v || *end != '\0' || !(peak >= 0)) {
+                std::fprintf(stderr, "bench_train_step: --peak-gflops %s: give a number of GFLOP/s, 0 or more (0: no MFU)\n", v);
+                return 2;
+            }
+        }
         else if (k == "--model") model = v;
         else if (k == "--matmul-precision") precision = v;
         else if (k == "--precision") mixed = v;
@@ -104,13 +138,13 @@ int main(int argc, char** argv) {
         else if (k == "--thread-split") split = v;
         else if (k == "--attention") attention = v;
         else if (k == "--gemm") gemm = v;
-        else if (k == "--profile") profile = std::atoi(v);
-        else if (k == "--n-ctx") n_ctx = std::atoi(v);
-        else if (k == "--n-layer") n_layer = std::atoi(v);
-        else if (k == "--n-head") n_head = std::atoi(v);
-        else if (k == "--n-embd") n_embd = std::atoi(v);
+        else if (k == "--profile") profile = whole(k, v, 0);
+        else if (k == "--n-ctx") n_ctx = whole(k, v, 1);
+        else if (k == "--n-layer") n_layer = whole(k, v, 1);
+        else if (k == "--n-head") n_head = whole(k, v, 1);
+        else if (k == "--n-embd") n_embd = whole(k, v, 1);
         else if (k == "--tie-embeddings") tie = v;
-        else { std::fprintf(stderr, "unknown flag %s\n", k.c_str()); return 2; }
+        else { std::fprintf(stderr, "bench_train_step: unknown option %s\n%s", k.c_str(), kUsage); return 2; }
     }
     shardlm::train::TrainConfig cfg;
     cfg.model = model;
