@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "shardlm/kernels/attention.h"
@@ -387,6 +388,23 @@ TEST(Kernels, SumSquaresIsThreadCountIndependent) {
     double r = 0;
     for (float v : x) r += double(v) * v;
     EXPECT_NEAR(a, r, 1e-9 * r);
+}
+
+// Many slices' sums of squares in one pass: each the bits of its own sum_squares, whatever its length (chunks of
+// 65536 and their remainders).
+TEST(Kernels, SumSquaresOfManySlicesEqualsEachAlone) {
+    Vec x = randn(400000, 10);
+    const std::vector<std::pair<size_t, size_t>> parts = {{0, 1}, {3, 65536}, {70000, 0}, {70001, 200001}, {300000, 99999}};
+    std::vector<std::span<const float>> slices;
+    for (auto [at, n] : parts) slices.emplace_back(x.data() + at, n);
+    std::vector<double> out(slices.size(), -1.0);
+    sum_squares(slices.data(), slices.size(), out.data());
+    for (size_t j = 0; j < parts.size(); j++) {
+        EXPECT_EQ(out[j], sum_squares(x.data() + parts[j].first, parts[j].second)) << "slice " << j;
+        double r = 0;
+        for (size_t i = 0; i < parts[j].second; i++) r += double(x[parts[j].first + i]) * x[parts[j].first + i];
+        EXPECT_NEAR(out[j], r, 1e-9 * r) << "slice " << j;
+    }
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 
-#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include "shardlm/core/dtype_simd.h"
@@ -77,23 +76,42 @@ inline void adam16(float* p, const float* g, float* m, float* v, simd::M16 k, co
     }
 }
 
-void adam_common(float* p, const float* g, float* m, float* v, size_t n, const AdamArgs& a) {
-    // Non-temporal stores need p, m, v at the same 64-byte alignment: peel scalar-ish heads until p
-    // is aligned, then stream if m and v are aligned too. Blocks of 16 lanes, split statically.
-    const bool aligned_together = ((uintptr_t(p) ^ uintptr_t(m)) % 64 == 0) && ((uintptr_t(p) ^ uintptr_t(v)) % 64 == 0);
-    size_t head = aligned_together ? ((64 - uintptr_t(p) % 64) % 64) / 4 : 0;
-    if (head > n) head = n;
-    if (head) adam16<false>(p, g, m, v, simd::mask_first(int(head)), a, 0);
-    size_t body = (n - head) / 16;
-    float *pb = p + head, *mb = m + head, *vb = v + head;
-    const float* gb = g + head;
-#pragma omp parallel for schedule(dynamic, 2048)
-    for (size_t b = 0; b < body; b++) {
-        if (aligned_together) adam16<true>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a, head + 16 * b);
-        else adam16<false>(pb + 16 * b, gb + 16 * b, mb + 16 * b, vb + 16 * b, simd::mask_all(), a, head + 16 * b);
+// Adam or AdamW over every slice (a: each slice's arguments), in one parallel region. Non-temporal stores need
+// p, m, v at the same 64-byte alignment: a slice's head is peeled until p is aligned, then its body is streamed
+// if m and v are aligned too. The items: each slice's head and tail (under 16 elements, masked) and its body in
+// runs of kRun elements, taken by the threads as they come. Every element gets the same operations whichever
+// item holds it, so the bits depend on neither the threads nor the slicing; the threads meet once for all the
+// slices (once per slice, a busy neighbour had held them 148 times a GPT-2 step: AdamW 1.82x slower beside it).
+void adam_common(const AdamSlice* slices, const AdamArgs* args, size_t count) {
+    constexpr size_t kRun = 2048 * 16;
+    struct Item {
+        size_t slice, b, e;  // elements [b, e) of the slice
+        bool stream;
+    };
+    std::vector<Item> items;
+    for (size_t j = 0; j < count; j++) {
+        const AdamSlice& x = slices[j];
+        const bool aligned_together =
+            ((uintptr_t(x.p) ^ uintptr_t(x.m)) % 64 == 0) && ((uintptr_t(x.p) ^ uintptr_t(x.v)) % 64 == 0);
+        const size_t head = std::min(x.n, aligned_together ? ((64 - uintptr_t(x.p) % 64) % 64) / 4 : size_t(0));
+        const size_t done = head + (x.n - head) / 16 * 16;
+        if (head) items.push_back({j, 0, head, false});
+        for (size_t b = head; b < done; b += kRun) items.push_back({j, b, std::min(done, b + kRun), aligned_together});
+        if (done < x.n) items.push_back({j, done, x.n, false});
     }
-    size_t done = head + body * 16;
-    if (done < n) adam16<false>(p + done, g + done, m + done, v + done, simd::mask_first(int(n - done)), a, done);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t t = 0; t < items.size(); t++) {
+        const Item it = items[t];
+        const AdamSlice x = slices[it.slice];
+        const AdamArgs a = args[it.slice];  // (copies: the stores through p, m, v cannot change them)
+        if (it.e - it.b < 16) {
+            adam16<false>(x.p + it.b, x.g + it.b, x.m + it.b, x.v + it.b, simd::mask_first(int(it.e - it.b)), a, it.b);
+        } else if (it.stream) {
+            for (size_t i = it.b; i < it.e; i += 16) adam16<true>(x.p + i, x.g + i, x.m + i, x.v + i, simd::mask_all(), a, i);
+        } else {
+            for (size_t i = it.b; i < it.e; i += 16) adam16<false>(x.p + i, x.g + i, x.m + i, x.v + i, simd::mask_all(), a, i);
+        }
+    }
     simd::stream_fence();
 }
 
@@ -110,22 +128,33 @@ AdamArgs adam_args(float lr, float beta1, float beta2, float eps, int step, floa
 
 }  // namespace
 
+void adam_update_slices(const AdamSlice* slices, size_t count, bool decoupled, float lr, float beta1, float beta2, float eps,
+                        int step, float gs, DType t16) {
+    double bytes = 0;
+    std::vector<AdamArgs> args(count);
+    for (size_t j = 0; j < count; j++) {
+        const AdamSlice& x = slices[j];
+        bytes += (x.p16 ? 30.0 : 28.0) * double(x.n);
+        AdamArgs& a = args[j];
+        a = adam_args(lr, beta1, beta2, eps, step, gs);
+        a.p16 = x.p16, a.t16 = t16;
+        if (decoupled) a.decay = 1.0f - lr * x.wd;  // decoupled: p *= 1 - lr wd
+        else a.l2 = x.wd;                            // coupled L2: d = g + wd p
+    }
+    profile::Scope prof_(decoupled ? "adamw" : "adam", 0, bytes);
+    adam_common(slices, args.data(), count);
+}
+
 void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                  float eps, float wd, int step, float gs, void* p16, DType t16) {
-    profile::Scope prof_("adam", 0, (p16 ? 30.0 : 28.0) * n);
-    AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
-    a.p16 = p16, a.t16 = t16;
-    a.l2 = wd;  // coupled L2: d = g + wd p
-    adam_common(p, g, m, v, n, a);
+    const AdamSlice x{p, g, m, v, n, wd, p16};
+    adam_update_slices(&x, 1, false, lr, beta1, beta2, eps, step, gs, t16);
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float wd, int step, float gs, void* p16, DType t16) {
-    profile::Scope prof_("adamw", 0, (p16 ? 30.0 : 28.0) * n);
-    AdamArgs a = adam_args(lr, beta1, beta2, eps, step, gs);
-    a.p16 = p16, a.t16 = t16;
-    a.decay = 1.0f - lr * wd;  // decoupled: p *= 1 - lr wd
-    adam_common(p, g, m, v, n, a);
+    const AdamSlice x{p, g, m, v, n, wd, p16};
+    adam_update_slices(&x, 1, true, lr, beta1, beta2, eps, step, gs, t16);
 }
 
 void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
@@ -362,21 +391,50 @@ double adafactor_vector(float* p, const float* g, float* v, float* m, size_t n, 
     return ordered_sum(part);
 }
 
-double sum_squares(const float* x, size_t n) {
-    profile::Scope prof_("gradient norm", 2.0 * n, 4.0 * n);
-    constexpr size_t kChunk = 1 << 16;
-    size_t nchunk = (n + kChunk - 1) / kChunk;
-    std::vector<double> part(nchunk);
-#pragma omp parallel for schedule(dynamic, 1) if (!cpu_contended())
-    for (size_t c = 0; c < nchunk; c++) {
-        size_t i0 = c * kChunk, i1 = i0 + kChunk < n ? i0 + kChunk : n;
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) s += double(x[i]) * double(x[i]);
-        part[c] = s;
-    }
+namespace {
+
+// The sum of x[i]^2 over one chunk, in double: one function (never inlined), so every caller gets the same
+// vectorisation and the same bits.
+__attribute__((noinline)) double chunk_squares(const float* x, size_t n) {
     double s = 0.0;
-    for (double v : part) s += v;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = 0; i < n; i++) s += double(x[i]) * double(x[i]);
+    return s;
+}
+
+}  // namespace
+
+void sum_squares(const std::span<const float>* xs, size_t count, double* out) {
+    constexpr size_t kChunk = 1 << 16;
+    struct Chunk {
+        const float* x;
+        size_t n;
+    };
+    std::vector<Chunk> chunks;
+    std::vector<size_t> first(count + 1);  // slice j's chunks: [first[j], first[j + 1])
+    double bytes = 0;
+    for (size_t j = 0; j < count; j++) {
+        first[j] = chunks.size();
+        for (size_t i = 0; i < xs[j].size(); i += kChunk) chunks.push_back({xs[j].data() + i, std::min(kChunk, xs[j].size() - i)});
+        bytes += 4.0 * double(xs[j].size());
+    }
+    first[count] = chunks.size();
+    profile::Scope prof_("gradient norm", bytes / 2, bytes);
+    std::vector<double> part(chunks.size());
+    // (on both threads under a busy neighbour too: the one meeting is the end, and the items balance)
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t c = 0; c < chunks.size(); c++) part[c] = chunk_squares(chunks[c].x, chunks[c].n);
+    for (size_t j = 0; j < count; j++) {
+        double s = 0.0;
+        for (size_t c = first[j]; c < first[j + 1]; c++) s += part[c];
+        out[j] = s;
+    }
+}
+
+double sum_squares(const float* x, size_t n) {
+    const std::span<const float> xs(x, n);
+    double s = 0;
+    sum_squares(&xs, 1, &s);
     return s;
 }
 

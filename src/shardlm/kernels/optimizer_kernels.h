@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "shardlm/core/dtype.h"
 
@@ -23,6 +24,21 @@ void adam_update(float* p, const float* g, float* m, float* v, size_t n, float l
                  float eps, float wd, int step, float gs = 1.0f, void* p16 = nullptr, DType t16 = DType::BF16);
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float wd, int step, float gs = 1.0f, void* p16 = nullptr, DType t16 = DType::BF16);
+// One slice of a step over many: its parameters, gradients, moments, length, weight decay and 16-bit copy (or null).
+struct AdamSlice {
+    float* p;
+    const float* g;
+    float* m;
+    float* v;
+    size_t n;
+    float wd;
+    void* p16 = nullptr;
+};
+// Adam (decoupled false) or AdamW over every slice at once: each element the bits of the one-slice call, the
+// threads meeting once for all the slices instead of once per slice (an optimiser step of 148 tensors had 148
+// meetings, where a busy neighbour holds the threads).
+void adam_update_slices(const AdamSlice* slices, size_t count, bool decoupled, float lr, float beta1, float beta2, float eps,
+                        int step, float gs = 1.0f, DType t16 = DType::BF16);
 // torch.optim.RAdam (PyTorch 1.13): Adam's moments; while the length of the approximated SMA
 // rho_t <= 5 the step is lr m / (1 - beta1^t) (no second moment), then rectified Adam.
 void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
@@ -84,5 +100,7 @@ double adafactor_vector(float* p, const float* g, float* v, float* m, size_t n, 
 
 // sum of squares in double, over fixed chunks summed in order: bit-identical for any thread count.
 double sum_squares(const float* x, size_t n);
+// out[j] = sum_squares(xs[j]) (the same bits) for every slice, in one parallel region: the threads meet once.
+void sum_squares(const std::span<const float>* xs, size_t count, double* out);
 
 }  // namespace shardlm::kernels

@@ -248,26 +248,28 @@ bool Optimizer::step(const std::vector<float*>& params, const std::vector<const 
     if (cfg_.kind == Kind::Adam8bit) return step_adam8bit(params, grads, lr, gs), false;
     if (cfg_.kind == Kind::Adafactor) return step_adafactor(params, grads, lr, gs), false;
     const bool mirrored = mirror && (cfg_.kind == Kind::Adam || cfg_.kind == Kind::AdamW);
+    if (cfg_.kind == Kind::Adam || cfg_.kind == Kind::AdamW) {  // every piece in one pass (the threads meet once)
+        std::vector<kernels::AdamSlice> slices;
+        for (const Piece& pc : pieces_) {
+            const size_t off = pc.begin - owned_[pc.range].begin;
+            slices.push_back({params[pc.range] + off, grads[pc.range] + off, s0_.data() + pc.state, s1_.data() + pc.state,
+                              pc.end - pc.begin, layout_.params[pc.param].decay ? cfg_.weight_decay : 0.0f,
+                              mirrored ? at(mirror->ranges[pc.range], mirror->type, off) : nullptr});
+        }
+        kernels::adam_update_slices(slices.data(), slices.size(), cfg_.kind == Kind::AdamW, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                                    step_, gs, mirror ? mirror->type : DType::BF16);
+        return mirrored;
+    }
     for (const Piece& pc : pieces_) {
         const model::ParamSpec& p = layout_.params[pc.param];
         const size_t off = pc.begin - owned_[pc.range].begin, n = pc.end - pc.begin, s = pc.state;
         float* w = params[pc.range] + off;
         const float* g = grads[pc.range] + off;
-        void* w16 = mirrored ? at(mirror->ranges[pc.range], mirror->type, off) : nullptr;
-        const DType t16 = mirror ? mirror->type : DType::BF16;
         float wd = p.decay ? cfg_.weight_decay : 0.0f;
         switch (cfg_.kind) {
             case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
             case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd, gs); break;
             case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
-            case Kind::Adam:
-                kernels::adam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                     step_, gs, w16, t16);
-                break;
-            case Kind::AdamW:
-                kernels::adamw_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                      step_, gs, w16, t16);
-                break;
             case Kind::RAdam:
                 kernels::radam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
                                       step_, gs);
@@ -277,11 +279,13 @@ bool Optimizer::step(const std::vector<float*>& params, const std::vector<const 
                 kernels::sophia_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1,
                                        float(double(cfg_.rho) * cfg_.hess_batch), wd, gs);
                 break;
+            case Kind::Adam:
+            case Kind::AdamW:
             case Kind::Adam8bit:
-            case Kind::Adafactor: break;  // step_adam8bit, step_adafactor
+            case Kind::Adafactor: break;  // above, step_adam8bit, step_adafactor
         }
     }
-    return mirrored;
+    return false;  // (only Adam and AdamW write the 16-bit copy in their pass)
 }
 
 void Optimizer::update_hessian(const float* grads, float gs) {

@@ -1,6 +1,8 @@
 #include "shardlm/parallel/param_store.h"
 
 #include <algorithm>
+#include <span>
+#include <vector>
 
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/optimizer_kernels.h"
@@ -102,7 +104,7 @@ std::pair<float*, size_t> ParamStore::owned_grad(int unit) {
 double ParamStore::grad_norm_sq_local(bool whole) const {
     const auto& params = layout_.params;
     SHARDLM_CHECK(!whole || where_.grads_whole, "grad_norm_sq_local(whole): the gradients are sliced");
-    double s = 0;
+    std::vector<std::span<const float>> slices;  // every counted parameter's part here, summed in one pass
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const model::Unit& unit = layout_.units[u];
         const optim::Range r = whole ? optim::Range{unit.offset, unit.offset + unit.numel} : shard(int(u));
@@ -110,9 +112,13 @@ double ParamStore::grad_norm_sq_local(bool whole) const {
         for (int i = 0; i < unit.num_params; i++) {
             const model::ParamSpec& p = params[size_t(unit.first_param + i)];
             const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
-            if (b < e && p.counted()) s += kernels::sum_squares(g + (b - r.begin), e - b);
+            if (b < e && p.counted()) slices.emplace_back(g + (b - r.begin), e - b);
         }
     }
+    std::vector<double> sums(slices.size());
+    kernels::sum_squares(slices.data(), slices.size(), sums.data());
+    double s = 0;
+    for (double x : sums) s += x;  // in the order of the parameters, as before
     return s;
 }
 
