@@ -1,5 +1,6 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 
+#include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
 #include "shardlm/core/dtype_simd.h"
@@ -88,7 +89,8 @@ void adam_common(const AdamSlice* slices, const AdamArgs* args, size_t count) {
         size_t slice, b, e;  // elements [b, e) of the slice
         bool stream;
     };
-    std::vector<Item> items;
+    thread_local std::vector<Item> items;  // (the caller's, kept: adam8bit calls this once per block)
+    items.clear();
     for (size_t j = 0; j < count; j++) {
         const AdamSlice& x = slices[j];
         const bool aligned_together =
@@ -99,20 +101,28 @@ void adam_common(const AdamSlice* slices, const AdamArgs* args, size_t count) {
         for (size_t b = head; b < done; b += kRun) items.push_back({j, b, std::min(done, b + kRun), aligned_together});
         if (done < x.n) items.push_back({j, done, x.n, false});
     }
-#pragma omp parallel for schedule(dynamic, 1)
-    for (size_t t = 0; t < items.size(); t++) {
-        const Item it = items[t];
-        const AdamSlice x = slices[it.slice];
-        const AdamArgs a = args[it.slice];  // (copies: the stores through p, m, v cannot change them)
-        if (it.e - it.b < 16) {
-            adam16<false>(x.p + it.b, x.g + it.b, x.m + it.b, x.v + it.b, simd::mask_first(int(it.e - it.b)), a, it.b);
-        } else if (it.stream) {
-            for (size_t i = it.b; i < it.e; i += 16) adam16<true>(x.p + i, x.g + i, x.m + i, x.v + i, simd::mask_all(), a, i);
-        } else {
-            for (size_t i = it.b; i < it.e; i += 16) adam16<false>(x.p + i, x.g + i, x.m + i, x.v + i, simd::mask_all(), a, i);
+    // (inside the region every thread has its own thread_local: the workers read the caller's through these)
+    const Item* list = items.data();
+    const size_t n_items = items.size();
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t t = 0; t < n_items; t++) {
+            const Item it = list[t];
+            const AdamSlice x = slices[it.slice];
+            const AdamArgs a = args[it.slice];  // (copies: the stores through p, m, v cannot change them)
+            if (it.e - it.b < 16) {
+                adam16<false>(x.p + it.b, x.g + it.b, x.m + it.b, x.v + it.b, simd::mask_first(int(it.e - it.b)), a, it.b);
+            } else if (it.stream) {
+                for (size_t i = it.b; i < it.e; i += 16)
+                    adam16<true>(x.p + i, x.g + i, x.m + i, x.v + i, simd::mask_all(), a, i);
+            } else {
+                for (size_t i = it.b; i < it.e; i += 16)
+                    adam16<false>(x.p + i, x.g + i, x.m + i, x.v + i, simd::mask_all(), a, i);
+            }
         }
+        simd::stream_fence();  // this thread's streamed stores complete before the team joins
     }
-    simd::stream_fence();
 }
 
 AdamArgs adam_args(float lr, float beta1, float beta2, float eps, int step, float gs) {
@@ -131,7 +141,8 @@ AdamArgs adam_args(float lr, float beta1, float beta2, float eps, int step, floa
 void adam_update_slices(const AdamSlice* slices, size_t count, bool decoupled, float lr, float beta1, float beta2, float eps,
                         int step, float gs, DType t16) {
     double bytes = 0;
-    std::vector<AdamArgs> args(count);
+    thread_local std::vector<AdamArgs> args;
+    args.resize(count);
     for (size_t j = 0; j < count; j++) {
         const AdamSlice& x = slices[j];
         bytes += (x.p16 ? 30.0 : 28.0) * double(x.n);
@@ -410,8 +421,11 @@ void sum_squares(const std::span<const float>* xs, size_t count, double* out) {
         const float* x;
         size_t n;
     };
-    std::vector<Chunk> chunks;
-    std::vector<size_t> first(count + 1);  // slice j's chunks: [first[j], first[j + 1])
+    thread_local std::vector<Chunk> chunks;  // (the caller's, kept: Adafactor calls this once per tensor)
+    thread_local std::vector<size_t> first;  // slice j's chunks: [first[j], first[j + 1])
+    thread_local std::vector<double> part;
+    chunks.clear();
+    first.resize(count + 1);
     double bytes = 0;
     for (size_t j = 0; j < count; j++) {
         first[j] = chunks.size();
@@ -420,10 +434,14 @@ void sum_squares(const std::span<const float>* xs, size_t count, double* out) {
     }
     first[count] = chunks.size();
     profile::Scope prof_("gradient norm", bytes / 2, bytes);
-    std::vector<double> part(chunks.size());
-    // (on both threads under a busy neighbour too: the one meeting is the end, and the items balance)
-#pragma omp parallel for schedule(dynamic, 1)
-    for (size_t c = 0; c < chunks.size(); c++) part[c] = chunk_squares(chunks[c].x, chunks[c].n);
+    part.resize(chunks.size());
+    const Chunk* chunk = chunks.data();  // (the caller's: inside the region each thread has its own thread_local)
+    double* sums = part.data();
+    const long n_chunks = long(chunks.size());
+    // Beside a busy neighbour a pass over many tensors keeps both threads (one meeting at the end, the items
+    // balance); one tensor's sum (Adafactor's, per tensor) runs on the calling thread, as it did
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1 || !cpu_contended())
+    for (long c = 0; c < n_chunks; c++) sums[c] = chunk_squares(chunk[c].x, chunk[c].n);
     for (size_t j = 0; j < count; j++) {
         double s = 0.0;
         for (size_t c = first[j]; c < first[j + 1]; c++) s += part[c];
