@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_options.h"
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
@@ -100,9 +101,7 @@ void table(const char* title, const std::vector<Shape>& shapes, bool bf16, doubl
 int main(int argc, char** argv) {
     // at most three arguments, each a positive whole number, or the usage (an `--help` had been taken for 0 tokens)
     for (int i = 1; i < argc; i++) {
-        char* end = nullptr;
-        const long v = std::strtol(argv[i], &end, 10);
-        if (i > 3 || *end != '\0' || v <= 0 || v > (1 << 20)) {
+        if (i > 3 || !whole_number(argv[i], 1, 1 << 20)) {
             std::fprintf(stderr,
                          "usage: bench_gemm [tokens=1024] [threads=all] [n_embd=768]: positive whole numbers (n_embd 64: "
                          "the small model's narrow products)\n");

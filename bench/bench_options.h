@@ -1,6 +1,16 @@
-// bench/bench_options.h: what the benchmarks that take `--name value` options share.
+// bench/bench_options.h: what the benchmarks share to read their arguments.
 #pragma once
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+// s as a whole number in [lo, hi], or nothing (not a number, trailing characters, out of range)
+inline std::optional<long> whole_number(const char* s, long lo, long hi) {
+    char* end = nullptr;
+    const long x = std::strtol(s, &end, 10);
+    if (end == s || *end != '\0' || x < lo || x > hi) return std::nullopt;
+    return x;
+}
 
 // Whether the options come in pairs; if not, says which one has no value (the options: the comment at the top
 // of bench/<bench>.cpp) on stderr.

@@ -6,9 +6,12 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <climits>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "bench_options.h"
 #include "shardlm/kernels/peak_loops.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
@@ -37,14 +40,13 @@ static double peak_gflops(int threads, long iters, double flops_per_iter, float 
 }
 
 int main(int argc, char** argv) {
-    char* end = nullptr;
-    const long n = argc > 1 ? std::strtol(argv[1], &end, 10) : 200000000L;
-    if (argc > 2 || (argc > 1 && (*end != '\0' || n < 4))) {  // (an `--help` had run 0 iterations: 0 GFLOP/s)
+    const std::optional<long> arg = argc > 1 ? whole_number(argv[1], 4, LONG_MAX) : std::optional<long>(200000000L);
+    if (argc > 2 || !arg) {  // (an `--help` had run 0 iterations: 0 GFLOP/s)
         std::fprintf(stderr, "usage: bench_peak [iterations=200000000]: a whole number of FMA iterations, at least 4\n");
         return argc == 2 && std::string(argv[1]) == "--help" ? 0 : 2;
     }
     shardlm::ensure_blas_coretype(argc, argv);
-    long iters = n / 4;
+    long iters = *arg / 4;
     int all = omp_get_max_threads();
     using namespace shardlm::kernels;  // the loops `shardlm calibrate` measures with
     const double fma = fp32_fma_flops_per_iter();

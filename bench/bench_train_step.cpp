@@ -44,13 +44,12 @@ constexpr const char* kUsage =
 // v as a whole number of at least lo, or a message naming the option and the process's end (exit 2): atoi had
 // read "--steps 4x" as 4 and "--batch x" as 0
 int whole(const std::string& k, const char* v, int lo) {
-    char* end = nullptr;
-    const long x = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || x < lo || x > 1 << 30) {
+    const std::optional<long> x = whole_number(v, lo, 1 << 30);
+    if (!x) {
         std::fprintf(stderr, "bench_train_step: %s %s: give a whole number of at least %d\n", k.c_str(), v, lo);
         std::exit(2);
     }
-    return int(x);
+    return int(*x);
 }
 
 // GB/s of a STREAM triad over 3 x 64 MiB on all threads, best of 5

@@ -247,8 +247,8 @@ bool Optimizer::step(const std::vector<float*>& params, const std::vector<const 
     step_++;
     if (cfg_.kind == Kind::Adam8bit) return step_adam8bit(params, grads, lr, gs), false;
     if (cfg_.kind == Kind::Adafactor) return step_adafactor(params, grads, lr, gs), false;
-    const bool mirrored = mirror && (cfg_.kind == Kind::Adam || cfg_.kind == Kind::AdamW);
     if (cfg_.kind == Kind::Adam || cfg_.kind == Kind::AdamW) {  // every piece in one pass (the threads meet once)
+        const bool mirrored = mirror != nullptr;
         std::vector<kernels::AdamSlice> slices;
         for (const Piece& pc : pieces_) {
             const size_t off = pc.begin - owned_[pc.range].begin;
