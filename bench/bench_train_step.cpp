@@ -41,30 +41,7 @@ constexpr const char* kUsage =
     "                        [--attention fused|materialized] [--gemm auto|onednn|openblas] [--profile 0|1]\n"
     "(what each does: the comment at the top of bench/bench_train_step.cpp)\n";
 
-// v as a whole number of at least lo, or a message naming the option and the process's end (exit 2): atoi had
-// read "--steps 4x" as 4 and "--batch x" as 0
-int whole(const std::string& k, const char* v, int lo) {
-    const std::optional<long> x = whole_number(v, lo, 1 << 30);
-    if (!x) {
-        std::fprintf(stderr, "bench_train_step: %s %s: give a whole number of at least %d\n", k.c_str(), v, lo);
-        std::exit(2);
-    }
-    return int(*x);
-}
-
-// GB/s of a STREAM triad over 3 x 64 MiB on all threads, best of 5
-double triad_gbps() {
-    const size_t n = size_t(16) << 20;
-    std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
-    double best = 1e30;
-    for (int r = 0; r < 5; r++) {
-        const double t0 = shardlm::now_s();
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
-        best = std::min(best, shardlm::now_s() - t0);
-    }
-    return 3.0 * double(n) * sizeof(float) / best / 1e9;
-}
+int whole(const std::string& k, const char* v, int lo) { return whole_or_exit("bench_train_step", k, v, lo); }
 
 // Each kernel's time per step, its share, and its rate against its roofline: the FMA (or bf16 dot)
 // peak for the ones that compute, the triad for the ones that move memory.

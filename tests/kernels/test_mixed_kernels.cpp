@@ -299,3 +299,46 @@ TEST(MixedKernels, AdamOverManySlicesEqualsEachSliceAlone) {
         EXPECT_FALSE(std::equal(p0.begin(), p0.end(), p1.data()));  // (the step did something)
     }
 }
+
+// The other rules (SGD, momentum, AdaGrad, RAdam in both phases, Lion, Sophia and its Hessian): a buffer stepped as
+// one slice and the same buffer cut into slices of odd lengths (other run boundaries, other vector tails) get the
+// same bits, and a step in one call over many slices equals a call per slice.
+TEST(MixedKernels, RulesGiveTheSameBitsHoweverTheBufferIsSliced) {
+    const size_t total = 74600;
+    const std::vector<size_t> cuts = {0, 1, 6, 43, 43, 90, 70097, 70100, 74213, 74246, total};  // (one empty)
+    struct Case {
+        Rule rule;
+        int step;
+    };
+    for (const Case c : {Case{Rule::SGD, 1}, Case{Rule::Momentum, 1}, Case{Rule::AdaGrad, 1}, Case{Rule::RAdam, 2},
+                         Case{Rule::RAdam, 9}, Case{Rule::Lion, 1}, Case{Rule::Sophia, 1}, Case{Rule::SophiaHessian, 1}}) {
+        RuleArgs a;
+        a.rule = c.rule, a.step = c.step, a.lr = 1e-3f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f, a.momentum = 0.9f;
+        a.rho_bs = 0.04f * 256, a.gs = 0.7f;
+        const Vec p0 = randn(total, 1), g = randn(total, 2);
+        Vec m0 = randn(total, 3), v0 = randn(total, 4);
+        for (float& x : v0) x = x * x;
+        if (c.rule == Rule::AdaGrad) m0 = v0;  // (its state is a sum of squares)
+        Vec p[3] = {p0, p0, p0}, m[3] = {m0, m0, m0}, v[3] = {v0, v0, v0};
+        auto slice = [&](int k, size_t b, size_t e) {
+            return RuleSlice{p[k].data() + b, g.data() + b, m[k].data() + b, v[k].data() + b, e - b, 0.1f};
+        };
+        const RuleSlice whole = slice(0, 0, total);
+        rule_update_slices(a, &whole, 1);
+        std::vector<RuleSlice> parts;
+        for (size_t k = 0; k + 1 < cuts.size(); k++) parts.push_back(slice(1, cuts[k], cuts[k + 1]));
+        rule_update_slices(a, parts.data(), parts.size());
+        for (size_t k = 0; k + 1 < cuts.size(); k++) {
+            const RuleSlice one = slice(2, cuts[k], cuts[k + 1]);
+            rule_update_slices(a, &one, 1);
+        }
+        const int r = int(c.rule);
+        for (int k : {1, 2}) {
+            EXPECT_EQ(p[k], p[0]) << "rule " << r << " step " << c.step << (k == 1 ? ": one call" : ": a call per slice");
+            EXPECT_EQ(m[k], m[0]) << "rule " << r;
+            EXPECT_EQ(v[k], v[0]) << "rule " << r;
+        }
+        const bool moved = p[0] != p0 || v[0] != v0;  // (the step did something: the Hessian's moves only v)
+        EXPECT_TRUE(moved) << "rule " << r;
+    }
+}

@@ -1,5 +1,6 @@
 #include "shardlm/kernels/optimizer_kernels.h"
 
+#include "shardlm/core/check.h"
 #include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
 
@@ -9,38 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <bit>
+#include <limits>
 #include <vector>
 
 namespace shardlm::kernels {
-
-void sgd_update(float* p, const float* g, size_t n, float lr, float wd, float gs) {
-#pragma omp parallel for simd schedule(simd : dynamic, 32768)
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i] * gs + wd * p[i];
-        p[i] -= lr * d;
-    }
-}
-
-void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, float mu, float wd, float gs) {
-    // PyTorch: buf = g on the first step, then mu*buf + g; a zero-initialised buf gives the same.
-#pragma omp parallel for simd schedule(simd : dynamic, 32768)
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i] * gs + wd * p[i];
-        float b = mu * buf[i] + d;
-        buf[i] = b;
-        p[i] -= lr * b;
-    }
-}
-
-void adagrad_update(float* p, const float* g, float* sum, size_t n, float lr, float eps, float wd, float gs) {
-#pragma omp parallel for simd schedule(simd : dynamic, 32768)
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i] * gs + wd * p[i];
-        float s = sum[i] + d * d;
-        sum[i] = s;
-        p[i] -= lr * (d / (std::sqrt(s) + eps));
-    }
-}
 
 namespace {
 
@@ -168,61 +142,229 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float 
     adam_update_slices(&x, 1, true, lr, beta1, beta2, eps, step, gs, t16);
 }
 
+namespace {
+
+// The scalars of a rule's step that every slice shares (RAdam's computed in double, as PyTorch computes them in
+// Python floats).
+struct RuleScalars {
+    float a1 = 0, a2 = 0;                     // 1 - beta1, 1 - beta2
+    float bc1 = 1, bc2_sqrt = 1, rect = 1;    // RAdam's bias corrections and rectification
+    bool rectified = false;
+};
+
+RuleScalars rule_scalars(const RuleArgs& a) {
+    RuleScalars k;
+    k.a1 = 1.0f - a.beta1, k.a2 = 1.0f - a.beta2;
+    if (a.rule == Rule::RAdam) {
+        const double bc1 = 1.0 - std::pow(double(a.beta1), a.step), bc2 = 1.0 - std::pow(double(a.beta2), a.step);
+        const double rho_inf = 2.0 / (1.0 - a.beta2) - 1.0;
+        const double rho_t = rho_inf - 2.0 * a.step * std::pow(double(a.beta2), a.step) / bc2;
+        k.rectified = rho_t > 5.0;
+        if (k.rectified) k.rect = float(std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)));
+        k.bc1 = float(bc1), k.bc2_sqrt = float(std::sqrt(bc2));
+    }
+    return k;
+}
+
+// Elements [b, e) of slice x under rule a: each element's operations in PyTorch's order (the tensor operations of
+// its single-tensor algorithm), whichever run holds it, so the bits depend on neither the threads nor the runs.
+void rule_run(const RuleArgs& a, const RuleScalars& k, const RuleSlice& x, size_t b, size_t e) {
+    float* p = x.p;
+    const float* g = x.g;
+    float* s0 = x.s0;
+    float* s1 = x.s1;
+    const float lr = a.lr, gs = a.gs, wd = x.wd, beta1 = a.beta1, beta2 = a.beta2, a1 = k.a1, a2 = k.a2;
+    // Lion and Sophia decay the parameters (decoupled, p *= 1 - lr wd); the others add wd p to the gradient
+    const float decay = float(1.0 - double(lr) * wd);
+    switch (a.rule) {
+        case Rule::SGD:
+#pragma omp simd
+            for (size_t i = b; i < e; i++) {
+                const float d = g[i] * gs + wd * p[i];
+                p[i] -= lr * d;
+            }
+            break;
+        case Rule::Momentum: {  // PyTorch: buf = g on the first step, then mu buf + g; a zero-initialised buf gives the same
+            const float mu = a.momentum;
+#pragma omp simd
+            for (size_t i = b; i < e; i++) {
+                const float d = g[i] * gs + wd * p[i];
+                const float bi = mu * s0[i] + d;
+                s0[i] = bi;
+                p[i] -= lr * bi;
+            }
+            break;
+        }
+        case Rule::AdaGrad: {
+            const float eps = a.eps;
+#pragma omp simd
+            for (size_t i = b; i < e; i++) {
+                const float d = g[i] * gs + wd * p[i];
+                const float s = s0[i] + d * d;
+                s0[i] = s;
+                p[i] -= lr * (d / (std::sqrt(s) + eps));
+            }
+            break;
+        }
+        case Rule::RAdam: {
+            // d = g + wd p; m = beta1 m + (1 - beta1) d; v = beta2 v + (1 - beta2) d^2;
+            // p -= (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps)) * rect, or p -= (m / bc1) * lr
+            const float eps = a.eps, bc1 = k.bc1, bc2_sqrt = k.bc2_sqrt, rect = k.rect;
+            const bool rectified = k.rectified;
+#pragma omp simd
+            for (size_t i = b; i < e; i++) {
+                const float d = g[i] * gs + wd * p[i];
+                const float mi = beta1 * s0[i] + a1 * d, vi = beta2 * s1[i] + a2 * d * d;
+                s0[i] = mi, s1[i] = vi;
+                const float step_i = (mi / bc1) * lr;
+                p[i] -= rectified ? step_i * (bc2_sqrt / (std::sqrt(vi) + eps)) * rect : step_i;
+            }
+            break;
+        }
+        case Rule::Lion:
+#pragma omp simd
+            for (size_t i = b; i < e; i++) {
+                const float gi = g[i] * gs, mi = s0[i];
+                const float c = beta1 * mi + a1 * gi;
+                const float sign = float(c > 0.0f) - float(c < 0.0f);
+                p[i] = p[i] * decay - lr * sign;
+                s0[i] = beta2 * mi + a2 * gi;
+            }
+            break;
+        case Rule::Sophia: {
+            const float rho_bs = a.rho_bs;
+#pragma omp simd
+            for (size_t i = b; i < e; i++) {
+                const float mi = beta1 * s0[i] + a1 * (g[i] * gs);
+                s0[i] = mi;
+                const float ratio = std::min(std::fabs(mi) / (rho_bs * s1[i] + kSophiaEps), 1.0f);
+                const float sign = float(mi > 0.0f) - float(mi < 0.0f);
+                p[i] = p[i] * decay - lr * (sign * ratio);
+            }
+            break;
+        }
+        case Rule::SophiaHessian:
+#pragma omp simd
+            for (size_t i = b; i < e; i++) {
+                const float gi = g[i] * gs;
+                s1[i] = beta2 * s1[i] + a2 * (gi * gi);
+            }
+            break;
+    }
+}
+
+const char* rule_name(Rule r) {
+    switch (r) {
+        case Rule::SGD: return "sgd";
+        case Rule::Momentum: return "momentum";
+        case Rule::AdaGrad: return "adagrad";
+        case Rule::RAdam: return "radam";
+        case Rule::Lion: return "lion";
+        case Rule::Sophia: return "sophia";
+        case Rule::SophiaHessian: return "sophia hessian";
+    }
+    return "?";
+}
+
+// Bytes an element moves: 4 for each stream read and each written (p, g, the state)
+double rule_bytes(Rule r) {
+    switch (r) {
+        case Rule::SGD: return 12;
+        case Rule::Momentum:
+        case Rule::AdaGrad:
+        case Rule::Lion: return 20;
+        case Rule::RAdam: return 28;
+        case Rule::Sophia: return 24;
+        case Rule::SophiaHessian: return 12;
+    }
+    return 0;
+}
+
+}  // namespace
+
+void rule_update_slices(const RuleArgs& a, const RuleSlice* slices, size_t count) {
+    constexpr size_t kRun = 32768;  // elements a thread takes at a time (as the one-tensor loops' chunks)
+    struct Item {
+        size_t slice, b, e;  // elements [b, e) of the slice
+    };
+    thread_local std::vector<Item> items;  // (the caller's, kept: no allocation each step)
+    items.clear();
+    double bytes = 0;
+    for (size_t j = 0; j < count; j++) {
+        for (size_t b = 0; b < slices[j].n; b += kRun) items.push_back({j, b, std::min(slices[j].n, b + kRun)});
+        bytes += rule_bytes(a.rule) * double(slices[j].n);
+    }
+    profile::Scope prof_(rule_name(a.rule), 0, bytes);
+    const RuleScalars k = rule_scalars(a);
+    // (inside the region every thread has its own thread_local: the workers read the caller's through this)
+    const Item* list = items.data();
+    const size_t n_items = items.size();
+    // one region for every slice: the threads meet once a step, not once a tensor (a busy neighbour holds them)
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t t = 0; t < n_items; t++) {
+        const Item it = list[t];
+        rule_run(a, k, slices[it.slice], it.b, it.e);
+    }
+}
+
+namespace {
+
+RuleArgs rule_args(Rule r, float lr, float gs) {
+    RuleArgs a;
+    a.rule = r, a.lr = lr, a.gs = gs;
+    return a;
+}
+
+}  // namespace
+
+void sgd_update(float* p, const float* g, size_t n, float lr, float wd, float gs) {
+    const RuleSlice x{p, g, nullptr, nullptr, n, wd};
+    rule_update_slices(rule_args(Rule::SGD, lr, gs), &x, 1);
+}
+
+void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, float mu, float wd, float gs) {
+    RuleArgs a = rule_args(Rule::Momentum, lr, gs);
+    a.momentum = mu;
+    const RuleSlice x{p, g, buf, nullptr, n, wd};
+    rule_update_slices(a, &x, 1);
+}
+
+void adagrad_update(float* p, const float* g, float* sum, size_t n, float lr, float eps, float wd, float gs) {
+    RuleArgs a = rule_args(Rule::AdaGrad, lr, gs);
+    a.eps = eps;
+    const RuleSlice x{p, g, sum, nullptr, n, wd};
+    rule_update_slices(a, &x, 1);
+}
+
 void radam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float wd, int step, float gs) {
-    // The scalars in double, as PyTorch computes them in Python floats; the tensor operations in
-    // its order: d = g + wd p; m = beta1 m + (1 - beta1) d; v = beta2 v + (1 - beta2) d^2;
-    // p -= (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps)) * rect, or p -= (m / bc1) * lr.
-    const double bc1 = 1.0 - std::pow(double(beta1), step), bc2 = 1.0 - std::pow(double(beta2), step);
-    const double rho_inf = 2.0 / (1.0 - beta2) - 1.0;
-    const double rho_t = rho_inf - 2.0 * step * std::pow(double(beta2), step) / bc2;
-    const bool rectified = rho_t > 5.0;
-    const float rect = rectified ? float(std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
-                                 : 1.0f;
-    const float bc1f = float(bc1), bc2_sqrt = float(std::sqrt(bc2)), a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-#pragma omp parallel for simd schedule(simd : dynamic, 32768)
-    for (size_t i = 0; i < n; i++) {
-        const float d = g[i] * gs + wd * p[i];
-        const float mi = beta1 * m[i] + a1 * d, vi = beta2 * v[i] + a2 * d * d;
-        m[i] = mi, v[i] = vi;
-        const float step_i = (mi / bc1f) * lr;
-        p[i] -= rectified ? step_i * (bc2_sqrt / (std::sqrt(vi) + eps)) * rect : step_i;
-    }
+    RuleArgs a = rule_args(Rule::RAdam, lr, gs);
+    a.beta1 = beta1, a.beta2 = beta2, a.eps = eps, a.step = step;
+    const RuleSlice x{p, g, m, v, n, wd};
+    rule_update_slices(a, &x, 1);
 }
 
 void lion_update(float* p, const float* g, float* m, size_t n, float lr, float beta1, float beta2, float wd,
                  float gs) {
-    const float decay = float(1.0 - double(lr) * wd), a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-#pragma omp parallel for simd schedule(simd : dynamic, 32768)
-    for (size_t i = 0; i < n; i++) {
-        const float gi = g[i] * gs, mi = m[i];
-        const float c = beta1 * mi + a1 * gi;
-        const float sign = float(c > 0.0f) - float(c < 0.0f);
-        p[i] = p[i] * decay - lr * sign;
-        m[i] = beta2 * mi + a2 * gi;
-    }
+    RuleArgs a = rule_args(Rule::Lion, lr, gs);
+    a.beta1 = beta1, a.beta2 = beta2;
+    const RuleSlice x{p, g, m, nullptr, n, wd};
+    rule_update_slices(a, &x, 1);
 }
 
 void sophia_update(float* p, const float* g, float* m, const float* h, size_t n, float lr, float beta1, float rho_bs,
                    float wd, float gs) {
-    const float decay = float(1.0 - double(lr) * wd), a1 = 1.0f - beta1;
-#pragma omp parallel for simd schedule(simd : dynamic, 32768)
-    for (size_t i = 0; i < n; i++) {
-        const float mi = beta1 * m[i] + a1 * (g[i] * gs);
-        m[i] = mi;
-        const float ratio = std::min(std::fabs(mi) / (rho_bs * h[i] + kSophiaEps), 1.0f);
-        const float sign = float(mi > 0.0f) - float(mi < 0.0f);
-        p[i] = p[i] * decay - lr * (sign * ratio);
-    }
+    RuleArgs a = rule_args(Rule::Sophia, lr, gs);
+    a.beta1 = beta1, a.rho_bs = rho_bs;
+    const RuleSlice x{p, g, m, const_cast<float*>(h), n, wd};  // (Sophia reads h: only the Hessian rule writes s1)
+    rule_update_slices(a, &x, 1);
 }
 
 void sophia_hessian_update(float* h, const float* g, size_t n, float beta2, float gs) {
-    const float a2 = 1.0f - beta2;
-#pragma omp parallel for simd schedule(simd : dynamic, 32768)
-    for (size_t i = 0; i < n; i++) {
-        const float gi = g[i] * gs;
-        h[i] = beta2 * h[i] + a2 * (gi * gi);
-    }
+    RuleArgs a = rule_args(Rule::SophiaHessian, 0.0f, gs);
+    a.beta2 = beta2;
+    const RuleSlice x{nullptr, g, nullptr, h, n, 0.0f};
+    rule_update_slices(a, &x, 1);
 }
 
 namespace {
@@ -276,22 +418,57 @@ Code8 linear_code(bool is_signed) {
 }
 
 uint8_t nearest_code(const Code8& code, float x) {
-    int lo = 0, hi = 256;  // the first index whose value exceeds x
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (code[size_t(mid)] > x) hi = mid;
-        else lo = mid + 1;
+    if (x != x) return 255;  // NaN: where a search of "the first value exceeding x" ends (none does)
+    // lo: the first index whose value exceeds x (256 if none), by halving without branches: the comparisons of
+    // an 8-bit state's values are as good as random, and a mispredicted branch at each of 8 levels had made
+    // adam8bit's step 40x slower than AdamW's
+    const float* base = code.data();
+    for (size_t n = 256; n > 1;) {
+        const size_t half = n / 2;
+        base = base[half] <= x ? base + half : base;
+        n -= half;
     }
+    const int lo = int(base - code.data()) + (*base <= x ? 1 : 0);
     if (lo == 0) return 0;
     if (lo == 256) return 255;
     const float below = x - code[size_t(lo - 1)], above = code[size_t(lo)] - x;
     return uint8_t(above < below ? lo : lo - 1);
 }
 
-float quantize_block(const float* x, size_t n, const Code8& code, uint8_t* q) {
+CodeIndex::CodeIndex(const Code8& c) : code(c) {
+    std::fill(padded_.begin(), padded_.end(), std::numeric_limits<float>::infinity());  // (never <= a finite y)
+    std::copy(c.begin(), c.end(), padded_.begin());
+    first_.resize(2 * kSide);
+    auto count = [&](float y) { return int(std::upper_bound(c.begin(), c.end(), y) - c.begin()); };  // values <= y
+    auto at = [](uint32_t bits) { return std::bit_cast<float>(bits); };
+    for (uint32_t b = 0; b < kSide; b++) {
+        // bucket b of |y|: representations [b 2^16, (b + 1) 2^16); y's least and greatest there, each sign
+        const float small = at(b << 16), large = at((b << 16) | 0xffffu);
+        const int pos_lo = count(small), pos_hi = count(large), neg_lo = count(-large), neg_hi = count(-small);
+        first_[kSide + b] = uint16_t(pos_lo), first_[kSide - 1 - b] = uint16_t(neg_lo);
+        extra_ = std::max({extra_, pos_hi - pos_lo, neg_hi - neg_lo});
+    }
+    SHARDLM_CHECK(extra_ <= kMaxExtra, "CodeIndex: ", extra_, " code values share one bucket (at most ", kMaxExtra, ")");
+}
+
+uint8_t CodeIndex::nearest(float y) const {
+    const uint32_t bits = std::bit_cast<uint32_t>(y), mag = bits & 0x7fffffffu;
+    if (mag > 0x3f800000u) return nearest_code(code, y);  // |y| > 1 or NaN (never in a block: y = x / absmax)
+    const uint32_t b = mag >> 16;
+    int lo = first_[bits >> 31 ? kSide - 1 - b : kSide + b];
+    // lo: the number of values <= y (nearest_code's search's answer): the bucket's count, then its own values
+    const int base = lo;
+    for (int j = 0; j < kMaxExtra; j++) lo += padded_[size_t(base + j)] <= y ? 1 : 0;
+    if (lo == 0) return 0;
+    if (lo == 256) return 255;
+    const float below = y - code[size_t(lo - 1)], above = code[size_t(lo)] - y;
+    return uint8_t(above < below ? lo : lo - 1);
+}
+
+float quantize_block(const float* x, size_t n, const CodeIndex& index, uint8_t* q) {
     float absmax = 0.0f;
     for (size_t i = 0; i < n; i++) absmax = std::max(absmax, std::fabs(x[i]));
-    for (size_t i = 0; i < n; i++) q[i] = nearest_code(code, absmax > 0.0f ? x[i] / absmax : 0.0f);
+    for (size_t i = 0; i < n; i++) q[i] = index.nearest(absmax > 0.0f ? x[i] / absmax : 0.0f);
     return absmax;
 }
 
@@ -300,11 +477,11 @@ void dequantize_block(const uint8_t* q, size_t n, const Code8& code, float absma
 }
 
 void adam8bit_block(float* p, const float* g, uint8_t* qm, uint8_t* qv, float* am, float* av, size_t n,
-                    const Code8& code_m, const Code8& code_v, float lr, float beta1, float beta2, float eps,
+                    const CodeIndex& code_m, const CodeIndex& code_v, float lr, float beta1, float beta2, float eps,
                     float wd, int step, float gs, float* scratch) {
     float *m = scratch, *v = scratch + n;
-    dequantize_block(qm, n, code_m, *am, m);
-    dequantize_block(qv, n, code_v, *av, v);
+    dequantize_block(qm, n, code_m.code, *am, m);
+    dequantize_block(qv, n, code_v.code, *av, v);
     adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, step, gs);
     *am = quantize_block(m, n, code_m, qm);
     *av = quantize_block(v, n, code_v, qv);

@@ -10,10 +10,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "shardlm/core/dtype.h"
 
 namespace shardlm::kernels {
+
+// The elementwise rules other than Adam's, over many slices at once: each element the bits of the one-slice calls
+// below, the threads meeting once for all the slices instead of once per slice (a busy neighbour holds them).
+enum class Rule { SGD, Momentum, AdaGrad, RAdam, Lion, Sophia, SophiaHessian };
+struct RuleArgs {
+    Rule rule = Rule::SGD;
+    float lr = 0, beta1 = 0, beta2 = 0, eps = 0, momentum = 0, rho_bs = 0, gs = 1.0f;
+    int step = 1;  // (RAdam's bias corrections)
+};
+// One slice: its parameters, gradients, the rule's state, length and weight decay. s0: the momentum buffer
+// (Momentum), the sum (AdaGrad) or exp_avg (RAdam, Lion, Sophia); s1: exp_avg_sq (RAdam) or the Hessian
+// (Sophia reads it, SophiaHessian updates it and leaves p alone). Unused ones may be null.
+struct RuleSlice {
+    float* p;
+    const float* g;
+    float* s0;
+    float* s1;
+    size_t n;
+    float wd;
+};
+void rule_update_slices(const RuleArgs& a, const RuleSlice* slices, size_t count);
 
 void sgd_update(float* p, const float* g, size_t n, float lr, float wd, float gs = 1.0f);
 void momentum_update(float* p, const float* g, float* buf, size_t n, float lr, float mu, float wd, float gs = 1.0f);
@@ -66,15 +88,32 @@ Code8 dynamic_code(bool is_signed);
 Code8 linear_code(bool is_signed);
 // The index of the code value nearest x (the lower one on a tie).
 uint8_t nearest_code(const Code8& code, float x);
+// A code and a table that gives nearest_code's answer without its search (whose 8 dependent loads per value had
+// made adam8bit's step 40x AdamW's): for each bucket of y in [-1, 1] (a sign and the top 16 bits of |y|'s
+// representation: 7 bits of mantissa), how many values are <= the bucket's least y; a value's count is that plus
+// its comparisons with the few values inside its bucket (at most kMaxExtra, checked as the table is built).
+class CodeIndex {
+public:
+    explicit CodeIndex(const Code8& code);
+    uint8_t nearest(float y) const;  // nearest_code(code, y), for every y
+    Code8 code;
+
+private:
+    static constexpr uint32_t kSide = 0x3f81;  // buckets of |y| <= 1 (1.0f: 0x3f800000)
+    static constexpr int kMaxExtra = 4;
+    std::array<float, 256 + kMaxExtra> padded_;  // the code, then +inf
+    std::vector<uint16_t> first_;                 // negative y's buckets (descending |y|), then positive
+    int extra_ = 0;
+};
 // A block of n values: absmax = max |x|, q[i] = nearest_code(x[i] / absmax) (0's code when absmax = 0).
-float quantize_block(const float* x, size_t n, const Code8& code, uint8_t* q);
+float quantize_block(const float* x, size_t n, const CodeIndex& code, uint8_t* q);
 void dequantize_block(const uint8_t* q, size_t n, const Code8& code, float absmax, float* x);
 
 // One block of 8-bit AdamW (bitsandbytes' blockwise kernels): m and v dequantised with their
 // absmax (*am, *av), updated in fp32 exactly as adamw_update, the parameters stepped with those fp32
 // values, then m and v requantised with the block's new absmax (returned in *am, *av). scratch: 2 n floats.
 void adam8bit_block(float* p, const float* g, uint8_t* qm, uint8_t* qv, float* am, float* av, size_t n,
-                    const Code8& code_m, const Code8& code_v, float lr, float beta1, float beta2, float eps,
+                    const CodeIndex& code_m, const CodeIndex& code_v, float lr, float beta1, float beta2, float eps,
                     float wd, int step, float gs, float* scratch);
 // Adafactor (Shazeer & Stern 2018, as transformers.optimization.Adafactor). A piece is elements
 // [i0, i0 + n) of a row-major [rows, cols] matrix (or of a vector: cols = n, one row); rows at or past

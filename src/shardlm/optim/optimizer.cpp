@@ -57,8 +57,8 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
         case Kind::Adam8bit: {
             SHARDLM_CHECK(cfg_.block > 0, "adam8bit: block size ", cfg_.block, " must be > 0");
             const bool linear = cfg_.code == QuantCode::Linear;
-            code_m_ = linear ? kernels::linear_code(true) : kernels::dynamic_code(true);
-            code_v_ = linear ? kernels::linear_code(false) : kernels::dynamic_code(false);
+            code_m_.emplace(linear ? kernels::linear_code(true) : kernels::dynamic_code(true));
+            code_v_.emplace(linear ? kernels::linear_code(false) : kernels::dynamic_code(false));
             size_t f32 = 0, codes = 0;
             const size_t B = size_t(cfg_.block);
             for (Piece& pc : pieces_) {
@@ -84,7 +84,7 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
             q0_.resize(codes), q1_.resize(codes);
             a0_.resize(blocks), a1_.resize(blocks);
             // every block starts as zeros: 0's code, absmax 0
-            const uint8_t zm = kernels::nearest_code(code_m_, 0.0f), zv = kernels::nearest_code(code_v_, 0.0f);
+            const uint8_t zm = code_m_->nearest(0.0f), zv = code_v_->nearest(0.0f);
             std::fill(q0_.begin(), q0_.end(), zm);
             std::fill(q1_.begin(), q1_.end(), zv);
             scratch_.resize(size_t(std::max(1, omp_get_max_threads())) * 2 * B);
@@ -170,11 +170,11 @@ void Optimizer::move_8bit_state(bool to_views) {
             const auto [b, e] = blocks_[k];
             const size_t at = pc.state + (b - pc.begin), q = pc.q + (b - pc.begin);
             if (to_views) {
-                kernels::dequantize_block(q0_.data() + q, e - b, code_m_, a0_.data()[k], view0_.data() + at);
-                kernels::dequantize_block(q1_.data() + q, e - b, code_v_, a1_.data()[k], view1_.data() + at);
+                kernels::dequantize_block(q0_.data() + q, e - b, code_m_->code, a0_.data()[k], view0_.data() + at);
+                kernels::dequantize_block(q1_.data() + q, e - b, code_v_->code, a1_.data()[k], view1_.data() + at);
             } else {
-                a0_.data()[k] = kernels::quantize_block(view0_.data() + at, e - b, code_m_, q0_.data() + q);
-                a1_.data()[k] = kernels::quantize_block(view1_.data() + at, e - b, code_v_, q1_.data() + q);
+                a0_.data()[k] = kernels::quantize_block(view0_.data() + at, e - b, *code_m_, q0_.data() + q);
+                a1_.data()[k] = kernels::quantize_block(view1_.data() + at, e - b, *code_v_, q1_.data() + q);
             }
         }
     }
@@ -260,31 +260,22 @@ bool Optimizer::step(const std::vector<float*>& params, const std::vector<const 
                                     step_, gs, mirror ? mirror->type : DType::BF16);
         return mirrored;
     }
-    for (const Piece& pc : pieces_) {
-        const model::ParamSpec& p = layout_.params[pc.param];
-        const size_t off = pc.begin - owned_[pc.range].begin, n = pc.end - pc.begin, s = pc.state;
-        float* w = params[pc.range] + off;
-        const float* g = grads[pc.range] + off;
-        float wd = p.decay ? cfg_.weight_decay : 0.0f;
-        switch (cfg_.kind) {
-            case Kind::SGD: kernels::sgd_update(w, g, n, lr, wd, gs); break;
-            case Kind::Momentum: kernels::momentum_update(w, g, s0_.data() + s, n, lr, cfg_.momentum, wd, gs); break;
-            case Kind::AdaGrad: kernels::adagrad_update(w, g, s0_.data() + s, n, lr, cfg_.adagrad_eps, wd, gs); break;
-            case Kind::RAdam:
-                kernels::radam_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd,
-                                      step_, gs);
-                break;
-            case Kind::Lion: kernels::lion_update(w, g, s0_.data() + s, n, lr, cfg_.beta1, cfg_.beta2, wd, gs); break;
-            case Kind::Sophia:
-                kernels::sophia_update(w, g, s0_.data() + s, s1_.data() + s, n, lr, cfg_.beta1,
-                                       float(double(cfg_.rho) * cfg_.hess_batch), wd, gs);
-                break;
-            case Kind::Adam:
-            case Kind::AdamW:
-            case Kind::Adam8bit:
-            case Kind::Adafactor: break;  // above, step_adam8bit, step_adafactor
-        }
+    // the other elementwise rules: every piece in one pass too
+    kernels::RuleArgs a;
+    a.lr = lr, a.gs = gs, a.beta1 = cfg_.beta1, a.beta2 = cfg_.beta2, a.step = step_;
+    switch (cfg_.kind) {
+        case Kind::SGD: a.rule = kernels::Rule::SGD; break;
+        case Kind::Momentum: a.rule = kernels::Rule::Momentum, a.momentum = cfg_.momentum; break;
+        case Kind::AdaGrad: a.rule = kernels::Rule::AdaGrad, a.eps = cfg_.adagrad_eps; break;
+        case Kind::RAdam: a.rule = kernels::Rule::RAdam, a.eps = cfg_.eps; break;
+        case Kind::Lion: a.rule = kernels::Rule::Lion; break;
+        case Kind::Sophia: a.rule = kernels::Rule::Sophia, a.rho_bs = float(double(cfg_.rho) * cfg_.hess_batch); break;
+        case Kind::Adam:
+        case Kind::AdamW:
+        case Kind::Adam8bit:
+        case Kind::Adafactor: SHARDLM_CHECK(false, "Optimizer::step: ", kind_name(cfg_.kind), " has its own pass");
     }
+    run_rule(a, params, grads);
     return false;  // (only Adam and AdamW write the 16-bit copy in their pass)
 }
 
@@ -298,9 +289,22 @@ void Optimizer::update_hessian(const std::vector<const float*>& grads, float gs)
     SHARDLM_CHECK(cfg_.kind == Kind::Sophia, "update_hessian: --optimizer ", kind_name(cfg_.kind), " keeps no Hessian");
     SHARDLM_CHECK(grads.size() == owned_.size(), "Optimizer::update_hessian: ", grads.size(), " gradient ranges for ",
                   owned_.size(), " owned ranges");
-    for (const Piece& pc : pieces_)
-        kernels::sophia_hessian_update(s1_.data() + pc.state, grads[pc.range] + (pc.begin - owned_[pc.range].begin),
-                                       pc.end - pc.begin, cfg_.beta2, gs);
+    kernels::RuleArgs a;
+    a.rule = kernels::Rule::SophiaHessian, a.beta2 = cfg_.beta2, a.gs = gs;
+    run_rule(a, {}, grads);
+}
+
+void Optimizer::run_rule(const kernels::RuleArgs& a, const std::vector<float*>& params,
+                         const std::vector<const float*>& grads) {
+    std::vector<kernels::RuleSlice>& slices = rule_slices_;  // (kept: no allocation each step)
+    slices.clear();
+    for (const Piece& pc : pieces_) {
+        const size_t off = pc.begin - owned_[pc.range].begin;
+        slices.push_back({params.empty() ? nullptr : params[pc.range] + off, grads[pc.range] + off,
+                          s0_.size() ? s0_.data() + pc.state : nullptr, s1_.size() ? s1_.data() + pc.state : nullptr,
+                          pc.end - pc.begin, layout_.params[pc.param].decay ? cfg_.weight_decay : 0.0f});
+    }
+    kernels::rule_update_slices(a, slices.data(), slices.size());
 }
 
 void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
@@ -371,27 +375,42 @@ void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vec
 
 void Optimizer::step_adam8bit(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
                               float gs) {
+    // Two passes, each over every piece (the threads meet twice a step, not once a tensor): the small tensors'
+    // fp32 AdamW, then the 8-bit blocks of the others
+    struct Block {
+        float* w;
+        const float* g;
+        size_t k, q;  // the block's index in blocks_, its codes' offset in q0_/q1_
+        float wd;
+    };
+    std::vector<kernels::AdamSlice> small;
+    std::vector<Block> blocks;
+    blocks.reserve(blocks_.size());
     for (const Piece& pc : pieces_) {
-        const model::ParamSpec& p = layout_.params[pc.param];
         const size_t off = pc.begin - owned_[pc.range].begin;
         float* w = params[pc.range] + off;
         const float* g = grads[pc.range] + off;
-        const float wd = p.decay ? cfg_.weight_decay : 0.0f;
+        const float wd = layout_.params[pc.param].decay ? cfg_.weight_decay : 0.0f;
         if (pc.small) {
-            kernels::adamw_update(w, g, s0_.data() + pc.f32, s1_.data() + pc.f32, pc.end - pc.begin, lr, cfg_.beta1,
-                                  cfg_.beta2, cfg_.eps, wd, step_, gs);
+            small.push_back({w, g, s0_.data() + pc.f32, s1_.data() + pc.f32, pc.end - pc.begin, wd});
             continue;
         }
-        const int threads = int(scratch_.size() / (2 * size_t(cfg_.block)));  // one scratch each
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (size_t k = pc.block; k < pc.block + pc.blocks; k++) {
-            const auto [b, e] = blocks_[k];
-            const size_t o = b - pc.begin, q = pc.q + o;
-            float* scratch = scratch_.data() + size_t(omp_get_thread_num()) * 2 * size_t(cfg_.block);
-            kernels::adam8bit_block(w + o, g + o, q0_.data() + q, q1_.data() + q, a0_.data() + k, a1_.data() + k,
-                                    e - b, code_m_, code_v_, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, step_, gs,
-                                    scratch);
+            const size_t o = blocks_[k].begin - pc.begin;
+            blocks.push_back({w + o, g + o, k, pc.q + o, wd});
         }
+    }
+    kernels::adam_update_slices(small.data(), small.size(), true, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, step_, gs);
+    const int threads = int(scratch_.size() / (2 * size_t(cfg_.block)));  // one scratch each
+    const long n_blocks = long(blocks.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (long t = 0; t < n_blocks; t++) {
+        const Block& b = blocks[size_t(t)];
+        const size_t k = b.k;
+        float* scratch = scratch_.data() + size_t(omp_get_thread_num()) * 2 * size_t(cfg_.block);
+        kernels::adam8bit_block(b.w, b.g, q0_.data() + b.q, q1_.data() + b.q, a0_.data() + k, a1_.data() + k,
+                                blocks_[k].size(), *code_m_, *code_v_, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, b.wd, step_, gs,
+                                scratch);
     }
 }
 

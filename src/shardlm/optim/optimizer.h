@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,8 @@ private:
     void step_adafactor(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs);
     void load_adafactor_state();
     void step_adam8bit(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs);
+    // One of the other elementwise rules over every piece in one pass (params empty: the Hessian's, which has none)
+    void run_rule(const kernels::RuleArgs& a, const std::vector<float*>& params, const std::vector<const float*>& grads);
 
     OptimConfig cfg_;
     const model::Layout& layout_;
@@ -170,12 +173,13 @@ private:
     // adam8bit: codes, blocks' absmax, the code tables, scratch per thread, checkpoint views
     AlignedBuffer<uint8_t> q0_, q1_;
     AlignedBuffer<float> a0_, a1_, scratch_, view0_, view1_, view2_;
-    kernels::Code8 code_m_{}, code_v_{};
+    std::optional<kernels::CodeIndex> code_m_, code_v_;
     // adafactor: the vectors' v (s1_ at Piece::f32), m in s0_, the whole matrices' statistics
     std::vector<Factor> factors_;
     AlignedBuffer<float> rc_, rf_;  // statistics; their rsqrt factors (scratch)
     std::vector<double> stats_, usq_;
     std::function<void(double*, size_t)> shard_sum_;
+    std::vector<kernels::RuleSlice> rule_slices_;  // run_rule's, kept
     int step_ = 0;
 };
 
