@@ -7,6 +7,7 @@
 // Hold the build lock around it: flock /tmp/shardlm-build.lock ./build/bench_optimizer
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,8 +42,15 @@ int whole(const std::string& k, const char* v, int lo) { return whole_or_exit("b
 // Forked before the buffers exist: forked later, every page the parent then wrote would be copied first (a
 // step 10x slower). Each busy phase continues it, and stops it again.
 pid_t start_busy() {
+    const pid_t parent = getpid();
     const pid_t pid = fork();
+    if (pid < 0) {
+        std::perror("bench_optimizer: fork (the busy process)");
+        std::exit(2);
+    }
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // (ends with the benchmark, however that ends)
+        if (getppid() != parent) _exit(0);
         cpu_set_t all;
         CPU_ZERO(&all);
         for (long c = 0; c < sysconf(_SC_NPROCESSORS_ONLN) && c < CPU_SETSIZE; c++) CPU_SET(size_t(c), &all);
@@ -71,7 +79,7 @@ double bytes_per_param(shardlm::optim::Kind k) {
         case Kind::Adam:
         case Kind::AdamW:
         case Kind::RAdam: return 28;
-        case Kind::Adam8bit: return 14;  // p r/w, g, 8-bit m and v r/w
+        case Kind::Adam8bit: return 16;  // p r/w, g, 8-bit m and v r/w
         case Kind::Adafactor: return 24;  // three passes over g, one over p r/w, roughly
     }
     return 0;

@@ -54,7 +54,7 @@ TEST(Quantize, NearestCodeIsTheBruteForceNearest) {
 }
 
 // CodeIndex's table gives the search's code for every float of [-1, 1] (a representation in 509 of each sign,
-// the ends and the values near the codes in the test above)
+// each bucket's first and last, the ends, and the values near the codes in the test above)
 TEST(Quantize, CodeIndexAgreesWithTheSearchAcrossMinusOneToOne) {
     for (const kernels::Code8& c : all_codes()) {
         const kernels::CodeIndex index(c);
@@ -63,6 +63,12 @@ TEST(Quantize, CodeIndexAgreesWithTheSearchAcrossMinusOneToOne) {
                 const float y = std::bit_cast<float>(bits | sign);
                 ASSERT_EQ(index.nearest(y), kernels::nearest_code(c, y)) << "y = " << y;
             }
+        for (uint32_t b = 0; b <= 0x3f80u; b++)  // every bucket's first and last representation, each sign
+            for (uint32_t bits : {b << 16, (b << 16) | 0xffffu})
+                for (uint32_t sign : {0u, 0x80000000u}) {
+                    const float y = std::bit_cast<float>(bits | sign);
+                    ASSERT_EQ(index.nearest(y), kernels::nearest_code(c, y)) << "y = " << y;
+                }
         for (float y : {1.0f, -1.0f, 0.0f, -0.0f, std::nanf(""), 2.0f, -2.0f})
             ASSERT_EQ(index.nearest(y), kernels::nearest_code(c, y)) << "y = " << y;
     }
