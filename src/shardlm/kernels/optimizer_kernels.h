@@ -91,7 +91,7 @@ uint8_t nearest_code(const Code8& code, float x);
 // A code and a table that gives nearest_code's answer without its search (whose 8 dependent loads per value had
 // made adam8bit's step 40x AdamW's): for each bucket of y in [-1, 1] (a sign and the top 16 bits of |y|'s
 // representation: 7 bits of mantissa), how many values are <= the bucket's least y; a value's count is that plus
-// its comparisons with the few values inside its bucket (at most kMaxExtra, checked as the table is built).
+// its comparisons with the few values inside its bucket (at most kMaxExtra, checked as the table is built). In kernels/optimizer_8bit.cpp.
 class CodeIndex {
 public:
     explicit CodeIndex(const Code8& code);
@@ -103,7 +103,6 @@ private:
     static constexpr int kMaxExtra = 4;
     std::array<float, 256 + kMaxExtra> padded_;  // the code, then +inf
     std::vector<uint16_t> first_;                 // negative y's buckets (descending |y|), then positive
-    int extra_ = 0;
 };
 // A block of n values: absmax = max |x|, q[i] = nearest_code(x[i] / absmax) (0's code when absmax = 0).
 float quantize_block(const float* x, size_t n, const CodeIndex& code, uint8_t* q);
