@@ -21,7 +21,8 @@ declare -A ARGS=(
   [gpt2-64]="--batch 4 --seq 64 --steps 6 --warmup 2"
 )
 tok() { env "${@:3}" "$1" $2 --threads 2 | sed -n 's/.*"tokens_per_s": \([0-9.]*\).*/\1/p'; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# the middle value; with an even count the mean of the two middle ones
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 hog() { sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!; }  # (its output closed: $(hog) returns at once)
 echo "env: ${*:-(default)}; this build: $BIN ${EXTRA:-}${BASE:+; base: $BASE}"
 for s in $STEPS; do
