@@ -88,21 +88,32 @@ Code8 dynamic_code(bool is_signed);
 Code8 linear_code(bool is_signed);
 // The index of the code value nearest x (the lower one on a tie).
 uint8_t nearest_code(const Code8& code, float x);
-// A code and a table that gives nearest_code's answer without its search (whose 8 dependent loads per value had
+// A code and tables that give nearest_code's answer without its search (whose 8 dependent loads per value had
 // made adam8bit's step 40x AdamW's): for each bucket of y in [-1, 1] (a sign and the top 16 bits of |y|'s
-// representation: 7 bits of mantissa), how many values are <= the bucket's least y; a value's count is that plus
-// its comparisons with the few values inside its bucket (at most kMaxExtra, checked as the table is built). In kernels/optimizer_8bit.cpp.
+// representation: 7 bits of mantissa), the code of every y there when they share one (most buckets); else, for each
+// of the bucket's kFine parts (the next 6 bits), the part's code, or how many values are <= the part's least y, and a
+// value's count is that plus its comparisons with the few values inside the part (at most kMaxExtra, checked as the
+// tables are built). In kernels/optimizer_8bit.cpp.
 class CodeIndex {
 public:
     explicit CodeIndex(const Code8& code);
     uint8_t nearest(float y) const;  // nearest_code(code, y), for every y
+    // q[i] = nearest(absmax > 0 ? x[i] / absmax : 0) for i < n, 16 values at a time (8 on AVX2): the tables and
+    // the comparisons read by gathers, each level only for the lanes that need it
+    void nearest_of(const float* x, size_t n, float absmax, uint8_t* q) const;
     Code8 code;
 
 private:
     static constexpr uint32_t kSide = 0x3f81;  // buckets of |y| <= 1 (1.0f: 0x3f800000)
     static constexpr int kMaxExtra = 4;
-    std::array<float, 256 + kMaxExtra> padded_;  // the code, then +inf
-    std::vector<uint16_t> first_;                 // negative y's buckets (descending |y|), then positive
+    static constexpr int kFineBits = 6, kFineShift = 16 - kFineBits;
+    static constexpr uint32_t kFine = 1u << kFineBits;  // parts of a bucket that holds a boundary between codes
+    static constexpr uint16_t kOne = 0x8000;            // an entry kOne | c: every y of the bucket (part) has code c
+    std::array<float, 256 + kMaxExtra> padded_;          // the code, then +inf
+    // table_: per bucket, negative y's (descending |y|) then positive, kOne | c or the bucket's ordinal among those
+    // that hold a boundary; fine_: their kFine parts' entries, kOne | c or a count. Each has one entry more, read by
+    // the last one's 32-bit gather.
+    std::vector<uint16_t> table_, fine_;
 };
 // A block of n values: absmax = max |x|, q[i] = nearest_code(x[i] / absmax) (0's code when absmax = 0).
 float quantize_block(const float* x, size_t n, const CodeIndex& code, uint8_t* q);
