@@ -125,27 +125,37 @@ void dequantize_block(const uint8_t* q, size_t n, const Code8& code, float absma
 void adam8bit_block(float* p, const float* g, uint8_t* qm, uint8_t* qv, float* am, float* av, size_t n,
                     const CodeIndex& code_m, const CodeIndex& code_v, float lr, float beta1, float beta2, float eps,
                     float wd, int step, float gs, float* scratch);
-// Adafactor (Shazeer & Stern 2018, as transformers.optimization.Adafactor). A piece is elements
-// [i0, i0 + n) of a row-major [rows, cols] matrix (or of a vector: cols = n, one row); rows at or past
-// real_rows (the padded vocabulary) are skipped everywhere. gs scales each gradient as it is read.
+// Adafactor (Shazeer & Stern 2018, as transformers.optimization.Adafactor), over every piece of a step in one
+// parallel region a pass (the threads meet once a pass, not once a tensor: beside a busy process the step slowed
+// 1.75x with a region per tensor). A piece is elements [i0, i0 + n) of a row-major [rows, cols] matrix (factored)
+// or of a vector (cols = n, one row); rows at or past real_rows (the padded vocabulary) are skipped everywhere. gs
+// scales each gradient as it is read. Every sum is taken in an order that depends on the pieces alone, not on the
+// threads.
 //
-// row[r] += sum over the piece's row r of (g gs)^2, col[c] likewise over column c.
-void adafactor_square_sums(const float* g, float gs, size_t i0, size_t n, size_t cols, size_t real_rows,
-                           double* row, double* col);
 // How a pass applies the update u: p -= wd lr p; u = u / clip_div * lr; with a first moment
 // m = beta1 m + (1 - beta1) u and u = m; p -= u.
 struct AdafactorApply {
     float lr = 0, wd = 0, clip_div = 1, beta1 = 0;
     bool first_moment = false;
 };
-// Factored matrices: u = (rf[r] cf[c]) g gs with rf = rsqrt(R / mean R), cf = rsqrt(C). apply == null:
-// returns the sum of u^2 over the piece; else applies u (m: the piece's first moment, or null).
-double adafactor_factored(float* p, const float* g, float* m, size_t i0, size_t n, size_t cols, size_t real_rows,
-                          const float* rf, const float* cf, float gs, const AdafactorApply* apply);
-// Vectors: apply == null: v = beta2t v + (1 - beta2t) ((g gs)^2 + eps1), returns the sum of
-// u^2 = (rsqrt(v) g gs)^2; else applies u from the v already updated.
-double adafactor_vector(float* p, const float* g, float* v, float* m, size_t n, float beta2t, float eps1, float gs,
-                        const AdafactorApply* apply);
+struct AdafactorPiece {
+    float* p = nullptr;
+    const float* g = nullptr;
+    float* m = nullptr;  // the first moment, or null
+    size_t i0 = 0, n = 0, cols = 1, real_rows = 1;
+    bool factored = false;
+    double *row = nullptr, *col = nullptr;         // factored: the sums of squares' targets
+    const float *rf = nullptr, *cf = nullptr;      // factored: rsqrt(R / mean R), rsqrt(C)
+    float* v = nullptr;                            // a vector's second moment
+    AdafactorApply apply;                          // adafactor_update's second pass
+};
+// row[r] += the sum over the piece's row r of (g gs)^2, col[c] likewise over column c, for each factored piece
+// (pieces with the same col follow one another, in order: each column's sum runs down them in turn)
+void adafactor_square_sums(const AdafactorPiece* pieces, size_t count, float gs);
+// u = (rf[r] cf[c]) g gs (factored), u = rsqrt(v) g gs (vectors). apply false: out[j] = the sum of u^2 over piece j,
+// a vector's v = beta2t v + (1 - beta2t) ((g gs)^2 + eps1) first; true: applies u (v as the first pass left it).
+void adafactor_update(const AdafactorPiece* pieces, size_t count, float gs, float beta2t, float eps1, bool apply,
+                      double* out);
 
 // sum of squares in double, over fixed chunks summed in order: bit-identical for any thread count.
 double sum_squares(const float* x, size_t n);

@@ -315,15 +315,33 @@ void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vec
         const size_t off = pc.begin - owned_[pc.range].begin;
         return std::tuple{params[pc.range] + off, grads[pc.range] + off, pc.begin - layout_.params[pc.param].offset};
     };
-    // 1. sums of g^2 along rows and columns, and of p^2, over this rank's pieces; then over the shards
-    std::fill(stats_.begin(), stats_.end(), 0.0);
-    for (const Piece& pc : pieces_) {
+    // 1. sums of g^2 along rows and columns, and of p^2, over this rank's pieces (each pass one parallel region over
+    // every piece); then over the shards
+    std::vector<kernels::AdafactorPiece> pieces(pieces_.size());
+    std::vector<std::span<const float>> ws(pieces_.size());
+    for (size_t j = 0; j < pieces_.size(); j++) {
+        const Piece& pc = pieces_[j];
         const Factor& f = factors_[pc.param];
         const auto [w, g, i0] = where(pc);
-        if (f.factored)
-            kernels::adafactor_square_sums(g, gs, i0, pc.end - pc.begin, f.cols, f.real_rows, &stats_[f.stat],
-                                           &stats_[f.stat + f.rows]);
-        stats_[f.stat + (f.factored ? f.rows + f.cols : 0)] += kernels::sum_squares(w, pc.end - pc.begin);
+        kernels::AdafactorPiece& k = pieces[j];
+        k.p = w, k.g = g, k.m = cfg_.first_moment ? s0_.data() + pc.state : nullptr;
+        k.i0 = i0, k.n = pc.end - pc.begin, k.factored = f.factored;
+        if (f.factored) {
+            k.cols = f.cols, k.real_rows = f.real_rows;
+            k.row = &stats_[f.stat], k.col = &stats_[f.stat + f.rows];
+            k.rf = rf_.data() + f.rc, k.cf = rf_.data() + f.rc + f.rows;
+        } else {
+            k.cols = k.n, k.real_rows = 1, k.v = s1_.data() + pc.f32;
+        }
+        ws[j] = {w, k.n};
+    }
+    std::fill(stats_.begin(), stats_.end(), 0.0);
+    kernels::adafactor_square_sums(pieces.data(), pieces.size(), gs);
+    std::vector<double> psq(pieces_.size()), usq(pieces_.size());
+    kernels::sum_squares(ws.data(), ws.size(), psq.data());
+    for (size_t j = 0; j < pieces_.size(); j++) {
+        const Factor& f = factors_[pieces_[j].param];
+        stats_[f.stat + (f.factored ? f.rows + f.cols : 0)] += psq[j];
     }
     if (shard_sum_) shard_sum_(stats_.data(), stats_.size());
     // 2. the matrices' statistics (whole, every rank alike) and their rsqrt factors; each step size
@@ -351,26 +369,20 @@ void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vec
     }
     // 3. the update's sum of squares (the vectors' v updated on the way), over the shards; 4. apply it
     std::fill(usq_.begin(), usq_.end(), 0.0);
-    for (int pass = 0; pass < 2; pass++) {
-        for (const Piece& pc : pieces_) {
-            const Factor& f = factors_[pc.param];
-            const auto [w, g, i0] = where(pc);
-            kernels::AdafactorApply a;
-            a.lr = lr_of[pc.param];
-            a.wd = layout_.params[pc.param].decay ? cfg_.weight_decay : 0.0f;
-            const double rms = std::sqrt(usq_[pc.param] / double(f.real));
-            a.clip_div = cfg_.clip_threshold > 0 ? std::max(1.0f, float(rms) / cfg_.clip_threshold) : 1.0f;
-            a.beta1 = cfg_.beta1, a.first_moment = cfg_.first_moment;
-            float* m = cfg_.first_moment ? s0_.data() + pc.state : nullptr;
-            const kernels::AdafactorApply* apply = pass == 1 ? &a : nullptr;
-            const double s = f.factored ? kernels::adafactor_factored(w, g, m, i0, pc.end - pc.begin, f.cols, f.real_rows,
-                                                                      rf_.data() + f.rc, rf_.data() + f.rc + f.rows, gs, apply)
-                                        : kernels::adafactor_vector(w, g, s1_.data() + pc.f32, m, pc.end - pc.begin, beta2t,
-                                                                    eps1, gs, apply);
-            if (pass == 0) usq_[pc.param] += s;
-        }
-        if (pass == 0 && shard_sum_) shard_sum_(usq_.data(), usq_.size());
+    kernels::adafactor_update(pieces.data(), pieces.size(), gs, beta2t, eps1, false, usq.data());
+    for (size_t j = 0; j < pieces_.size(); j++) usq_[pieces_[j].param] += usq[j];
+    if (shard_sum_) shard_sum_(usq_.data(), usq_.size());
+    for (size_t j = 0; j < pieces_.size(); j++) {
+        const Piece& pc = pieces_[j];
+        const Factor& f = factors_[pc.param];
+        kernels::AdafactorApply& a = pieces[j].apply;
+        a.lr = lr_of[pc.param];
+        a.wd = layout_.params[pc.param].decay ? cfg_.weight_decay : 0.0f;
+        const double rms = std::sqrt(usq_[pc.param] / double(f.real));
+        a.clip_div = cfg_.clip_threshold > 0 ? std::max(1.0f, float(rms) / cfg_.clip_threshold) : 1.0f;
+        a.beta1 = cfg_.beta1, a.first_moment = cfg_.first_moment;
     }
+    kernels::adafactor_update(pieces.data(), pieces.size(), gs, beta2t, eps1, true, nullptr);
 }
 
 void Optimizer::step_adam8bit(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr,
