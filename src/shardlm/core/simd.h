@@ -51,8 +51,11 @@ inline V16 operator*(V16 a, V16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline V16 operator/(V16 a, V16 b) { return {_mm512_div_ps(a.v, b.v)}; }
 inline V16 fmadd(V16 a, V16 b, V16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }    // a b + c, one rounding
 inline V16 fnmadd(V16 a, V16 b, V16 c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }  // c - a b, one rounding
-inline V16 max(V16 a, V16 b) { return {_mm512_max_ps(a.v, b.v)}; }
-inline V16 min(V16 a, V16 b) { return {_mm512_min_ps(a.v, b.v)}; }
+// max and min as their masked forms over every lane, a's lanes the (never used) pass-through: GCC 12's
+// _mm512_max_ps passes _mm512_undefined_ps(), a variable initialised from itself, and warns where it is
+// inlined (-Wuninitialized, GCC bug 105593); the same instruction and bits
+inline V16 max(V16 a, V16 b) { return {_mm512_mask_max_ps(a.v, __mmask16(0xffff), a.v, b.v)}; }
+inline V16 min(V16 a, V16 b) { return {_mm512_mask_min_ps(a.v, __mmask16(0xffff), a.v, b.v)}; }
 inline V16 sqrt(V16 a) { return {_mm512_sqrt_ps(a.v)}; }
 inline V16 round_nearest(V16 a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
 // a 2^n for integral n in [-126, 128]
@@ -60,8 +63,29 @@ inline V16 scalef(V16 a, V16 n) { return {_mm512_scalef_ps(a.v, n.v)}; }
 inline V16 maskz(M16 m, V16 a) { return {_mm512_maskz_mov_ps(m.k, a.v)}; }              // m ? a : 0
 inline V16 mask_max(V16 src, M16 m, V16 a, V16 b) { return {_mm512_mask_max_ps(src.v, m.k, a.v, b.v)}; }  // m ? max(a, b) : src
 inline V16 mask_sub(V16 src, M16 m, V16 a, V16 b) { return {_mm512_mask_sub_ps(src.v, m.k, a.v, b.v)}; }  // m ? a - b : src
-inline float reduce_add(V16 a) { return _mm512_reduce_add_ps(a.v); }
-inline float reduce_max(V16 a) { return _mm512_reduce_max_ps(a.v); }
+namespace detail {
+// a's upper (hi 1) or lower (hi 0) 256 bits, by the masked extract over every lane with a zero pass-through: the
+// unmasked one, and GCC 12's _mm512_castps512_ps256 through it, pass _mm256_undefined_pd() (GCC bug 105593, as max)
+template <int hi>
+inline __m256 half256(__m512 a) {
+    return _mm256_castpd_ps(_mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), __mmask8(0xff), _mm512_castps_pd(a), hi));
+}
+}  // namespace detail
+// The lanes' sum and maximum in _mm512_reduce_add_ps's and _mm512_reduce_max_ps's order (GCC 12's
+// avx512fintrin.h: upper half op lower half, then upper quarter op lower quarter, then lanes {2, 3, 0, 1},
+// then {1, 0}), so the bits are those intrinsics', without their header's false alarm (tested against them)
+inline float reduce_add(V16 a) {
+    const __m256 h = _mm256_add_ps(detail::half256<1>(a.v), detail::half256<0>(a.v));
+    const __m128 q = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+    const __m128 p = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(p) + _mm_cvtss_f32(_mm_shuffle_ps(p, p, _MM_SHUFFLE(1, 1, 1, 1)));
+}
+inline float reduce_max(V16 a) {
+    const __m256 h = _mm256_max_ps(detail::half256<1>(a.v), detail::half256<0>(a.v));
+    const __m128 q = _mm_max_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+    const __m128 p = _mm_max_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_max_ps(p, _mm_shuffle_ps(p, p, _MM_SHUFFLE(0, 1, 0, 1))));
+}
 
 // 16 fp32 <-> 16 16-bit patterns in a __m256i
 inline __m256i bf16_round(V16 a) {  // nearest even, NaN kept quiet: shardlm::f32_to_bf16's bits

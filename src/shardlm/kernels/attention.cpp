@@ -12,12 +12,6 @@
 #include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/vec_math.h"
 
-// GCC 12 warns inside _mm512_reduce_add_ps's and _mm512_max_ps's own header (their __Y "used uninitialized": GCC bug 105593)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // (a GCC group: clang does not know it)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 namespace shardlm::kernels {
 
 namespace {

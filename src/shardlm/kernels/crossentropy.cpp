@@ -12,12 +12,6 @@
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/kernels/vec_math.h"
 
-// GCC 12 warns inside _mm512_reduce_add_ps's own header (its __Y "used uninitialized": GCC bug 105593)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // (a GCC group: clang does not know it)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 namespace shardlm::kernels {
 
 namespace {
