@@ -1,7 +1,7 @@
 // Adafactor's passes over a step's pieces (kernels/optimizer_kernels.h): each pass one parallel region over every
 // piece, sums in an order that depends on the pieces alone. Against a plain reference (sums in double, element by
 // element), and the same bits on 1, 2 and 3 threads, with a matrix cut mid-row into two pieces that a vector's
-// piece separates, padded rows (real_rows) and a first moment.
+// piece separates, padded rows (real_rows; a piece wholly inside them), an empty piece and a first moment.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -20,7 +20,8 @@ struct State {
     std::vector<double> row, col, rowb, colb, out;
 };
 
-constexpr size_t kRowsA = 37, kRealA = 35, kColsA = 300, kCut = 5 * kColsA + 123, kRowsB = 10, kColsB = 1000, kV = 10000;
+constexpr size_t kRowsA = 37, kRealA = 35, kColsA = 300, kCut = 5 * kColsA + 123, kPadded = kRealA * kColsA + 50,
+                 kRowsB = 10, kColsB = 1000, kV = 10000;
 constexpr float kGs = 0.7f, kBeta2t = 0.3f, kEps1 = 1e-30f;
 
 State initial() {
@@ -51,9 +52,10 @@ std::vector<float> gradient(size_t k, unsigned seed) {
 
 const std::vector<float> kGa = gradient(kRowsA * kColsA, 1), kGb = gradient(kRowsB * kColsB, 2), kGv = gradient(kV, 4);
 
-// The pieces in the order a step would give them: A's first part, the vector, B, A's second part
+// The pieces in the order a step would give them: A's first part, the vector, B, A's second part (ending inside
+// its padded rows), A's third (wholly inside them), an empty vector piece
 std::vector<kernels::AdafactorPiece> pieces(State& s) {
-    std::vector<kernels::AdafactorPiece> p(4);
+    std::vector<kernels::AdafactorPiece> p(6);
     auto matrix = [&](kernels::AdafactorPiece& k, float* w, const float* g, float* m, size_t i0, size_t n, size_t cols,
                       size_t real, double* row, double* col, const float* rf, const float* cf) {
         k.p = w + i0, k.g = g + i0, k.m = m + i0, k.i0 = i0, k.n = n, k.cols = cols, k.real_rows = real, k.factored = true;
@@ -64,8 +66,11 @@ std::vector<kernels::AdafactorPiece> pieces(State& s) {
     p[1].p = s.pv.data(), p[1].g = kGv.data(), p[1].m = s.mv.data(), p[1].n = kV, p[1].cols = kV, p[1].v = s.v.data();
     matrix(p[2], s.pb.data(), kGb.data(), s.mb.data(), 0, kRowsB * kColsB, kColsB, kRowsB, s.rowb.data(), s.colb.data(),
            s.rfb.data(), s.cfb.data());
-    matrix(p[3], s.pa.data(), kGa.data(), s.ma.data(), kCut, kRowsA * kColsA - kCut, kColsA, kRealA, s.row.data(),
+    matrix(p[3], s.pa.data(), kGa.data(), s.ma.data(), kCut, kPadded - kCut, kColsA, kRealA, s.row.data(), s.col.data(),
+           s.rf.data(), s.cf.data());
+    matrix(p[4], s.pa.data(), kGa.data(), s.ma.data(), kPadded, kRowsA * kColsA - kPadded, kColsA, kRealA, s.row.data(),
            s.col.data(), s.rf.data(), s.cf.data());
+    p[5].p = s.pv.data(), p[5].g = kGv.data(), p[5].m = s.mv.data(), p[5].n = 0, p[5].cols = 0, p[5].v = s.v.data();
     for (auto& k : p) k.apply = {1e-2f, 0.1f, 1.5f, 0.9f, true};
     return p;
 }
@@ -97,6 +102,8 @@ TEST(Adafactor, PassesGiveTheReferenceAndTheSameBitsOnAnyThreads) {
         EXPECT_EQ(s.pv, one.pv) << t;
         EXPECT_EQ(s.v, one.v) << t;
         EXPECT_EQ(s.pb, one.pb) << t;
+        EXPECT_EQ(s.mb, one.mb) << t;
+        EXPECT_EQ(s.mv, one.mv) << t;
     }
     // the reference: element by element, sums in double one at a time
     State r = initial();
@@ -133,14 +140,20 @@ TEST(Adafactor, PassesGiveTheReferenceAndTheSameBitsOnAnyThreads) {
         for (size_t i = 0; i < a.size(); i++)
             ASSERT_NEAR(double(a[i]), double(b[i]), rel * std::max(1e-30, std::fabs(double(b[i])))) << what << " " << i;
     };
-    near(one.row, r.row, 1e-12, "rows"), near(one.col, r.col, 1e-12, "columns");
-    near(one.rowb, r.rowb, 1e-12, "B's rows"), near(one.colb, r.colb, 1e-12, "B's columns");
+    // rows: eight lanes against one chain; columns: down the rows in order, as the reference (the same bits)
+    near(one.row, r.row, 1e-12, "rows"), near(one.rowb, r.rowb, 1e-12, "B's rows");
+    EXPECT_EQ(one.col, r.col);
+    EXPECT_EQ(one.colb, r.colb);
     EXPECT_EQ(one.row[kRealA], 0.0);  // padded rows: no sums
+    EXPECT_EQ(one.row[kRealA + 1], 0.0);
+    EXPECT_EQ(one.out[4], 0.0);  // the piece inside the padded rows, and the empty one: nothing
+    EXPECT_EQ(one.out[5], 0.0);
     EXPECT_NEAR(one.out[0] + one.out[3], ua, 1e-12 * ua);
     EXPECT_NEAR(one.out[1], uv, 1e-12 * uv);
     EXPECT_NEAR(one.out[2], ub, 1e-12 * ub);
     near(one.pa, r.pa, 1e-6, "A"), near(one.ma, r.ma, 1e-6, "A's m"), near(one.pb, r.pb, 1e-6, "B");
     near(one.pv, r.pv, 1e-6, "the vector"), near(one.v, r.v, 1e-6, "v");
+    near(one.mb, r.mb, 1e-6, "B's m"), near(one.mv, r.mv, 1e-6, "the vector's m");
 }
 
 }  // namespace

@@ -100,19 +100,19 @@ TEST(Quantize, QuantizedBlocksAreEachValuesNearestCode) {
     }
 }
 
-// quantize_block's vector lanes (16 or 8 values at a time, gathers from CodeIndex's table) give every y of
-// [-1, 1] the code the table's one-value lookup gives it: blocks of absmax 1 (y = x exactly) over a
-// representation in 509 of each sign and every bucket's ends, in blocks of lengths that leave tails of every size;
-// an infinite value (absmax inf: it becomes NaN, the others 0 of their sign) takes the top code as nearest_code
-// does, and dequantising reads each code times absmax
-TEST(Quantize, VectorLanesGiveTheTablesCodes) {
+// quantize_block's vector lanes (16 or 8 values at a time, gathers from CodeIndex's tables) give every y of
+// [-1, 1] the code nearest_code's search gives it: blocks of absmax 1 (y = x exactly) over a representation in 509
+// of each sign and both ends of every bucket's 64 parts (where the tables' entries change), in blocks of lengths
+// that leave tails of every size; an infinite value (absmax inf: it becomes NaN, the others 0 of their sign) takes
+// the top code as nearest_code does, and dequantising reads each code times absmax
+TEST(Quantize, VectorLanesGiveTheSearchsCodes) {
     for (const kernels::Code8& c : all_codes()) {
         const kernels::CodeIndex index(c);
         std::vector<float> ys;
         for (uint32_t bits = 0; bits <= 0x3f800000u; bits += 509)
             for (uint32_t sign : {0u, 0x80000000u}) ys.push_back(std::bit_cast<float>(bits | sign));
-        for (uint32_t b = 0; b <= 0x3f80u; b++)
-            for (uint32_t bits : {b << 16, (b << 16) | 0xffffu})
+        for (uint32_t part = 0; part <= 0x3f80u * 64; part++)  // a bucket's part: the top 22 bits of |y|
+            for (uint32_t bits : {part << 10, (part << 10) | 0x3ffu})
                 for (uint32_t sign : {0u, 0x80000000u})
                     if (bits <= 0x3f800000u) ys.push_back(std::bit_cast<float>(bits | sign));  // (|y| <= 1)
         size_t at = 0;
@@ -123,7 +123,7 @@ TEST(Quantize, VectorLanesGiveTheTablesCodes) {
             std::rotate(x.begin(), x.end() - 1, x.end());
             std::vector<uint8_t> q(x.size());
             ASSERT_EQ(kernels::quantize_block(x.data(), x.size(), index, q.data()), 1.0f);
-            for (size_t i = 0; i < x.size(); i++) ASSERT_EQ(q[i], index.nearest(x[i])) << "y = " << x[i];
+            for (size_t i = 0; i < x.size(); i++) ASSERT_EQ(q[i], kernels::nearest_code(c, x[i])) << "y = " << x[i];
             std::vector<float> d(x.size());
             kernels::dequantize_block(q.data(), q.size(), c, 0.75f, d.data());
             for (size_t i = 0; i < x.size(); i++) ASSERT_EQ(d[i], c[q[i]] * 0.75f);

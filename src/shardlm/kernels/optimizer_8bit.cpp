@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/simd.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 
 namespace shardlm::kernels {
@@ -148,9 +149,9 @@ uint8_t CodeIndex::nearest(float y) const {
 
 // ---- blocks, 16 values at a time (8 on AVX2) ---------------------------------------------------------------
 // Each value is nearest()'s arithmetic in a vector lane: y = x / absmax (one correctly rounded division either
-// way), the bucket's count from first_, its comparisons with padded_ and the two neighbours' distances read by
-// gathers; a lane with |y| > 1 or NaN (never in a block but for a NaN x) takes nearest_code's search as
-// nearest does. Before (one value at a time) adam8bit's step took 16x AdamW's on GPT-2 (bench_optimizer).
+// way), its bucket's entry in table_, then (only the lanes that need them) its part's in fine_, the comparisons
+// with padded_ and the two neighbours' distances, all read by gathers; a lane with |y| > 1 or NaN (never in a
+// block but for a NaN x) takes nearest_code's search as nearest does. Before (one value at a time) adam8bit's step took 16x AdamW's on GPT-2 (bench_optimizer).
 
 namespace {
 
@@ -161,7 +162,7 @@ float absmax_of(const float* x, size_t n) {
     // max(v, acc) keeps acc where v is NaN, as the scalar max(acc, v) does; the lanes' maxima in any order
     // (max is exact)
     __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) acc = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), acc);
+    for (; i + 16 <= n; i += 16) acc = simd::max({_mm512_abs_ps(_mm512_loadu_ps(x + i))}, {acc}).v;
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, acc);
     for (float v : lanes) absmax = std::max(absmax, v);
@@ -232,7 +233,7 @@ void CodeIndex::nearest_of(const float* x, size_t n, float absmax, uint8_t* q) c
     const __m256 va = _mm256_set1_ps(absmax);
     const __m256i side = _mm256_set1_epi32(int(kSide)), one = _mm256_set1_epi32(1), low16 = _mm256_set1_epi32(0xffff),
                   abs_bits = _mm256_set1_epi32(0x7fffffff), top = _mm256_set1_epi32(0x3f800000),
-                  zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(255), last_count = _mm256_set1_epi32(256);
+                  zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(255), one_code = _mm256_set1_epi32(kOne);
     const __m256i fine_mask = _mm256_set1_epi32(kFine - 1);
     // 32 bits at each 16-bit entry (the low half used)
     const int* table = reinterpret_cast<const int*>(table_.data());
@@ -246,13 +247,15 @@ void CodeIndex::nearest_of(const float* x, size_t n, float absmax, uint8_t* q) c
         const __m256i bucket = _mm256_blendv_epi8(_mm256_add_epi32(side, b), _mm256_sub_epi32(_mm256_sub_epi32(side, one), b), neg);
         const __m256i e = _mm256_and_si256(_mm256_i32gather_epi32(table, bucket, 2), low16);
         __m256i r = e;  // a bucket of one code: its low 8 bits
-        const __m256i hard = _mm256_andnot_si256(_mm256_or_si256(odd, _mm256_cmpgt_epi32(e, last_count)), _mm256_set1_epi32(-1));
+        // (lanes whose entry is not kOne | c, and not odd)
+        const __m256i hard =
+            _mm256_andnot_si256(odd, _mm256_cmpeq_epi32(_mm256_and_si256(e, one_code), zero));
         if (!_mm256_testz_si256(hard, hard)) {  // the lanes whose bucket holds a boundary between codes: its part's
             const __m256i part = _mm256_add_epi32(_mm256_slli_epi32(e, kFineBits),
                                                   _mm256_and_si256(_mm256_srli_epi32(mag, kFineShift), fine_mask));
             const __m256i f = _mm256_and_si256(_mm256_mask_i32gather_epi32(e, fine, part, hard, 2), low16);
             r = _mm256_blendv_epi8(r, f, hard);
-            const __m256i hardest = _mm256_andnot_si256(_mm256_cmpgt_epi32(f, last_count), hard);
+            const __m256i hardest = _mm256_and_si256(hard, _mm256_cmpeq_epi32(_mm256_and_si256(f, one_code), zero));
             if (!_mm256_testz_si256(hardest, hardest)) {  // a boundary inside the part too: nearest's comparisons
                 const __m256 none = _mm256_setzero_ps(), hm = _mm256_castsi256_ps(hardest);
                 __m256i lo = f;

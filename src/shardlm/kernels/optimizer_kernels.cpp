@@ -383,7 +383,7 @@ void sum_squares(const std::span<const float>* xs, size_t count, double* out) {
         const float* x;
         size_t n;
     };
-    thread_local std::vector<Chunk> chunks;  // (the caller's, kept: Adafactor calls this once per tensor)
+    thread_local std::vector<Chunk> chunks;  // (the caller's, kept: no allocation each step)
     thread_local std::vector<size_t> first;  // slice j's chunks: [first[j], first[j + 1])
     thread_local std::vector<double> part;
     chunks.clear();
@@ -401,7 +401,7 @@ void sum_squares(const std::span<const float>* xs, size_t count, double* out) {
     double* sums = part.data();
     const long n_chunks = long(chunks.size());
     // Beside a busy neighbour a pass over many tensors keeps both threads (one meeting at the end, the items
-    // balance); one tensor's sum (Adafactor's, per tensor) runs on the calling thread, as it did
+    // balance); one tensor's sum alone runs on the calling thread, as it did
 #pragma omp parallel for schedule(dynamic, 1) if (count > 1 || !cpu_contended())
     for (long c = 0; c < n_chunks; c++) sums[c] = chunk_squares(chunk[c].x, chunk[c].n);
     for (size_t j = 0; j < count; j++) {
