@@ -92,18 +92,10 @@ TEST(Adafactor, PassesGiveTheReferenceAndTheSameBitsOnAnyThreads) {
     const State one = run(1);
     for (int t : {2, 3}) {
         const State s = run(t);
-        EXPECT_EQ(s.row, one.row) << t;
-        EXPECT_EQ(s.col, one.col) << t;
-        EXPECT_EQ(s.rowb, one.rowb) << t;
-        EXPECT_EQ(s.colb, one.colb) << t;
-        EXPECT_EQ(s.out, one.out) << t;
-        EXPECT_EQ(s.pa, one.pa) << t;
-        EXPECT_EQ(s.ma, one.ma) << t;
-        EXPECT_EQ(s.pv, one.pv) << t;
-        EXPECT_EQ(s.v, one.v) << t;
-        EXPECT_EQ(s.pb, one.pb) << t;
-        EXPECT_EQ(s.mb, one.mb) << t;
-        EXPECT_EQ(s.mv, one.mv) << t;
+        for (auto m : {&State::row, &State::col, &State::rowb, &State::colb, &State::out})
+            EXPECT_EQ(s.*m, one.*m) << t;
+        for (auto m : {&State::pa, &State::ma, &State::pv, &State::v, &State::pb, &State::mb, &State::mv})
+            EXPECT_EQ(s.*m, one.*m) << t;
     }
     // the reference: element by element, sums in double one at a time
     State r = initial();
