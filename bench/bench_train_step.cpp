@@ -8,7 +8,9 @@
 //                         [--gemm auto|onednn|openblas]
 //                         [--profile 1]: after the run, per kernel of a step (stderr): time, share of the step,
 //                         GFLOP/s against the peak measured now, GB/s against a STREAM triad measured now
-//                         (each kernel's roofline), and what no kernel accounts for
+//                         (each kernel's roofline), and what no kernel accounts for; [--profile 2]: the same with
+//                         each GEMM shape on a row of its own instead of "matmul forward/backward" ("bf16 fb>f NN
+//                         MxNxK": operand types A, B > C, layouts N rows contiguous, T columns contiguous)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -38,7 +40,7 @@ constexpr const char* kUsage =
     "                        [--peak-gflops P] [--matmul-precision fp32|bf16] [--precision fp32|bf16|fp16]\n"
     "                        [--recompute none|full|selective] [--n-layer L] [--n-head H] [--n-embd C] [--n-ctx N]\n"
     "                        [--tie-embeddings true|false] [--thread-split auto|batch|kernel]\n"
-    "                        [--attention fused|materialized] [--gemm auto|onednn|openblas] [--profile 0|1]\n"
+    "                        [--attention fused|materialized] [--gemm auto|onednn|openblas] [--profile 0|1|2]\n"
     "(what each does: the comment at the top of bench/bench_train_step.cpp)\n";
 
 int whole(const std::string& k, const char* v, int lo) { return whole_or_exit("bench_train_step", k, v, lo); }
@@ -52,7 +54,7 @@ void print_profile(const std::map<std::string, shardlm::profile::Totals>& k, con
     const double peak = bf16 && m.bf16_peak_gflops > 0 ? m.bf16_peak_gflops : m.fp32_peak_gflops;
     std::fprintf(stderr, "profile: %d steps of %.1f ms; roofs measured now: %s peak %.0f GFLOP/s, triad %.1f GB/s, %d threads\n",
                  steps, step_s * 1e3, bf16 ? "bf16 (VDPBF16PS)" : "fp32 FMA", peak, bw, threads);
-    std::fprintf(stderr, "%-20s %8s %8s %7s %9s %7s %8s %7s\n", "kernel", "calls", "ms/step", "share", "GFLOP/s", "of peak",
+    std::fprintf(stderr, "%-28s %8s %8s %7s %9s %7s %8s %7s\n", "kernel", "calls", "ms/step", "share", "GFLOP/s", "of peak",
                  "GB/s", "of bw");
     std::vector<std::pair<std::string, shardlm::profile::Totals>> rows(k.begin(), k.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
@@ -62,14 +64,14 @@ void print_profile(const std::map<std::string, shardlm::profile::Totals>& k, con
         // rates over them: the whole machine's, against the whole machine's roofs
         const double s = x.wall / steps;
         covered += s;
-        std::fprintf(stderr, "%-20s %8.1f %8.2f %6.1f%%", name.c_str(), double(x.calls) / steps, s * 1e3, 100 * s / step_s);
+        std::fprintf(stderr, "%-28s %8.1f %8.2f %6.1f%%", name.c_str(), double(x.calls) / steps, s * 1e3, 100 * s / step_s);
         if (x.flops > 0)
             std::fprintf(stderr, " %9.1f %6.1f%%", x.flops / x.wall / 1e9, 100 * x.flops / x.wall / 1e9 / peak);
         else
             std::fprintf(stderr, " %9s %7s", "", "");
         std::fprintf(stderr, " %8.1f %6.1f%%\n", x.bytes / x.wall / 1e9, 100 * x.bytes / x.wall / 1e9 / bw);
     }
-    std::fprintf(stderr, "%-20s %8s %8.2f %6.1f%%   (conversions, copies, optimiser bookkeeping, waiting)\n",
+    std::fprintf(stderr, "%-28s %8s %8.2f %6.1f%%   (conversions, copies, optimiser bookkeeping, waiting)\n",
                  "not in a kernel", "", (step_s - covered) * 1e3, 100 * (step_s - covered) / step_s);
     if (bf16 && m.isa.find("amx") != std::string::npos)
         std::fprintf(stderr, "note: this CPU has AMX, which oneDNN's bf16 matmuls use: their roof is AMX's, far above the "
@@ -114,7 +116,10 @@ int main(int argc, char** argv) {
         else if (k == "--thread-split") split = v;
         else if (k == "--attention") attention = v;
         else if (k == "--gemm") gemm = v;
-        else if (k == "--profile") profile = whole(k, v, 0);
+        else if (k == "--profile") {
+            profile = whole(k, v, 0);
+            if (profile > 2) return std::fprintf(stderr, "bench_train_step: --profile is 0, 1 or 2, not %d\n", profile), 2;
+        }
         else if (k == "--n-ctx") n_ctx = whole(k, v, 1);
         else if (k == "--n-layer") n_layer = whole(k, v, 1);
         else if (k == "--n-head") n_head = whole(k, v, 1);
@@ -154,7 +159,8 @@ int main(int argc, char** argv) {
     shardlm::train::Trainer trainer(cfg);
     std::vector<double> ms;
     for (int s = 0; s < steps + warmup; s++) {
-        if (profile && s == warmup) shardlm::profile::take(), shardlm::profile::enable(true);
+        if (profile && s == warmup)
+            shardlm::profile::take(), shardlm::profile::set_by_shape(profile == 2), shardlm::profile::enable(true);
         auto st = trainer.train_step(s);
         if (s >= warmup) ms.push_back(st.step_ms);
     }

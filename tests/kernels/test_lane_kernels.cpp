@@ -16,6 +16,7 @@
 
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/runtime.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/matmul.h"
 
@@ -74,6 +75,59 @@ INSTANTIATE_TEST_SUITE_P(All, WeightGradSlices,
                                            Format{DType::F32, MatmulPrecision::bf16},
                                            Format{DType::BF16, MatmulPrecision::fp32},
                                            Format{DType::F16, MatmulPrecision::fp32}));
+
+// With bf16 products a block keeps its linears' output gradients in bf16 as the input gradient's product
+// rounded them (matmul_backward's dout16), and the weight gradient's slices read that copy: the copy is
+// dout rounded to nearest even, the input gradient does not change, and the weight gradient's slices get the
+// bits of the slices that round dout again as they read it (the native kernels: the same chain of sums; oneDNN,
+// whose primitive then reads the operand at other strides, within its rounding).
+TEST(KeptBf16Dout, GivesTheProductsOfDoutRoundedAgain) {
+    const int N = 37, C = 72, OC = 100;
+    const std::vector<float> dout = random(size_t(N) * OC, 41), x = random(size_t(N) * C, 42), w = random(size_t(OC) * C, 43);
+    const std::vector<float> init = random(size_t(OC) * C, 44), binit = random(size_t(OC), 45);
+    const auto rounded = stored(dout, DType::BF16);
+    const GemmBackend before = gemm_backend();
+    std::vector<GemmBackend> libs;
+    if (gemm_has_native_bf16()) libs.push_back(GemmBackend::Native);
+    if (onednn_makes_bf16()) libs.push_back(GemmBackend::OneDnn);
+    if (libs.empty()) GTEST_SKIP() << "no bf16 products on this CPU (the widened sgemm path keeps no copy)";
+    for (const GemmBackend lib : libs)
+        for (const DType in_t : {DType::F32, DType::BF16}) {
+            set_gemm_backend(lib);
+            const auto xs = stored(x, in_t), ws = stored(w, in_t);
+            auto backward = [&](float* dinp, unsigned short* keep) {
+                if (in_t == DType::F32)
+                    matmul_backward(dinp, nullptr, nullptr, dout.data(), x.data(), w.data(), N, C, OC, false,
+                                    MatmulPrecision::bf16, keep);
+                else
+                    matmul_backward(dinp, nullptr, nullptr, dout.data(), xs.data(), ws.data(), in_t, N, C, OC, false, keep);
+            };
+            std::vector<float> dinp(size_t(N) * C), dinp_kept(size_t(N) * C);
+            std::vector<unsigned short> keep(size_t(N) * OC, 0xffff);
+            backward(dinp.data(), nullptr);
+            backward(dinp_kept.data(), keep.data());
+            ASSERT_EQ(0, std::memcmp(keep.data(), rounded.data(), rounded.size())) << "the kept copy is not dout rounded";
+            EXPECT_EQ(dinp, dinp_kept);
+            for (const bool acc : {false, true}) {
+                std::vector<float> again = init, ab = binit, kept = init, kb = binit;
+                const int cuts[] = {0, 16, 48, 96, OC};
+                for (int i = 0; i + 1 < 5; i++) {
+                    matmul_backward_weight(again.data(), ab.data(), dout.data(), xs.data(), in_t, N, C, OC, cuts[i],
+                                           cuts[i + 1], acc, MatmulPrecision::bf16);
+                    matmul_backward_weight(kept.data(), kb.data(), dout.data(), xs.data(), in_t, N, C, OC, cuts[i],
+                                           cuts[i + 1], acc, MatmulPrecision::bf16, keep.data());
+                }
+                EXPECT_EQ(ab, kb) << "the biases' gradients sum the fp32 dout either way";
+                if (lib == GemmBackend::Native) {
+                    EXPECT_EQ(again, kept) << "native, acc " << acc;
+                } else {
+                    for (size_t i = 0; i < again.size(); i++)
+                        ASSERT_NEAR(kept[i], again[i], 1e-5f * (1.0f + std::fabs(again[i]))) << "oneDNN, element " << i;
+                }
+            }
+        }
+    set_gemm_backend(before);
+}
 
 // layernorm_backward_input + layernorm_backward_params over column ranges = layernorm_backward, to the bit.
 TEST(LayerNormHalves, EqualTheWholeBackward) {

@@ -44,4 +44,34 @@ TEST(Profile, CountsEachKernelOnceWithItsFlopsAndBytes) {
     EXPECT_TRUE(profile::take().empty());
 }
 
+// By shape (bench_train_step --profile 2): the matmul kernels step aside and each product counts under its
+// own shape, so the bias's sum counts on its own; off again, the kernels count as before.
+TEST(Profile, ByShapeCountsEachProductUnderItsShape) {
+    const int N = 8, C = 32, OC = 48;
+    const auto x = randn(size_t(N) * C, 1), w = randn(size_t(OC) * C, 2), g = randn(size_t(N) * OC, 3);
+    std::vector<float> y(size_t(N) * OC), dx(size_t(N) * C), dw(size_t(OC) * C), db(OC, 0.0f);
+    profile::take();
+    EXPECT_EQ(profile::shape("fp32", 'N', 'T', N, OC, C), nullptr) << "a name while off";
+    profile::set_by_shape(true);
+    profile::enable(true);
+    EXPECT_EQ(profile::shape("fp32", 'N', 'T', N, OC, C), profile::shape("fp32", 'N', 'T', N, OC, C)) << "one name a shape";
+    kernels::matmul_forward(y.data(), x.data(), w.data(), nullptr, N, C, OC);
+    kernels::matmul_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, C, OC);
+    profile::enable(false);
+    profile::set_by_shape(false);
+    const auto t = profile::take();
+    EXPECT_EQ(t.count("matmul forward"), 0u);
+    EXPECT_EQ(t.count("matmul backward"), 0u);
+    for (const char* name : {"fp32 NT 8x48x32", "fp32 NN 8x32x48", "fp32 TN 48x32x8"}) {
+        ASSERT_EQ(t.count(name), 1u) << name;
+        EXPECT_EQ(t.at(name).calls, 1) << name;
+        EXPECT_DOUBLE_EQ(t.at(name).flops, 2.0 * N * C * OC) << name;
+    }
+    ASSERT_EQ(t.count("bias backward"), 1u);
+    profile::enable(true);
+    kernels::matmul_forward(y.data(), x.data(), w.data(), nullptr, N, C, OC);
+    profile::enable(false);
+    EXPECT_EQ(profile::take().count("matmul forward"), 1u);
+}
+
 }  // namespace

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -16,6 +19,7 @@ namespace shardlm::profile {
 namespace {
 
 std::atomic<bool> g_on{false};
+std::atomic<bool> g_by_shape{false};
 
 struct ThreadTable {
     std::unordered_map<const char*, Totals> totals;
@@ -45,9 +49,21 @@ ThreadTable& mine() {
 
 void enable(bool on) { g_on.store(on, std::memory_order_relaxed); }
 bool enabled() { return g_on.load(std::memory_order_relaxed); }
+void set_by_shape(bool on) { g_by_shape.store(on, std::memory_order_relaxed); }
+bool by_shape() { return enabled() && g_by_shape.load(std::memory_order_relaxed); }
+
+const char* shape(const char* kind, char a_layout, char b_layout, int M, int N, int K) {
+    if (!by_shape()) return nullptr;
+    static std::mutex mu;
+    static std::set<std::string> names;  // the names' storage: a set never moves its strings
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s %c%c %dx%dx%d", kind, a_layout, b_layout, M, N, K);
+    std::lock_guard<std::mutex> g(mu);
+    return names.insert(buf).first->c_str();
+}
 
 Scope::Scope(const char* name, double flops, double bytes) {
-    if (!enabled()) return;
+    if (!name || !enabled()) return;
     ThreadTable& t = mine();
     table_ = &t;
     if (t.depth++ > 0) return;  // inside another kernel: counted as that one

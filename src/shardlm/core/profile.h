@@ -15,6 +15,15 @@ namespace shardlm::profile {
 
 void enable(bool on);
 bool enabled();
+// Products by shape (bench_train_step --profile 2): the matmul kernels' scopes give way (kernel() returns
+// null for them) and each GEMM counts under its own shape's name (shape()), so one product's speed in the
+// step shows beside the others'. Only while enabled.
+void set_by_shape(bool on);
+bool by_shape();
+// a matmul kernel's scope name: itself, or null (no scope) while products count by shape
+inline const char* kernel(const char* name) { return by_shape() ? nullptr : name; }
+// "<kind> <layouts> MxNxK" (for example "bf16 NN 1024x768x3072"), kept for the run; null unless by_shape()
+const char* shape(const char* kind, char a_layout, char b_layout, int M, int N, int K);
 
 struct Totals {
     double seconds = 0;  // as the threads spent them (lanes: added over the threads running at once)
@@ -26,7 +35,8 @@ struct Totals {
 
 class Scope {
 public:
-    // name: a string literal (kept by pointer); flops and bytes: what this call computes and moves
+    // name: a string literal or shape()'s (kept by pointer; null: no scope); flops and bytes: what this
+    // call computes and moves
     Scope(const char* name, double flops, double bytes);
     ~Scope();
     Scope(const Scope&) = delete;

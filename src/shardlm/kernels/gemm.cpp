@@ -18,6 +18,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/core/dtype.h"
+#include "shardlm/core/profile.h"
 #include "shardlm/kernels/gemm_native.h"
 
 namespace shardlm::kernels {
@@ -179,6 +180,8 @@ void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, i
 
 void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
+    profile::Scope prof_(profile::shape("fp32", ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', M, N, K),
+                         2.0 * M * N * K, 4.0 * (double(M) * K + double(K) * N + double(M) * N));
     GemmBackend be = gemm_backend();
     if (be == GemmBackend::Auto) {
         // Every block is one single-threaded product on either library, whatever the threads: the key

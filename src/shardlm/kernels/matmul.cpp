@@ -25,7 +25,7 @@ bool matmul_precision_from_name(std::string_view s, MatmulPrecision* out) {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int N, int C, int OC, bool accumulate, MatmulPrecision precision) {
-    profile::Scope prof_("matmul forward", 2.0 * N * C * OC, 4.0 * (double(N) * C + double(OC) * C + double(N) * OC));
+    profile::Scope prof_(profile::kernel("matmul forward"), 2.0 * N * C * OC, 4.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
         if (accumulate) {
@@ -97,25 +97,27 @@ void residual_add(float* out, const float* x, const float* bias, const float* y,
 
 namespace {
 // dout (N, OC) as a backward's bf16 products read it (rows for dinp, columns for dweight): rounded to bf16
-// once (scratch 0) when dinp is asked for (its rows of bf16 pairs then need no packing), else fp32 (rounded
-// as dweight's product packs it)
+// once when dinp is asked for (its rows of bf16 pairs then need no packing) or a caller keeps it (keep:
+// there, else scratch 0), else fp32 (rounded as dweight's product packs it)
 struct DoutOperands {
     native::Operand rows, cols;
 };
-DoutOperands dout_operands(const float* dout, int N, int OC, bool dinp) {
-    if (!dinp) return {{dout, DType::F32, OC, 1}, {dout, DType::F32, 1, OC}};
-    const unsigned short* d = to_bf16_scratch(0, dout, size_t(N) * OC);
+DoutOperands dout_operands(const float* dout, int N, int OC, bool dinp, unsigned short* keep) {
+    if (!dinp && !keep) return {{dout, DType::F32, OC, 1}, {dout, DType::F32, 1, OC}};
+    profile::Scope prof_("bf16 rounding", 0, 6.0 * N * OC);
+    const unsigned short* d = keep ? keep : to_bf16_scratch(0, dout, size_t(N) * OC);
+    if (keep) convert_from_f32(keep, DType::BF16, dout, size_t(N) * OC);
     return {{d, DType::BF16, OC, 1}, {d, DType::BF16, 1, OC}};
 }
 }  // namespace
 
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
-                     int N, int C, int OC, bool accumulate_dweight, MatmulPrecision precision) {
-    profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
+                     int N, int C, int OC, bool accumulate_dweight, MatmulPrecision precision, unsigned short* dout16) {
+    profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (precision == MatmulPrecision::bf16) {
         // dout rounded to bf16 once for both products; inp and weight as the products read them
-        const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr);
+        const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr, dout16);
         if (dinp) gemm_mixed(dinp, DType::F32, d.rows, {weight, DType::F32, C, 1}, N, C, OC, false, nullptr);
         if (dweight)
             gemm_mixed(dweight, DType::F32, d.cols, {inp, DType::F32, C, 1}, OC, C, N, accumulate_dweight, nullptr);
@@ -156,7 +158,7 @@ void residual_add(void* out, const void* x, DType t, const float* bias, const fl
 
 void matmul_forward(void* out, DType out_t, const void* inp, const void* weight, DType in_t, const float* bias, int N,
                     int C, int OC) {
-    profile::Scope prof_("matmul forward", 2.0 * N * C * OC, double(dtype_bytes(in_t)) * (double(N) * C + double(OC) * C) + double(dtype_bytes(out_t)) * N * OC);
+    profile::Scope prof_(profile::kernel("matmul forward"), 2.0 * N * C * OC, double(dtype_bytes(in_t)) * (double(N) * C + double(OC) * C) + double(dtype_bytes(out_t)) * N * OC);
     if (in_t == DType::BF16) {
         // out(N,OC) = inp(N,C) @ weight(OC,C)^T: the weight read transposed through its strides
         const Bf16Matrix a{static_cast<const unsigned short*>(inp), C, 1};
@@ -177,10 +179,10 @@ void matmul_forward(void* out, DType out_t, const void* inp, const void* weight,
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
-                     DType in_t, int N, int C, int OC, bool accumulate_dweight) {
-    profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
+                     DType in_t, int N, int C, int OC, bool accumulate_dweight, unsigned short* dout16) {
+    profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (in_t == DType::BF16) {  // dout rounded to bf16 once for both products (rows of bf16 pairs: no packing for dinp)
-        const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr);
+        const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr, dout16);
         if (dinp) gemm_mixed(dinp, DType::F32, d.rows, {weight, DType::BF16, C, 1}, N, C, OC, false, nullptr);
         if (dweight)
             gemm_mixed(dweight, DType::F32, d.cols, {inp, DType::BF16, C, 1}, OC, C, N, accumulate_dweight, nullptr);
@@ -193,15 +195,17 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t, int N, int C,
-                            int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision) {
-    profile::Scope prof_("matmul backward", 2.0 * N * C * (oc1 - oc0), 4.0 * (double(N) * (oc1 - oc0) + double(N) * C + double(oc1 - oc0) * C));
+                            int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision,
+                            const unsigned short* dout16) {
+    profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * N * C * (oc1 - oc0), 4.0 * (double(N) * (oc1 - oc0) + double(N) * C + double(oc1 - oc0) * C));
     const int w = oc1 - oc0;
     if (w <= 0) return;
     float* dw = dweight + size_t(oc0) * size_t(C);
     const float* d = dout + oc0;
     if (in_t == DType::BF16 || (in_t == DType::F32 && precision == MatmulPrecision::bf16)) {
-        // bf16 products: dout's columns oc0.. (and fp32 inp) rounded as the product reads them
-        gemm_mixed(dw, DType::F32, {d, DType::F32, 1, OC}, {inp, in_t, C, 1}, w, C, N, accumulate, nullptr);
+        // bf16 products: dout's columns oc0.. kept in bf16, or rounded as the product reads them (and fp32 inp)
+        const native::Operand a = dout16 ? native::Operand{dout16 + oc0, DType::BF16, 1, OC} : native::Operand{d, DType::F32, 1, OC};
+        gemm_mixed(dw, DType::F32, a, {inp, in_t, C, 1}, w, C, N, accumulate, nullptr);
     } else {
         // fp32, or fp16 operands widened to fp32
         const float* x = to_f32_scratch(0, inp, in_t, size_t(N) * C);
@@ -212,7 +216,7 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
 
 void matmul_backward_bf16(float* dinp, float* dweight, const unsigned short* d, const float* inp,
                           const float* weight, int N, int C, int OC, bool accumulate_dweight) {
-    profile::Scope prof_("matmul backward", 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
+    profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
     if (dinp) gemm_mixed(dinp, DType::F32, {d, DType::BF16, OC, 1}, {weight, DType::F32, C, 1}, N, C, OC, false, nullptr);
     if (dweight)
         gemm_mixed(dweight, DType::F32, {d, DType::BF16, 1, OC}, {inp, DType::F32, C, 1}, OC, C, N, accumulate_dweight,

@@ -34,10 +34,12 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dweight(OC,C) += dout^T @ inp (= if !accumulate_dweight: saves zeroing the gradient buffer on the
 // first micro-batch), dbias(OC) += column sums of dout (dbias may be null). Column sums run over rows
 // in order: bit-identical for any thread count.
+// At bf16 precision dout is rounded to bf16 once for both products: into dout16 (N, OC) when given (kept
+// for a later matmul_backward_weight), else into the thread's scratch.
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
                      int N, int C, int OC, bool accumulate_dweight = true,
-                     MatmulPrecision precision = MatmulPrecision::fp32);
+                     MatmulPrecision precision = MatmulPrecision::fp32, unsigned short* dout16 = nullptr);
 
 // Mixed precision: operands stored in 16 bits (the activations a step keeps, the 16-bit copy of
 // the weights), accumulation in fp32. bf16 operands go to oneDNN's AVX512_BF16 kernels as they are
@@ -47,9 +49,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
 void matmul_forward(void* out, DType out_t, const void* inp, const void* weight, DType in_t, const float* bias, int N,
                     int C, int OC);
 // dinp (fp32, =, null to skip), dweight (fp32, += or =), dbias (fp32, +=, null to skip) from the
-// fp32 dout and 16-bit (in_t) inp and weight.
+// fp32 dout and 16-bit (in_t) inp and weight; dout16 as above (bf16 only).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
-                     DType in_t, int N, int C, int OC, bool accumulate_dweight);
+                     DType in_t, int N, int C, int OC, bool accumulate_dweight, unsigned short* dout16 = nullptr);
 
 // dbias(OC) += column sums of dout(N, OC) (rows ld floats apart; 0: OC), rows in order: bit-identical
 // for any thread count.
@@ -59,9 +61,12 @@ void bias_backward(float* dbias, const float* dout, int N, int OC, int ld = 0);
 // dweight[oc0:oc1, :] (+=, or = unless accumulate) dout[:, oc0:oc1]^T @ inp, and dbias[oc0:oc1] +=
 // the column sums of dout (dbias may be null). inp (N, C) is stored as in_t (F32, BF16 or F16), dout
 // fp32; products as matmul_backward makes them (fp32 inp at `precision`). The lanes of a rank
-// (model/units.h) split each weight gradient so; [0, OC) is the whole of matmul_backward's.
+// (model/units.h) split each weight gradient so; [0, OC) is the whole of matmul_backward's. With bf16
+// products, dout16 (null: none) is dout rounded to bf16 (as matmul_backward's dout16 keeps it): the
+// product reads it instead of rounding dout again (the same values; dbias still sums the fp32 dout).
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const void* inp, DType in_t, int N, int C,
-                            int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision = MatmulPrecision::fp32);
+                            int OC, int oc0, int oc1, bool accumulate, MatmulPrecision precision = MatmulPrecision::fp32,
+                            const unsigned short* dout16 = nullptr);
 // out(N,C) = (x + bias) + y: the residual add after a row-parallel linear's reduction (bias may be null; it is
 // added once, after the reduction, in the order the one-process path adds it). out may alias x.
 void residual_add(float* out, const float* x, const float* bias, const float* y, int N, int C);

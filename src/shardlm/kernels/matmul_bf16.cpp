@@ -18,6 +18,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/core/dtype.h"
+#include "shardlm/core/profile.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/gemm_native.h"
@@ -203,6 +204,10 @@ char type_letter(DType t) { return t == DType::BF16 ? 'b' : 'f'; }
 
 void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N, int K, bool accumulate,
                 const float* bias) {
+    const auto layout = [](const native::Operand& x) { return x.cs == 1 ? 'N' : x.rs == 1 ? 'T' : 'G'; };
+    const char kind[] = {'b', 'f', '1', '6', ' ', type_letter(a.t), type_letter(b.t), '>', type_letter(c_t), '\0'};
+    profile::Scope prof_(profile::shape(kind, layout(a), layout(b), M, N, K), 2.0 * M * N * K,
+                         double(dtype_bytes(a.t)) * M * K + double(dtype_bytes(b.t)) * K * N + double(dtype_bytes(c_t)) * M * N);
     Bf16Context& ctx = context();
     GemmBackend be = gemm_backend();
     if (be == GemmBackend::Auto) {
@@ -212,7 +217,6 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
         // rounded as part of the product (packed by the native kernels, a pass of their own for the others)
         const std::string extra = cat(c_t == DType::BF16 ? "c-bf16" : "c-fp32", bias ? " bias" : "", accumulate ? " acc" : "",
                                       " ab-", type_letter(a.t), type_letter(b.t));
-        const auto layout = [](const native::Operand& x) { return x.cs == 1 ? 'N' : x.rs == 1 ? 'T' : 'G'; };
         const auto leading = [](const native::Operand& x) { return x.cs == 1 ? x.rs : x.cs; };
         const std::string key = gemm_key(GemmKind::Bf16, layout(a), layout(b), M, N, K, leading(a), leading(b), N, threads,
                                          extra.c_str());

@@ -128,6 +128,8 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int n = sq.count * T, nl = u.rows(n);
         auto rows = [&](AlignedBuffer<float>& b, int width) { return b.data() + r0 * size_t(width); };
+        // the bf16 copy a linear's output gradient is rounded into for the W phase (none without bf16 products)
+        auto rows16 = [&](AlignedBuffer<uint16_t>& b, int width) { return b.size() ? b.data() + r0 * size_t(width) : nullptr; };
         float *dr = dres + r0 * C, *dy_fp = rows(k.dy_fcproj, C), *dy_p = rows(k.dy_proj, C), *dfch = rows(k.dfch, d.Ffc);
         float *datty = rows(s.datty, Ct), *dqkv = rows(k.dqkv, d.Wqkv), *dln2 = rows(k.dln2, C), *dln1 = rows(k.dln1, C);
         // A column-parallel linear's input gradient: on one rank straight into the kept LayerNorm
@@ -140,18 +142,19 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
         row_parallel_dout(u, dy_fp, dr, n);
         if (u.cfg->mlp == Mlp::SwiGLU) {
             float* dh = rows(s.dh, F);
-            linear_backward(u, dh, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false);
+            linear_backward(u, dh, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false, rows16(k.dy_fcproj16, C));
             swiglu_backward(dfch, dh, a.fch, t, n, F);
         } else {
-            linear_backward(u, dfch, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false);
+            linear_backward(u, dfch, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false,
+                            rows16(k.dy_fcproj16, C));
             gelu_backward(dfch, a.fch, t, dfch, size_t(n) * F);
         }
-        linear_backward(u, partial(dln2), nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, d.Ffc, false);
+        linear_backward(u, partial(dln2), nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, d.Ffc, false, rows16(k.dfch16, d.Ffc));
         reduce_into(dln2);
         norm_backward_input(u, dr, dln2, a.resid2, w.vec(kLn2W), a.ln2_mean, a.ln2_rstd, nl);
         // attention: resid2 = x + attention(norm1(x)) @ Wp^T + bp
         row_parallel_dout(u, dy_p, dr, n);
-        linear_backward(u, datty, nullptr, nullptr, dy_p, a.atty, w.w[kAttnProjW], n, Ct, C, false);
+        linear_backward(u, datty, nullptr, nullptr, dy_p, a.atty, w.w[kAttnProjW], n, Ct, C, false, rows16(k.dy_proj16, C));
         if (u.fused_attention) {  // the tiles' probabilities again, from the kept output and row statistics
             flash_attention_backward(dqkv, datty, a.qkv, a.atty, a.lse, t, sq.count, T, Ct, NHt, d.KVt);
         } else {
@@ -166,7 +169,8 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
             attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, Ct, NHt, d.KVt);
         }
         rope_qk_backward(u, d, dqkv, n, T);
-        linear_backward(u, partial(dln1), nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, d.Wqkv, false);
+        linear_backward(u, partial(dln1), nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, d.Wqkv, false,
+                        rows16(k.dqkv16, d.Wqkv));
         reduce_into(dln1);
         norm_backward_input(u, dr, dln1, at(x, t, r0 * C), w.vec(kLn1W), a.ln1_mean, a.ln1_rstd, nl);
     }
@@ -189,19 +193,21 @@ int n_embd(const UnitContext& u) { return u.cfg->n_embd; }
 
 // A column-parallel linear's weight gradient: its input is the LayerNorm's output, all-gathered under
 // sequence parallelism (one lane: every task is one item).
-void column_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const TypedBuffer& ln, int N,
-                       int OC, int b, int e, bool acc) {
+// dout16: dout's bf16 copy from the B phase, or null.
+void column_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const uint16_t* dout16,
+                       const TypedBuffer& ln, int N, int OC, int b, int e, bool acc) {
     const void* in = gather_input(u, ln.data(), N, u.prec.activation);
-    matmul_backward_weight(dw, db, dout, in, u.prec.activation, N, u.cfg->n_embd, OC, b, e, acc, u.matmul());
+    matmul_backward_weight(dw, db, dout, in, u.prec.activation, N, u.cfg->n_embd, OC, b, e, acc, u.matmul(), dout16);
 }
 
 // A row-parallel linear's: all N rows of d(output) were kept; its bias is replicated, and under
 // sequence parallelism its gradient comes from this rank's rows only (summed over the group with the
 // other replicated parameters' before the data-parallel reduction).
-void row_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const TypedBuffer& in, int N, int K,
-                    int b, int e, bool acc) {
+void row_parallel_w(const UnitContext& u, float* dw, float* db, const float* dout, const uint16_t* dout16,
+                    const TypedBuffer& in, int N, int K, int b, int e, bool acc) {
     const int C = u.cfg->n_embd;
-    matmul_backward_weight(dw, u.sp ? nullptr : db, dout, in.data(), u.prec.activation, N, K, C, b, e, acc, u.matmul());
+    matmul_backward_weight(dw, u.sp ? nullptr : db, dout, in.data(), u.prec.activation, N, K, C, b, e, acc, u.matmul(),
+                           dout16);
     if (u.sp && db) {
         const int Nl = u.rows(N);
         bias_backward(db + b, dout + size_t(u.tp->rank()) * Nl * C + b, Nl, e - b, C);
@@ -210,25 +216,28 @@ void row_parallel_w(const UnitContext& u, float* dw, float* db, const float* dou
 
 // In the order the one-process backward has always summed them (the tasks write disjoint gradients).
 BlockDims dims(const UnitContext& u) { return block_dims(*u.cfg, u.tp_size()); }
+const uint16_t* kept16(const AlignedBuffer<uint16_t>& b) { return b.size() ? b.data() : nullptr; }
 
 const WeightTask<BlockW> kBlockWeightTasks[] = {
     {"mlp.c_fc", [](const UnitContext& u) { return dims(u).Ffc; },
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         column_parallel_w(u, w.g.g[kFcW], w.g.g[kFcB], w.k.dfch.data(), w.a.ln2, w.N, dims(u).Ffc, b, e, w.acc);
+         column_parallel_w(u, w.g.g[kFcW], w.g.g[kFcB], w.k.dfch.data(), kept16(w.k.dfch16), w.a.ln2, w.N, dims(u).Ffc, b,
+                           e, w.acc);
      }},
     {"attn.c_attn", [](const UnitContext& u) { return dims(u).Wqkv; },
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         column_parallel_w(u, w.g.g[kQkvW], w.g.g[kQkvB], w.k.dqkv.data(), w.a.ln1, w.N, dims(u).Wqkv, b, e, w.acc);
+         column_parallel_w(u, w.g.g[kQkvW], w.g.g[kQkvB], w.k.dqkv.data(), kept16(w.k.dqkv16), w.a.ln1, w.N, dims(u).Wqkv,
+                           b, e, w.acc);
      }},
     {"mlp.c_proj", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         row_parallel_w(u, w.g.g[kFcProjW], w.g.g[kFcProjB], w.k.dy_fcproj.data(), w.a.fch_gelu, w.N, dims(u).F, b, e,
-                        w.acc);
+         row_parallel_w(u, w.g.g[kFcProjW], w.g.g[kFcProjB], w.k.dy_fcproj.data(), kept16(w.k.dy_fcproj16), w.a.fch_gelu,
+                        w.N, dims(u).F, b, e, w.acc);
      }},
     {"attn.c_proj", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         row_parallel_w(u, w.g.g[kAttnProjW], w.g.g[kAttnProjB], w.k.dy_proj.data(), w.a.atty, w.N, dims(u).Ct, b, e,
-                        w.acc);
+         row_parallel_w(u, w.g.g[kAttnProjW], w.g.g[kAttnProjB], w.k.dy_proj.data(), kept16(w.k.dy_proj16), w.a.atty, w.N,
+                        dims(u).Ct, b, e, w.acc);
      }},
     {"ln_2", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {

@@ -151,7 +151,7 @@ void head_backward_input(const UnitContext& u, const float* lnf_w, const void* w
         const Span sq = groups(i, B);
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int n = sq.count * T;
-        profile::Scope prof_("matmul backward", 2.0 * n * C * Vt, 2.0 * (double(n) * Vt + double(Vt) * C) + 4.0 * n * C);
+        profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * n * C * Vt, 2.0 * (double(n) * Vt + double(Vt) * C) + 4.0 * n * C);
         if (u.prec.activation == DType::BF16)  // lnf and wte are bf16 already
             gemm_bf16(dln + r0 * C, {d16 + r0 * Vt, Vt, 1}, {static_cast<const unsigned short*>(wte), C, 1}, n, C, Vt,
                       false);
@@ -186,7 +186,7 @@ const WeightTask<HeadW> kHeadWeightTasks[] = {
      [](const UnitContext& u, const HeadW& h, int b, int e) {
          // this rank's vocabulary rows of d(wte) over every row
          const int C = u.cfg->n_embd, Vt = u.cfg->padded_vocab(u.tp_size()) / u.tp_size();
-         profile::Scope prof_("matmul backward", 2.0 * (e - b) * C * h.N,
+         profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * (e - b) * C * h.N,
                               2.0 * (double(e - b) * h.N + double(h.N) * C) + 4.0 * (e - b) * C);
          if (h.x16)
              gemm_bf16(h.dwte + size_t(b) * C, {h.a.dlogits_bf16.data() + b, 1, Vt}, {h.x16, C, 1}, e - b, C, h.N,

@@ -132,7 +132,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                     }
                     if (defer_) {
                         s.keeps.emplace_back();
-                        s.keeps.back().allocate(config_, B, T, t, ctx_.sp);
+                        s.keeps.back().allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
                     }
                 }
             if (ch.last == head) {
@@ -145,7 +145,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
         ch.dres.resize(Nl * C);
         chunks_.push_back(std::move(ch));
     }
-    if (!defer_ && any_block) keep_.allocate(config_, B, T, t, ctx_.sp);
+    if (!defer_ && any_block) keep_.allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
     if (!defer_ && any_head) head_keep_.allocate(config_, B, T, t, ctx_.sp);
     maxB_ = B;
     maxT_ = T;

@@ -14,8 +14,10 @@ namespace shardlm::model::detail {
 // through the mixed-precision overload (out as out_t).
 void linear(const UnitContext& u, void* out, DType out_t, const void* in, const void* W, const float* b, int N, int K,
             int OC, bool accumulate = false);
+// Its backward (kernels::matmul_backward); with bf16 products, dout16 (N, OC; null: the thread's scratch)
+// receives dout rounded to bf16 as the products read it, for the weight gradient's later product.
 void linear_backward(const UnitContext& u, float* dinp, float* dW, float* db, const float* dout, const void* in,
-                     const void* W, int N, int K, int OC, bool acc);
+                     const void* W, int N, int K, int OC, bool acc, uint16_t* dout16 = nullptr);
 // The input of a column-parallel linear: x itself (f: identity forward), or under sequence
 // parallelism its all-gather into scratch (forward all-gather; backward reduce-scatter). x is of
 // type t (an activation, or an fp32 gradient).

@@ -51,16 +51,20 @@ size_t Scratch::bytes() const {
            atty.bytes() + logits.bytes() + recomputed.bytes() + dh.bytes();
 }
 
-void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
+void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products) {
     const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
     const BlockDims d = block_dims(c, tp);
     dy_fcproj.resize(N * C), dy_proj.resize(N * C);
     dfch.resize(N * size_t(d.Ffc)), dqkv.resize(N * size_t(d.Wqkv));
     dln2.resize(Nl * C), dln1.resize(Nl * C);
+    const size_t b = bf16_products ? N : 0;
+    dy_fcproj16.resize(b * C), dy_proj16.resize(b * C);
+    dfch16.resize(b * size_t(d.Ffc)), dqkv16.resize(b * size_t(d.Wqkv));
 }
 
 size_t BlockKeep::bytes() const {
-    return dy_fcproj.bytes() + dy_proj.bytes() + dfch.bytes() + dqkv.bytes() + dln2.bytes() + dln1.bytes();
+    return dy_fcproj.bytes() + dy_proj.bytes() + dfch.bytes() + dqkv.bytes() + dln2.bytes() + dln1.bytes() +
+           dy_fcproj16.bytes() + dy_proj16.bytes() + dfch16.bytes() + dqkv16.bytes();
 }
 
 void HeadKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
@@ -122,12 +126,12 @@ void linear(const UnitContext& u, void* out, DType out_t, const void* in, const 
 }
 
 void linear_backward(const UnitContext& u, float* dinp, float* dW, float* db, const float* dout, const void* in,
-                     const void* W, int N, int K, int OC, bool acc) {
+                     const void* W, int N, int K, int OC, bool acc, uint16_t* dout16) {
     if (!u.mixed())
         matmul_backward(dinp, dW, db, dout, static_cast<const float*>(in), static_cast<const float*>(W), N, K, OC, acc,
-                        u.matmul());
+                        u.matmul(), dout16);
     else
-        matmul_backward(dinp, dW, db, dout, in, W, u.prec.activation, N, K, OC, acc);
+        matmul_backward(dinp, dW, db, dout, in, W, u.prec.activation, N, K, OC, acc, dout16);
 }
 
 const void* gather_input(const UnitContext& u, const void* x_local, int N, DType t) {
