@@ -10,7 +10,9 @@
 //                         GFLOP/s against the peak measured now, GB/s against a STREAM triad measured now
 //                         (each kernel's roofline), and what no kernel accounts for; [--profile 2]: the same with
 //                         each GEMM shape on a row of its own instead of "matmul forward/backward" ("bf16 fb>f NN
-//                         MxNxK": operand types A, B > C, layouts N rows contiguous, T columns contiguous)
+//                         MxNxK": operand types A, B > C, layouts N rows contiguous, T columns contiguous); what
+//                         the matmul kernels did around their products then shows apart: "bias backward" and
+//                         "bf16 rounding" rows, and the bias's broadcast and fp16 widening in "not in a kernel"
 #include <sys/resource.h>
 
 #include <algorithm>

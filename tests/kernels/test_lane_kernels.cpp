@@ -78,15 +78,21 @@ INSTANTIATE_TEST_SUITE_P(All, WeightGradSlices,
 
 // With bf16 products a block keeps its linears' output gradients in bf16 as the input gradient's product
 // rounded them (matmul_backward's dout16), and the weight gradient's slices read that copy: the copy is
-// dout rounded to nearest even, the input gradient does not change, and the weight gradient's slices get the
-// bits of the slices that round dout again as they read it (the native kernels: the same chain of sums; oneDNN,
-// whose primitive then reads the operand at other strides, within its rounding).
+// dout rounded to nearest even, the input gradient does not change, and the weight gradient's slices are
+// those of the gradient the copy was rounded from (the native kernels: to the bit, the same chain of sums;
+// oneDNN, whose primitive then reads the operand at other strides, within its rounding), while the biases'
+// gradients sum the fp32 dout given beside it. The copy given to the slices is rounded from another gradient
+// than dout, so that slices which ignored it would fail.
 TEST(KeptBf16Dout, GivesTheProductsOfDoutRoundedAgain) {
     const int N = 37, C = 72, OC = 100;
     const std::vector<float> dout = random(size_t(N) * OC, 41), x = random(size_t(N) * C, 42), w = random(size_t(OC) * C, 43);
+    const std::vector<float> other = random(size_t(N) * OC, 46);  // the gradient the slices' copy comes from
     const std::vector<float> init = random(size_t(OC) * C, 44), binit = random(size_t(OC), 45);
     const auto rounded = stored(dout, DType::BF16);
-    const GemmBackend before = gemm_backend();
+    struct Restore {  // the library in force before, even when an assertion ends the test early
+        GemmBackend b = gemm_backend();
+        ~Restore() { set_gemm_backend(b); }
+    } restore;
     std::vector<GemmBackend> libs;
     if (gemm_has_native_bf16()) libs.push_back(GemmBackend::Native);
     if (onednn_makes_bf16()) libs.push_back(GemmBackend::OneDnn);
@@ -95,29 +101,32 @@ TEST(KeptBf16Dout, GivesTheProductsOfDoutRoundedAgain) {
         for (const DType in_t : {DType::F32, DType::BF16}) {
             set_gemm_backend(lib);
             const auto xs = stored(x, in_t), ws = stored(w, in_t);
-            auto backward = [&](float* dinp, unsigned short* keep) {
+            auto backward = [&](const std::vector<float>& d, float* dinp, unsigned short* keep) {
                 if (in_t == DType::F32)
-                    matmul_backward(dinp, nullptr, nullptr, dout.data(), x.data(), w.data(), N, C, OC, false,
+                    matmul_backward(dinp, nullptr, nullptr, d.data(), x.data(), w.data(), N, C, OC, false,
                                     MatmulPrecision::bf16, keep);
                 else
-                    matmul_backward(dinp, nullptr, nullptr, dout.data(), xs.data(), ws.data(), in_t, N, C, OC, false, keep);
+                    matmul_backward(dinp, nullptr, nullptr, d.data(), xs.data(), ws.data(), in_t, N, C, OC, false, keep);
             };
-            std::vector<float> dinp(size_t(N) * C), dinp_kept(size_t(N) * C);
-            std::vector<unsigned short> keep(size_t(N) * OC, 0xffff);
-            backward(dinp.data(), nullptr);
-            backward(dinp_kept.data(), keep.data());
+            std::vector<float> dinp(size_t(N) * C), dinp_kept(size_t(N) * C), scratch(size_t(N) * C);
+            std::vector<unsigned short> keep(size_t(N) * OC, 0xffff), keep_other(size_t(N) * OC, 0xffff);
+            backward(dout, dinp.data(), nullptr);
+            backward(dout, dinp_kept.data(), keep.data());
             ASSERT_EQ(0, std::memcmp(keep.data(), rounded.data(), rounded.size())) << "the kept copy is not dout rounded";
             EXPECT_EQ(dinp, dinp_kept);
+            backward(other, scratch.data(), keep_other.data());
             for (const bool acc : {false, true}) {
-                std::vector<float> again = init, ab = binit, kept = init, kb = binit;
+                // slices rounding `other` as they read it, and slices reading its copy beside the fp32 dout
+                std::vector<float> again = init, kept = init, kb = binit, db = binit;
                 const int cuts[] = {0, 16, 48, 96, OC};
                 for (int i = 0; i + 1 < 5; i++) {
-                    matmul_backward_weight(again.data(), ab.data(), dout.data(), xs.data(), in_t, N, C, OC, cuts[i],
+                    matmul_backward_weight(again.data(), nullptr, other.data(), xs.data(), in_t, N, C, OC, cuts[i],
                                            cuts[i + 1], acc, MatmulPrecision::bf16);
                     matmul_backward_weight(kept.data(), kb.data(), dout.data(), xs.data(), in_t, N, C, OC, cuts[i],
-                                           cuts[i + 1], acc, MatmulPrecision::bf16, keep.data());
+                                           cuts[i + 1], acc, MatmulPrecision::bf16, keep_other.data());
+                    bias_backward(db.data() + cuts[i], dout.data() + cuts[i], N, cuts[i + 1] - cuts[i], OC);
                 }
-                EXPECT_EQ(ab, kb) << "the biases' gradients sum the fp32 dout either way";
+                EXPECT_EQ(kb, db) << "the biases' gradients sum the fp32 dout";
                 if (lib == GemmBackend::Native) {
                     EXPECT_EQ(again, kept) << "native, acc " << acc;
                 } else {
@@ -126,7 +135,6 @@ TEST(KeptBf16Dout, GivesTheProductsOfDoutRoundedAgain) {
                 }
             }
         }
-    set_gemm_backend(before);
 }
 
 // layernorm_backward_input + layernorm_backward_params over column ranges = layernorm_backward, to the bit.

@@ -56,10 +56,15 @@ const char* shape(const char* kind, char a_layout, char b_layout, int M, int N, 
     if (!by_shape()) return nullptr;
     static std::mutex mu;
     static std::set<std::string> names;  // the names' storage: a set never moves its strings
+    thread_local std::unordered_map<std::string, const char*> mine;  // this thread's, without the lock
     char buf[96];
     std::snprintf(buf, sizeof buf, "%s %c%c %dx%dx%d", kind, a_layout, b_layout, M, N, K);
+    auto it = mine.find(buf);
+    if (it != mine.end()) return it->second;
     std::lock_guard<std::mutex> g(mu);
-    return names.insert(buf).first->c_str();
+    const char* name = names.insert(buf).first->c_str();
+    mine.emplace(buf, name);
+    return name;
 }
 
 Scope::Scope(const char* name, double flops, double bytes) {

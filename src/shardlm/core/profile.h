@@ -22,7 +22,8 @@ void set_by_shape(bool on);
 bool by_shape();
 // a matmul kernel's scope name: itself, or null (no scope) while products count by shape
 inline const char* kernel(const char* name) { return by_shape() ? nullptr : name; }
-// "<kind> <layouts> MxNxK" (for example "bf16 NN 1024x768x3072"), kept for the run; null unless by_shape()
+// "<kind> <layouts> MxNxK" (for example "fp32 NT 256x2304x768", or with the operands' types "bf16 bb>f NN
+// 1024x768x3072": A, B > C, f fp32, b bf16), kept for the run; null unless by_shape()
 const char* shape(const char* kind, char a_layout, char b_layout, int M, int N, int K);
 
 struct Totals {

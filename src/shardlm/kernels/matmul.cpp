@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "shardlm/core/check.h"
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
 
@@ -115,6 +116,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
                      int N, int C, int OC, bool accumulate_dweight, MatmulPrecision precision, unsigned short* dout16) {
     profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
+    SHARDLM_CHECK(!dout16 || precision == MatmulPrecision::bf16, "matmul_backward: a bf16 copy of dout is for bf16 products");
     if (precision == MatmulPrecision::bf16) {
         // dout rounded to bf16 once for both products; inp and weight as the products read them
         const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr, dout16);
@@ -181,6 +183,7 @@ void matmul_forward(void* out, DType out_t, const void* inp, const void* weight,
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const void* inp, const void* weight,
                      DType in_t, int N, int C, int OC, bool accumulate_dweight, unsigned short* dout16) {
     profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)), 8.0 * (double(N) * C + double(OC) * C + double(N) * OC));
+    SHARDLM_CHECK(!dout16 || in_t == DType::BF16, "matmul_backward: a bf16 copy of dout is for bf16 products");
     if (in_t == DType::BF16) {  // dout rounded to bf16 once for both products (rows of bf16 pairs: no packing for dinp)
         const DoutOperands d = dout_operands(dout, N, OC, dinp != nullptr, dout16);
         if (dinp) gemm_mixed(dinp, DType::F32, d.rows, {weight, DType::BF16, C, 1}, N, C, OC, false, nullptr);
@@ -200,9 +203,11 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
     profile::Scope prof_(profile::kernel("matmul backward"), 2.0 * N * C * (oc1 - oc0), 4.0 * (double(N) * (oc1 - oc0) + double(N) * C + double(oc1 - oc0) * C));
     const int w = oc1 - oc0;
     if (w <= 0) return;
+    const bool bf16 = in_t == DType::BF16 || (in_t == DType::F32 && precision == MatmulPrecision::bf16);
+    SHARDLM_CHECK(!dout16 || bf16, "matmul_backward_weight: a bf16 copy of dout is for bf16 products");
     float* dw = dweight + size_t(oc0) * size_t(C);
     const float* d = dout + oc0;
-    if (in_t == DType::BF16 || (in_t == DType::F32 && precision == MatmulPrecision::bf16)) {
+    if (bf16) {
         // bf16 products: dout's columns oc0.. kept in bf16, or rounded as the product reads them (and fp32 inp)
         const native::Operand a = dout16 ? native::Operand{dout16 + oc0, DType::BF16, 1, OC} : native::Operand{d, DType::F32, 1, OC};
         gemm_mixed(dw, DType::F32, a, {inp, in_t, C, 1}, w, C, N, accumulate, nullptr);

@@ -35,7 +35,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // first micro-batch), dbias(OC) += column sums of dout (dbias may be null). Column sums run over rows
 // in order: bit-identical for any thread count.
 // At bf16 precision dout is rounded to bf16 once for both products: into dout16 (N, OC) when given (kept
-// for a later matmul_backward_weight), else into the thread's scratch.
+// for a later matmul_backward_weight), else, when dinp is asked for, into the thread's scratch (dweight alone
+// rounds it as its product reads it). dout16 only with bf16 products.
 void matmul_backward(float* dinp, float* dweight, float* dbias,
                      const float* dout, const float* inp, const float* weight,
                      int N, int C, int OC, bool accumulate_dweight = true,

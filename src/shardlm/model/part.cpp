@@ -182,6 +182,12 @@ void ModelPart::set_matmul_precision(kernels::MatmulPrecision p) {
                   "--matmul-precision applies to fp32 training; with --precision bf16/fp16 the products are 16-bit already");
     ctx_.prec.products = p == kernels::MatmulPrecision::bf16 ? DType::BF16 : DType::F32;
     configure_head();
+    // the keeps' bf16 copies of the output gradients follow the products
+    const int t = ctx_.tp_size();
+    keep_.size_copies(config_, maxB_, maxT_, t, ctx_.bf16_products());
+    for (Chunk& ch : chunks_)
+        for (Slot& s : ch.slots)
+            for (BlockKeep& k : s.keeps) k.size_copies(config_, maxB_, maxT_, t, ctx_.bf16_products());
 }
 
 void ModelPart::bind(void* params, float* grads) {

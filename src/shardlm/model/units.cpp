@@ -57,7 +57,12 @@ void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool
     dy_fcproj.resize(N * C), dy_proj.resize(N * C);
     dfch.resize(N * size_t(d.Ffc)), dqkv.resize(N * size_t(d.Wqkv));
     dln2.resize(Nl * C), dln1.resize(Nl * C);
-    const size_t b = bf16_products ? N : 0;
+    size_copies(c, B, T, tp, bf16_products);
+}
+
+void BlockKeep::size_copies(const GptConfig& c, int B, int T, int tp, bool bf16_products) {
+    const size_t C = size_t(c.n_embd), b = bf16_products && dfch.size() ? size_t(B) * T : 0;
+    const BlockDims d = block_dims(c, tp);
     dy_fcproj16.resize(b * C), dy_proj16.resize(b * C);
     dfch16.resize(b * size_t(d.Ffc)), dqkv16.resize(b * size_t(d.Wqkv));
 }

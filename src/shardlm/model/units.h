@@ -166,6 +166,9 @@ struct BlockKeep {
     AlignedBuffer<float> dln2, dln1;          // (Nl, C)
     AlignedBuffer<uint16_t> dy_fcproj16, dy_proj16, dfch16, dqkv16;  // bf16 products only (else empty)
     void allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products);
+    // the bf16 copies alone, for products that become bf16 (or fp32) after allocate (a keep never allocated
+    // stays empty)
+    void size_copies(const GptConfig& c, int B, int T, int tp, bool bf16_products);
     size_t bytes() const;
 };
 
