@@ -106,8 +106,9 @@ struct DoutOperands {
 DoutOperands dout_operands(const float* dout, int N, int OC, bool dinp, unsigned short* keep) {
     if (!dinp && !keep) return {{dout, DType::F32, OC, 1}, {dout, DType::F32, 1, OC}};
     profile::Scope prof_("bf16 rounding", 0, 6.0 * N * OC);
-    const unsigned short* d = keep ? keep : to_bf16_scratch(0, dout, size_t(N) * OC);
+    const unsigned short* d = keep;
     if (keep) convert_from_f32(keep, DType::BF16, dout, size_t(N) * OC);
+    else d = to_bf16_scratch(0, dout, size_t(N) * OC);
     return {{d, DType::BF16, OC, 1}, {d, DType::BF16, 1, OC}};
 }
 }  // namespace
