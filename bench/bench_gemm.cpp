@@ -2,8 +2,8 @@
 // paths (kernels/gemm.h), on each library side by side in one run: fp32 (OpenBLAS and oneDNN in column
 // blocks the threads take, each a single-threaded product; the native kernels in their own cut) and the
 // mixed-precision bf16 products as the engine calls them (fp32 gradients rounded as they are read: a pass
-// of their own on OpenBLAS and oneDNN, in the packing on the native kernels), against the fp32 FMA and the
-// bf16 dot-product peaks measured in the same run; and what --gemm auto keeps for each shape (its own
+// of their own on OpenBLAS and oneDNN, in the packing on the native kernels), each against the peak of the
+// instruction set it ran on, measured in the same run (fp32 FMA, AVX512_BF16's dot product, AMX's tiles); and what --gemm auto keeps for each shape (its own
 // timing, cached per CPU model: SHARDLM_CACHE_DIR to start from an empty cache).
 // Usage: bench_gemm [tokens=1024] [threads=all] [n_embd=768] (64: the small model's narrow products, its head's
 // weight gradient a 50304 x 64 product over the tokens)
@@ -53,11 +53,19 @@ double time_best(F f, int reps) {
 const GemmBackend kLibs[] = {GemmBackend::OpenBlas, GemmBackend::OneDnn, GemmBackend::Native};
 
 // One table: each shape on each library (t[lib] seconds), then auto's choice (run once through the
-// dispatcher, then read back from its table).
-void table(const char* title, const std::vector<Shape>& shapes, bool bf16, double peak) {
-    std::printf("\n%s (peak measured now: %.0f GFLOP/s)\n", title, peak);
-    std::printf("%-30s %10s %10s %10s %9s %9s\n", "shape", "openblas", "onednn", "native", "auto", "% peak");
+// dispatcher, then read back from its table). Each library's rate is a share of the peak of the instruction
+// set it runs these products on (kernels/machine.h: product_isa), auto's of the one its choice runs on.
+void table(const char* title, const std::vector<Shape>& shapes, bool bf16, const kn::MachineInfo& m) {
+    const kn::GemmKind kind = bf16 ? kn::GemmKind::Bf16 : kn::GemmKind::Fp32;
+    auto peak = [&](GemmBackend lib) { return m.peak(kn::product_isa(lib, kind)); };
+    std::printf("\n%s; peaks measured now (GFLOP/s) of the ISA each library runs them on:", title);
+    for (GemmBackend lib : kLibs)
+        std::printf(" %s %s %.0f", shardlm::setting_text(lib).c_str(), kn::product_isa_name(kn::product_isa(lib, kind)),
+                    peak(lib));
+    std::printf("\n%-30s %10s %10s %10s %9s %9s  (GFLOP/s; %% of the peak of the ISA that ran)\n", "shape", "openblas",
+                "onednn", "native", "auto", "auto %");
     double tot[3] = {0, 0, 0}, tot_auto = 0, flops_all = 0;
+    double peak_seconds[3] = {0, 0, 0}, auto_peak_seconds = 0;  // the shapes' seconds at the peak of the ISA that ran
     for (const Shape& s : shapes) {
         const int a_rows = s.ta == 'N' ? s.M : s.K, a_cols = s.ta == 'N' ? s.K : s.M;
         const int b_rows = s.tb == 'N' ? s.K : s.N, b_cols = s.tb == 'N' ? s.N : s.K;
@@ -85,15 +93,22 @@ void table(const char* title, const std::vector<Shape>& shapes, bool bf16, doubl
         kn::set_gemm_backend(GemmBackend::Auto);
         run();
         const double ta_s = time_best(run, 3);
+        const double auto_peak = peak(kn::gemm_last_library());
         for (int l = 0; l < 3; l++) tot[l] += t[l];
         tot_auto += ta_s, flops_all += flops;
         auto rate = [&](double sec) { return sec > 0 ? flops / sec / 1e9 : 0.0; };
         std::printf("%-30s %10.1f %10.1f %10.1f %9.1f %8.0f%%\n", s.name, rate(t[0]), rate(t[1]), rate(t[2]), rate(ta_s),
-                    100 * rate(ta_s) / peak);
+                    100 * rate(ta_s) / auto_peak);
+        for (int l = 0; l < 3; l++)
+            if (t[l] > 0) peak_seconds[l] += flops / (peak(kLibs[l]) * 1e9);
+        auto_peak_seconds += flops / (auto_peak * 1e9);
     }
     auto all = [&](double sec) { return sec > 0 ? flops_all / sec / 1e9 : 0.0; };
     std::printf("%-30s %10.1f %10.1f %10.1f %9.1f %8.0f%%   (GFLOP/s over all shapes)\n", "all", all(tot[0]), all(tot[1]),
-                all(tot[2]), all(tot_auto), 100 * all(tot_auto) / peak);
+                all(tot[2]), all(tot_auto), 100 * auto_peak_seconds / tot_auto);
+    std::printf("%-30s", "% of its ISA's peak, all");
+    for (int l = 0; l < 3; l++) std::printf(" %9.0f%%", tot[l] > 0 ? 100 * peak_seconds[l] / tot[l] : 0.0);
+    std::printf("\n");
 }
 
 }  // namespace
@@ -124,7 +139,7 @@ int main(int argc, char** argv) {
         {"lm_head dinp (N,V)x(V,C)", 'N', 'N', N, C, V},
         {"lm_head dW (V,N)x(N,C)", 'T', 'N', V, C, N},
     };
-    table("fp32 products", fp32, false, m.fp32_peak_gflops);
+    table("fp32 products", fp32, false, m);
     if (m.bf16_peak_gflops > 0 || kn::onednn_makes_bf16()) {
         const DType f = DType::F32, h = DType::BF16;
         const std::vector<Shape> bf16 = {
@@ -137,8 +152,7 @@ int main(int argc, char** argv) {
             {"lm_head dinp bf16 x bf16", 'N', 'N', N, C, V, h, h, f},
             {"lm_head dW bf16^T x bf16", 'T', 'N', V, C, N, h, h, f},
         };
-        table("bf16 products (mixed precision, as the engine passes them)", bf16, true,
-              m.bf16_peak_gflops > 0 ? m.bf16_peak_gflops : m.fp32_peak_gflops);
+        table("bf16 products (mixed precision, as the engine passes them)", bf16, true, m);
     }
     std::printf("\ncache: %s\n", kn::gemm_cache_report().c_str());
 }

@@ -2,7 +2,8 @@
 // ports with 4-cycle latency need >= 8 independent accumulators; we use 16. Prints GFLOP/s for 1
 // thread and for all threads. MFU in the other benchmarks is against the all-threads number.
 // Where the CPU has AVX512_BF16, the same loop on VDPBF16PS (32 bf16 products summed into 16 fp32
-// lanes = 64 flops per instruction) gives the bf16 peak that --matmul-precision bf16 runs against.
+// lanes = 64 flops per instruction) gives the bf16 dot-product peak; where it has AMX, TDPBF16PS on four
+// accumulator tiles the AMX peak (oneDNN's bf16 products run there: kernels/machine.h, product_isa).
 #include <omp.h>
 
 #include <cstdio>
@@ -56,4 +57,11 @@ int main(int argc, char** argv) {
         std::printf("{\"bench\": \"bf16_dot_peak\", \"gflops_1_thread\": %.1f, \"threads\": %d, \"gflops_all_threads\": %.1f}\n",
                     peak_gflops(1, iters, kBf16DotFlopsPerIter, bf16_dot_chains), all,
                     peak_gflops(all, iters, kBf16DotFlopsPerIter, bf16_dot_chains));
+    // AMX: a tile instruction does 64x the flops of an FMA iteration's: as many seconds with fewer iterations
+    if (has_amx_bf16())
+        std::printf("{\"bench\": \"amx_bf16_peak\", \"gflops_1_thread\": %.1f, \"threads\": %d, \"gflops_all_threads\": %.1f}\n",
+                    peak_gflops(1, iters / 64, kAmxFlopsPerIter, amx_bf16_chains), all,
+                    peak_gflops(all, iters / 64, kAmxFlopsPerIter, amx_bf16_chains));
+    else if (has_bf16_dot())
+        std::printf("{\"bench\": \"amx_bf16_peak\", \"skipped\": \"%s\"}\n", amx_unavailable());
 }

@@ -11,7 +11,9 @@
 //                         (each kernel's roofline), and what no kernel accounts for; [--profile 2]: the same with
 //                         each GEMM shape on a row of its own instead of "matmul forward/backward" ("bf16 fb>f NN
 //                         MxNxK": operand types A, B > C, layouts N rows contiguous, T columns contiguous); what
-//                         the matmul kernels did around their products then shows apart: "bias backward" and
+//                         the matmul kernels did around their products then shows apart (a bf16 product's row names
+//                         the library that ran it, "bf16 fb>f onednn NN 512x768x1024", and is measured against the
+//                         peak of that library's ISA: AMX, AVX512_BF16 or the fp32 FMA): "bias backward" and
 //                         "bf16 rounding" rows, and the bias's broadcast and fp16 widening in "not in a kernel"
 #include <sys/resource.h>
 
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "shardlm/core/check.h"
 #include "shardlm/core/profile.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
@@ -50,12 +53,26 @@ int whole(const std::string& k, const char* v, int lo) { return whole_or_exit("b
 // Each kernel's time per step, its share, and its rate against its roofline: the FMA (or bf16 dot)
 // peak for the ones that compute, the triad for the ones that move memory.
 void print_profile(const std::map<std::string, shardlm::profile::Totals>& k, const std::vector<double>& ms, int steps,
-                   int threads, bool bf16) {
-    const shardlm::kernels::MachineInfo m = shardlm::kernels::machine_info(threads, 0.4);
+                   int threads, bool bf16, shardlm::kernels::GemmBackend gemm) {
+    namespace kn = shardlm::kernels;
+    const kn::MachineInfo m = kn::machine_info(threads, 0.4);
     const double bw = triad_gbps(), step_s = std::accumulate(ms.begin(), ms.end(), 0.0) / 1e3 / steps;
-    const double peak = bf16 && m.bf16_peak_gflops > 0 ? m.bf16_peak_gflops : m.fp32_peak_gflops;
+    // the roof of the products: the peak of the instruction set the step's bf16 products ran on at best
+    // (AMX where oneDNN runs them on its tiles, VDPBF16PS, or the FMA where they are widened)
+    const kn::ProductIsa isa = bf16 ? kn::bf16_products_isa(gemm) : kn::ProductIsa::Fp32Fma;
+    const double peak = m.peak(isa);
     std::fprintf(stderr, "profile: %d steps of %.1f ms; roofs measured now: %s peak %.0f GFLOP/s, triad %.1f GB/s, %d threads\n",
-                 steps, step_s * 1e3, bf16 ? "bf16 (VDPBF16PS)" : "fp32 FMA", peak, bw, threads);
+                 steps, step_s * 1e3, kn::product_isa_name(isa), peak, bw, threads);
+    // Each row against the peak of what ran it: --profile 2's bf16 product rows name their library ("bf16 fb>f
+    // onednn NN 512x768x1024"): its ISA's; --profile 1's "matmul forward/backward" rows: the step's products' roof;
+    // every other row (fp32 products, attention, the optimiser: fp32 arithmetic) the fp32 FMA's
+    auto row_peak = [&](const std::string& name) {
+        if (name.rfind("bf16 ", 0) == 0)
+            for (kn::GemmBackend lib : {kn::GemmBackend::OneDnn, kn::GemmBackend::Native, kn::GemmBackend::OpenBlas})
+                if (name.find(shardlm::cat(" ", shardlm::setting_text(lib), " ")) != std::string::npos)
+                    return m.peak(kn::product_isa(lib, kn::GemmKind::Bf16));
+        return name.rfind("matmul ", 0) == 0 ? peak : m.fp32_peak_gflops;
+    };
     std::fprintf(stderr, "%-28s %8s %8s %7s %9s %7s %8s %7s\n", "kernel", "calls", "ms/step", "share", "GFLOP/s", "of peak",
                  "GB/s", "of bw");
     std::vector<std::pair<std::string, shardlm::profile::Totals>> rows(k.begin(), k.end());
@@ -68,16 +85,13 @@ void print_profile(const std::map<std::string, shardlm::profile::Totals>& k, con
         covered += s;
         std::fprintf(stderr, "%-28s %8.1f %8.2f %6.1f%%", name.c_str(), double(x.calls) / steps, s * 1e3, 100 * s / step_s);
         if (x.flops > 0)
-            std::fprintf(stderr, " %9.1f %6.1f%%", x.flops / x.wall / 1e9, 100 * x.flops / x.wall / 1e9 / peak);
+            std::fprintf(stderr, " %9.1f %6.1f%%", x.flops / x.wall / 1e9, 100 * x.flops / x.wall / 1e9 / row_peak(name));
         else
             std::fprintf(stderr, " %9s %7s", "", "");
         std::fprintf(stderr, " %8.1f %6.1f%%\n", x.bytes / x.wall / 1e9, 100 * x.bytes / x.wall / 1e9 / bw);
     }
     std::fprintf(stderr, "%-28s %8s %8.2f %6.1f%%   (conversions, copies, optimiser bookkeeping, waiting)\n",
                  "not in a kernel", "", (step_s - covered) * 1e3, 100 * (step_s - covered) / step_s);
-    if (bf16 && m.isa.find("amx") != std::string::npos)
-        std::fprintf(stderr, "note: this CPU has AMX, which oneDNN's bf16 matmuls use: their roof is AMX's, far above the "
-                             "VDPBF16PS peak above\n");
 }
 
 }  // namespace
@@ -168,7 +182,7 @@ int main(int argc, char** argv) {
     }
     if (profile) {
         shardlm::profile::enable(false);
-        print_profile(shardlm::profile::take(), ms, steps, threads, cfg.precision_policy().bf16_products());
+        print_profile(shardlm::profile::take(), ms, steps, threads, cfg.precision_policy().bf16_products(), cfg.gemm);
     }
     std::remove(shard.c_str());
     std::vector<double> sorted = ms;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -39,6 +40,20 @@ TEST_F(Doctor, NamesTheMachineAndItsKernels) {
     EXPECT_TRUE(std::regex_search(r.out, std::regex("sgemm 1024\\^3 [0-9]+ GFLOP/s"))) << r.out;
     EXPECT_GE(count_lines(r.out, "finding: "), 1) << r.out;
     EXPECT_EQ(r.out.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << r.out;
+    // AMX is named with its measured peak where the CPU lists it (or why this process cannot use it), not elsewhere
+    std::ostringstream cpuinfo;
+    cpuinfo << std::ifstream("/proc/cpuinfo").rdbuf();
+    const bool amx = std::regex_search(cpuinfo.str(), std::regex("\\bamx_bf16\\b"));
+    EXPECT_EQ(std::regex_search(r.out, std::regex("bf16 dot ([0-9]+|none), AMX ([0-9]+|none \\()")), amx) << r.out;
+}
+
+// A user's ONEDNN_MAX_CPU_ISA is left to oneDNN and shown beside the ISA it leaves
+TEST_F(Doctor, ShowsTheUsersOneDnnIsaLimit) {
+    const CmdResult r = sh("env ONEDNN_MAX_CPU_ISA=AVX2 " + kBin + " doctor --threads 1 --gemm onednn", tmp / "isa.log");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("fp32 oneDNN avx2 (ONEDNN_MAX_CPU_ISA=AVX2)"), std::string::npos) << r.out;
+    // oneDNN has no bf16 matmul at AVX2: the bf16 products widen to fp32
+    EXPECT_NE(r.out.find("bf16 widened to fp32 on OpenBLAS"), std::string::npos) << r.out;
 }
 
 // Every trap is one line "finding: what -- fix: what to do", and doctor still exits 0.

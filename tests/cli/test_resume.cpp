@@ -77,6 +77,32 @@ TEST_P(Resume, KilledAndResumedRunIsBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(MatmulPrecision, Resume, ::testing::Values("fp32", "bf16"));
 
+// --stop-after N runs the first N steps of the --steps schedule (the learning rate as the whole run has it),
+// checkpoints and stops; --resume continues it to the end, to the bytes of the run that never stopped.
+TEST(StopAfter, RunsTheFirstStepsOfTheScheduleAndResumesToTheWholeRun) {
+    fs::path tmp = fs::temp_directory_path() / ("shardlm_stop_after_" + std::to_string(::getpid()));
+    fs::remove_all(tmp);
+    const std::string a = (tmp / "a").string(), b = (tmp / "b").string();
+    ASSERT_EQ(run("--steps 8 --ckpt-every 4 --out " + a), 0);
+    ASSERT_EQ(run("--steps 8 --ckpt-every 4 --stop-after 3 --out " + b), 0);
+    EXPECT_TRUE(fs::exists(fs::path(b) / "ckpt_00000003" / "meta.json"));
+    const auto ma = lines(a + "/metrics.jsonl"), stopped = lines(b + "/metrics.jsonl");
+    ASSERT_EQ(stopped.size(), 3u);
+    for (size_t i = 0; i < 3; i++) {
+        const auto ja = nlohmann::json::parse(ma[i]), jb = nlohmann::json::parse(stopped[i]);
+        EXPECT_EQ(ja["lr"].get<double>(), jb["lr"].get<double>()) << "step " << i;  // the 8-step schedule's
+        EXPECT_EQ(ja["loss"].get<double>(), jb["loss"].get<double>()) << "step " << i;
+    }
+    EXPECT_TRUE(nlohmann::json::parse(stopped[2]).contains("val_loss"));  // the last step is evaluated
+    ASSERT_EQ(run("--steps 8 --ckpt-every 4 --resume --out " + b), 0);
+    ASSERT_EQ(lines(b + "/metrics.jsonl").size(), 8u);
+    for (const char* f : {"model.rank00000-of-00001.safetensors", "optimizer.rank00000-of-00001.safetensors"})
+        EXPECT_EQ(shardlm::io::read_file(a + "/ckpt_00000008/" + f), shardlm::io::read_file(b + "/ckpt_00000008/" + f))
+            << f;
+    EXPECT_NE(run("--steps 8 --stop-after 9 --out " + (tmp / "c").string()), 0);  // past the schedule: refused
+    fs::remove_all(tmp);
+}
+
 TEST(ResumeErrors, IncompatibleCheckpointIsAClearError) {
     fs::path tmp = fs::temp_directory_path() / ("shardlm_resume_bad_" + std::to_string(::getpid()));
     fs::remove_all(tmp);

@@ -182,25 +182,57 @@ TEST_F(GemmAuto, TimesANewShapeOnceAndKeepsTheFaster) {
     EXPECT_EQ(timed, 2);
 }
 
+GemmTiming timing(double openblas, double onednn, double native) {
+    GemmTiming t;
+    t.openblas = openblas, t.onednn = onednn, t.native = native;
+    return t;
+}
+
 // With the native kernels timed they are the first choice: another library only when over 3 % faster;
 // their timing and choice go to the cache and come back
 TEST_F(GemmAuto, NativeIsFirstUnlessAnotherIsClearlyFaster) {
-    EXPECT_EQ(gemm_choose({1e-3, 1e-3, 1e-3}), GemmBackend::Native);
-    EXPECT_EQ(gemm_choose({0.98e-3, 0.99e-3, 1e-3}), GemmBackend::Native);
-    EXPECT_EQ(gemm_choose({0.9e-3, 0.95e-3, 1e-3}), GemmBackend::OpenBlas);
-    EXPECT_EQ(gemm_choose({1e-3, 0.9e-3, 1e-3}), GemmBackend::OneDnn);
-    EXPECT_EQ(gemm_choose({1e-3, 1.2e-3, 0.5e-3}), GemmBackend::Native);
-    EXPECT_EQ(gemm_choose({1e-3, 0, 0}), GemmBackend::OpenBlas);  // neither other library timed
+    EXPECT_EQ(gemm_choose(timing(1e-3, 1e-3, 1e-3)), GemmBackend::Native);
+    EXPECT_EQ(gemm_choose(timing(0.98e-3, 0.99e-3, 1e-3)), GemmBackend::Native);
+    EXPECT_EQ(gemm_choose(timing(0.9e-3, 0.95e-3, 1e-3)), GemmBackend::OpenBlas);
+    EXPECT_EQ(gemm_choose(timing(1e-3, 0.9e-3, 1e-3)), GemmBackend::OneDnn);
+    EXPECT_EQ(gemm_choose(timing(1e-3, 1.2e-3, 0.5e-3)), GemmBackend::Native);
+    EXPECT_EQ(gemm_choose(timing(1e-3, 0, 0)), GemmBackend::OpenBlas);  // neither other library timed
     EXPECT_EQ(gemm_choice("native shape", [](GemmTiming* t) { t->openblas = 2e-3, t->onednn = 3e-3, t->native = 1e-3; }),
               GemmBackend::Native);
     const nlohmann::json j = cache();
     EXPECT_EQ(j["shapes"]["native shape"]["choice"], "native");
     EXPECT_DOUBLE_EQ(j["shapes"]["native shape"]["native_ms"].get<double>(), 1.0);
+    // the ISA the chosen library runs it on (a key that is not a bf16 product's: fp32 kernels)
+    EXPECT_EQ(j["shapes"]["native shape"]["isa"].get<std::string>().rfind("native avx", 0), 0u) << j.dump();
     gemm_forget_choices();
     EXPECT_EQ(gemm_choice("native shape", [](GemmTiming*) { FAIL() << "timed again"; }), GemmBackend::Native);
     EXPECT_NE(gemm_cache_report().find(": 1 shapes timed on this CPU model, 0 on OpenBLAS, 0 on oneDNN, 1 native"),
               std::string::npos)
         << gemm_cache_report();
+}
+
+// Every shape auto times is recorded with what its chosen library ran it on: the native kernels' ISA,
+// OpenBLAS's core, or oneDNN's own name for the implementation it picked (as ONEDNN_MAX_CPU_ISA leaves it),
+// which is kept for every shape oneDNN was timed on
+TEST_F(GemmAuto, TheCacheNamesTheIsaEachShapeRanOn) {
+    set_gemm_backend(GemmBackend::Auto);
+    const int M = 256, N = 512, K = 256;
+    const std::vector<float> a = test::randn(size_t(M) * K, 1), b = test::randn(size_t(K) * N, 2);
+    std::vector<float> c(size_t(M) * N);
+    sgemm_balanced(CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+    gemm_mixed(c.data(), DType::F32, {a.data(), DType::F32, K, 1}, {b.data(), DType::F32, N, 1}, M, N, K, false, nullptr);
+    const nlohmann::json j = cache();
+    ASSERT_EQ(j["shapes"].size(), 2u) << j.dump(1);
+    for (const auto& [key, v] : j["shapes"].items()) {
+        const std::string choice = v["choice"], isa = v["isa"];
+        SCOPED_TRACE(key + ": " + choice + " on " + isa);
+        const std::string impl = v["onednn_impl"];
+        if (choice == "native") { EXPECT_EQ(isa.rfind("native avx", 0), 0u); }
+        if (choice == "openblas") { EXPECT_EQ(isa.rfind("openblas ", 0), 0u); }
+        if (choice == "onednn") { EXPECT_EQ(isa, impl); }
+        // oneDNN's name for its implementation, "kind:isa" ("brg:avx512_core_bf16", "gemm:jit"), whichever library wins
+        if (v["onednn_ms"].get<double>() > 0) { EXPECT_NE(impl.find(':'), std::string::npos) << impl; }
+    }
 }
 
 TEST_F(GemmAuto, ThreadsMeetingANewShapeTimeItOnce) {

@@ -57,9 +57,12 @@ TEST(Profile, ByShapeCountsEachProductUnderItsShape) {
     EXPECT_EQ(profile::shape("fp32", 'N', 'T', N, OC, C), profile::shape("fp32", 'N', 'T', N, OC, C)) << "one name a shape";
     kernels::matmul_forward(y.data(), x.data(), w.data(), nullptr, N, C, OC);
     kernels::matmul_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, C, OC);
+    // a bf16 product under its shape and the library that ran it (the library default: OpenBLAS, widened)
+    kernels::matmul_forward(y.data(), x.data(), w.data(), nullptr, N, C, OC, false, kernels::MatmulPrecision::bf16);
     profile::enable(false);
     profile::set_by_shape(false);
     const auto t = profile::take();
+    ASSERT_EQ(t.count("bf16 ff>f openblas NT 8x48x32"), 1u);
     EXPECT_EQ(t.count("matmul forward"), 0u);
     EXPECT_EQ(t.count("matmul backward"), 0u);
     for (const char* name : {"fp32 NT 8x48x32", "fp32 NN 8x32x48", "fp32 TN 48x32x8"}) {

@@ -14,12 +14,14 @@
 
 #include "shardlm/kernels/peak_loops.h"
 #include "shardlm/core/aligned_buffer.h"
+#include "shardlm/core/format.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
 #include "shardlm/cost/comm.h"
 #include "shardlm/kernels/crossentropy.h"
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
+#include "shardlm/kernels/machine.h"
 #include "shardlm/kernels/matmul.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/planner/plan_io.h"
@@ -369,6 +371,13 @@ Calibration run(comm::Group& world, const Options& o) {
     c.fp32_peak_gflops = peak_gflops(world, c.threads, fp32_fma_flops_per_iter(), fp32_fma_chains);
     c.bf16_peak_gflops =
         has_bf16_dot() ? peak_gflops(world, c.threads, kBf16DotFlopsPerIter, bf16_dot_chains) : c.fp32_peak_gflops;
+    if (kernels::has_amx_bf16()) c.amx_peak_gflops = peak_gflops(world, c.threads, kernels::kAmxFlopsPerIter, kernels::amx_bf16_chains);
+    const kernels::ProductIsa isa = kernels::bf16_products_isa(kernels::gemm_backend());
+    c.bf16_products_isa = kernels::product_isa_name(isa);
+    kernels::MachineInfo peaks;  // the peak of that ISA, as MachineInfo::peak falls back
+    peaks.fp32_peak_gflops = c.fp32_peak_gflops, peaks.amx_peak_gflops = c.amx_peak_gflops;
+    peaks.bf16_peak_gflops = has_bf16_dot() ? c.bf16_peak_gflops : 0;
+    c.bf16_products_peak_gflops = peaks.peak(isa);
 
     // GEMMs: tokens x (in, out) of the linear layers of small and mid-size GPTs, whole and cut by
     // tensor parallelism, the head's long vocabulary side, thin attention-like shapes
@@ -380,7 +389,7 @@ Calibration run(comm::Group& world, const Options& o) {
     if (c.threads > 1)
         for (int M : {256, 1024})
             for (auto [K, N] : io) c.lanes_gemm.push_back(lanes_gemm_point(world, o, c.threads, M, K, N));
-    fit_gemm_curve(c, o.precision == planner::Precision::Fp32 ? c.fp32_peak_gflops : c.bf16_peak_gflops);
+    fit_gemm_curve(c, o.precision == planner::Precision::Fp32 ? c.fp32_peak_gflops : c.bf16_products_peak_gflops);
 
     c.triad_GBps = triad_GBps(world, o);
     c.memory = memory_kernels(world, o);
@@ -408,7 +417,7 @@ planner::Cluster to_cluster(const Calibration& c) {
     char name[64];
     std::snprintf(name, sizeof(name), "cpu-%dx%d", c.ranks, c.threads);
     g.name = name;
-    g.peak_tflops = c.bf16_peak_gflops / 1e3;
+    g.peak_tflops = (c.bf16_products_peak_gflops > 0 ? c.bf16_products_peak_gflops : c.bf16_peak_gflops) / 1e3;
     g.peak_tflops_tf32 = g.peak_tflops_fp32 = c.fp32_peak_gflops / 1e3;
     g.memory_gb = c.memory_gb;
     g.hbm_GBps = c.triad_GBps;
@@ -443,6 +452,9 @@ nlohmann::json to_json(const Calibration& c) {
                      {"gemm_precision", planner::precision_name(c.precision)},
                      {"fp32_peak_gflops", c.fp32_peak_gflops},
                      {"bf16_peak_gflops", c.bf16_peak_gflops},
+                     {"amx_peak_gflops", c.amx_peak_gflops},
+                     {"bf16_products_isa", c.bf16_products_isa},
+                     {"bf16_products_peak_gflops", c.bf16_products_peak_gflops},
                      {"gemm", gemm},
                      {"gemm_fit_rms_relative_error", c.gemm_fit_rms},
                      {"lanes_gemm", lanes},
@@ -466,7 +478,10 @@ std::string summary(const Calibration& c) {
         s << buf << "\n";
     };
     line("calibrated %d rank(s) x %d thread(s), measured on every rank at once:", c.ranks, c.threads);
-    line("  peaks per rank      fp32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s", c.fp32_peak_gflops, c.bf16_peak_gflops);
+    line("  peaks per rank      fp32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s, AMX %s", c.fp32_peak_gflops, c.bf16_peak_gflops,
+         c.amx_peak_gflops > 0 ? shardlm::format("%.1f GFLOP/s", c.amx_peak_gflops).c_str() : "none");
+    line("  bf16 products on    %s (their curve and the planner's 16-bit peak: %.1f GFLOP/s)", c.bf16_products_isa.c_str(),
+         c.bf16_products_peak_gflops);
     line("  %s GEMMs         %zu shapes; fit gemm_max %.3f, gemm_half_dim %.0f (rms error %.1f %%)",
          planner::precision_name(c.precision).c_str(), c.gemm.size(), c.gemm_max, c.gemm_half_dim, 100 * c.gemm_fit_rms);
     for (const GemmPoint& g : c.gemm)

@@ -65,7 +65,11 @@ struct MemoryPoint {
 struct Calibration {
     int ranks = 1, threads = 1;
     planner::Precision precision = planner::Precision::Fp32;
-    double fp32_peak_gflops = 0, bf16_peak_gflops = 0;  // per rank, all its threads
+    // per rank, all its threads: the fp32 FMA, AVX512_BF16 dot product and AMX tile peaks (0: no such ISA;
+    // bf16 then stands at the fp32 peak), and the peak of the ISA the bf16 products run on under this --gemm
+    // (kernels/machine.h: bf16_products_isa), which the bf16 GEMM curve and the planner's 16-bit peak use
+    double fp32_peak_gflops = 0, bf16_peak_gflops = 0, amx_peak_gflops = 0, bf16_products_peak_gflops = 0;
+    std::string bf16_products_isa;  // "AMX", "AVX512_BF16" or "fp32 FMA"
     std::vector<GemmPoint> gemm;
     double gemm_max = 0, gemm_half_dim = 0, gemm_fit_rms = 0;  // rms of the relative error
     // threads > 1: the same shapes as lanes run them (single-threaded products on every thread at once)

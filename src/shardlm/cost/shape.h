@@ -69,7 +69,7 @@ int64_t total_params(const ModelShape& m);
 // the rest (norms, row-parallel biases) is replicated on every tensor-parallel rank.
 int64_t block_params_split(const ModelShape& m);
 
-// Lanes (docs/DESIGN.md "Threads: lanes"): a rank's threads run whole groups of sequences through
+// Lanes (docs/DESIGN.md, model/: "Lanes"): a rank's threads run whole groups of sequences through
 // single-threaded kernels. A micro-batch of B sequences of T tokens splits into groups of
 // clamp(ceil(rows / T), 1, ceil(B / lanes)) sequences (rows: about 256); the engine takes lanes (its
 // --thread-split auto) when tensor parallelism is off and there are at least two groups per thread.

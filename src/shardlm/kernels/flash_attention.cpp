@@ -86,6 +86,8 @@ public:
         if (native_) {
             const native::Operand a = ta == CblasNoTrans ? native::Operand{A, DType::F32, lda, 1}
                                                           : native::Operand{A, DType::F32, 1, lda};
+            tap_product({ProductPath::Packed, M, n1 - n0, k1 - k0, a, {x_ + k0 * rs_ + n0 * cs_, DType::F32, rs_, cs_}, alpha,
+                         beta, C, DType::F32, ldc, nullptr, packed_.nr});
             native::gemm_packed(M, k0, k1, n0, n1, alpha, a, packed_, beta, C, ldc);
             return;
         }

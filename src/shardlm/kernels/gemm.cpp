@@ -26,6 +26,9 @@ namespace shardlm::kernels {
 namespace {
 
 std::atomic<GemmBackend> g_backend{GemmBackend::OpenBlas};
+std::atomic<bool> g_tap_on{false};
+thread_local GemmBackend t_last_library = GemmBackend::OpenBlas;
+ProductTap g_tap;
 
 // ---- oneDNN's fp32 matmul, one thread ------------------------------------------------------------------
 
@@ -46,6 +49,7 @@ struct DnnlFp32 {
     struct Entry {
         dnnl::memory::desc a, b, c;
         dnnl::matmul prim;
+        std::string impl;  // oneDNN's name of the implementation it chose
     };
     std::map<Key, Entry> cache;
     std::vector<float> a, b, c;  // dense copies of strided operands
@@ -66,6 +70,18 @@ float* dense(std::vector<float>& buf, int rows, int cols, const float* src = nul
     if (buf.size() < size_t(rows) * cols) buf.resize(size_t(rows) * cols);
     if (src) copy_rows(buf.data(), cols, src, ld, rows, cols);
     return buf.data();
+}
+
+// oneDNN's attributes for C = alpha op(A) op(B) + beta C: alpha as an output scale, beta as a sum post-op
+dnnl::primitive_attr scale_and_sum(float alpha, float beta) {
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+        dnnl::post_ops po;
+        po.append_sum(beta);
+        attr.set_post_ops(po);
+    }
+    return attr;
 }
 
 // C = alpha op(A) op(B) + beta C on this thread alone. oneDNN 2.6's matmul gets dense operands only: with
@@ -94,21 +110,29 @@ void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, f
         memory::desc ad({M, K}, memory::data_type::f32, {as0, as1});
         memory::desc bd({K, N}, memory::data_type::f32, {bs0, bs1});
         memory::desc cd({M, N}, memory::data_type::f32, {N, 1});
-        dnnl::primitive_attr attr;
-        if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-        if (beta != 0.0f) {
-            dnnl::post_ops po;
-            po.append_sum(beta);
-            attr.set_post_ops(po);
-        }
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, ctx.engine);
-        it = ctx.cache.emplace(key, DnnlFp32::Entry{ad, bd, cd, dnnl::matmul(pd)}).first;
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), scale_and_sum(alpha, beta), ctx.engine);
+        it = ctx.cache.emplace(key, DnnlFp32::Entry{ad, bd, cd, dnnl::matmul(pd), pd.impl_info_str()}).first;
     }
     const DnnlFp32::Entry& e = it->second;
+    note_onednn_impl(&e.impl);
     auto mem = [&](const memory::desc& d, const void* p) { return memory(d, ctx.engine, const_cast<void*>(p)); };
     e.prim.execute(ctx.stream, {{DNNL_ARG_SRC, mem(e.a, A)}, {DNNL_ARG_WEIGHTS, mem(e.b, B)}, {DNNL_ARG_DST, mem(e.c, out)}});
     ctx.stream.wait();
     if (out != C) copy_rows(C, ldc, out, N, M, N);
+}
+
+// oneDNN's name for the implementation its fp32 matmul picks for C = alpha op(A) op(B) + beta C (dense C)
+std::string onednn_sgemm_impl(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, float beta) {
+    using dnnl::memory;
+    OneThread one;
+    // as onednn_sgemm makes it: an operand whose rows are wider than the matrix is copied dense first
+    const long lda = ta == CblasNoTrans ? K : M, ldb = tb == CblasNoTrans ? N : K;
+    const long as0 = ta == CblasNoTrans ? lda : 1, as1 = ta == CblasNoTrans ? 1 : lda;
+    const long bs0 = tb == CblasNoTrans ? ldb : 1, bs1 = tb == CblasNoTrans ? 1 : ldb;
+    const memory::desc ad({M, K}, memory::data_type::f32, {as0, as1}), bd({K, N}, memory::data_type::f32, {bs0, bs1}),
+        cd({M, N}, memory::data_type::f32, {N, 1});
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), scale_and_sum(alpha, beta), dnnl_fp32().engine)
+        .impl_info_str();
 }
 
 // op(X) of a row-major X (ld floats a row) for the native kernels
@@ -148,6 +172,19 @@ int gemm_blocks_per_cpu() {
 
 bool gemm_has_native_bf16() { return native::has_bf16(); }
 
+GemmBackend gemm_last_library() { return t_last_library; }
+void note_gemm_library(GemmBackend b) { t_last_library = b; }
+
+void set_product_tap(ProductTap tap) {
+    g_tap_on.store(false, std::memory_order_release);
+    g_tap = std::move(tap);
+    g_tap_on.store(bool(g_tap), std::memory_order_release);
+}
+
+void tap_product(const ProductCall& call) {
+    if (g_tap_on.load(std::memory_order_acquire)) g_tap(call);
+}
+
 void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
 GemmBackend gemm_backend() { return g_backend.load(); }
 
@@ -182,6 +219,7 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                     const float* B, int ldb, float beta, float* C, int ldc) {
     profile::Scope prof_(profile::shape("fp32", ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', M, N, K),
                          2.0 * M * N * K, 4.0 * (double(M) * K + double(K) * N + double(M) * N));
+    tap_product({ProductPath::Balanced, M, N, K, operand(ta, A, lda), operand(tb, B, ldb), alpha, beta, C, DType::F32, ldc});
     GemmBackend be = gemm_backend();
     if (be == GemmBackend::Auto) {
         // Every block is one single-threaded product on either library, whatever the threads: the key
@@ -213,16 +251,27 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                 flush_from_caches(operand(CblasNoTrans, out, ld), rows, cols);
             };
             gemm_time_each(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn), on(GemmBackend::Native), t, cold);
+            // the implementation oneDNN picks for this product's column blocks (the threads that ran them made
+            // their own primitives: ask for the first block's shape on this thread)
+            t->onednn_impl = onednn_sgemm_impl(ta, tb, rows, std::min(width, N), K, alpha, beta);
         });
     }
+    note_gemm_library(be);
     sgemm_balanced_on(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                 const float* B, int ldb, float beta, float* C, int ldc) {
+    tap_product({ProductPath::Tile, M, N, K, operand(ta, A, lda), operand(tb, B, ldb), alpha, beta, C, DType::F32, ldc});
     const GemmBackend b = gemm_backend();
     one_call(b == GemmBackend::OneDnn || b == GemmBackend::Native ? b : GemmBackend::OpenBlas, ta, tb, M, N, K, alpha, A,
              lda, B, ldb, beta, C, ldc);
+}
+
+void sgemm_tile_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
+                   int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    SHARDLM_CHECK(b != GemmBackend::Auto, "sgemm_tile_on: a library, not auto");
+    one_call(b, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace shardlm::kernels

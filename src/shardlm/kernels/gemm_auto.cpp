@@ -1,6 +1,6 @@
 // kernels/gemm_auto.cpp: --gemm auto's side of kernels/gemm.h: timing a shape on each library, the choice,
-// and the cache file that every process on the machine agrees through (docs/DESIGN.md "GEMM backends chosen
-// by measurement"). The products themselves are in gemm.cpp.
+// and the cache file that every process on the machine agrees through (docs/DESIGN.md, kernels/: "GEMM
+// libraries, chosen by measurement"). The products themselves are in gemm.cpp.
 #include "shardlm/kernels/gemm.h"
 
 #include <emmintrin.h>
@@ -45,7 +45,27 @@ constexpr int kNativeVersion = 6;
 struct Choice {
     GemmBackend backend = GemmBackend::OpenBlas;
     GemmTiming timing;
+    std::string isa;  // what the chosen library ran it on
 };
+
+// The instruction set (and kernels) `b` runs the shape of `key` on, as the cache names it.
+std::string choice_isa(GemmBackend b, const std::string& key, const GemmTiming& t) {
+    const bool bf16 = key.rfind("bf16 ", 0) == 0;
+    switch (b) {
+        case GemmBackend::OneDnn: return t.onednn_impl.empty() ? cat("oneDNN ", onednn_isa()) : t.onednn_impl;
+        case GemmBackend::Native:
+            if (bf16) return native::has_bf16() ? "native avx512_bf16" : "openblas (widened to fp32)";
+#if defined(__AVX512F__)
+            return "native avx512f";
+#else
+            return "native avx2";
+#endif
+        default: {
+            const char* core = openblas_get_corename();
+            return cat("openblas ", core ? core : "?", bf16 ? " (widened to fp32)" : "");
+        }
+    }
+}
 
 struct Table {
     std::mutex mu;
@@ -101,6 +121,8 @@ std::map<std::string, Choice> read_cache(const std::string& path, std::string* p
             c.timing.openblas = v.value("openblas_ms", 0.0) / 1e3;
             c.timing.onednn = v.value("onednn_ms", 0.0) / 1e3;
             c.timing.native = v.value("native_ms", 0.0) / 1e3;
+            c.isa = v.value("isa", std::string());
+            c.timing.onednn_impl = v.value("onednn_impl", std::string());
             out[key] = c;
         }
     } catch (const std::exception& e) {
@@ -120,7 +142,9 @@ void write_cache(const std::string& path, const std::map<std::string, Choice>& s
         s[key] = {{"choice", backend_text(c.backend)},
                   {"openblas_ms", c.timing.openblas * 1e3},
                   {"onednn_ms", c.timing.onednn * 1e3},
-                  {"native_ms", c.timing.native * 1e3}};
+                  {"native_ms", c.timing.native * 1e3},
+                  {"onednn_impl", c.timing.onednn_impl},
+                  {"isa", c.isa}};
     j["shapes"] = s;
     io::write_file_atomic(path, j.dump(1) + "\n");
 }
@@ -150,7 +174,15 @@ void warn_once(Table& t, const std::string& what, const std::string& text) {
     if (t.warned.insert(what).second) std::fprintf(stderr, "shardlm: warning: %s\n", text.c_str());
 }
 
+thread_local const std::string* t_onednn_impl = nullptr;
+
 }  // namespace
+
+const std::string& onednn_last_impl() {
+    static const std::string none;
+    return t_onednn_impl ? *t_onednn_impl : none;
+}
+void note_onednn_impl(const std::string* impl) { t_onednn_impl = impl; }
 
 double gemm_time_best(const std::function<void()>& run) {
     run();
@@ -230,7 +262,7 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
     static const std::string libs = [] {
         const char* c = openblas_get_corename();
         const dnnl_version_t* v = dnnl_version();
-        return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, " native:",
+        return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, "/", onednn_isa(), " native:",
                    kNativeVersion, " blocks:", gemm_blocks_per_cpu(), "x",
                    std::max(1u, std::thread::hardware_concurrency()));
     }();
@@ -268,6 +300,7 @@ GemmBackend gemm_choice(const std::string& key, const std::function<void(GemmTim
     Choice c;
     time(&c.timing);
     c.backend = gemm_choose(c.timing);
+    c.isa = choice_isa(c.backend, key, c.timing);
     t.timed++;
     shapes[key] = c;
     try {

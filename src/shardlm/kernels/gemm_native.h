@@ -1,7 +1,7 @@
 // kernels/gemm_native.h: shardlm's own GEMMs for AVX-512 (fp32 FMA and AVX512_BF16 dot products) and, fp32
 // only, for AVX2 + FMA (gemm_native_avx2.cpp: 6 x 16 and 4 x 24 tiles, the same bits), the third library
-// under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (issue 25 item 1; docs/DESIGN.md "The
-// native GEMM").
+// under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (docs/DESIGN.md, kernels/:
+// "The native GEMM").
 //
 // The BLIS/GotoBLAS structure, sized for one core's caches: on AVX-512 an 8 x 48 register tile (24
 // accumulators, three 16-column vectors of B and one broadcast of A per step of k; AVX2's tiles and order:

@@ -83,6 +83,50 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+const char* product_isa_name(ProductIsa isa) {
+    switch (isa) {
+        case ProductIsa::Fp32Fma: return "fp32 FMA";
+        case ProductIsa::Bf16Dot: return "AVX512_BF16";
+        case ProductIsa::AmxBf16: return "AMX";
+    }
+    return "?";
+}
+
+std::string onednn_isa() { return onednn_isa_name(dnnl_get_effective_cpu_isa()); }
+
+std::string onednn_max_isa_env() {
+    const char* e = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (!e || !*e) e = std::getenv("DNNL_MAX_CPU_ISA");  // the older name oneDNN still reads
+    return e ? e : "";
+}
+
+ProductIsa product_isa(GemmBackend lib, GemmKind kind) {
+    if (kind == GemmKind::Fp32) return ProductIsa::Fp32Fma;
+    switch (lib) {
+        case GemmBackend::OneDnn: {
+            if (!onednn_makes_bf16()) return ProductIsa::Fp32Fma;  // widened to OpenBLAS
+            // the ISAs are sets of bits, each containing the ones below it
+            const unsigned isa = unsigned(dnnl_get_effective_cpu_isa());
+            const auto has = [isa](dnnl_cpu_isa_t a) { return (isa & unsigned(a)) == unsigned(a); };
+            if (has(dnnl_cpu_isa_avx512_core_amx)) return ProductIsa::AmxBf16;
+            return has(dnnl_cpu_isa_avx512_core_bf16) ? ProductIsa::Bf16Dot : ProductIsa::Fp32Fma;
+        }
+        case GemmBackend::Native: return gemm_has_native_bf16() ? ProductIsa::Bf16Dot : ProductIsa::Fp32Fma;
+        default: return ProductIsa::Fp32Fma;
+    }
+}
+
+ProductIsa bf16_products_isa(GemmBackend gemm) {
+    if (gemm != GemmBackend::Auto) return product_isa(gemm, GemmKind::Bf16);
+    return std::max(product_isa(GemmBackend::OneDnn, GemmKind::Bf16), product_isa(GemmBackend::Native, GemmKind::Bf16));
+}
+
+double MachineInfo::peak(ProductIsa isa) const {
+    if (isa == ProductIsa::AmxBf16 && amx_peak_gflops > 0) return amx_peak_gflops;
+    if (isa != ProductIsa::Fp32Fma && bf16_peak_gflops > 0) return bf16_peak_gflops;
+    return fp32_peak_gflops;
+}
+
 const CpuId& cpu_id() {
     static const CpuId id = [] {
         CpuId c;
@@ -130,13 +174,17 @@ MachineInfo machine_info(int threads, double seconds, bool gemm) {
     // the value shardlm's re-exec set (a child process inherits the marker, so compare the values)
     const char* ours = std::getenv("SHARDLM_SET_CORETYPE");
     m.coretype_ours = ours && m.openblas_coretype_env == ours;
-    m.onednn_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+    m.onednn_isa = onednn_isa();
+    m.onednn_max_isa = onednn_max_isa_env();
+    m.has_amx = has_amx_bf16();
+    if (flags.count("amx_bf16") && !m.has_amx) m.amx_unavailable = amx_unavailable();
     m.gemm = gemm_backend();
     m.onednn_bf16 = onednn_makes_bf16();
     threads = std::max(threads, 1);
     if (seconds > 0) {
         m.fp32_peak_gflops = measure_peak(threads, seconds / 2, fp32_fma_flops_per_iter(), fp32_fma_chains);
         if (has_bf16_dot()) m.bf16_peak_gflops = measure_peak(threads, seconds / 2, kBf16DotFlopsPerIter, bf16_dot_chains);
+        if (m.has_amx) m.amx_peak_gflops = measure_peak(threads, seconds / 2, kAmxFlopsPerIter, amx_bf16_chains);
     }
     if (gemm) m.fp32_gemm_gflops = measure_sgemm(threads, sgemm_library(m.gemm));
     return m;
@@ -149,14 +197,17 @@ std::string describe(const MachineInfo& m, int threads) {
     if (!m.isa.empty()) s << " (" << m.isa << ")";
     char buf[160];
     if (m.fp32_peak_gflops > 0) {
-        std::snprintf(buf, sizeof(buf), " | peaks fp32 %.0f GFLOP/s, bf16 %s (%d thread%s, measured)", m.fp32_peak_gflops,
-                      m.bf16_peak_gflops > 0 ? std::to_string(int(m.bf16_peak_gflops + 0.5)).c_str() : "none",
-                      threads, threads == 1 ? "" : "s");
+        std::snprintf(buf, sizeof(buf), " | peaks fp32 %.0f GFLOP/s, bf16 dot %s", m.fp32_peak_gflops,
+                      m.bf16_peak_gflops > 0 ? std::to_string(int(m.bf16_peak_gflops + 0.5)).c_str() : "none");
         s << buf;
+        if (m.amx_peak_gflops > 0) s << ", AMX " << int(m.amx_peak_gflops + 0.5);
+        else if (!m.amx_unavailable.empty()) s << ", AMX none (" << m.amx_unavailable << ")";
+        s << " (" << threads << (threads == 1 ? " thread" : " threads") << ", measured)";
     }
     std::string openblas = cat("OpenBLAS ", m.openblas_core.empty() ? "?" : m.openblas_core, " kernels");
     if (!m.openblas_coretype_env.empty() && !m.coretype_ours) openblas += " (OPENBLAS_CORETYPE preset)";
-    const std::string onednn = "oneDNN " + m.onednn_isa;
+    const std::string onednn =
+        "oneDNN " + m.onednn_isa + (m.onednn_max_isa.empty() ? "" : " (ONEDNN_MAX_CPU_ISA=" + m.onednn_max_isa + ")");
     const std::string widened = "widened to fp32 on OpenBLAS";
     const bool nat16 = gemm_has_native_bf16();
 #if defined(__AVX512F__)

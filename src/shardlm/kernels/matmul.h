@@ -12,6 +12,7 @@
 
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/enum_names.h"
+#include "shardlm/kernels/gemm.h"
 #include "shardlm/kernels/gemm_native.h"
 
 namespace shardlm::kernels {
@@ -91,6 +92,10 @@ void gemm_bf16(float* c, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N,
 // BF16) rows of N: every bf16 product of the engine goes through here, on the library --gemm chooses.
 void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N, int K,
                 bool accumulate, const float* bias);
+// The same on one library, no choosing (tests, benchmarks): native (the widened sgemm where this build has no
+// bf16 kernels), onednn (widened where oneDNN has no bf16 matmul for this CPU) or openblas (widened).
+void gemm_mixed_on(GemmBackend lib, void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N,
+                   int K, bool accumulate, const float* bias);
 // Which kernels run them: "onednn" (AVX512_BF16 or AVX-512 kernels), "native" (kernels/gemm_native.h) or,
 // on a CPU for which neither has a bf16 product (AVX2 only), "sgemm-widened": the operands widened to fp32
 // (exact) and sgemm. --gemm (kernels/gemm.h) chooses between them where there is a choice: "auto" then.

@@ -41,6 +41,7 @@ struct Bf16Context {
     struct Entry {
         memory::desc a, b, c, bias;
         dnnl::matmul prim;
+        std::string impl;  // oneDNN's name of the implementation it chose ("brg:avx512_core_bf16")
     };
     std::map<Key, Entry> cache;
     // 0-2: to_bf16_scratch's slots (the callers'); 3, 4: gemm_mixed's roundings of fp32 operands
@@ -187,7 +188,7 @@ Bf16Matrix as_bf16(Bf16Context& ctx, int slot, const native::Operand& x, int row
 }
 
 // The product on one library
-void gemm_mixed_on(GemmBackend be, Bf16Context& ctx, void* c, DType c_t, const native::Operand& a, const native::Operand& b,
+void mixed_on(GemmBackend be, Bf16Context& ctx, void* c, DType c_t, const native::Operand& a, const native::Operand& b,
                    int M, int N, int K, bool accumulate, const float* bias) {
     if (be == GemmBackend::Native && native::has_bf16()) {
         native::gemm_bf16(c, c_t, N, a, b, M, N, K, accumulate, bias);
@@ -205,9 +206,7 @@ char type_letter(DType t) { return t == DType::BF16 ? 'b' : 'f'; }
 void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N, int K, bool accumulate,
                 const float* bias) {
     const auto layout = [](const native::Operand& x) { return x.cs == 1 ? 'N' : x.rs == 1 ? 'T' : 'G'; };
-    const char kind[] = {'b', 'f', '1', '6', ' ', type_letter(a.t), type_letter(b.t), '>', type_letter(c_t), '\0'};
-    profile::Scope prof_(profile::shape(kind, layout(a), layout(b), M, N, K), 2.0 * M * N * K,
-                         double(dtype_bytes(a.t)) * M * K + double(dtype_bytes(b.t)) * K * N + double(dtype_bytes(c_t)) * M * N);
+    tap_product({ProductPath::Mixed, M, N, K, a, b, 1.0f, accumulate ? 1.0f : 0.0f, c, c_t, N, bias});
     Bf16Context& ctx = context();
     GemmBackend be = gemm_backend();
     if (be == GemmBackend::Auto) {
@@ -229,7 +228,7 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
             std::vector<float> scratch(accumulate ? size_t(rows) * size_t(cols) : 0, 0.0f);
             void* out = accumulate ? static_cast<void*>(scratch.data()) : c;
             auto on = [&](GemmBackend lib) {
-                return [&, lib] { gemm_mixed_on(lib, ctx, out, c_t, a, b, rows, cols, K, accumulate, bias); };
+                return [&, lib] { mixed_on(lib, ctx, out, c_t, a, b, rows, cols, K, accumulate, bias); };
             };
             // OpenBLAS (the operands widened to fp32) is not timed where the native bf16 kernels run: it
             // computes at most at the fp32 FMA rate, half the dot product's, and its fp32 copies of a
@@ -240,16 +239,32 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
                 flush_from_caches(b, K, cols);
                 flush_from_caches({out, c_t, cols, 1}, rows, cols);
             };
+            note_onednn_impl(nullptr);  // what the timing's oneDNN run names, not an earlier product's
             gemm_time_each(has_native ? std::function<void()>() : on(GemmBackend::OpenBlas),
                            has_onednn ? on(GemmBackend::OneDnn) : std::function<void()>(),
                            has_native ? on(GemmBackend::Native) : std::function<void()>(), t, cold);
+            t->onednn_impl = has_onednn ? onednn_last_impl() : std::string();
             // the libraries' roundings and widenings of the timed operands go with the timing: the chosen
             // library makes its own at its next call
             for (int slot : {3, 4}) std::vector<unsigned short>().swap(ctx.scratch[slot]);
             for (std::vector<float>& w : ctx.wide) std::vector<float>().swap(w);
         });
     }
-    gemm_mixed_on(be, ctx, c, c_t, a, b, M, N, K, accumulate, bias);
+    note_gemm_library(be);
+    // counted under its shape and the library that runs it (what its share of a peak is measured against)
+    const char* name = profile::by_shape()
+                           ? profile::shape(cat("bf16 ", type_letter(a.t), type_letter(b.t), ">", type_letter(c_t), " ",
+                                                setting_text(be)).c_str(), layout(a), layout(b), M, N, K)
+                           : nullptr;
+    profile::Scope prof_(name, 2.0 * M * N * K,
+                         double(dtype_bytes(a.t)) * M * K + double(dtype_bytes(b.t)) * K * N + double(dtype_bytes(c_t)) * M * N);
+    mixed_on(be, ctx, c, c_t, a, b, M, N, K, accumulate, bias);
+}
+
+void gemm_mixed_on(GemmBackend be, void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N,
+                   int K, bool accumulate, const float* bias) {
+    SHARDLM_CHECK(be != GemmBackend::Auto, "gemm_mixed_on: a library, not auto");
+    mixed_on(be, context(), c, c_t, a, b, M, N, K, accumulate, bias);
 }
 
 void gemm_bf16(void* c, DType c_t, const Bf16Matrix& a, const Bf16Matrix& b, int M, int N, int K, bool accumulate,
@@ -279,9 +294,10 @@ void gemm_bf16_onednn(Bf16Context& ctx, void* c, DType c_t, const Bf16Matrix& a,
         }
         dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(ad, bd, biasd, cd) : dnnl::matmul::desc(ad, bd, cd), attr,
                                         ctx.engine);
-        it = ctx.cache.emplace(key, Bf16Context::Entry{ad, bd, cd, biasd, dnnl::matmul(pd)}).first;
+        it = ctx.cache.emplace(key, Bf16Context::Entry{ad, bd, cd, biasd, dnnl::matmul(pd), pd.impl_info_str()}).first;
     }
     const Bf16Context::Entry& e = it->second;
+    note_onednn_impl(&e.impl);
     auto mem = [&](const memory::desc& d, const void* p) { return memory(d, ctx.engine, const_cast<void*>(p)); };
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, mem(e.a, a.data)}, {DNNL_ARG_WEIGHTS, mem(e.b, b.data)}, {DNNL_ARG_DST, mem(e.c, c)}};

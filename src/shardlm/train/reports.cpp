@@ -126,7 +126,7 @@ std::string Trainer::comm_report() const {
                    (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
     };
     const parallel::DpAlgorithm& algo = *e_.dp_algo;
-    const int last = cfg_.steps - 1;
+    const int last = cfg_.last_step() - 1;
     const auto dpb = e_.dp->expected_step_bytes(e_.micro);
     if (algo.algo() == parallel::DpAlgo::AllReduce) {
         // Sophia's Hessian pass after this step: its backward's reductions again (and ZeRO-3's gathers)

@@ -115,7 +115,7 @@ void Trainer::open_run_dir() {
 
 void Trainer::log_step(const StepStats& s, double elapsed_s) {
     if (!is_root()) return;
-    int done = s.step + 1 - start_step_, left = cfg_.steps - s.step - 1;
+    int done = s.step + 1 - start_step_, left = cfg_.last_step() - s.step - 1;
     double eta = done > 0 ? elapsed_s / done * left : 0;
     char val[48] = "";
     if (last_val_ >= 0) std::snprintf(val, sizeof(val), " | val %.4f", last_val_);
@@ -137,10 +137,10 @@ void Trainer::log_step(const StepStats& s, double elapsed_s) {
 
 void Trainer::write_summary(const StepStats& last, double train_s, const std::string& sample) {
     if (cfg_.out.empty() || !is_root()) return;
-    nlohmann::json j = {{"steps", cfg_.steps},
+    nlohmann::json j = {{"steps", cfg_.last_step()},
                         {"final_loss", last.loss},
                         {"train_time_s", train_s},
-                        {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.steps - start_step_)}};
+                        {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.last_step() - start_step_)}};
     if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
     j["train_unigram_entropy"] = unigram_;
     if (val_loader_) j["corpus_unigram_entropy"] = corpus_unigram_;

@@ -222,6 +222,8 @@ void TrainConfig::validate() const {
                   init, "/config.json'\n---> HINT: drop them, or use --model");
     SHARDLM_CHECK(!data.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
     SHARDLM_CHECK(steps >= 0, "--steps must be >= 0 (got ", steps, ")");
+    SHARDLM_CHECK(stop_after >= 0 && stop_after <= steps, "--stop-after must be between 0 (off) and --steps (", steps,
+                  "), got ", stop_after);
     SHARDLM_CHECK(seq > 0, "--seq must be > 0 (got ", seq, ")");
     SHARDLM_CHECK(micro_batch > 0, "--micro-batch must be > 0 (got ", micro_batch, ")");
     SHARDLM_CHECK(global_batch > 0 && global_batch % micro_batch == 0, "--global-batch (", global_batch,

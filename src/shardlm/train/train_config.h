@@ -74,6 +74,7 @@ struct TrainConfig {
     int global_batch = 8;
     int micro_batch = 8;
     int steps = 10;
+    int stop_after = 0;  // stop this process after this step of the schedule (0: at steps); resumable
     // optimiser
     optim::Kind optimizer = optim::Kind::AdamW;
     float lr = 3e-4f;
@@ -159,6 +160,8 @@ struct TrainConfig {
     parallel::DpAlgoConfig dp_algo_config() const;
     // The model to build: the HF directory's config (init) or the preset with the shape overrides.
     model::GptConfig model_config() const;
+    // The step this process trains to: stop_after, else steps (the schedule runs over steps either way).
+    int last_step() const { return stop_after > 0 ? stop_after : steps; }
     // Throws a clear error for values out of range.
     void validate() const;
     void validate_dp_algo() const;  // (part of validate())
@@ -200,6 +203,7 @@ void for_each_field(Cfg& c, F&& f) {
     f("global_batch", c.global_batch, "Rows per optimiser step (G)");
     f("micro_batch", c.micro_batch, "Rows per forward/backward (M; G % M == 0)");
     f("steps", c.steps, "Total optimiser steps");
+    f("stop_after", c.stop_after, "Stop after this many steps of the --steps schedule, checkpointed; --resume with --stop-after 0 trains on (0 = at --steps)");
     f("optimizer", c.optimizer, "Optimiser");
     f("lr", c.lr, "Peak learning rate");
     f("lr_schedule", c.lr_schedule,

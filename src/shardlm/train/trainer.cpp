@@ -144,7 +144,7 @@ bool Trainer::resume_from_checkpoint() {
                       start_step_, ", ", all[i], "): resuming would train a negative number of steps",
                       "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.out,
                       "/config.json)");
-        nothing_to_do_ = start_step_ == cfg_.steps;
+        nothing_to_do_ = start_step_ >= cfg_.last_step();
         if (is_root())
             std::printf("resuming from %s%s (step %d of %d)\n", all[i].c_str(),
                         i > 0 ? ", the newest good checkpoint" : "", start_step_, cfg_.steps);
@@ -313,8 +313,10 @@ double Trainer::evaluate() {
 int Trainer::run() {
     if (nothing_to_do_) {
         if (is_root())
-            std::printf("the run in %s already has its %d steps: nothing to train\n---> HINT: raise --steps to train "
-                        "further\n", cfg_.out.c_str(), cfg_.steps);
+            std::printf("the run in %s is at step %d, %s %d: nothing to train\n---> HINT: %s\n", cfg_.out.c_str(),
+                        start_step_, cfg_.stop_after > 0 ? "--stop-after" : "its --steps", cfg_.last_step(),
+                        cfg_.stop_after > 0 ? "--stop-after 0 (or a later step) trains on to --steps"
+                                            : "raise --steps to train further");
         return 0;
     }
     open_run_dir();
@@ -326,8 +328,8 @@ int Trainer::run() {
     double bubble_mean = 0;
     int status = 0, done = start_step_;
     double t_last_ckpt = now_s();  // --ckpt-every-seconds counts from here (rank 0's clock decides)
-    for (int step = start_step_; step < cfg_.steps; step++) {
-        const bool final = step + 1 == cfg_.steps;
+    for (int step = start_step_; step < cfg_.last_step(); step++) {
+        const bool final = step + 1 == cfg_.last_step();
         if (final && !cfg_.trace.empty()) trace::enable(true);  // the timeline of the last step
         StepStats s = train_step(step);
         if (final) trace::enable(false);
@@ -394,10 +396,10 @@ int Trainer::run() {
         return status;
     }
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
-    if (is_root() && e_.grid->pp_size() > 1 && cfg_.steps > start_step_)
+    if (is_root() && e_.grid->pp_size() > 1 && cfg_.last_step() > start_step_)
         std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory %s = %.3f\n", bubble_mean,
                     schedule::bubble_theory_formula(e_.schedule.kind), schedule::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
-    if (is_root()) std::printf("trained %d steps in %s\n", cfg_.steps - start_step_, fmt_duration(train_s).c_str());
+    if (is_root()) std::printf("trained %d steps in %s\n", cfg_.last_step() - start_step_, fmt_duration(train_s).c_str());
     if (is_root()) std::printf("GEMMs: %s\n", kernels::gemm_summary().c_str());  // what --gemm chose
     std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
