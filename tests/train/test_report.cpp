@@ -15,6 +15,8 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/io/atomic_file.h"
+#include "shardlm/model/config.h"
+#include "shardlm/train/train_config.h"
 
 namespace fs = std::filesystem;
 using namespace shardlm::train;
@@ -396,6 +398,36 @@ TEST(Report, WritesSvgsAndHtml) {
     // No temp files left behind.
     for (const auto& e : fs::directory_iterator(run))
         EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// report.html speaks as the user wrote the run: settings in their shortest text, a default shown as the
+// value it resolves to, counts as integers, losses to 4 decimals, the run where it was named.
+TEST(Report, SettingsAndSummaryReadAsAUserWroteThem) {
+    TempDir t;
+    TrainConfig c;
+    c.model = "small", c.lr = 0.008f, c.beta2 = 0.99f, c.weight_decay = 0.1f, c.out = "runs/sotu";
+    write_text(t.file("config.json"), config_to_json(c).dump(2));
+    write_text(t.file("summary.json"),
+               R"({"final_val_loss": 5.527961638386835, "tokens": 4096000.0, "steps": 2000, "train_time_s": 279.8576})");
+    write_text(t.file("metrics.jsonl"), train_line(0, 5.0));
+    write_report(t.dir.string());
+    const std::string html = shardlm::io::read_file(t.file("report.html"));
+    const std::string dflt = " <span class=\"dflt\">(default)</span>";
+    EXPECT_NE(html.find("<th>lr</th><td>0.008</td>"), std::string::npos);
+    EXPECT_NE(html.find("<th>beta2</th><td>0.99</td>"), std::string::npos);
+    EXPECT_NE(html.find("<th>weight_decay</th><td>0.1</td>"), std::string::npos);
+    EXPECT_NE(html.find("<th>beta1</th><td>0.9" + dflt), std::string::npos);  // -1: AdamW's own
+    EXPECT_NE(html.find("<th>eps</th><td>1e-08" + dflt), std::string::npos);
+    const int heads = shardlm::model::find_preset("small").n_head;
+    EXPECT_NE(html.find(shardlm::cat("<th>n_head</th><td>", heads, dflt)), std::string::npos);  // 0: the preset's
+    EXPECT_NE(html.find("<th>norm</th><td>layernorm" + dflt), std::string::npos);
+    EXPECT_NE(html.find("<th>tokens</th><td>4096000</td>"), std::string::npos);
+    EXPECT_NE(html.find("<th>steps</th><td>2000</td>"), std::string::npos);
+    EXPECT_NE(html.find("<th>final_val_loss</th><td>5.5280</td>"), std::string::npos);
+    EXPECT_NE(html.find("<th>train_time_s</th><td>279.9 s (4m 40s)</td>"), std::string::npos);
+    EXPECT_NE(html.find("<p class=\"dir\">runs/sotu</p>"), std::string::npos);
+    for (const char* bad : {"0.9900000095367432", "0.00800000037997961", "<td>-1", "4096000.0", t.dir.c_str()})
+        EXPECT_EQ(html.find(bad), std::string::npos) << bad;
 }
 
 TEST(Report, WithoutOptionalFilesAndErrors) {

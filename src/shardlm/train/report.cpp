@@ -12,6 +12,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/core/format.h"
 #include "shardlm/io/atomic_file.h"
+#include "shardlm/train/train_config.h"
 
 namespace shardlm::train {
 
@@ -99,11 +100,41 @@ ordered_json read_json_object(const std::string& path) {
     return j;
 }
 
-std::string kv_table(const ordered_json& obj, std::string_view skip_key = {}) {
+std::string kv_table(const ordered_json& obj) {
     std::string h = "<table class=\"kv\">\n";
     for (const auto& [k, v] : obj.items()) {
-        if (k == skip_key) continue;
         h += "<tr><th>" + xml_escape(k) + "</th><td>" + xml_escape(json_value_text(v)) + "</td></tr>\n";
+    }
+    return h + "</table>\n";
+}
+
+// A summary's number as a user reads it: losses and entropies to 4 decimals, seconds as a duration, counts
+// as integers (4096000, not 4096000.0), anything else in 6 significant digits.
+std::string summary_value_text(const std::string& key, const ordered_json& v);
+
+// The settings of config.json as the user wrote them, a default shown as the value it resolves to (marked);
+// a config.json this build cannot read (an older run's keys) is shown as it is.
+std::string settings_table(const ordered_json& config, const std::string& path) {
+    TrainConfig c;
+    try {
+        apply_config_json(c, json::parse(config.dump()), path);
+    } catch (const std::exception&) {
+        return kv_table(config);
+    }
+    std::string h = "<table class=\"kv\">\n";
+    for (const SettingText& s : settings_text(c)) {
+        if (!config.contains(s.key)) continue;
+        h += "<tr><th>" + xml_escape(s.key) + "</th><td>" + xml_escape(s.text) +
+             (s.resolved ? " <span class=\"dflt\">(default)</span>" : "") + "</td></tr>\n";
+    }
+    return h + "</table>\n";
+}
+
+std::string summary_table(const ordered_json& summary) {
+    std::string h = "<table class=\"kv\">\n";
+    for (const auto& [k, v] : summary.items()) {
+        if (k == "sample") continue;
+        h += "<tr><th>" + xml_escape(k) + "</th><td>" + xml_escape(summary_value_text(k, v)) + "</td></tr>\n";
     }
     return h + "</table>\n";
 }
@@ -115,6 +146,16 @@ std::string duration_text(double seconds) {
                       : s >= 60   ? shardlm::format("%lldm %02llds", s / 60, s % 60)
                                   : shardlm::format("%.1fs", seconds);
     return s >= 60 ? shardlm::format("%.1f s", seconds) + " (" + hms + ")" : hms;
+}
+
+std::string summary_value_text(const std::string& key, const ordered_json& v) {
+    if (!v.is_number()) return json_value_text(v);
+    const double x = v.get<double>();
+    const auto ends_with = [&](std::string_view tail) { return key.size() >= tail.size() && key.ends_with(tail); };
+    if (key.find("loss") != std::string::npos || key.find("entropy") != std::string::npos) return fmt_num(x);
+    if (ends_with("_s")) return duration_text(x);
+    if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e15) return shardlm::format("%lld", (long long)x);
+    return fmt_num(x, "%.6g");
 }
 
 }  // namespace
@@ -290,19 +331,25 @@ std::vector<std::string> write_report(const std::string& run_dir) {
          ".plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px}\n"
          ".plots figure{margin:0;border:1px solid #eee}.plots svg{display:block;width:100%;height:auto}\n"
          "pre{background:#f6f6f6;padding:12px;white-space:pre-wrap;word-wrap:break-word;font-size:13px}\n"
-         ".dir{color:#777;font-size:13px}\n"
+         ".dir{color:#777;font-size:13px}.dflt{color:#999}\n"
          "</style>\n</head>\n<body>\n";
     h += "<h1>shardlm run: " + xml_escape(name) + "</h1>\n";
-    h += "<p class=\"dir\">" + xml_escape(fs::absolute(dir).lexically_normal().string()) + "</p>\n";
+    // the run's directory as it was named where the run started (its --out), else as report was given it
+    const std::string where = has_config && config.contains("out") && config["out"].is_string() &&
+                                      !config["out"].get<std::string>().empty()
+                                  ? config["out"].get<std::string>()
+                                  : dir.lexically_normal().string();
+    h += "<p class=\"dir\">" + xml_escape(where) + "</p>\n";
     h += "<h2>Final numbers</h2>\n" + numbers;
     h += "<h2>Curves</h2>\n<div class=\"plots\">\n" + plots + "</div>\n";
     if (has_summary) {
-        h += "<h2>Summary</h2>\n" + kv_table(summary, "sample");
+        h += "<h2>Summary</h2>\n" + summary_table(summary);
         if (summary.contains("sample"))
             h += "<h3>Sample</h3>\n<pre>" + xml_escape(json_value_text(summary["sample"])) + "</pre>\n";
     }
     h += "<h2>Config</h2>\n";
-    h += has_config ? kv_table(config) : std::string("<p>no config.json in the run directory</p>\n");
+    h += has_config ? settings_table(config, (dir / "config.json").string())
+                    : std::string("<p>no config.json in the run directory</p>\n");
     h += "</body>\n</html>\n";
     std::string html_path = (dir / "report.html").string();
     io::write_file_atomic(html_path, h);

@@ -1,8 +1,11 @@
 #include "shardlm/train/train_config.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <type_traits>
 
 #include "shardlm/core/check.h"
@@ -387,6 +390,79 @@ TrainConfig load_config_file(const std::string& path) {
     TrainConfig c;
     apply_config_json(c, j, path);
     return c;
+}
+
+}  // namespace shardlm::train
+
+namespace shardlm::train {
+
+namespace {
+
+// A setting's value in the words a user would write it: a float in its shortest text that reads back as that
+// float (what config.json's doubles hide), an integer as an integer.
+template <typename T>
+std::string value_text(const T& v) {
+    if constexpr (TextSetting<T>) return setting_text(v);
+    else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+    else if constexpr (std::is_floating_point_v<T>) {
+        char buf[32];
+        const auto r = std::to_chars(buf, buf + sizeof buf, v);
+        return std::string(buf, r.ptr);
+    } else if constexpr (std::is_integral_v<T>) return std::to_string(v);
+    else return std::string(v);
+}
+
+// What the settings left to a default resolve to: the model's shape and knobs from its preset (or HF
+// directory), the optimiser's own betas and epsilon, and the run-time defaults in words.
+std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
+    std::map<std::string, std::string> r;
+    try {
+        const model::GptConfig m = c.model_config();
+        const bool rope = m.position == model::Position::Rope;
+        r = {{"n_layer", value_text(m.n_layer)}, {"n_head", value_text(m.n_head)}, {"n_embd", value_text(m.n_embd)},
+             {"n_ctx", value_text(m.n_ctx)}, {"vocab_size", value_text(m.vocab_size)}, {"norm", value_text(m.norm)},
+             {"position", value_text(m.position)}, {"mlp", value_text(m.mlp)}, {"bias", value_text(m.bias)},
+             {"tie_embeddings", value_text(m.tie_embeddings)}, {"n_kv_head", value_text(m.kv_heads())},
+             {"ffn_hidden", value_text(m.ffn())}, {"rope_theta", rope ? value_text(m.rope_theta) : "(no rotary embeddings)"},
+             {"rms_norm_eps", value_text(m.ln_eps)}};
+    } catch (const std::exception&) {  // an HF directory no longer there: its shape is unknown here
+    }
+    const optim::OptimConfig o = c.optim_config();
+    r["beta1"] = c.optimizer == optim::Kind::Adafactor ? "(no first moment)" : value_text(o.beta1);
+    r["beta2"] = value_text(o.beta2), r["eps"] = value_text(o.eps);
+    r["dp"] = "world size / (tp x pp)";
+    r["threads"] = "every CPU the process may use";
+    r["val_batches"] = "the whole validation shard";
+    r["reduce_dtype"] = "fp32 (the gradients')";
+    r["loss_scale"] = setting_text(c.precision) == "fp16" ? "dynamic" : "off";
+    r["metrics"] = c.out.empty() ? "(none)" : c.out + "/metrics.jsonl";
+    r["flight_dir"] = c.out.empty() ? "(none)" : c.out + "/flight";
+    return r;
+}
+
+// Whether a setting holds the value that means "the default" (0, -1 or empty where its help says so).
+template <typename T>
+bool is_default_sentinel(const char* key, const T& v) {
+    static const std::set<std::string> zero = {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size", "n_kv_head", "ffn_hidden",
+                                               "rope_theta", "rms_norm_eps", "dp", "threads", "val_batches"};
+    if constexpr (TextSetting<T> || std::is_same_v<T, std::string>) return value_text(v).empty();
+    else if constexpr (std::is_same_v<T, bool>) return false;
+    else if constexpr (std::is_arithmetic_v<T>) return (zero.count(key) && v == 0) || (v == T(-1) && std::is_signed_v<T>);
+    else return false;
+}
+
+}  // namespace
+
+std::vector<SettingText> settings_text(const TrainConfig& c) {
+    const std::map<std::string, std::string> defaults = resolved_defaults(c);
+    std::vector<SettingText> out;
+    for_each_field(c, [&](const char* key, const auto& v, const char*) {
+        SettingText s{key, value_text(v)};
+        const auto d = defaults.find(key);
+        if (d != defaults.end() && is_default_sentinel(key, v)) s.text = d->second, s.resolved = true;
+        out.push_back(std::move(s));
+    });
+    return out;
 }
 
 }  // namespace shardlm::train

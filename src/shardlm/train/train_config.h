@@ -333,6 +333,16 @@ void for_each_field(Cfg& c, F&& f) {
 }
 
 nlohmann::json config_to_json(const TrainConfig& c);
+
+// One setting as a user reads it (report.html): a number in its shortest text that reads back (0.99, not
+// 0.9900000095367432), and a value left to a default ("0 = the preset's", "-1: the optimiser's") shown as
+// the value it resolves to, with `resolved` set; a default the run decides at start (its world size, its
+// cores) is named in words.
+struct SettingText {
+    std::string key, text;
+    bool resolved = false;
+};
+std::vector<SettingText> settings_text(const TrainConfig& c);
 // Applies the keys of a JSON object to c. Unknown keys and wrong types are errors that name `source`,
 // the key, and the closest valid key or the expected type.
 void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source);
