@@ -3,6 +3,7 @@
 #include "shardlm/train/report.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <atomic>

@@ -423,7 +423,7 @@ std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
              {"n_ctx", value_text(m.n_ctx)}, {"vocab_size", value_text(m.vocab_size)}, {"norm", value_text(m.norm)},
              {"position", value_text(m.position)}, {"mlp", value_text(m.mlp)}, {"bias", value_text(m.bias)},
              {"tie_embeddings", value_text(m.tie_embeddings)}, {"n_kv_head", value_text(m.kv_heads())},
-             {"ffn_hidden", value_text(m.ffn())}, {"rope_theta", rope ? value_text(m.rope_theta) : "(no rotary embeddings)"},
+             {"ffn_hidden", value_text(m.ffn())}, {"rope_theta", rope ? value_text(m.rope_theta) : "none (learned positions)"},
              {"rms_norm_eps", value_text(m.ln_eps)}};
     } catch (const std::exception&) {  // an HF directory no longer there: its shape is unknown here
     }
@@ -433,6 +433,7 @@ std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
     r["dp"] = "world size / (tp x pp)";
     r["threads"] = "every CPU the process may use";
     r["val_batches"] = "the whole validation shard";
+    r["stop_after"] = value_text(c.steps);
     r["reduce_dtype"] = "fp32 (the gradients')";
     r["loss_scale"] = setting_text(c.precision) == "fp16" ? "dynamic" : "off";
     r["metrics"] = c.out.empty() ? "(none)" : c.out + "/metrics.jsonl";
@@ -444,7 +445,8 @@ std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
 template <typename T>
 bool is_default_sentinel(const char* key, const T& v) {
     static const std::set<std::string> zero = {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size", "n_kv_head", "ffn_hidden",
-                                               "rope_theta", "rms_norm_eps", "dp", "threads", "val_batches"};
+                                               "rope_theta", "rms_norm_eps", "dp", "threads", "val_batches",
+                                               "stop_after"};
     if constexpr (TextSetting<T> || std::is_same_v<T, std::string>) return value_text(v).empty();
     else if constexpr (std::is_same_v<T, bool>) return false;
     else if constexpr (std::is_arithmetic_v<T>) return (zero.count(key) && v == 0) || (v == T(-1) && std::is_signed_v<T>);
