@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -21,6 +22,7 @@ struct Rec {
     int rank = 0;  // world rank of the dump
     uint64_t seq = 0, bytes = 0;
     std::string op, state, dir;
+    bool p2p = false;  // a send or receive (peer, tag, dir), not a collective
     int peer = -1, tag = -1;
     double waited = 0;  // seconds from its start (or issue) to the dump, when not done
 };
@@ -53,28 +55,51 @@ bool unfinished(const Rec& r) { return r.state == "queued" || r.state == "runnin
 constexpr double kInProgressS = 1.0;
 bool stuck(const Rec& r) { return r.state == "failed" || (unfinished(r) && r.waited >= kInProgressS); }
 
-}  // namespace
+// One communication group as the dumps saw it: collectives by rank and sequence number; point-to-point
+// operations by rank, (peer, direction) and sequence number.
+struct GroupView {
+    std::string name;
+    std::vector<int> members;
+    std::map<int, std::map<uint64_t, Rec>> coll;                                        // rank -> seq -> rec
+    std::map<int, std::map<std::pair<int, std::string>, std::map<uint64_t, Rec>>> p2p;  // rank -> (peer, dir) -> seq -> rec
+    std::string title() const { return "group '" + name + "' (world ranks " + join(members) + ")"; }
+};
 
-std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
-    SHARDLM_CHECK(!dumps.empty(), "flight analysis: no dump to read");
-    // group key (name + members) -> per world rank: collectives by seq; p2p by (peer, dir) then seq
-    struct GroupView {
-        std::string name;
-        std::vector<int> members;
-        std::map<int, std::map<uint64_t, Rec>> coll;                               // rank -> seq -> rec
-        std::map<int, std::map<std::pair<int, std::string>, std::map<uint64_t, Rec>>> p2p;  // rank -> (peer, dir) -> seq -> rec
-    };
-    std::map<std::string, GroupView> groups;
-    std::set<int> have;
-    std::set<int> waiting;  // ranks whose own record shows them stuck in an operation (waiting for another)
+// Every rank's dump, read into groups.
+struct Records {
+    std::map<std::string, GroupView> groups;  // by name + members
+    std::set<int> have;                       // ranks that left a dump
+    std::set<int> waiting;        // ranks whose own record shows them stuck in an operation (waiting for another)
     std::map<int, double> quiet;  // seconds from a rank's last communication event (issue, start or end) to its dump
     std::map<int, std::string> reasons;
     int world = 0;
+};
+
+Rec read_op(const json& o, int rank, double now) {
+    Rec x;
+    x.rank = rank;
+    x.seq = o.at("seq").get<uint64_t>();
+    x.bytes = o.at("bytes").get<uint64_t>();
+    x.op = o.at("op").get<std::string>();
+    x.state = o.at("state").get<std::string>();
+    const double t0 = o.at("t_start").get<double>() > 0 ? o.at("t_start").get<double>() : o.at("t_issue").get<double>();
+    x.waited = x.state == "done" ? 0 : now - t0;
+    if (o.contains("peer")) {
+        x.p2p = true;
+        x.peer = o.at("peer").get<int>();
+        x.tag = o.at("tag").get<int>();
+        x.dir = o.at("dir").get<std::string>();
+    }
+    return x;
+}
+
+Records read_records(const std::vector<json>& dumps) {
+    Records a;
     for (const json& d : dumps) {
         const int r = d.at("world_rank").get<int>();
-        have.insert(r);
+        a.have.insert(r);
         const std::string why = d.value("reason", "");
-        reasons[r] = why.substr(0, std::min(why.find('\n'), size_t(160)));
+        a.reasons[r] = why.substr(0, std::min(why.find('\n'), size_t(160)));
         const double now = d.at("now").get<double>();
         const json& gs = d.at("groups");
         double last = -1;  // the rank's last communication event
@@ -82,186 +107,200 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
             for (const char* t : {"t_issue", "t_start", "t_end"}) last = std::max(last, o.value(t, 0.0));
             const json& g = gs.at(o.at("group").get<size_t>());
             const std::vector<int> members = g.at("members").get<std::vector<int>>();
-            for (int m : members) world = std::max(world, m + 1);
-            const std::string key = g.at("name").get<std::string>() + "[" + join(members) + "]";
-            GroupView& v = groups[key];
+            for (int m : members) a.world = std::max(a.world, m + 1);
+            GroupView& v = a.groups[g.at("name").get<std::string>() + "[" + join(members) + "]"];
             v.name = g.at("name").get<std::string>();
             v.members = members;
-            Rec x;
-            x.rank = r;
-            x.seq = o.at("seq").get<uint64_t>();
-            x.bytes = o.at("bytes").get<uint64_t>();
-            x.op = o.at("op").get<std::string>();
-            x.state = o.at("state").get<std::string>();
-            const double t0 = o.at("t_start").get<double>() > 0 ? o.at("t_start").get<double>() : o.at("t_issue").get<double>();
-            x.waited = x.state == "done" ? 0 : now - t0;
-            if (o.contains("peer")) {
-                x.peer = o.at("peer").get<int>();
-                x.tag = o.at("tag").get<int>();
-                x.dir = o.at("dir").get<std::string>();
-                if (stuck(x)) waiting.insert(r);
-                v.p2p[r][{x.peer, x.dir}][x.seq] = x;
-            } else {
-                if (stuck(x)) waiting.insert(r);
-                v.coll[r][x.seq] = x;
-            }
+            const Rec x = read_op(o, r, now);
+            if (stuck(x)) a.waiting.insert(r);
+            if (x.p2p) v.p2p[r][{x.peer, x.dir}][x.seq] = x;
+            else v.coll[r][x.seq] = x;
         }
-        quiet[r] = last < 0 ? now : now - last;
+        a.quiet[r] = last < 0 ? now : now - last;
     }
-    std::ostringstream out;
-    std::set<int> culprits;
-    std::vector<std::string> findings;
-    for (auto& [key, v] : groups) {
-        const std::string gname = "group '" + v.name + "' (world ranks " + join(v.members) + ")";
-        // collectives: the first sequence number where the members disagree
-        uint64_t lo = 0, hi = 0;
-        bool any = false;
-        for (auto& [r, m] : v.coll) {
-            if (m.empty()) continue;
-            lo = any ? std::min(lo, m.begin()->first) : m.begin()->first;
-            hi = any ? std::max(hi, m.rbegin()->first) : m.rbegin()->first;
-            any = true;
+    return a;
+}
+
+// The group's collectives at sequence number s: who issued it, who (with a dump reaching back to s) did
+// not, who left no dump.
+struct AtSeq {
+    std::vector<const Rec*> at;
+    std::vector<int> missing, no_dump;
+};
+
+AtSeq at_seq(const GroupView& v, const Records& a, uint64_t s) {
+    AtSeq q;
+    for (int m : v.members) {
+        if (!a.have.count(m)) {
+            q.no_dump.push_back(m);
+            continue;
         }
-        for (uint64_t s = lo; any && s <= hi; s++) {
-            std::vector<const Rec*> at;
-            std::vector<int> missing;  // members with a dump that never issued s (and whose records reach back to s)
-            std::vector<int> no_dump;
-            for (int m : v.members) {
-                if (!have.count(m)) {
-                    no_dump.push_back(m);
-                    continue;
+        auto rm = v.coll.find(m);
+        if (rm == v.coll.end() || rm->second.empty()) {
+            q.missing.push_back(m);
+            continue;
+        }
+        auto it = rm->second.find(s);
+        if (it != rm->second.end()) q.at.push_back(&it->second);
+        else if (rm->second.rbegin()->first < s) q.missing.push_back(m);
+        // else: older than this rank's ring holds; unknown
+    }
+    return q;
+}
+
+// What is wrong at the group's first collective that was not finished by all who issued it ("" if
+// nothing): different operations at one place, one that every member entered and none finished, or members
+// that did not enter it (added to culprits).
+std::string collective_finding(const GroupView& v, const Records& a, std::set<int>& culprits) {
+    uint64_t lo = 0, hi = 0;
+    bool any = false;
+    for (auto& [r, m] : v.coll) {
+        if (m.empty()) continue;
+        lo = any ? std::min(lo, m.begin()->first) : m.begin()->first;
+        hi = any ? std::max(hi, m.rbegin()->first) : m.rbegin()->first;
+        any = true;
+    }
+    const std::string gname = v.title();
+    for (uint64_t s = lo; any && s <= hi; s++) {
+        const AtSeq q = at_seq(v, a, s);
+        if (q.at.empty()) continue;
+        const Rec* first = q.at.front();
+        for (const Rec* x : q.at) {
+            if (x->op == first->op && x->bytes == first->bytes) continue;
+            std::string f = "MISMATCH on " + gname + " at collective #" + std::to_string(s) + ":";
+            for (const Rec* y : q.at) f += "\n  world rank " + std::to_string(y->rank) + " issued " + describe(*y) + ", " + y->state;
+            return f + "\n  the ranks issue different collectives in the same place: their programs diverged (different settings, data or a bug)";
+        }
+        bool pending = false;
+        for (const Rec* x : q.at) pending |= stuck(*x);
+        if (!pending) continue;  // everyone who has it finished it: skew, not a hang
+        if (q.missing.empty() && q.no_dump.empty()) {
+            std::string f = "on " + gname + ": every rank entered " + describe(*first) + " and it did not finish:";
+            for (const Rec* x : q.at) f += "\n  world rank " + std::to_string(x->rank) + ": " + x->state + (unfinished(*x) ? " for " + fmt_s(x->waited) : "");
+            return f + "\n  a message was lost or a rank failed inside it";
+        }
+        std::string f = "on " + gname + ": ";
+        std::vector<int> in;
+        for (const Rec* x : q.at) in.push_back(x->rank);
+        for (int m : q.missing) {
+            culprits.insert(m);
+            const auto& rm = v.coll.count(m) ? v.coll.at(m) : std::map<uint64_t, Rec>{};
+            f += "world rank " + std::to_string(m) + " did not enter " + first->op + " #" + std::to_string(s) + " (" +
+                 std::to_string(first->bytes) + " bytes)";
+            if (!rm.empty()) f += "; its last collective there was " + describe(rm.rbegin()->second) + ", " + rm.rbegin()->second.state;
+            f += "\n";
+        }
+        for (int m : q.no_dump) {
+            culprits.insert(m);
+            f += "world rank " + std::to_string(m) + " left no flight record (stopped, killed or stuck where it could not write one)\n";
+        }
+        f += "  entered by world rank" + std::string(in.size() > 1 ? "s " : " ") + join(in) + ":";
+        for (const Rec* x : q.at)
+            f += "\n  world rank " + std::to_string(x->rank) + ": " + x->state +
+                 (x->state == "failed" ? " after " + fmt_s(x->waited) : unfinished(*x) ? ", waiting " + fmt_s(x->waited) : "");
+        return f;
+    }
+    return "";
+}
+
+// The last sequence number `peer` posted of direction `dir` towards `r` in the group (nullopt: none).
+std::optional<uint64_t> peer_last(const GroupView& v, int peer, int r, const std::string& dir) {
+    auto pr = v.p2p.find(peer);
+    if (pr == v.p2p.end()) return std::nullopt;
+    auto pc = pr->second.find({r, dir});
+    if (pc == pr->second.end() || pc->second.empty()) return std::nullopt;
+    return pc->second.rbegin()->first;
+}
+
+// Point-to-point: per channel, the first unfinished send (recv) whose peer never posted the matching recv
+// (send); the peers are culprits.
+void p2p_findings(const GroupView& v, const Records& a, std::set<int>& culprits, std::vector<std::string>& findings) {
+    const std::string gname = v.title();
+    for (auto& [r, chans] : v.p2p) {
+        for (auto& [chan, seqs] : chans) {
+            const auto& [peer, dir] = chan;
+            for (auto& [s, x] : seqs) {
+                if (!stuck(x)) continue;
+                const std::string other = dir == "send" ? "recv" : "send";
+                std::string f;
+                if (!a.have.count(peer)) {
+                    f = "on " + gname + ": world rank " + std::to_string(r) + "'s " + describe(x) + " waits " + fmt_s(x.waited) +
+                        " for world rank " + std::to_string(peer) + ", which left no flight record (stopped, killed or stuck where it could not write one)";
+                } else {
+                    const std::optional<uint64_t> last = peer_last(v, peer, r, other);
+                    if (last && *last >= s) continue;  // the peer posted its side: not this one
+                    f = "on " + gname + ": world rank " + std::to_string(peer) + " did not post the " + other + " #" +
+                        std::to_string(s) + (other == "recv" ? " from" : " to") + " world rank " + std::to_string(r) + " (" +
+                        std::to_string(x.bytes) + " bytes, tag " + std::to_string(x.tag) + "): world rank " + std::to_string(r) +
+                        "'s " + x.dir + " has waited " + fmt_s(x.waited) +
+                        (last ? "; the peer's last was #" + std::to_string(*last) : "; the peer has posted none");
                 }
-                auto rm = v.coll.find(m);
-                if (rm == v.coll.end() || rm->second.empty()) {
-                    missing.push_back(m);
-                    continue;
-                }
-                auto it = rm->second.find(s);
-                if (it != rm->second.end()) at.push_back(&it->second);
-                else if (rm->second.rbegin()->first < s) missing.push_back(m);
-                // else: older than this rank's ring holds; unknown
-            }
-            if (at.empty()) continue;
-            // different operations at the same position: the program diverged
-            const Rec* first = at.front();
-            for (const Rec* x : at) {
-                if (x->op != first->op || x->bytes != first->bytes) {
-                    std::string f = "MISMATCH on " + gname + " at collective #" + std::to_string(s) + ":";
-                    for (const Rec* y : at) f += "\n  world rank " + std::to_string(y->rank) + " issued " + describe(*y) + ", " + y->state;
-                    f += "\n  the ranks issue different collectives in the same place: their programs diverged (different settings, data or a bug)";
-                    findings.push_back(f);
-                    goto next_group;
-                }
-            }
-            {
-                bool pending = false;
-                for (const Rec* x : at) pending |= stuck(*x);
-                if (!pending) continue;  // everyone who has it finished it: skew, not a hang
-                if (missing.empty() && no_dump.empty()) {
-                    std::string f = "on " + gname + ": every rank entered " + describe(*first) + " and it did not finish:";
-                    for (const Rec* x : at) f += "\n  world rank " + std::to_string(x->rank) + ": " + x->state + (unfinished(*x) ? " for " + fmt_s(x->waited) : "");
-                    f += "\n  a message was lost or a rank failed inside it";
-                    findings.push_back(f);
-                    goto next_group;
-                }
-                std::string f = "on " + gname + ": ";
-                std::vector<int> in;
-                for (const Rec* x : at) in.push_back(x->rank);
-                for (int m : missing) {
-                    culprits.insert(m);
-                    const auto& rm = v.coll[m];
-                    f += "world rank " + std::to_string(m) + " did not enter " + first->op + " #" + std::to_string(s) + " (" +
-                         std::to_string(first->bytes) + " bytes)";
-                    if (!rm.empty()) f += "; its last collective there was " + describe(rm.rbegin()->second) + ", " + rm.rbegin()->second.state;
-                    f += "\n";
-                }
-                for (int m : no_dump) {
-                    culprits.insert(m);
-                    f += "world rank " + std::to_string(m) + " left no flight record (stopped, killed or stuck where it could not write one)\n";
-                }
-                f += "  entered by world rank" + std::string(in.size() > 1 ? "s " : " ") + join(in) + ":";
-                for (const Rec* x : at)
-                    f += "\n  world rank " + std::to_string(x->rank) + ": " + x->state +
-                         (x->state == "failed" ? " after " + fmt_s(x->waited) : unfinished(*x) ? ", waiting " + fmt_s(x->waited) : "");
+                culprits.insert(peer);
                 findings.push_back(f);
-                goto next_group;
-            }
-        }
-    next_group:
-        // point-to-point: an unfinished send (recv) whose peer never posted the matching recv (send)
-        for (auto& [r, chans] : v.p2p) {
-            for (auto& [chan, seqs] : chans) {
-                const auto [peer, dir] = chan;
-                for (auto& [s, x] : seqs) {
-                    if (!stuck(x)) continue;
-                    const std::string other = dir == "send" ? "recv" : "send";
-                    std::string f;
-                    if (!have.count(peer)) {
-                        f = "on " + gname + ": world rank " + std::to_string(r) + "'s " + describe(x) + " waits " + fmt_s(x.waited) +
-                            " for world rank " + std::to_string(peer) + ", which left no flight record (stopped, killed or stuck where it could not write one)";
-                    } else {
-                        uint64_t peer_max = 0;
-                        bool peer_any = false;
-                        auto pr = v.p2p.find(peer);
-                        if (pr != v.p2p.end()) {
-                            auto pc = pr->second.find({r, other});
-                            if (pc != pr->second.end() && !pc->second.empty()) {
-                                peer_max = pc->second.rbegin()->first;
-                                peer_any = true;
-                            }
-                        }
-                        if (peer_any && peer_max >= s) continue;  // the peer posted its side: not this one
-                        f = "on " + gname + ": world rank " + std::to_string(peer) + " did not post the " + other + " #" +
-                            std::to_string(s) + (other == "recv" ? " from" : " to") + " world rank " + std::to_string(r) + " (" +
-                            std::to_string(x.bytes) + " bytes, tag " + std::to_string(x.tag) + "): world rank " + std::to_string(r) +
-                            "'s " + x.dir + " has waited " + fmt_s(x.waited) +
-                            (peer_any ? "; the peer's last was #" + std::to_string(peer_max) : "; the peer has posted none");
-                    }
-                    culprits.insert(peer);
-                    findings.push_back(f);
-                    break;  // the first per channel
-                }
+                break;  // the first per channel
             }
         }
     }
-    out << "flight records of " << have.size() << " of " << world << " ranks (";
+}
+
+// The root of the hang: a rank that did not enter and is not itself waiting for another (its record
+// shows it outside communication, and for a while: a rank that issued or finished an operation less
+// than kInProgressS before its dump is working, maybe slowly, not stalled); failing that, any rank
+// whose record shows it so while the others wait (the ranks that only waited for it can be killed
+// by mpirun before they write a record, and are then the ones a finding points at: dp2 x pp2 on a
+// loaded machine named rank 1 for a stalled rank 3); failing that, the ranks a finding points at
+// that left no record (the stalled rank killed before it wrote one, while its busy pipeline peer
+// wrote one mid-step: the same layout named rank 1 so once); the ranks a finding points at last.
+std::vector<int> stalled_roots(const Records& a, const std::set<int>& culprits) {
+    auto idle = [&](int r) { return a.have.count(r) && !a.waiting.count(r) && a.quiet.at(r) >= kInProgressS; };
+    std::vector<int> roots;
+    for (int c : culprits)
+        if (idle(c)) roots.push_back(c);
+    if (roots.empty())
+        for (int r : a.have)
+            if (idle(r)) roots.push_back(r);
+    if (roots.empty())
+        for (int c : culprits)
+            if (!a.have.count(c)) roots.push_back(c);
+    if (roots.empty()) roots.assign(culprits.begin(), culprits.end());
+    return roots;
+}
+
+// "flight records of 3 of 4 ranks (rank 0: ...)" and the ranks without a record.
+std::string records_header(const Records& a) {
+    std::ostringstream out;
+    out << "flight records of " << a.have.size() << " of " << a.world << " ranks (";
     bool comma = false;
-    for (auto& [r, why] : reasons) {
+    for (auto& [r, why] : a.reasons) {
         out << (comma ? ", " : "") << "rank " << r << ": " << why;
         comma = true;
     }
     out << ")\n";
     std::vector<int> absent;
-    for (int r = 0; r < world; r++)
-        if (!have.count(r)) absent.push_back(r);
+    for (int r = 0; r < a.world; r++)
+        if (!a.have.count(r)) absent.push_back(r);
     if (!absent.empty()) out << "no record from world rank" << (absent.size() > 1 ? "s " : " ") << join(absent) << "\n";
-    if (findings.empty()) {
-        out << "the records agree: no rank is missing from an operation the others entered\n";
-        return out.str();
-    }
-    // The root of the hang: a rank that did not enter and is not itself waiting for another (its record
-    // shows it outside communication, and for a while: a rank that issued or finished an operation less
-    // than kInProgressS before its dump is working, maybe slowly, not stalled); failing that, any rank
-    // whose record shows it so while the others wait (the ranks that only waited for it can be killed
-    // by mpirun before they write a record, and are then the ones a finding points at: dp2 x pp2 on a
-    // loaded machine named rank 1 for a stalled rank 3); failing that, the ranks a finding points at
-    // that left no record (the stalled rank killed before it wrote one, while its busy pipeline peer
-    // wrote one mid-step: the same layout named rank 1 so once); the ranks a finding points at last.
-    auto idle = [&](int r) { return have.count(r) && !waiting.count(r) && quiet[r] >= kInProgressS; };
-    std::vector<int> roots;
-    for (int c : culprits)
-        if (idle(c)) roots.push_back(c);
-    if (roots.empty())
-        for (int r : have)
-            if (idle(r)) roots.push_back(r);
-    if (roots.empty())
-        for (int c : culprits)
-            if (!have.count(c)) roots.push_back(c);
-    if (roots.empty()) roots.assign(culprits.begin(), culprits.end());
-    if (stalled) *stalled = roots;
-    if (!roots.empty()) out << "stalled: world rank" << (roots.size() > 1 ? "s " : " ") << join(roots) << "\n";
-    for (const std::string& f : findings) out << f << (f.back() == '\n' ? "" : "\n");
     return out.str();
+}
+
+}  // namespace
+
+std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
+    SHARDLM_CHECK(!dumps.empty(), "flight analysis: no dump to read");
+    const Records a = read_records(dumps);
+    std::set<int> culprits;
+    std::vector<std::string> findings;
+    for (const auto& [key, v] : a.groups) {
+        if (std::string f = collective_finding(v, a, culprits); !f.empty()) findings.push_back(f);
+        p2p_findings(v, a, culprits, findings);
+    }
+    std::string out = records_header(a);
+    if (findings.empty()) return out + "the records agree: no rank is missing from an operation the others entered\n";
+    const std::vector<int> roots = stalled_roots(a, culprits);
+    if (stalled) *stalled = roots;
+    if (!roots.empty()) out += "stalled: world rank" + std::string(roots.size() > 1 ? "s " : " ") + join(roots) + "\n";
+    for (const std::string& f : findings) out += f + (f.back() == '\n' ? "" : "\n");
+    return out;
 }
 
 std::string analyse(const std::string& dir, std::vector<int>* stalled) {

@@ -308,18 +308,14 @@ Gpt2Tokenizer::Gpt2Tokenizer(Gpt2Tokenizer&&) noexcept = default;
 Gpt2Tokenizer& Gpt2Tokenizer::operator=(Gpt2Tokenizer&&) noexcept = default;
 Gpt2Tokenizer::~Gpt2Tokenizer() = default;
 
-Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
-    const std::string enc_path = (std::filesystem::path(dir) / "encoder.json").string();
-    const std::string bpe_path = (std::filesystem::path(dir) / "vocab.bpe").string();
-    const std::string enc_text = read_vocab_file(enc_path);
-    const std::string bpe_text = read_vocab_file(bpe_path);
-    auto impl = std::make_unique<Impl>();
+namespace {
 
-    // bytes_to_unicode(): printable bytes stand for themselves, the other 68 map to U+0100.. in order.
+// bytes_to_unicode(): printable bytes stand for themselves, the other 68 map to U+0100.. in order.
+struct ByteAlphabet {
     uint32_t byte_to_cp[256];
     int cp_to_byte[0x200];
-    std::fill(std::begin(cp_to_byte), std::end(cp_to_byte), -1);
-    {
+    ByteAlphabet() {
+        std::fill(std::begin(cp_to_byte), std::end(cp_to_byte), -1);
         int extra = 0;
         for (int b = 0; b < 256; ++b) {
             bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
@@ -327,8 +323,37 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
             cp_to_byte[byte_to_cp[b]] = b;
         }
     }
+};
 
-    // encoder.json: {"<token in byte-unicode>": id, ...}, ids dense from 0.
+// A token's text in encoder.json -> its bytes: each code point of the key stands for one byte.
+std::string token_key_bytes(const std::string& key, int id, const ByteAlphabet& alpha, const std::string& enc_path) {
+    std::string bytes;
+    const auto* p = reinterpret_cast<const unsigned char*>(key.data());
+    for (size_t i = 0; i < key.size();) {
+        uint32_t cp;
+        int len;
+        if (p[i] < 0x80) {
+            cp = p[i];
+            len = 1;
+        } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < key.size()) {
+            cp = ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu);
+            len = 2;
+        } else {
+            cp = 0x200;  // not in the byte alphabet
+            len = 1;
+        }
+        SHARDLM_CHECK(cp < 0x200 && alpha.cp_to_byte[cp] >= 0, "GPT-2 vocabulary file '", enc_path, "': token '", key,
+                      "' (id ", id, ") has a character outside the GPT-2 byte alphabet", kFetchHint);
+        bytes += char(alpha.cp_to_byte[cp]);
+        i += len;
+    }
+    return bytes;
+}
+
+// encoder.json: {"<token in byte-unicode>": id, ...}, ids dense from 0. Fills each id's bytes and returns
+// the keys' ids.
+std::unordered_map<std::string, int> read_encoder(const std::string& enc_path, const std::string& enc_text,
+                                                  const ByteAlphabet& alpha, std::vector<std::string>* token_bytes) {
     nlohmann::json enc;
     try {
         enc = nlohmann::json::parse(enc_text);
@@ -339,7 +364,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
                   "': expected a JSON object {token: id}", kFetchHint);
     std::unordered_map<std::string, int> str_to_id;
     str_to_id.reserve(enc.size() * 2);
-    impl->token_bytes.assign(enc.size(), std::string());
+    token_bytes->assign(enc.size(), std::string());
     std::vector<char> seen(enc.size(), 0);
     for (const auto& [key, val] : enc.items()) {
         SHARDLM_CHECK(val.is_number_integer() && val.get<int64_t>() >= 0 && val.get<int64_t>() < int64_t(enc.size()),
@@ -348,43 +373,19 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
         const int id = val.get<int>();
         SHARDLM_CHECK(!seen[id], "GPT-2 vocabulary file '", enc_path, "': id ", id, " appears twice", kFetchHint);
         seen[id] = 1;
-        // Token text -> bytes: each code point of the key stands for one byte.
-        std::string bytes;
-        const auto* p = reinterpret_cast<const unsigned char*>(key.data());
-        for (size_t i = 0; i < key.size();) {
-            uint32_t cp;
-            int len;
-            if (p[i] < 0x80) {
-                cp = p[i];
-                len = 1;
-            } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < key.size()) {
-                cp = ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu);
-                len = 2;
-            } else {
-                cp = 0x200;  // not in the byte alphabet
-                len = 1;
-            }
-            SHARDLM_CHECK(cp < 0x200 && cp_to_byte[cp] >= 0, "GPT-2 vocabulary file '", enc_path, "': token '",
-                          key, "' (id ", id, ") has a character outside the GPT-2 byte alphabet", kFetchHint);
-            bytes += char(cp_to_byte[cp]);
-            i += len;
-        }
-        impl->token_bytes[id] = std::move(bytes);
+        (*token_bytes)[id] = token_key_bytes(key, id, alpha, enc_path);
         str_to_id.emplace(key, id);
     }
-    SHARDLM_CHECK(enc.size() > size_t(kEotId) && impl->token_bytes[kEotId] == kEotText, "GPT-2 vocabulary file '",
+    SHARDLM_CHECK(enc.size() > size_t(kEotId) && (*token_bytes)[kEotId] == kEotText, "GPT-2 vocabulary file '",
                   enc_path, "': id ", kEotId, " is not <|endoftext|>; this is not the GPT-2 vocabulary", kFetchHint);
-    for (int b = 0; b < 256; ++b) {
-        std::string s;
-        append_utf8(s, byte_to_cp[b]);
-        auto it = str_to_id.find(s);
-        SHARDLM_CHECK(it != str_to_id.end(), "GPT-2 vocabulary file '", enc_path, "': no token for byte ", b,
-                      kFetchHint);
-        impl->byte_token[b] = it->second;
-    }
+    return str_to_id;
+}
 
-    // vocab.bpe: "#version" line, then one merge "first second" per line; like the reference, the
-    // first and the last line (empty after the final newline) are not merges.
+// vocab.bpe: "#version" line, then one merge "first second" per line; like the reference, the first and the
+// last line (empty after the final newline) are not merges. Returns "first,second" -> rank (a later equal
+// key wins).
+std::unordered_map<std::string, int> read_merge_ranks(const std::string& bpe_path, const std::string& bpe_text,
+                                                      const std::unordered_map<std::string, int>& str_to_id) {
     std::vector<std::string_view> lines;
     for (size_t start = 0;;) {
         size_t nl = bpe_text.find('\n', start);
@@ -396,7 +397,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
         start = nl + 1;
     }
     SHARDLM_CHECK(lines.size() >= 2, "GPT-2 vocabulary file '", bpe_path, "': no merges", kFetchHint);
-    std::unordered_map<std::string, int> key_rank;  // "first,second" -> rank (a later equal key wins)
+    std::unordered_map<std::string, int> key_rank;
     key_rank.reserve(lines.size() * 2);
     for (size_t li = 1; li + 1 < lines.size(); ++li) {
         std::string_view line = lines[li];
@@ -411,11 +412,32 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
         SHARDLM_CHECK(fields.size() == 2, "GPT-2 vocabulary file '", bpe_path, "': line ", li + 1,
                       " is not a merge \"first second\"", kFetchHint);
         for (auto f : fields) {
-            SHARDLM_CHECK(str_to_id.count(std::string(f)), "GPT-2 vocabulary file '", bpe_path, "': line ",
-                          li + 1, ": '", f, "' is not a token of encoder.json", kFetchHint);
+            SHARDLM_CHECK(str_to_id.count(std::string(f)), "GPT-2 vocabulary file '", bpe_path, "': line ", li + 1,
+                          ": '", f, "' is not a token of encoder.json", kFetchHint);
         }
         key_rank[cat(fields[0], ",", fields[1])] = int(li - 1);
     }
+    return key_rank;
+}
+
+}  // namespace
+
+Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
+    const std::string enc_path = (std::filesystem::path(dir) / "encoder.json").string();
+    const std::string bpe_path = (std::filesystem::path(dir) / "vocab.bpe").string();
+    const std::string enc_text = read_vocab_file(enc_path);
+    const std::string bpe_text = read_vocab_file(bpe_path);
+    auto impl = std::make_unique<Impl>();
+    const ByteAlphabet alpha;
+    const std::unordered_map<std::string, int> str_to_id = read_encoder(enc_path, enc_text, alpha, &impl->token_bytes);
+    for (int b = 0; b < 256; ++b) {
+        std::string s;
+        append_utf8(s, alpha.byte_to_cp[b]);
+        auto it = str_to_id.find(s);
+        SHARDLM_CHECK(it != str_to_id.end(), "GPT-2 vocabulary file '", enc_path, "': no token for byte ", b, kFetchHint);
+        impl->byte_token[b] = it->second;
+    }
+    const std::unordered_map<std::string, int> key_rank = read_merge_ranks(bpe_path, bpe_text, str_to_id);
     // Every split of a key at a comma into two tokens is a mergeable pair with that key's rank.
     impl->merges.init(key_rank.size() + 64);
     size_t n_pairs = 0;
@@ -435,7 +457,6 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
     }
     SHARDLM_CHECK(n_pairs >= key_rank.size(), "GPT-2 vocabulary file '", bpe_path,
                   "': some merges do not produce a token of encoder.json", kFetchHint);
-
     impl->compile_regex();
     return Gpt2Tokenizer(std::move(impl));
 }

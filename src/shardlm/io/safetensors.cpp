@@ -138,19 +138,12 @@ void SafetensorsReader::close() noexcept {
     size_ = 0;
 }
 
-void SafetensorsReader::parse_header() {
-    using nlohmann::json;
-    const std::string& f = path_;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = (n << 8) | base_[i];  // little-endian u64
-    SHARDLM_CHECK(n <= kSafetensorsMaxHeader, f, ": header length ", n, " bytes exceeds the limit of ",
-                  kSafetensorsMaxHeader, kCorruptHint);
-    SHARDLM_CHECK(n <= size_ - 8, f, ": header length ", n, " bytes exceeds the file (", size_,
-                  " bytes, so at most ", size_ - 8, ")", kCorruptHint);
-    const size_t data_start = 8 + static_cast<size_t>(n);
-    const size_t data_size = size_ - data_start;
+namespace {
 
-    // Parse, remembering top-level keys to catch duplicates (nlohmann silently keeps the last one).
+using nlohmann::json;
+
+// The header's JSON object; a tensor named twice is an error (nlohmann silently keeps the last one).
+json parse_header_json(const std::string& f, const uint8_t* begin, const uint8_t* end, uint64_t n) {
     std::set<std::string> seen;
     std::string dup;
     json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
@@ -161,89 +154,111 @@ void SafetensorsReader::parse_header() {
     };
     json h;
     try {
-        h = json::parse(base_ + 8, base_ + data_start, cb);
+        h = json::parse(begin, end, cb);
     } catch (const json::exception& e) {
         fail(f, ": header (", n, " bytes) is not valid JSON: ", e.what(), kCorruptHint);
     }
-    SHARDLM_CHECK(h.is_object(), f, ": header is a JSON ", json_kind(h), ", expected an object of tensors",
-                  kCorruptHint);
+    SHARDLM_CHECK(h.is_object(), f, ": header is a JSON ", json_kind(h), ", expected an object of tensors", kCorruptHint);
     SHARDLM_CHECK(dup.empty(), f, ": tensor '", dup, "' appears twice in the header", kCorruptHint);
+    return h;
+}
 
-    tensors_.reserve(h.size());
-    for (auto it = h.begin(); it != h.end(); ++it) {
-        const std::string& name = it.key();
-        const json& v = it.value();
-        if (name == "__metadata__") {
-            SHARDLM_CHECK(v.is_object(), f, ": field '__metadata__' is a JSON ", json_kind(v),
-                          ", expected an object of string -> string", kCorruptHint);
-            for (auto m = v.begin(); m != v.end(); ++m) {
-                SHARDLM_CHECK(m.value().is_string(), f, ": field '__metadata__': value of key '", m.key(),
-                              "' is a JSON ", json_kind(m.value()), ", expected a string", kCorruptHint);
-                metadata_[m.key()] = m.value().get<std::string>();
-            }
-            continue;
-        }
-        auto where = [&](const char* field) { return cat(f, ": tensor '", name, "': field '", field, "'"); };
-        SHARDLM_CHECK(v.is_object(), f, ": tensor '", name, "' is a JSON ", json_kind(v),
-                      ", expected an object with dtype, shape and data_offsets", kCorruptHint);
-
-        TensorInfo t;
-        t.name = name;
-        auto dt = v.find("dtype");
-        SHARDLM_CHECK(dt != v.end(), where("dtype"), " is missing", kCorruptHint);
-        SHARDLM_CHECK(dt->is_string(), where("dtype"), " is a JSON ", json_kind(*dt), ", expected a string",
-                      kCorruptHint);
-        t.dtype = dt->get<std::string>();
-        size_t elem = safetensors_dtype_bytes(t.dtype);
-        SHARDLM_CHECK(elem != 0, where("dtype"), ": unsupported dtype '", t.dtype, "' (supported: ", kDtypeList,
-                      ")\n---> HINT: convert the tensor to one of these (e.g. F32) before loading");
-
-        auto sh = v.find("shape");
-        SHARDLM_CHECK(sh != v.end(), where("shape"), " is missing", kCorruptHint);
-        SHARDLM_CHECK(sh->is_array(), where("shape"), " is a JSON ", json_kind(*sh),
-                      ", expected an array of integers", kCorruptHint);
-        for (size_t i = 0; i < sh->size(); i++) {
-            const json& d = (*sh)[i];
-            SHARDLM_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 &&
-                              !(d.is_number_unsigned() && d.get<uint64_t>() > uint64_t(INT64_MAX)),
-                          where("shape"), ": dimension ", i, " is ", d.dump(), ", expected an integer >= 0",
-                          kCorruptHint);
-            t.shape.push_back(d.get<int64_t>());
-        }
-        int64_t numel = checked_numel(t.shape);
-        size_t need = 0;
-        SHARDLM_CHECK(numel >= 0 && checked_bytes(numel, elem, &need), where("shape"), ": ", shape_str(t.shape),
-                      " overflows", kCorruptHint);
-
-        auto off = v.find("data_offsets");
-        SHARDLM_CHECK(off != v.end(), where("data_offsets"), " is missing", kCorruptHint);
-        SHARDLM_CHECK(off->is_array() && off->size() == 2 && (*off)[0].is_number_unsigned() &&
-                          (*off)[1].is_number_unsigned(),
-                      where("data_offsets"), " is ", off->dump(), ", expected [begin, end] with integers >= 0",
-                      kCorruptHint);
-        uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
-        SHARDLM_CHECK(b <= e, where("data_offsets"), " is [", b, ", ", e, "]: begin > end", kCorruptHint);
-        SHARDLM_CHECK(e <= data_size, where("data_offsets"), " is [", b, ", ", e, "], beyond the data buffer (",
-                      data_size, " bytes after the ", n, "-byte header; file is ", size_, " bytes)", kCorruptHint);
-        SHARDLM_CHECK(e - b == need, where("data_offsets"), " is [", b, ", ", e, "] (", e - b, " bytes) but dtype ",
-                      t.dtype, " shape ", shape_str(t.shape), " needs ", need, " bytes", kCorruptHint);
-        t.offset = data_start + static_cast<size_t>(b);
-        t.nbytes = need;
-        tensors_.push_back(std::move(t));
+void read_metadata(const std::string& f, const json& v, std::map<std::string, std::string>* metadata) {
+    SHARDLM_CHECK(v.is_object(), f, ": field '__metadata__' is a JSON ", json_kind(v),
+                  ", expected an object of string -> string", kCorruptHint);
+    for (auto m = v.begin(); m != v.end(); ++m) {
+        SHARDLM_CHECK(m.value().is_string(), f, ": field '__metadata__': value of key '", m.key(), "' is a JSON ",
+                      json_kind(m.value()), ", expected a string", kCorruptHint);
+        (*metadata)[m.key()] = m.value().get<std::string>();
     }
+}
 
-    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-        return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;
-    });
-    // No two non-empty tensors may share bytes.
+// Where the data buffer lies in the file: what a tensor's offsets are checked against.
+struct DataBuffer {
+    size_t start, size;  // after the 8-byte length and the n-byte header
+    uint64_t header_bytes;
+    size_t file_bytes;
+};
+
+// One tensor's entry {dtype, shape, data_offsets}, every field checked against the data buffer.
+TensorInfo read_tensor_entry(const std::string& f, const std::string& name, const json& v, const DataBuffer& d) {
+    auto where = [&](const char* field) { return cat(f, ": tensor '", name, "': field '", field, "'"); };
+    SHARDLM_CHECK(v.is_object(), f, ": tensor '", name, "' is a JSON ", json_kind(v),
+                  ", expected an object with dtype, shape and data_offsets", kCorruptHint);
+    TensorInfo t;
+    t.name = name;
+    auto dt = v.find("dtype");
+    SHARDLM_CHECK(dt != v.end(), where("dtype"), " is missing", kCorruptHint);
+    SHARDLM_CHECK(dt->is_string(), where("dtype"), " is a JSON ", json_kind(*dt), ", expected a string", kCorruptHint);
+    t.dtype = dt->get<std::string>();
+    size_t elem = safetensors_dtype_bytes(t.dtype);
+    SHARDLM_CHECK(elem != 0, where("dtype"), ": unsupported dtype '", t.dtype, "' (supported: ", kDtypeList,
+                  ")\n---> HINT: convert the tensor to one of these (e.g. F32) before loading");
+
+    auto sh = v.find("shape");
+    SHARDLM_CHECK(sh != v.end(), where("shape"), " is missing", kCorruptHint);
+    SHARDLM_CHECK(sh->is_array(), where("shape"), " is a JSON ", json_kind(*sh), ", expected an array of integers",
+                  kCorruptHint);
+    for (size_t i = 0; i < sh->size(); i++) {
+        const json& dim = (*sh)[i];
+        SHARDLM_CHECK(dim.is_number_integer() && dim.get<int64_t>() >= 0 &&
+                          !(dim.is_number_unsigned() && dim.get<uint64_t>() > uint64_t(INT64_MAX)),
+                      where("shape"), ": dimension ", i, " is ", dim.dump(), ", expected an integer >= 0", kCorruptHint);
+        t.shape.push_back(dim.get<int64_t>());
+    }
+    int64_t numel = checked_numel(t.shape);
+    size_t need = 0;
+    SHARDLM_CHECK(numel >= 0 && checked_bytes(numel, elem, &need), where("shape"), ": ", shape_str(t.shape), " overflows",
+                  kCorruptHint);
+
+    auto off = v.find("data_offsets");
+    SHARDLM_CHECK(off != v.end(), where("data_offsets"), " is missing", kCorruptHint);
+    SHARDLM_CHECK(off->is_array() && off->size() == 2 && (*off)[0].is_number_unsigned() && (*off)[1].is_number_unsigned(),
+                  where("data_offsets"), " is ", off->dump(), ", expected [begin, end] with integers >= 0", kCorruptHint);
+    uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
+    SHARDLM_CHECK(b <= e, where("data_offsets"), " is [", b, ", ", e, "]: begin > end", kCorruptHint);
+    SHARDLM_CHECK(e <= d.size, where("data_offsets"), " is [", b, ", ", e, "], beyond the data buffer (", d.size,
+                  " bytes after the ", d.header_bytes, "-byte header; file is ", d.file_bytes, " bytes)", kCorruptHint);
+    SHARDLM_CHECK(e - b == need, where("data_offsets"), " is [", b, ", ", e, "] (", e - b, " bytes) but dtype ", t.dtype,
+                  " shape ", shape_str(t.shape), " needs ", need, " bytes", kCorruptHint);
+    t.offset = d.start + static_cast<size_t>(b);
+    t.nbytes = need;
+    return t;
+}
+
+// No two non-empty tensors may share bytes (tensors sorted by offset).
+void check_no_overlap(const std::string& f, const std::vector<TensorInfo>& tensors) {
     const TensorInfo* prev = nullptr;
-    for (const TensorInfo& t : tensors_) {
+    for (const TensorInfo& t : tensors) {
         if (t.nbytes == 0) continue;
         if (prev)
             SHARDLM_CHECK(t.offset >= prev->offset + prev->nbytes, f, ": tensor '", t.name,
                           "': field 'data_offsets' overlaps tensor '", prev->name, "'", kCorruptHint);
         prev = &t;
     }
+}
+
+}  // namespace
+
+void SafetensorsReader::parse_header() {
+    const std::string& f = path_;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = (n << 8) | base_[i];  // little-endian u64
+    SHARDLM_CHECK(n <= kSafetensorsMaxHeader, f, ": header length ", n, " bytes exceeds the limit of ",
+                  kSafetensorsMaxHeader, kCorruptHint);
+    SHARDLM_CHECK(n <= size_ - 8, f, ": header length ", n, " bytes exceeds the file (", size_, " bytes, so at most ",
+                  size_ - 8, ")", kCorruptHint);
+    const DataBuffer data{8 + static_cast<size_t>(n), size_ - (8 + static_cast<size_t>(n)), n, size_};
+    const json h = parse_header_json(f, base_ + 8, base_ + data.start, n);
+    tensors_.reserve(h.size());
+    for (auto it = h.begin(); it != h.end(); ++it) {
+        if (it.key() == "__metadata__") read_metadata(f, it.value(), &metadata_);
+        else tensors_.push_back(read_tensor_entry(f, it.key(), it.value(), data));
+    }
+    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+        return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;
+    });
+    check_no_overlap(f, tensors_);
     for (size_t i = 0; i < tensors_.size(); i++) index_.emplace(tensors_[i].name, i);
 }
 

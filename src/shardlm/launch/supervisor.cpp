@@ -292,7 +292,10 @@ Layout first_layout(const train::TrainConfig& cfg, int np) {
     return l;
 }
 
-int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
+namespace {
+
+// The first layout, after the launch's own settings are checked against the train command's.
+Layout checked_first_layout(const LaunchOptions& o, const train::TrainConfig& cfg) {
     SHARDLM_CHECK(!cfg.out.empty(), "launch: the train command has no --out",
                   "\n---> HINT: a restart resumes from the run directory's checkpoints: give train --out DIR (and --ckpt-every N "
                   "or --ckpt-every-seconds S so that little is lost)");
@@ -302,31 +305,58 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
     const Layout l0 = first_layout(cfg, o.np);
     SHARDLM_CHECK(l0.ranks() == o.np, "launch: -np ", o.np, " does not equal the train command's layout ", describe(l0), " (",
                   l0.ranks(), " ranks)", "\n---> HINT: -np ", l0.ranks(), ", or --dp ", o.np / std::max(1, cfg.tp * cfg.pp));
-    const model::GptConfig mc = cfg.model_config();
-    const std::string metrics = cfg.metrics.empty() ? (fs::path(cfg.out) / "metrics.jsonl").string() : cfg.metrics;
-    const std::string flight = train::flight_dir(cfg);
+    return l0;
+}
 
+void catch_interrupts() {
     struct sigaction sa;
     std::memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+}
 
+// mpirun's command line for one attempt.
+std::vector<std::string> mpirun_argv(const LaunchOptions& o, const std::string& hostfile, const Layout& layout,
+                                     const std::string& exe, const std::vector<std::string>& train_args) {
+    std::vector<std::string> argv;
+    std::istringstream mr(o.mpirun);
+    for (std::string w; mr >> w;) argv.push_back(w);
+    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+    for (const std::string& a : o.mpi_args) argv.push_back(a);
+    if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
+    argv.insert(argv.end(), {"-np", std::to_string(layout.ranks()), exe, "train"});
+    argv.insert(argv.end(), train_args.begin(), train_args.end());
+    return argv;
+}
+
+// The next attempt's hostfile: the lost ranks' slots gone from their nodes, in <out>/launch.hostfile.<attempt>.
+std::string next_hostfile(const std::string& hostfile, const std::vector<std::string>& nodes, const std::string& out,
+                          int next_attempt) {
+    std::ifstream in(hostfile);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string next = (fs::path(out) / ("launch.hostfile." + std::to_string(next_attempt))).string();
+    std::ofstream(next) << shrink_hostfile(text, nodes);
+    return next;
+}
+
+}  // namespace
+
+int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
+    const Layout l0 = checked_first_layout(o, cfg);
+    const model::GptConfig mc = cfg.model_config();
+    const std::string metrics = cfg.metrics.empty() ? (fs::path(cfg.out) / "metrics.jsonl").string() : cfg.metrics;
+    const std::string flight = train::flight_dir(cfg);
+
+    catch_interrupts();
     Log log(cfg.out);
     Layout layout = l0;
     std::string hostfile = o.hostfile;
     std::vector<std::string> targs = o.train_args;
     const std::string exe = o.exe.empty() ? fs::read_symlink("/proc/self/exe").string() : o.exe;
     for (int attempt = 0;; attempt++) {
-        std::vector<std::string> argv;
-        std::istringstream mr(o.mpirun);
-        for (std::string w; mr >> w;) argv.push_back(w);
-        if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-        for (const std::string& a : o.mpi_args) argv.push_back(a);
-        if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
-        argv.insert(argv.end(), {"-np", std::to_string(layout.ranks()), exe, "train"});
-        argv.insert(argv.end(), targs.begin(), targs.end());
+        const std::vector<std::string> argv = mpirun_argv(o, hostfile, layout, exe, targs);
         std::printf("launch: attempt %d on %d rank%s (%s)\n", attempt + 1, layout.ranks(), layout.ranks() > 1 ? "s" : "",
                     describe(layout).c_str());
         log.event({{"event", "start"}, {"attempt", attempt + 1}, {"np", layout.ranks()}, {"layout", describe(layout)}});
@@ -384,12 +414,8 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
         targs = next_train_args(targs, *nl, nl->pp != layout.pp);
         layout = *nl;
         if (!hostfile.empty() && !f.nodes.empty()) {  // the lost ranks' slots are gone from their nodes
-            std::ifstream in(hostfile);
-            const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-            const std::string next = (fs::path(cfg.out) / ("launch.hostfile." + std::to_string(attempt + 2))).string();
-            std::ofstream(next) << shrink_hostfile(text, f.nodes);
-            std::printf("launch: hostfile for the next attempt: %s\n", next.c_str());
-            hostfile = next;
+            hostfile = next_hostfile(hostfile, f.nodes, cfg.out, attempt + 2);
+            std::printf("launch: hostfile for the next attempt: %s\n", hostfile.c_str());
         }
     }
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string_view>
 
 #include "shardlm/core/check.h"
@@ -223,6 +224,140 @@ std::vector<MetricsRow> read_metrics(const std::string& path) {
 
 // --- report ---
 
+namespace {
+
+// What report.html shows of metrics.jsonl: the curves, and the rows the final numbers come from.
+struct Curves {
+    std::vector<double> step, loss, lr, grad_norm, tokens_per_s, val_step, val_loss;
+    const MetricsRow* last = nullptr;  // the last training row
+    const MetricsRow *last_val = nullptr, *best_val = nullptr;
+    size_t train_steps = 0;
+    double train_ms = 0;        // the sum of step_ms
+    double tokens_per_s_tail = kNaN;  // the mean over the last 20 % of the training steps
+};
+
+Curves collect_curves(const std::vector<MetricsRow>& rows) {
+    Curves c;
+    std::vector<const MetricsRow*> train_rows;
+    for (const MetricsRow& r : rows) {
+        if (r.has_train) {
+            c.step.push_back(double(r.step));
+            c.loss.push_back(r.loss), c.lr.push_back(r.lr), c.grad_norm.push_back(r.grad_norm);
+            c.tokens_per_s.push_back(r.tokens_per_s);
+            if (std::isfinite(r.step_ms)) c.train_ms += r.step_ms;
+            c.last = &r;
+            train_rows.push_back(&r);
+        }
+        if (std::isfinite(r.val_loss)) {
+            c.val_step.push_back(double(r.step)), c.val_loss.push_back(r.val_loss);
+            c.last_val = &r;
+            if (!c.best_val || r.val_loss < c.best_val->val_loss) c.best_val = &r;
+        }
+    }
+    c.train_steps = train_rows.size();
+    double sum = 0;
+    size_t n = 0, tail = (train_rows.size() + 4) / 5;  // last 20% of the train steps, at least one
+    for (size_t i = train_rows.size() - tail; i < train_rows.size(); i++)
+        if (std::isfinite(train_rows[i]->tokens_per_s)) sum += train_rows[i]->tokens_per_s, n++;
+    if (n) c.tokens_per_s_tail = sum / double(n);
+    return c;
+}
+
+struct Chart {
+    const char* file;
+    ChartSpec spec;
+};
+
+// The four charts: loss (train and validation), throughput, learning rate, gradient norm.
+std::vector<Chart> charts(const Curves& c) {
+    auto one = [&](const char* id, const char* title, const char* ylabel, const std::vector<double>& y, const char* color) {
+        ChartSpec s;
+        s.id = id, s.title = title, s.x_label = "step", s.y_label = ylabel;
+        s.x_integer = true;
+        s.series.push_back({"", c.step, y, color, true, false});  // one unnamed series: no legend
+        return s;
+    };
+    ChartSpec loss = one("loss", "Loss", "loss", c.loss, "");
+    loss.series[0].name = "train";
+    if (!c.val_step.empty()) loss.series.push_back({"val", c.val_step, c.val_loss, "#ff7f0e", true, true});
+    if (c.step.empty()) loss.series.erase(loss.series.begin());
+    return {{"loss.svg", loss},
+            {"tokens_per_s.svg", one("tokens-per-s", "Throughput", "tokens/s", c.tokens_per_s, "#2ca02c")},
+            {"lr.svg", one("lr", "Learning rate", "learning rate", c.lr, "#9467bd")},
+            {"grad_norm.svg", one("grad-norm", "Gradient norm", "grad norm", c.grad_norm, "#d62728")}};
+}
+
+std::string final_numbers(const Curves& c) {
+    auto row = [](const std::string& k, const std::string& v) { return "<tr><th>" + k + "</th><td>" + v + "</td></tr>\n"; };
+    auto at_step = [](const MetricsRow* r) {
+        return r ? fmt_num(r->val_loss) + shardlm::format(" (step %lld)", (long long)r->step) : std::string("&mdash;");
+    };
+    std::string h = "<table class=\"kv\">\n";
+    h += row("last step", c.last ? shardlm::format("%lld", (long long)c.last->step) : "&mdash;");
+    h += row("last train loss", c.last ? fmt_num(c.last->loss) : "&mdash;");
+    h += row("last val loss", at_step(c.last_val));
+    h += row("best val loss", at_step(c.best_val));
+    h += row("last learning rate", c.last ? fmt_num(c.last->lr, "%.4g") : "&mdash;");
+    h += row("mean tokens/s, last 20% of steps", fmt_num(c.tokens_per_s_tail, "%.0f"));
+    h += row("total train time (sum of step_ms)", c.train_steps == 0 ? "&mdash;" : duration_text(c.train_ms / 1e3));
+    h += row("train steps logged", shardlm::format("%zu", c.train_steps));
+    return h + "</table>\n";
+}
+
+constexpr const char* kStyle =
+    "<style>\n"
+    "body{font-family:sans-serif;color:#222;max-width:1480px;margin:24px auto;padding:0 16px}\n"
+    "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}\n"
+    "table.kv{border-collapse:collapse;font-size:14px}\n"
+    "table.kv th,table.kv td{border:1px solid #ddd;padding:4px 12px;text-align:left;vertical-align:top}\n"
+    "table.kv th{background:#f6f6f6;font-weight:normal;color:#555}\n"
+    ".plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px}\n"
+    ".plots figure{margin:0;border:1px solid #eee}.plots svg{display:block;width:100%;height:auto}\n"
+    "pre{background:#f6f6f6;padding:12px;white-space:pre-wrap;word-wrap:break-word;font-size:13px}\n"
+    ".dir{color:#777;font-size:13px}.dflt{color:#999}\n"
+    "</style>\n";
+
+// The run's config.json and summary.json, where it has them.
+struct RunFiles {
+    std::optional<ordered_json> config, summary;
+    std::string config_path;
+};
+
+RunFiles read_run_files(const fs::path& dir) {
+    RunFiles f;
+    f.config_path = (dir / "config.json").string();
+    if (fs::exists(f.config_path)) f.config = read_json_object(f.config_path);
+    if (fs::exists(dir / "summary.json")) f.summary = read_json_object((dir / "summary.json").string());
+    return f;
+}
+
+std::string html_page(const fs::path& dir, const RunFiles& f, const std::string& numbers, const std::string& plots) {
+    std::string name = fs::absolute(dir).lexically_normal().string();
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    name = fs::path(name).filename().string();
+    // the run's directory as it was named where the run started (its --out), else as report was given it
+    const ordered_json* out = f.config && f.config->contains("out") ? &(*f.config)["out"] : nullptr;
+    const std::string where = out && out->is_string() && !out->get<std::string>().empty() ? out->get<std::string>()
+                                                                                           : dir.lexically_normal().string();
+    std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+    h += "<title>shardlm run: " + xml_escape(name) + "</title>\n";
+    h += std::string(kStyle) + "</head>\n<body>\n";
+    h += "<h1>shardlm run: " + xml_escape(name) + "</h1>\n";
+    h += "<p class=\"dir\">" + xml_escape(where) + "</p>\n";
+    h += "<h2>Final numbers</h2>\n" + numbers;
+    h += "<h2>Curves</h2>\n<div class=\"plots\">\n" + plots + "</div>\n";
+    if (f.summary) {
+        h += "<h2>Summary</h2>\n" + summary_table(*f.summary);
+        if (f.summary->contains("sample"))
+            h += "<h3>Sample</h3>\n<pre>" + xml_escape(json_value_text((*f.summary)["sample"])) + "</pre>\n";
+    }
+    h += "<h2>Config</h2>\n";
+    h += f.config ? settings_table(*f.config, f.config_path) : std::string("<p>no config.json in the run directory</p>\n");
+    return h + "</body>\n</html>\n";
+}
+
+}  // namespace
+
 std::vector<std::string> write_report(const std::string& run_dir) {
     SHARDLM_CHECK(fs::is_directory(run_dir), "report: run directory '", run_dir,
                   "' does not exist\n---> HINT: pass the --out directory of a `shardlm train` run");
@@ -230,130 +365,21 @@ std::vector<std::string> write_report(const std::string& run_dir) {
     const std::string metrics_path = (dir / "metrics.jsonl").string();
     SHARDLM_CHECK(fs::exists(metrics_path), "report: no metrics.jsonl in '", run_dir,
                   "'\n---> HINT: pass the --out directory of a `shardlm train` run (it writes RUN_DIR/metrics.jsonl)");
-    std::vector<MetricsRow> rows = read_metrics(metrics_path);
+    const std::vector<MetricsRow> rows = read_metrics(metrics_path);
     SHARDLM_CHECK(!rows.empty(), "report: '", metrics_path,
                   "' has no metrics rows\n---> HINT: the run has not finished a step yet; try again later");
-
-    std::vector<double> step, loss, lr, gn, tps, vstep, vloss;
-    const MetricsRow* last = nullptr;
-    const MetricsRow *last_val = nullptr, *best_val = nullptr;
-    double train_ms = 0;
-    std::vector<const MetricsRow*> train_rows;
-    for (const MetricsRow& r : rows) {
-        if (r.has_train) {
-            step.push_back(double(r.step));
-            loss.push_back(r.loss), lr.push_back(r.lr), gn.push_back(r.grad_norm), tps.push_back(r.tokens_per_s);
-            if (std::isfinite(r.step_ms)) train_ms += r.step_ms;
-            last = &r;
-            train_rows.push_back(&r);
-        }
-        if (std::isfinite(r.val_loss)) {
-            vstep.push_back(double(r.step)), vloss.push_back(r.val_loss);
-            last_val = &r;
-            if (!best_val || r.val_loss < best_val->val_loss) best_val = &r;
-        }
-    }
-    double tps_sum = 0;
-    size_t tps_n = 0, tail = (train_rows.size() + 4) / 5;  // last 20% of the train steps, at least one
-    for (size_t i = train_rows.size() - tail; i < train_rows.size(); i++)
-        if (std::isfinite(train_rows[i]->tokens_per_s)) tps_sum += train_rows[i]->tokens_per_s, tps_n++;
-    double tps_mean = tps_n ? tps_sum / double(tps_n) : kNaN;
-
-    // Charts.
-    auto one = [&](const char* id, const char* title, const char* ylabel, const std::vector<double>& y) {
-        ChartSpec c;
-        c.id = id, c.title = title, c.x_label = "step", c.y_label = ylabel;
-        c.x_integer = true;
-        c.series.push_back({"", step, y, "", true, false});  // one unnamed series: no legend
-        return c;
-    };
-    ChartSpec loss_chart = one("loss", "Loss", "loss", loss);
-    loss_chart.series[0].name = "train";
-    if (!vstep.empty()) loss_chart.series.push_back({"val", vstep, vloss, "#ff7f0e", true, true});
-    if (step.empty()) loss_chart.series.erase(loss_chart.series.begin());
-    struct Out {
-        const char* file;
-        ChartSpec spec;
-    };
-    std::vector<Out> charts = {
-        {"loss.svg", loss_chart},
-        {"tokens_per_s.svg", one("tokens-per-s", "Throughput", "tokens/s", tps)},
-        {"lr.svg", one("lr", "Learning rate", "learning rate", lr)},
-        {"grad_norm.svg", one("grad-norm", "Gradient norm", "grad norm", gn)},
-    };
-    charts[1].spec.series[0].color = "#2ca02c";
-    charts[2].spec.series[0].color = "#9467bd";
-    charts[3].spec.series[0].color = "#d62728";
-
+    const Curves curves = collect_curves(rows);
     std::vector<std::string> written;
     std::string plots;
-    for (const Out& c : charts) {
-        std::string svg = svg_line_chart(c.spec);
-        std::string path = (dir / c.file).string();
-        io::write_file_atomic(path, svg);
-        written.push_back(path);
+    for (const Chart& c : charts(curves)) {
+        const std::string svg = svg_line_chart(c.spec);
+        written.push_back((dir / c.file).string());
+        io::write_file_atomic(written.back(), svg);
         plots += "<figure>\n" + svg + "</figure>\n";
     }
-
-    // Optional files.
-    ordered_json config, summary;
-    bool has_config = fs::exists(dir / "config.json"), has_summary = fs::exists(dir / "summary.json");
-    if (has_config) config = read_json_object((dir / "config.json").string());
-    if (has_summary) summary = read_json_object((dir / "summary.json").string());
-
-    std::string name = fs::absolute(dir).lexically_normal().string();
-    while (name.size() > 1 && name.back() == '/') name.pop_back();
-    name = fs::path(name).filename().string();
-
-    auto row = [](const std::string& k, const std::string& v) { return "<tr><th>" + k + "</th><td>" + v + "</td></tr>\n"; };
-    std::string numbers = "<table class=\"kv\">\n";
-    numbers += row("last step", last ? shardlm::format("%lld", (long long)last->step) : "&mdash;");
-    numbers += row("last train loss", last ? fmt_num(last->loss) : "&mdash;");
-    numbers += row("last val loss", last_val ? fmt_num(last_val->val_loss) + shardlm::format(" (step %lld)", (long long)last_val->step)
-                                             : "&mdash;");
-    numbers += row("best val loss", best_val ? fmt_num(best_val->val_loss) + shardlm::format(" (step %lld)", (long long)best_val->step)
-                                             : "&mdash;");
-    numbers += row("last learning rate", last ? fmt_num(last->lr, "%.4g") : "&mdash;");
-    numbers += row("mean tokens/s, last 20% of steps", fmt_num(tps_mean, "%.0f"));
-    numbers += row("total train time (sum of step_ms)", train_rows.empty() ? "&mdash;" : duration_text(train_ms / 1e3));
-    numbers += row("train steps logged", shardlm::format("%zu", train_rows.size()));
-    numbers += "</table>\n";
-
-    std::string h;
-    h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-    h += "<title>shardlm run: " + xml_escape(name) + "</title>\n";
-    h += "<style>\n"
-         "body{font-family:sans-serif;color:#222;max-width:1480px;margin:24px auto;padding:0 16px}\n"
-         "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}\n"
-         "table.kv{border-collapse:collapse;font-size:14px}\n"
-         "table.kv th,table.kv td{border:1px solid #ddd;padding:4px 12px;text-align:left;vertical-align:top}\n"
-         "table.kv th{background:#f6f6f6;font-weight:normal;color:#555}\n"
-         ".plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px}\n"
-         ".plots figure{margin:0;border:1px solid #eee}.plots svg{display:block;width:100%;height:auto}\n"
-         "pre{background:#f6f6f6;padding:12px;white-space:pre-wrap;word-wrap:break-word;font-size:13px}\n"
-         ".dir{color:#777;font-size:13px}.dflt{color:#999}\n"
-         "</style>\n</head>\n<body>\n";
-    h += "<h1>shardlm run: " + xml_escape(name) + "</h1>\n";
-    // the run's directory as it was named where the run started (its --out), else as report was given it
-    const std::string where = has_config && config.contains("out") && config["out"].is_string() &&
-                                      !config["out"].get<std::string>().empty()
-                                  ? config["out"].get<std::string>()
-                                  : dir.lexically_normal().string();
-    h += "<p class=\"dir\">" + xml_escape(where) + "</p>\n";
-    h += "<h2>Final numbers</h2>\n" + numbers;
-    h += "<h2>Curves</h2>\n<div class=\"plots\">\n" + plots + "</div>\n";
-    if (has_summary) {
-        h += "<h2>Summary</h2>\n" + summary_table(summary);
-        if (summary.contains("sample"))
-            h += "<h3>Sample</h3>\n<pre>" + xml_escape(json_value_text(summary["sample"])) + "</pre>\n";
-    }
-    h += "<h2>Config</h2>\n";
-    h += has_config ? settings_table(config, (dir / "config.json").string())
-                    : std::string("<p>no config.json in the run directory</p>\n");
-    h += "</body>\n</html>\n";
-    std::string html_path = (dir / "report.html").string();
-    io::write_file_atomic(html_path, h);
-    written.push_back(html_path);
+    const RunFiles files = read_run_files(dir);
+    written.push_back((dir / "report.html").string());
+    io::write_file_atomic(written.back(), html_page(dir, files, final_numbers(curves), plots));
     return written;
 }
 

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <iterator>
+#include <tuple>
 #include <utility>
 
 #include "shardlm/core/format.h"
@@ -139,113 +140,134 @@ std::string format_tick(double v, double step) {
 
 // --- SVG ---
 
-std::string svg_line_chart(const ChartSpec& spec) {
-    const double W = std::max(spec.width, 200), H = std::max(spec.height, 150);
-    const double ml = 74, mr = 22, mt = 46, mb = 52;  // margins around the plot area
-    const double pw = W - ml - mr, ph = H - mt - mb;
-    const std::string id = (spec.id.empty() ? slug(spec.title) : slug(spec.id));
+namespace {
 
-    std::vector<std::vector<Pt>> pts;
+// The plot's geometry: the image, its margins, the plot area, the axes' ranges and the data-to-pixel maps.
+struct Frame {
+    double W, H, ml = 74, mr = 22, mt = 46, mb = 52;  // margins around the plot area
+    double pw, ph;
+    NiceScale xs, ys;
+    double ax0, ax1, ay0, ay1;
+    bool empty;  // no point at all
+    double px(double x) const { return ml + (x - ax0) / (ax1 - ax0) * pw; }
+    double py(double y) const { return mt + ph - (y - ay0) / (ay1 - ay0) * ph; }
+};
+
+Frame frame_of(const ChartSpec& spec, const std::vector<std::vector<Pt>>& pts) {
+    Frame f;
+    f.W = std::max(spec.width, 200), f.H = std::max(spec.height, 150);
+    f.pw = f.W - f.ml - f.mr, f.ph = f.H - f.mt - f.mb;
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-    for (const auto& s : spec.series) {
-        pts.push_back(chart_points(s, spec.max_points));
-        for (const Pt& p : pts.back()) {
+    for (const auto& series : pts)
+        for (const Pt& p : series) {
             xlo = std::min(xlo, p.x), xhi = std::max(xhi, p.x);
             ylo = std::min(ylo, p.y), yhi = std::max(yhi, p.y);
         }
-    }
-    bool empty = !(xlo <= xhi);
-    if (empty) xlo = 0, xhi = 1, ylo = 0, yhi = 1;
+    f.empty = !(xlo <= xhi);
+    if (f.empty) xlo = 0, xhi = 1, ylo = 0, yhi = 1;
     if (spec.x_integer && xhi - xlo < 5) xhi = xlo + 5;  // a short run: ticks 0, 1, ..., 5 (not 0.2, 0.4)
-    NiceScale xs = nice_scale(xlo, xhi, 8), ys = nice_scale(ylo, yhi, 6);
+    f.xs = nice_scale(xlo, xhi, 8), f.ys = nice_scale(ylo, yhi, 6);
     // The axes span the ticks, plus a little room on a side where the data touches the end tick,
     // so that no point sits on an axis line.
     auto axis = [](const NiceScale& s, double dlo, double dhi) {
         double span = s.hi - s.lo, near = 0.01 * span, pad = 0.03 * span;
         return std::pair{dlo - s.lo < near ? s.lo - pad : s.lo, s.hi - dhi < near ? s.hi + pad : s.hi};
     };
-    const auto xaxis = axis(xs, xlo, xhi), yaxis = axis(ys, ylo, yhi);
-    const double ax0 = xaxis.first, ax1 = xaxis.second, ay0 = yaxis.first, ay1 = yaxis.second;
-    auto px = [&](double x) { return ml + (x - ax0) / (ax1 - ax0) * pw; };
-    auto py = [&](double y) { return mt + ph - (y - ay0) / (ay1 - ay0) * ph; };
+    std::tie(f.ax0, f.ax1) = axis(f.xs, xlo, xhi);
+    std::tie(f.ay0, f.ay1) = axis(f.ys, ylo, yhi);
+    return f;
+}
 
+// The grid, the axes with their ticks and labels, and "no data" on an empty chart.
+std::string axes_svg(const Frame& f, const ChartSpec& spec) {
+    const double ml = f.ml, mt = f.mt, pw = f.pw, ph = f.ph;
+    std::string o = "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
+    for (double t : f.xs.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", f.px(t), mt, f.px(t), mt + ph);
+    for (double t : f.ys.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, f.py(t), ml + pw, f.py(t));
+    o += "</g>\n<g stroke=\"#333\" stroke-width=\"1\">\n";
+    for (double t : f.xs.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", f.px(t), mt + ph, f.px(t), mt + ph + 5);
+    for (double t : f.ys.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml - 5, f.py(t), ml, f.py(t));
+    o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt + ph, ml + pw, mt + ph);
+    o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt, ml, mt + ph);
+    o += "</g>\n<g fill=\"#444\" font-size=\"11\">\n";
+    for (double t : f.xs.ticks)
+        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", f.px(t), mt + ph + 18) + format_tick(t, f.xs.step) + "</text>\n";
+    for (double t : f.ys.ticks)
+        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", ml - 8, f.py(t) + 4) + format_tick(t, f.ys.step) + "</text>\n";
+    o += "</g>\n";
+    o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\">", ml + pw / 2, f.H - 10) +
+         xml_escape(spec.x_label) + "</text>\n";
+    o += shardlm::format("<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\" transform=\"rotate(-90 16 %.1f)\">",
+             mt + ph / 2, mt + ph / 2) + xml_escape(spec.y_label) + "</text>\n";
+    if (f.empty)
+        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n", ml + pw / 2, mt + ph / 2);
+    return o;
+}
+
+// One series, clipped to the plot: its line and, where asked (or for a lone point of a line), its dots.
+std::string series_svg(const Frame& f, const ChartSeries& s, const std::vector<Pt>& pts, const std::string& color,
+                       const std::string& id) {
+    std::string o = "<g clip-path=\"url(#" + id + "-plot)\">\n";
+    if (s.line && !pts.empty()) {
+        o += "<polyline fill=\"none\" stroke=\"" + xml_escape(color) + "\" stroke-width=\"1.5\" stroke-linejoin=\"round\" points=\"";
+        for (size_t k = 0; k < pts.size(); k++) o += shardlm::format(k ? " %.1f,%.1f" : "%.1f,%.1f", f.px(pts[k].x), f.py(pts[k].y));
+        o += "\"/>\n";
+    }
+    // A lone point of a line series gets a dot, or it would not show at all.
+    if (s.markers || (s.line && pts.size() == 1)) {
+        o += "<g fill=\"" + xml_escape(color) + "\" stroke=\"#fff\" stroke-width=\"0.8\">\n";
+        for (const Pt& p : pts) o += shardlm::format("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.2\"/>\n", f.px(p.x), f.py(p.y));
+        o += "</g>\n";
+    }
+    return o + "</g>\n";
+}
+
+// The legend, right-aligned in the header band so that it never covers the data ("" when no series is named).
+std::string legend_svg(const Frame& f, const ChartSpec& spec, const std::vector<std::string>& colors) {
+    if (std::none_of(spec.series.begin(), spec.series.end(), [](const ChartSeries& s) { return !s.name.empty(); })) return "";
+    double x = f.W - f.mr;
+    std::string items;
+    for (size_t i = spec.series.size(); i-- > 0;) {
+        const ChartSeries& s = spec.series[i];
+        double tw = 7.0 * double(s.name.size());  // rough width of 12px sans-serif text
+        x -= tw;
+        std::string item = shardlm::format("<text x=\"%.1f\" y=\"28\" fill=\"#222\">", x) + xml_escape(s.name) + "</text>\n";
+        x -= 26;
+        item += shardlm::format("<line x1=\"%.1f\" y1=\"24\" x2=\"%.1f\" y2=\"24\" stroke=\"%s\" stroke-width=\"%s\"/>\n", x, x + 20,
+                    xml_escape(colors[i]).c_str(), s.line ? "2" : "0");
+        if (s.markers)
+            item += shardlm::format("<circle cx=\"%.1f\" cy=\"24\" r=\"3.2\" fill=\"%s\"/>\n", x + 10, xml_escape(colors[i]).c_str());
+        x -= 14;
+        items = item + items;
+    }
+    return "<g font-size=\"12\">\n" + items + "</g>\n";
+}
+
+}  // namespace
+
+std::string svg_line_chart(const ChartSpec& spec) {
+    const std::string id = (spec.id.empty() ? slug(spec.title) : slug(spec.id));
+    std::vector<std::vector<Pt>> pts;
+    for (const auto& s : spec.series) pts.push_back(chart_points(s, spec.max_points));
+    const Frame f = frame_of(spec, pts);
+    const double W = f.W, H = f.H;
     std::string o;
     o += shardlm::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" ", W, H, W, H);
     o += "font-family=\"sans-serif\" font-size=\"12\" role=\"img\">\n";
     o += "<title>" + xml_escape(spec.title) + "</title>\n";
     o += shardlm::format("<rect x=\"0\" y=\"0\" width=\"%g\" height=\"%g\" fill=\"#ffffff\"/>\n", W, H);
     o += shardlm::format("<clipPath id=\"%s-plot\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n",
-             id.c_str(), ml - 4, mt - 4, pw + 8, ph + 8);
-    o += shardlm::format("<text x=\"%.1f\" y=\"24\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", ml) +
+             id.c_str(), f.ml - 4, f.mt - 4, f.pw + 8, f.ph + 8);
+    o += shardlm::format("<text x=\"%.1f\" y=\"24\" font-size=\"15\" font-weight=\"bold\" fill=\"#222\">", f.ml) +
          xml_escape(spec.title) + "</text>\n";
-
-    // Grid and tick labels.
-    o += "<g stroke=\"#e6e6e6\" stroke-width=\"1\">\n";
-    for (double t : xs.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", px(t), mt, px(t), mt + ph);
-    for (double t : ys.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, py(t), ml + pw, py(t));
-    o += "</g>\n<g stroke=\"#333\" stroke-width=\"1\">\n";
-    for (double t : xs.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", px(t), mt + ph, px(t), mt + ph + 5);
-    for (double t : ys.ticks) o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml - 5, py(t), ml, py(t));
-    o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt + ph, ml + pw, mt + ph);
-    o += shardlm::format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n", ml, mt, ml, mt + ph);
-    o += "</g>\n<g fill=\"#444\" font-size=\"11\">\n";
-    for (double t : xs.ticks)
-        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", px(t), mt + ph + 18) + format_tick(t, xs.step) + "</text>\n";
-    for (double t : ys.ticks)
-        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", ml - 8, py(t) + 4) + format_tick(t, ys.step) + "</text>\n";
-    o += "</g>\n";
-    o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\">", ml + pw / 2, H - 10) +
-         xml_escape(spec.x_label) + "</text>\n";
-    o += shardlm::format("<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#222\" transform=\"rotate(-90 16 %.1f)\">",
-             mt + ph / 2, mt + ph / 2) + xml_escape(spec.y_label) + "</text>\n";
-    if (empty)
-        o += shardlm::format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n", ml + pw / 2, mt + ph / 2);
-
-    // Series.
+    o += axes_svg(f, spec);
     std::vector<std::string> colors;
     for (size_t i = 0; i < spec.series.size(); i++) {
         const ChartSeries& s = spec.series[i];
         colors.push_back(s.color.empty() ? kPalette[i % std::size(kPalette)] : s.color);
-        const std::string& c = colors.back();
-        o += "<g clip-path=\"url(#" + id + "-plot)\">\n";
-        if (s.line && !pts[i].empty()) {
-            o += "<polyline fill=\"none\" stroke=\"" + xml_escape(c) +
-                 "\" stroke-width=\"1.5\" stroke-linejoin=\"round\" points=\"";
-            for (size_t k = 0; k < pts[i].size(); k++)
-                o += shardlm::format(k ? " %.1f,%.1f" : "%.1f,%.1f", px(pts[i][k].x), py(pts[i][k].y));
-            o += "\"/>\n";
-        }
-        // A lone point of a line series gets a dot, or it would not show at all.
-        if (s.markers || (s.line && pts[i].size() == 1)) {
-            o += "<g fill=\"" + xml_escape(c) + "\" stroke=\"#fff\" stroke-width=\"0.8\">\n";
-            for (const Pt& p : pts[i]) o += shardlm::format("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.2\"/>\n", px(p.x), py(p.y));
-            o += "</g>\n";
-        }
-        o += "</g>\n";
+        o += series_svg(f, s, pts[i], colors.back(), id);
     }
-
-    // Legend: right-aligned in the header band, so it never covers the data.
-    bool named = std::any_of(spec.series.begin(), spec.series.end(), [](const ChartSeries& s) { return !s.name.empty(); });
-    if (named) {
-        double x = W - mr;
-        std::string items;
-        for (size_t i = spec.series.size(); i-- > 0;) {
-            const ChartSeries& s = spec.series[i];
-            double tw = 7.0 * double(s.name.size());  // rough width of 12px sans-serif text
-            x -= tw;
-            std::string item = shardlm::format("<text x=\"%.1f\" y=\"28\" fill=\"#222\">", x) + xml_escape(s.name) + "</text>\n";
-            x -= 26;
-            item += shardlm::format("<line x1=\"%.1f\" y1=\"24\" x2=\"%.1f\" y2=\"24\" stroke=\"%s\" stroke-width=\"%s\"/>\n", x, x + 20,
-                        xml_escape(colors[i]).c_str(), s.line ? "2" : "0");
-            if (s.markers)
-                item += shardlm::format("<circle cx=\"%.1f\" cy=\"24\" r=\"3.2\" fill=\"%s\"/>\n", x + 10, xml_escape(colors[i]).c_str());
-            x -= 14;
-            items = item + items;
-        }
-        o += "<g font-size=\"12\">\n" + items + "</g>\n";
-    }
-    o += "</svg>\n";
-    return o;
+    return o + legend_svg(f, spec, colors) + "</svg>\n";
 }
 
 }  // namespace shardlm::train

@@ -208,7 +208,8 @@ void fail_setting(const std::string& where, std::string_view text, const std::st
     fail(where, " '", text, "' is not known\n---> HINT: use ", choices);
 }
 
-void TrainConfig::validate() const {
+// The model: exactly one of a preset or an HF directory; shape and architecture overrides only on a preset.
+void TrainConfig::validate_model() const {
     SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
     SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0 && vocab_size >= 0,
                   "--n-layer, --n-head, --n-embd, --n-ctx and --vocab-size must be >= 0 (0 = the preset's value)");
@@ -223,6 +224,10 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(init.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0),
                   "--n-layer/--n-head/--n-embd/--n-ctx/--vocab-size reshape a --model preset; with --init the shape comes from '",
                   init, "/config.json'\n---> HINT: drop them, or use --model");
+}
+
+// The data, the batch and the schedule's length.
+void TrainConfig::validate_data() const {
     SHARDLM_CHECK(!data.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
     SHARDLM_CHECK(steps >= 0, "--steps must be >= 0 (got ", steps, ")");
     SHARDLM_CHECK(stop_after >= 0 && stop_after <= steps, "--stop-after must be between 0 (off) and --steps (", steps,
@@ -231,6 +236,10 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(micro_batch > 0, "--micro-batch must be > 0 (got ", micro_batch, ")");
     SHARDLM_CHECK(global_batch > 0 && global_batch % micro_batch == 0, "--global-batch (", global_batch,
                   ") must be a positive multiple of --micro-batch (", micro_batch, ")");
+}
+
+// The optimiser, its schedule and the settings each optimiser takes.
+void TrainConfig::validate_optimiser() const {
     SHARDLM_CHECK(lr >= 0 && std::isfinite(lr), "--lr must be a finite number >= 0 (got ", lr, ")");
     SHARDLM_CHECK(lr_min >= 0 && lr_min <= lr, "--lr-min ", lr_min, " must be in [0, --lr ", lr,
                   "]: the cosine and linear schedules decay from --lr down to --lr-min\n---> HINT: --lr-min ", lr / 10,
@@ -259,7 +268,6 @@ void TrainConfig::validate() const {
                   setting_text(lr_schedule), ", or --relative-step");
     SHARDLM_CHECK(decay_rate >= -1.0f && decay_rate < 0.0f, "--decay-rate must be in [-1, 0) (got ", decay_rate,
                   ")\n---> HINT: -0.8 (the default, the paper's)");
-    validate_dp_algo();
     SHARDLM_CHECK(rho > 0 && std::isfinite(rho), "--rho must be > 0 (got ", rho, ")\n---> HINT: 0.04, the authors' default");
     SHARDLM_CHECK(hess_interval >= 1, "--hess-interval must be >= 1 step (got ", hess_interval, ")\n---> HINT: 10, the "
                   "authors' default");
@@ -273,20 +281,33 @@ void TrainConfig::validate() const {
     SHARDLM_CHECK(optim_block >= 16 && optim_block <= (1 << 20), "--optim-block must be in [16, 1048576] elements (got ",
                   optim_block, ")\n---> HINT: 2048 (the default) or another power of two, e.g. 256 or 4096");
     SHARDLM_CHECK(warmup >= 0, "--warmup must be >= 0 (got ", warmup, ")");
+}
+
+// The number formats and the loss scale.
+void TrainConfig::validate_precision() const {
     SHARDLM_CHECK(!precision.mixed() || matmul_precision == kernels::MatmulPrecision::fp32, "--matmul-precision ",
                   setting_text(matmul_precision), " applies to fp32 training; with --precision ", precision.name(),
                   " every product is 16-bit already\n---> HINT: drop --matmul-precision");
     SHARDLM_CHECK(scale_window > 0, "--scale-window must be > 0 (got ", scale_window, ")");
+}
+
+// Validation, checkpoints, the run directory and the sample.
+void TrainConfig::validate_output() const {
     SHARDLM_CHECK(val_every >= 0 && val_batches >= 0, "--val-every and --val-batches must be >= 0");
     SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
     SHARDLM_CHECK(ckpt_every_seconds >= 0 && std::isfinite(ckpt_every_seconds),
                   "--ckpt-every-seconds must be >= 0 (0 = off; got ", ckpt_every_seconds, ")");
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");
     SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");
+    SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
+    SHARDLM_CHECK(!(resume && overwrite), "give one of --resume (continue the run in --out) and --overwrite (replace it)");
+}
+
+// Threads, the parallel layout and ZeRO.
+void TrainConfig::validate_parallel() const {
     SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
     SHARDLM_CHECK(thread_split != ThreadSplit::Batch || tp <= 1, "--thread-split batch runs whole sequences on each thread and "
                   "needs --tp 1 (got --tp ", tp, ")\n---> HINT: use --thread-split kernel (or auto) with tensor parallelism");
-    SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
     SHARDLM_CHECK(dp >= 0, "--dp must be >= 0 (got ", dp, ")");
     SHARDLM_CHECK(tp >= 1, "--tp must be >= 1 (got ", tp, ")");
     SHARDLM_CHECK(pp >= 1, "--pp must be >= 1 (got ", pp, ")");
@@ -295,11 +316,25 @@ void TrainConfig::validate() const {
                       (schedule == cost::Schedule::ZeroBubbleV && virtual_stages == 2),
                   "--virtual-stages ", virtual_stages, " needs --schedule interleaved (zbv implies 2)");
     SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
-    SHARDLM_CHECK(!(resume && overwrite), "give one of --resume (continue the run in --out) and --overwrite (replace it)");
+    SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
+}
+
+// Loss spikes, replica checks and timeouts.
+void TrainConfig::validate_reliability() const {
     SHARDLM_CHECK(spike_sigma >= 0 && spike_window >= 2, "--spike-sigma must be >= 0 (0 = off) and --spike-window >= 2");
     SHARDLM_CHECK(check_replicas >= 0, "--check-replicas must be >= 0 (0 = off; got ", check_replicas, ")");
     SHARDLM_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0 seconds (0 = off; got ", comm_timeout, ")");
-    SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
+}
+
+void TrainConfig::validate() const {
+    validate_model();
+    validate_data();
+    validate_optimiser();
+    validate_dp_algo();
+    validate_precision();
+    validate_output();
+    validate_parallel();
+    validate_reliability();
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {

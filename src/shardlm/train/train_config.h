@@ -164,7 +164,15 @@ struct TrainConfig {
     int last_step() const { return stop_after > 0 ? stop_after : steps; }
     // Throws a clear error for values out of range.
     void validate() const;
-    void validate_dp_algo() const;  // (part of validate())
+    // validate()'s parts, one per section of the settings
+    void validate_model() const;
+    void validate_data() const;
+    void validate_optimiser() const;
+    void validate_dp_algo() const;
+    void validate_precision() const;
+    void validate_output() const;
+    void validate_parallel() const;
+    void validate_reliability() const;
     // What is stored and multiplied in what: --precision's policy, with --matmul-precision bf16 (the
     // policy fp32-bf16-products) and --reduce-dtype (core/precision.h). Validated first.
     PrecisionPolicy precision_policy() const;
@@ -176,10 +184,9 @@ struct TrainConfig {
     }
 };
 
-// The field table: name, a reference to the member, and its help text. Used by the CLI (flags),
-// the JSON config reader, meta.json and config.json.
+// The model: a preset or an HF directory, and the overrides of its shape and architecture.
 template <typename Cfg, typename F>
-void for_each_field(Cfg& c, F&& f) {
+void model_fields(Cfg& c, F&& f) {
     f("init", c.init, "HF GPT-2 directory (config.json + model.safetensors) to start from");
     f("model", c.model, "Model preset to initialise randomly (see `shardlm info --list`)");
     f("n_layer", c.n_layer, "Override the preset's number of blocks (0 = the preset's)");
@@ -196,6 +203,11 @@ void for_each_field(Cfg& c, F&& f) {
     f("ffn_hidden", c.ffn_hidden, "Override the MLP's inner size (0 = the preset's: 4 C for gelu, 8C/3 rounded up to 256 for swiglu)");
     f("rope_theta", c.rope_theta, "Override the rotary embeddings' base (0 = the preset's)");
     f("rms_norm_eps", c.rms_norm_eps, "Override the norm's epsilon (0 = the preset's)");
+}
+
+// The data and the schedule's length.
+template <typename Cfg, typename F>
+void data_fields(Cfg& c, F&& f) {
     f("data", c.data, "Token shard (llm.c format) to train on");
     f("val_data", c.val_data, "Token shard for validation");
     f("data_order", c.data_order, "Order of the training rows");
@@ -204,6 +216,11 @@ void for_each_field(Cfg& c, F&& f) {
     f("micro_batch", c.micro_batch, "Rows per forward/backward (M; G % M == 0)");
     f("steps", c.steps, "Total optimiser steps");
     f("stop_after", c.stop_after, "Stop after this many steps of the --steps schedule, checkpointed; --resume with --stop-after 0 trains on (0 = at --steps)");
+}
+
+// The optimiser and its learning-rate schedule.
+template <typename Cfg, typename F>
+void optimiser_fields(Cfg& c, F&& f) {
     f("optimizer", c.optimizer, "Optimiser");
     f("lr", c.lr, "Peak learning rate");
     f("lr_schedule", c.lr_schedule,
@@ -238,6 +255,11 @@ void for_each_field(Cfg& c, F&& f) {
       "sophia: every N steps one more forward/backward of the step's batch on labels sampled from the model refreshes "
       "the diagonal Hessian estimate h (Gauss-Newton-Bartlett)");
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
+}
+
+// Validation, the run directory, checkpoints and the sample.
+template <typename Cfg, typename F>
+void output_fields(Cfg& c, F&& f) {
     f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
     f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation (0 = the whole shard)");
     f("out", c.out, "Run directory: metrics, checkpoints, config, report");
@@ -252,6 +274,11 @@ void for_each_field(Cfg& c, F&& f) {
     f("log_every", c.log_every, "Log line every N steps when not on a TTY");
     f("sample_tokens", c.sample_tokens, "Print a sample of N tokens after training (0 = off)");
     f("sample_prompt", c.sample_prompt, "Prompt for that sample");
+}
+
+// The parallel layout, ZeRO and the data-parallel algorithm.
+template <typename Cfg, typename F>
+void parallel_fields(Cfg& c, F&& f) {
     f("dp", c.dp, "Data-parallel ranks (0 = world size / (tp x pp))");
     f("tp", c.tp, "Tensor-parallel ranks (Megatron: attention heads, MLP and vocabulary split)");
     f("pp", c.pp, "Pipeline stages");
@@ -294,6 +321,11 @@ void for_each_field(Cfg& c, F&& f) {
     f("bucket_mb", c.bucket_mb, "Gradient all-reduce bucket size in MiB (ZeRO-0)");
     f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas (after the last step)");
     f("comm_report", c.comm_report, "Print each rank's bytes sent in the last step beside the ring formulas, and how much was hidden");
+}
+
+// How the step runs: seed, threads, number formats, kernels and libraries.
+template <typename Cfg, typename F>
+void runtime_fields(Cfg& c, F&& f) {
     f("seed", c.seed, "Random seed (init and data order)");
     f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
     f("thread_split", c.thread_split,
@@ -319,6 +351,11 @@ void for_each_field(Cfg& c, F&& f) {
       "product on OpenBLAS, bf16 operands widened to fp32) | native (every product on the native kernels, where the "
       "build has them)");
     f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
+}
+
+// What a failure does: non-finite values, spikes, replica checks, timeouts.
+template <typename Cfg, typename F>
+void reliability_fields(Cfg& c, F&& f) {
     f("on_nan", c.on_nan,
       "stop | skip: a non-finite loss or gradient stops the run (naming the tensor), or skips that step's update on every rank");
     f("spike_sigma", c.spike_sigma, "Warn when the loss exceeds the window's mean + this many standard deviations (0 = off)");
@@ -330,6 +367,19 @@ void for_each_field(Cfg& c, F&& f) {
     f("flight_dir", c.flight_dir,
       "Where each rank dumps its last communication operations on a failure, SIGUSR1 or SIGTERM "
       "(default: <out>/flight; read them with `shardlm report --flight DIR`)");
+}
+
+// The field table, section by section: name, a reference to the member, and its help text. Used by the CLI (flags),
+// the JSON config reader, meta.json and config.json.
+template <typename Cfg, typename F>
+void for_each_field(Cfg& c, F&& f) {
+    model_fields(c, f);
+    data_fields(c, f);
+    optimiser_fields(c, f);
+    output_fields(c, f);
+    parallel_fields(c, f);
+    runtime_fields(c, f);
+    reliability_fields(c, f);
 }
 
 nlohmann::json config_to_json(const TrainConfig& c);
