@@ -44,8 +44,8 @@ struct OneThread {
 struct DnnlFp32 {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
-    // (M, N, K, A's strides, B's strides, alpha, beta); C is dense (ldc = N)
-    using Key = std::tuple<int, int, int, long, long, long, long, float, float>;
+    // (M, N, K, A not transposed, B not transposed, lda, ldb, alpha, beta); C is dense (ldc = N)
+    using Key = std::tuple<int, int, int, bool, bool, long, long, float, float>;
     struct Entry {
         dnnl::memory::desc a, b, c;
         dnnl::matmul prim;
@@ -84,6 +84,18 @@ dnnl::primitive_attr scale_and_sum(float alpha, float beta) {
     return attr;
 }
 
+// oneDNN's fp32 matmul for C = alpha op(A) op(B) + beta C with a dense C, op(A) (M x K) and op(B) (K x N) read
+// through the strides of A and B as stored (lda, ldb floats a row): a transposed operand is read in place.
+dnnl::matmul::primitive_desc fp32_matmul_pd(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, long lda, long ldb,
+                                            float alpha, float beta, const dnnl::engine& engine) {
+    using dnnl::memory;
+    const long as0 = ta == CblasNoTrans ? lda : 1, as1 = ta == CblasNoTrans ? 1 : lda;
+    const long bs0 = tb == CblasNoTrans ? ldb : 1, bs1 = tb == CblasNoTrans ? 1 : ldb;
+    const memory::desc ad({M, K}, memory::data_type::f32, {as0, as1}), bd({K, N}, memory::data_type::f32, {bs0, bs1}),
+        cd({M, N}, memory::data_type::f32, {N, 1});
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), scale_and_sum(alpha, beta), engine);
+}
+
 // C = alpha op(A) op(B) + beta C on this thread alone. oneDNN 2.6's matmul gets dense operands only: with
 // a leading dimension wider than the matrix (a column block of C or of B) its brgemm kernels corrupted
 // the heap around their scratchpad now and then (a training run under SIGUSR1 dumps aborted in free()
@@ -101,17 +113,13 @@ void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, f
     if (lda != a_cols) A = dense(ctx.a, a_rows, a_cols, A, lda), lda = a_cols;
     if (ldb != b_cols) B = dense(ctx.b, b_rows, b_cols, B, ldb), ldb = b_cols;
     float* out = ldc == N ? C : dense(ctx.c, M, N, beta != 0.0f ? C : nullptr, ldc);
-    // op(A)(m, k) and op(B)(k, n) through their strides: a transposed operand is read in place
-    const long as0 = ta == CblasNoTrans ? lda : 1, as1 = ta == CblasNoTrans ? 1 : lda;
-    const long bs0 = tb == CblasNoTrans ? ldb : 1, bs1 = tb == CblasNoTrans ? 1 : ldb;
-    const DnnlFp32::Key key{M, N, K, as0, as1, bs0, bs1, alpha, beta};
+    const DnnlFp32::Key key{M, N, K, ta == CblasNoTrans, tb == CblasNoTrans, lda, ldb, alpha, beta};
     auto it = ctx.cache.find(key);
     if (it == ctx.cache.end()) {
-        memory::desc ad({M, K}, memory::data_type::f32, {as0, as1});
-        memory::desc bd({K, N}, memory::data_type::f32, {bs0, bs1});
-        memory::desc cd({M, N}, memory::data_type::f32, {N, 1});
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), scale_and_sum(alpha, beta), ctx.engine);
-        it = ctx.cache.emplace(key, DnnlFp32::Entry{ad, bd, cd, dnnl::matmul(pd), pd.impl_info_str()}).first;
+        const auto pd = fp32_matmul_pd(ta, tb, M, N, K, lda, ldb, alpha, beta, ctx.engine);
+        it = ctx.cache.emplace(key, DnnlFp32::Entry{pd.src_desc(), pd.weights_desc(), pd.dst_desc(), dnnl::matmul(pd),
+                                                    pd.impl_info_str()})
+                 .first;
     }
     const DnnlFp32::Entry& e = it->second;
     note_onednn_impl(&e.impl);
@@ -121,18 +129,12 @@ void onednn_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, f
     if (out != C) copy_rows(C, ldc, out, N, M, N);
 }
 
-// oneDNN's name for the implementation its fp32 matmul picks for C = alpha op(A) op(B) + beta C (dense C)
+// oneDNN's name for the implementation its fp32 matmul picks for C = alpha op(A) op(B) + beta C, with the dense
+// operands onednn_sgemm gives it (an operand whose rows are wider than the matrix is copied dense first)
 std::string onednn_sgemm_impl(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, float beta) {
-    using dnnl::memory;
     OneThread one;
-    // as onednn_sgemm makes it: an operand whose rows are wider than the matrix is copied dense first
     const long lda = ta == CblasNoTrans ? K : M, ldb = tb == CblasNoTrans ? N : K;
-    const long as0 = ta == CblasNoTrans ? lda : 1, as1 = ta == CblasNoTrans ? 1 : lda;
-    const long bs0 = tb == CblasNoTrans ? ldb : 1, bs1 = tb == CblasNoTrans ? 1 : ldb;
-    const memory::desc ad({M, K}, memory::data_type::f32, {as0, as1}), bd({K, N}, memory::data_type::f32, {bs0, bs1}),
-        cd({M, N}, memory::data_type::f32, {N, 1});
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), scale_and_sum(alpha, beta), dnnl_fp32().engine)
-        .impl_info_str();
+    return fp32_matmul_pd(ta, tb, M, N, K, lda, ldb, alpha, beta, dnnl_fp32().engine).impl_info_str();
 }
 
 // op(X) of a row-major X (ld floats a row) for the native kernels
