@@ -374,10 +374,8 @@ Calibration run(comm::Group& world, const Options& o) {
     if (kernels::has_amx_bf16()) c.amx_peak_gflops = peak_gflops(world, c.threads, kernels::kAmxFlopsPerIter, kernels::amx_bf16_chains);
     const kernels::ProductIsa isa = kernels::bf16_products_isa(kernels::gemm_backend());
     c.bf16_products_isa = kernels::product_isa_name(isa);
-    kernels::MachineInfo peaks;  // the peak of that ISA, as MachineInfo::peak falls back
-    peaks.fp32_peak_gflops = c.fp32_peak_gflops, peaks.amx_peak_gflops = c.amx_peak_gflops;
-    peaks.bf16_peak_gflops = has_bf16_dot() ? c.bf16_peak_gflops : 0;
-    c.bf16_products_peak_gflops = peaks.peak(isa);
+    c.bf16_products_peak_gflops =
+        kernels::isa_peak(isa, c.fp32_peak_gflops, has_bf16_dot() ? c.bf16_peak_gflops : 0, c.amx_peak_gflops);
 
     // GEMMs: tokens x (in, out) of the linear layers of small and mid-size GPTs, whole and cut by
     // tensor parallelism, the head's long vocabulary side, thin attention-like shapes

@@ -121,10 +121,10 @@ ProductIsa bf16_products_isa(GemmBackend gemm) {
     return std::max(product_isa(GemmBackend::OneDnn, GemmKind::Bf16), product_isa(GemmBackend::Native, GemmKind::Bf16));
 }
 
-double MachineInfo::peak(ProductIsa isa) const {
-    if (isa == ProductIsa::AmxBf16 && amx_peak_gflops > 0) return amx_peak_gflops;
-    if (isa != ProductIsa::Fp32Fma && bf16_peak_gflops > 0) return bf16_peak_gflops;
-    return fp32_peak_gflops;
+double isa_peak(ProductIsa isa, double fp32_fma, double bf16_dot, double amx) {
+    if (isa == ProductIsa::AmxBf16 && amx > 0) return amx;
+    if (isa != ProductIsa::Fp32Fma && bf16_dot > 0) return bf16_dot;
+    return fp32_fma;
 }
 
 const CpuId& cpu_id() {

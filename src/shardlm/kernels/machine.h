@@ -31,6 +31,9 @@ const char* product_isa_name(ProductIsa isa);  // "fp32 FMA", "AVX512_BF16", "AM
 ProductIsa product_isa(GemmBackend lib, GemmKind kind);
 // The best a run's bf16 products reach under --gemm `gemm` (auto: the best library here).
 ProductIsa bf16_products_isa(GemmBackend gemm);
+// The peak of `isa` among measured peaks (GFLOP/s, 0: not measured); one not measured falls back to the next
+// below it (AMX to the bf16 dot product, that to the fp32 FMA).
+double isa_peak(ProductIsa isa, double fp32_fma, double bf16_dot, double amx);
 // oneDNN's effective ISA ("avx512_core_amx", ...) and the ONEDNN_MAX_CPU_ISA that set it ("" if unset).
 std::string onednn_isa();
 std::string onednn_max_isa_env();
@@ -45,9 +48,7 @@ struct MachineInfo {
     std::string amx_unavailable;  // why not, where the CPU lists amx_bf16
     // all `threads` threads, measured (0: not measured, or no such instruction set)
     double fp32_peak_gflops = 0, bf16_peak_gflops = 0, amx_peak_gflops = 0;
-    // The peak of an instruction set; one not measured falls back to the next below it (AMX to the bf16 dot
-    // product, that to the fp32 FMA)
-    double peak(ProductIsa isa) const;
+    double peak(ProductIsa isa) const { return isa_peak(isa, fp32_peak_gflops, bf16_peak_gflops, amx_peak_gflops); }
     double fp32_gemm_gflops = 0;  // a 1024^3 product on the engine's path, on sgemm_library(gemm) (0: not measured)
     std::string openblas_core;          // the kernels OpenBLAS runs (openblas_get_corename)
     std::string openblas_coretype_env;  // OPENBLAS_CORETYPE as set ("" if not)
