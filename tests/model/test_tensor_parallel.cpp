@@ -88,7 +88,7 @@ std::vector<RankRun> run_tp(int tp, bool sp, bool split) {
 
 // Every gradient element a rank holds against the one-rank gradient of the same HF element (to `tol`
 // of the tensor's largest); replicated tensors under sequence parallelism hold partial sums: summed
-// over the ranks first (what DataParallel's pre-reduce does).
+// over the ranks first (what GradSync's pre_reduce does).
 void expect_same_grads(const RankRun& one, const std::vector<RankRun>& ranks, bool sp, float tol) {
     const model::Layout& L1 = one.part->layout();
     for (size_t r = 0; r < ranks.size(); r++) {

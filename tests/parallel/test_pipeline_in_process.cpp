@@ -24,7 +24,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/model/part.h"
 #include "shardlm/model/weights.h"
-#include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/grad_sync.h"
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/stages.h"
@@ -105,8 +105,6 @@ void run_stage(StageRun& out, comm::Messages& pp, schedule::ScheduleKind kind, i
                const char* precision = "fp32") {
     const model::GptConfig mc = tiny();
     schedule::Schedule s = schedule::make_schedule(kind, stages, kMicro, v);
-    const bool per_chunk = zero == 3 && s.splits_backward();
-    if (per_chunk) schedule::add_unshard_actions(s);
     const auto all_chunks = parallel::split_stages(mc, kT, stages * s.virtual_stages, "");
     model::ModelPart::Options o;
     for (int c = 0; c < s.virtual_stages; c++) o.chunks.push_back(all_chunks[size_t(s.model_chunk(pp.rank(), c))]);
@@ -116,8 +114,15 @@ void run_stage(StageRun& out, comm::Messages& pp, schedule::ScheduleKind kind, i
     model::ModelPart part(mc, o, kB, kT);
     const model::Layout& L = part.layout();
     NoDataParallel self;
-    parallel::DataParallel dp(self, part, zero, 25, stages == 1, DType::F32, per_chunk);
-    for (auto& [range, storage] : dp.param_storage()) model::init_gpt2_weights(storage, L, range, 3);
+    parallel::GradSync::Options so;
+    so.zero = zero_stage(zero);
+    so.single_stage = stages == 1;
+    so.split_backward = s.splits_backward();
+    // ZBV: the head's copy and the embedding on one rank, summed there
+    so.embedding_group = std::make_unique<comm::Group>(comm::Group::self());
+    parallel::GradSync dp(self, part, std::move(so));
+    dp.prepare(s);
+    for (auto& [range, storage] : dp.store().param_storage()) model::init_gpt2_weights(storage, L, range, 3);
     dp.params_loaded();
     parallel::PipelineExecutor exec(part, pp, dp.hooks());
     parallel::PipelineExecutor::Batch batch;
@@ -129,12 +134,10 @@ void run_stage(StageRun& out, comm::Messages& pp, schedule::ScheduleKind kind, i
         }
     };
     const parallel::PipelineExecutor::Result r = exec.run(s, batch, kB, kT, 1.0f / float(kMicro * kB * kT));
-    dp.finish_step();
-    comm::Group solo = comm::Group::self();
-    dp.sum_tied_grads(solo);  // ZBV: the head's copy and the embedding on one rank, summed here
+    dp.finish_reductions();
     out.loss_sum = r.loss_sum;
     out.params = L.params;
-    out.grads.assign(dp.owned_grads()[0], dp.owned_grads()[0] + L.total);
+    out.grads.assign(dp.store().owned_grads()[0], dp.store().owned_grads()[0] + L.total);
 }
 
 std::vector<StageRun> run_pipeline(schedule::ScheduleKind kind, int stages, int v = 1, int zero = 0,

@@ -1,6 +1,6 @@
 // The ZeRO strategies in one process: two data-parallel ranks are two threads whose collectives meet
 // in memory (comm::Collectives over tests/thread_meeting.h), each running the same ModelPart on its own
-// rows through DataParallel (parameter store + strategy), two steps of two micro-batches with AdamW.
+// rows through GradSync (parameter store + strategy), two steps of two micro-batches with AdamW.
 // Against one rank running all the rows: the reduced gradients, the updated parameters and the next
 // step's losses agree to fp32 rounding (the sums run in another order); stages 0 and 1 agree to the
 // bit (both reduce the step's accumulated gradient once), and so do stages 2 and 3 (both reduce each
@@ -20,7 +20,7 @@
 #include "shardlm/model/part.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/optim/optimizer.h"
-#include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/grad_sync.h"
 #include "../thread_meeting.h"
 
 namespace {
@@ -81,13 +81,18 @@ void run_rank(RankRun& out, comm::Collectives& dp, int zero, const char* precisi
     o.unit_multiple = kDp;  // the same layout (padding) for every run compared
     model::ModelPart part(tiny(), o, kB, kT);
     const model::Layout& L = part.layout();
-    parallel::DataParallel data(dp, part, zero, 0.01, /*single_stage=*/true);
-    for (auto& [range, storage] : data.param_storage()) model::init_gpt2_weights(storage, L, range, 5);
+    parallel::GradSync::Options so;
+    so.zero = zero_stage(zero);
+    so.bucket_mb = 0.01;
+    so.single_stage = true;
+    parallel::GradSync data(dp, part, std::move(so));
+    parallel::ParamStore& store = data.store();
+    for (auto& [range, storage] : store.param_storage()) model::init_gpt2_weights(storage, L, range, 5);
     data.params_loaded();
     optim::OptimConfig oc;
     oc.kind = optim::Kind::AdamW;
     oc.weight_decay = 0.1f;
-    optim::Optimizer opt(oc, L, data.owned_ranges());
+    optim::Optimizer opt(oc, L, store.owned_ranges());
     parallel::StepHooks& hooks = data.hooks();
     const float dloss = 1.0f / float(kDp * kMicro * kB * kT);  // the mean over the global batch
     for (int step = 0; step < kSteps; step++) {
@@ -101,18 +106,17 @@ void run_rank(RankRun& out, comm::Collectives& dp, int zero, const char* precisi
             part.backward(0, 0, &hooks, hooks.backward_accumulates(m));
             hooks.end_pass(0, false);
         }
-        data.finish_step();
+        data.finish_reductions();
         out.losses.push_back(loss);
         std::vector<float> g(L.total, 0.0f);
         std::vector<bool> owns(L.total, false);
-        const std::vector<optim::Range> ranges = data.owned_ranges();
-        const std::vector<const float*> grads = data.owned_grads();
+        const std::vector<optim::Range> ranges = store.owned_ranges();
+        const std::vector<const float*> grads = store.owned_grads();
         for (size_t i = 0; i < ranges.size(); i++)
             for (size_t j = 0; j < ranges[i].size(); j++) g[ranges[i].begin + j] = grads[i][j], owns[ranges[i].begin + j] = true;
         out.grads.push_back(std::move(g));
         out.owns.push_back(std::move(owns));
-        opt.step(data.owned_params(), data.owned_grads(), 1e-3f);
-        data.after_step();
+        data.step(opt, 1e-3f, 1.0f, step);
     }
     out.params.resize(L.total);
     data.gather_params(out.params.data());

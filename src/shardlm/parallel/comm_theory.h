@@ -1,6 +1,6 @@
 // parallel/comm_theory.h: the bytes each parallel dimension should send in one training step, from
 // the shapes alone (the communication report prints them beside what was measured; tests check
-// they are equal). Data parallelism's are DataParallel::expected_step_bytes.
+// they are equal). Data parallelism's are GradSync::expected_step_bytes.
 #pragma once
 #include <array>
 #include <cstddef>

@@ -6,17 +6,10 @@
 // to a multiple of 16 * dp floats (the layout's unit_multiple), and rank r owns the r-th of its dp
 // equal slices. The shard boundaries ignore parameter boundaries; the optimiser intersects.
 //
-// What is whole and what is a slice is a Residency, chosen by the ZeRO strategy (parallel/zero.h):
-//
-//   stage  master (fp32)          16-bit copy (mixed)   gradients (fp32)      optimiser owns
-//   0      whole                  whole                 whole                 the whole layout
-//   1      whole (fp32) | slices  whole                 whole                 its slices
-//   2      whole (fp32) | slices  whole                 slices                its slices
-//   3      slices                 slices                slices                its slices
-//
-// In fp32 the model reads the master itself (stages 0-2: whole); in mixed precision it reads the
-// 16-bit copy. Slices are packed unit after unit (shard_offset). Gradients accumulate in fp32;
-// a 16-bit reduction (reduce type bf16/fp16) stages whole gradients in grads16 (stages 0-1).
+// What is whole and what is a slice is a Residency, the ZeRO stage's (core/zero_stage.h). In fp32
+// the model reads the master itself (stages 0-2: whole); in mixed precision it reads the 16-bit copy.
+// Slices are packed unit after unit (shard_offset). Gradients accumulate in fp32; a 16-bit reduction
+// (reduce type bf16/fp16) stages whole gradients in grads16 (stages 0-1).
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -24,18 +17,12 @@
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/dtype.h"
+#include "shardlm/core/zero_stage.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/model/pieces.h"
 #include "shardlm/optim/optimizer.h"
 
 namespace shardlm::parallel {
-
-struct Residency {
-    bool master_whole = true;    // else this rank's slices
-    bool model16_whole = true;   // mixed precision: the 16-bit copy whole, else slices
-    bool grads_whole = true;     // else this rank's slices of the reduced gradients
-    bool optimizer_whole = true; // the optimiser steps the whole layout (else its slices)
-};
 
 class ParamStore {
 public:
@@ -63,6 +50,9 @@ public:
     const float* master() const { return master_.data(); }
     float* master_slice(int unit);              // the fp32 master of unit's slice
     const float* master_slice(int unit) const;
+    // The whole fp32 master of this part, if this rank keeps it whole (else null).
+    float* whole_master() { return where_.master_whole ? master_.data() : nullptr; }
+    const float* whole_master() const { return where_.master_whole ? master_.data() : nullptr; }
     unsigned short* model16() { return model16_.data(); }
     // What the model reads when the parameters are resident (null when units are gathered as they
     // run: the 16-bit copy or the master is sliced).
@@ -85,6 +75,7 @@ public:
 
     // ---- gradients ---------------------------------------------------------------------------
     float* grads() { return grads_.data(); }              // whole (or empty)
+    float* whole_grads() { return where_.grads_whole ? grads_.data() : nullptr; }
     float* grad_shards() { return grad_shards_.data(); }  // packed slices (or empty)
     unsigned short* grads16() { return grads16_.data(); } // 16-bit staging of whole gradients (or empty)
     // This rank's part of unit's reduced gradient: the whole unit when the optimiser owns the whole

@@ -10,17 +10,6 @@ namespace shardlm::parallel {
 
 // ---- the common part ----------------------------------------------------------------------------
 
-Residency ZeroStrategy::residency(int stage, DType param) {
-    SHARDLM_CHECK(stage >= 0 && stage <= 3, "--zero must be 0, 1, 2 or 3 (got ", stage, ")");
-    const bool mixed = param != DType::F32;
-    Residency r;
-    r.master_whole = mixed ? stage == 0 : stage < 3;  // mixed: the master is the optimiser's, sliced from 1
-    r.model16_whole = stage < 3;
-    r.grads_whole = stage < 2;
-    r.optimizer_whole = stage == 0;
-    return r;
-}
-
 ZeroStrategy::ZeroStrategy(const Setup& s)
     : dp_(s.dp), part_(s.part), store_(s.store), units_(s.store.units()), pt_(s.store.param_type()),
       rt_(s.store.reduce_type()), reduce_(s.reduce) {
@@ -260,7 +249,7 @@ void ShardedGradients::after_backward(int unit) {
         }
         return;
     }
-    fail("ZeRO-", stage(), ": no gradient buffer for unit ", units_[size_t(unit)].name);
+    fail("ZeRO-", stage_number(stage()), ": no gradient buffer for unit ", units_[size_t(unit)].name);
 }
 
 void ShardedGradients::end_pass(int, bool forward) {
@@ -273,7 +262,7 @@ std::array<size_t, 3> ShardedGradients::expected_step_bytes(int micro) const { r
 // ---- stage 3 ------------------------------------------------------------------------------------
 
 ShardedParameters::ShardedParameters(const Setup& s)
-    : ShardedGradients(s), single_stage_(s.single_stage), per_chunk_(s.gather_per_chunk) {
+    : ShardedGradients(s), single_stage_(s.single_stage), per_chunk_(s.split_backward) {
     if (per_chunk_) chunk_params_.resize(size_t(part_.num_chunks()));
     else param_slots_ = make_slots(dtype_bytes(pt_), false);
 }
@@ -401,14 +390,14 @@ std::array<size_t, 3> ShardedParameters::expected_step_bytes(int micro) const {
     return b;
 }
 
-std::unique_ptr<ZeroStrategy> make_zero_strategy(int stage, const ZeroStrategy::Setup& s) {
+std::unique_ptr<ZeroStrategy> make_zero_strategy(ZeroStage stage, const ZeroStrategy::Setup& s) {
     switch (stage) {
-    case 0: return std::make_unique<Replicated>(s);
-    case 1: return std::make_unique<ShardedOptimizer>(s);
-    case 2: return std::make_unique<ShardedGradients>(s);
-    case 3: return std::make_unique<ShardedParameters>(s);
+    case ZeroStage::Replicate: return std::make_unique<Replicated>(s);
+    case ZeroStage::Optimizer: return std::make_unique<ShardedOptimizer>(s);
+    case ZeroStage::Gradients: return std::make_unique<ShardedGradients>(s);
+    case ZeroStage::Parameters: return std::make_unique<ShardedParameters>(s);
     }
-    fail("--zero must be 0, 1, 2 or 3 (got ", stage, ")");
+    fail("--zero must be 0, 1, 2 or 3 (got ", stage_number(stage), ")");
 }
 
 }  // namespace shardlm::parallel

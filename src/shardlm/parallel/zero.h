@@ -31,7 +31,8 @@
 // ZeRO-3 and a split backward (B apart from W, the zero-bubble schedules): the gathers become the
 // schedule's Unshard / Reshard actions (PyTorch pipelining's UNSHARD/RESHARD,
 // schedule::add_unshard_actions): a chunk is gathered once before its first pass of the step and
-// released after its last, so a deferred W finds its parameters (gather_per_chunk).
+// released after its last, so a deferred W finds its parameters. The stage says whether it needs
+// those actions (needs_unshard_actions); parallel/grad_sync.h adds them to the schedules it runs.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -66,19 +67,19 @@ public:
         ParamStore& store;
         double bucket_mb = 25;      // stage 0: gradient all-reduce bucket
         bool single_stage = false;  // the part is the whole pipeline: a backward follows its forward
-        // stage 3: parameters gathered a chunk at a time by the schedule's Unshard/Reshard actions
-        // (a backward's B and W apart need them between), not a unit at a time around each pass
-        bool gather_per_chunk = false;
+        // the schedule runs a backward's B and W apart: stage 3 gathers a chunk at a time at the
+        // schedule's Unshard/Reshard actions (the W needs the parameters after the B), not a unit at
+        // a time around each pass
+        bool split_backward = false;
         // stages 0-1: reduce the gradients over the group (false: each rank keeps its own, for a
         // data-parallel algorithm that combines them otherwise, parallel/dp_algo.h)
         bool reduce = true;
     };
-    // Where the stage keeps what (param: the type the model reads).
-    static Residency residency(int stage, DType param);
-
     explicit ZeroStrategy(const Setup& s);
     ~ZeroStrategy() override;
-    virtual int stage() const = 0;
+    virtual ZeroStage stage() const = 0;
+    // Whether the schedules this stage runs need Unshard/Reshard actions (schedule::add_unshard_actions).
+    virtual bool needs_unshard_actions() const { return false; }
 
     // Called before a unit's gradient is reduced, with where it is (the step's accumulated gradient,
     // stages 0-1, or one micro-batch's, stages 2-3). Sequence parallelism sums its replicated
@@ -135,7 +136,7 @@ protected:
 class Replicated final : public ZeroStrategy {
 public:
     explicit Replicated(const Setup& s);
-    int stage() const override { return 0; }
+    ZeroStage stage() const override { return ZeroStage::Replicate; }
     bool backward_accumulates(int micro) const override { return micro > 0; }
     void end_pass(int, bool) override {}
     void after_backward(int unit) override;
@@ -154,7 +155,7 @@ private:
 class ShardedOptimizer final : public ZeroStrategy {
 public:
     using ZeroStrategy::ZeroStrategy;
-    int stage() const override { return 1; }
+    ZeroStage stage() const override { return ZeroStage::Optimizer; }
     bool backward_accumulates(int micro) const override { return micro > 0; }
     void end_pass(int, bool) override {}
     void after_backward(int unit) override;
@@ -167,7 +168,7 @@ class ShardedGradients : public ZeroStrategy {
 public:
     explicit ShardedGradients(const Setup& s);
     ~ShardedGradients() override;
-    int stage() const override { return 2; }
+    ZeroStage stage() const override { return ZeroStage::Gradients; }
     bool backward_accumulates(int) const override { return false; }  // each micro-batch its own slot
     void end_pass(int chunk, bool forward) override;
     void before_backward(int unit, int next) override;
@@ -189,12 +190,12 @@ protected:
 };
 
 // stage 3: a unit gathered around each of its passes into two rotating slots (the next one
-// prefetched), or, with gather_per_chunk, a whole chunk from the schedule's Unshard to its Reshard
+// prefetched), or, under a split backward, a whole chunk from the schedule's Unshard to its Reshard
 class ShardedParameters final : public ShardedGradients {
 public:
     ShardedParameters(const Setup& s);
     ~ShardedParameters() override;
-    int stage() const override { return 3; }
+    ZeroStage stage() const override { return ZeroStage::Parameters; }
     void begin_pass(int chunk, bool forward, int micro, int count) override;
     void before_forward(int unit, int next) override;
     void before_backward(int unit, int next) override;
@@ -203,7 +204,7 @@ public:
     void after_step() override;  // round this rank's slices; nothing to gather
     size_t comm_buffer_bytes() const override;
     std::array<size_t, 3> expected_step_bytes(int micro) const override;
-    bool gathers_per_chunk() const { return per_chunk_; }
+    bool needs_unshard_actions() const override { return per_chunk_; }
 
 private:
     void* gathered(int unit);  // wait for / start unit's gather
@@ -217,6 +218,6 @@ private:
     size_t chunk_peak_bytes_ = 0;                             // the most held at once
 };
 
-std::unique_ptr<ZeroStrategy> make_zero_strategy(int stage, const ZeroStrategy::Setup& s);
+std::unique_ptr<ZeroStrategy> make_zero_strategy(ZeroStage stage, const ZeroStrategy::Setup& s);
 
 }  // namespace shardlm::parallel

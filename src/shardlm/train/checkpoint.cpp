@@ -60,8 +60,8 @@ std::string rank_file(const char* kind, int rank, int n) {
 // (model::ParamSpec::counted: tensor-parallel rank 0 for replicated tensors, never the tied copy).
 // f(piece, slice) for each.
 template <typename F>
-void for_each_written_piece(const model::Layout& layout, const parallel::DataParallel& dp, F&& f) {
-    for (const parallel::DataParallel::Slice& sl : dp.slices())
+void for_each_written_piece(const model::Layout& layout, const parallel::ParamStore& store, F&& f) {
+    for (const parallel::ParamStore::Slice& sl : store.slices())
         for (const model::ParamSpec& p : layout.params) {
             if (!p.counted()) continue;
             const size_t b = std::max(p.offset, sl.range.begin), e = std::min(p.offset + p.numel, sl.range.end);
@@ -85,7 +85,7 @@ std::vector<int64_t> piece_shape(const model::Piece& pc) {
 
 std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg,
                                                        const model::GptConfig& mc, const model::Layout& layout,
-                                                       const parallel::DataParallel& dp, optim::Optimizer& opt, int keep,
+                                                       const parallel::ParamStore& store, optim::Optimizer& opt, int keep,
                                                        comm::Group& world, const nlohmann::json& writer,
                                                        const nlohmann::json& extra,
                                                        const std::vector<RankTensor>& rank_tensors) {
@@ -107,7 +107,7 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
     // this rank's pieces of the parameters and of the optimiser state, copied into the writers
     std::vector<float> box;
     const auto states = opt.state();
-    for_each_written_piece(layout, dp, [&](const model::Piece& pc, const parallel::DataParallel::Slice& sl) {
+    for_each_written_piece(layout, store, [&](const model::Piece& pc, const parallel::ParamStore::Slice& sl) {
         const std::string name = piece_name(pc);
         box.resize(pc.box.numel());
         model::gather_piece(box.data(), sl.params - sl.range.begin, pc);
@@ -204,11 +204,11 @@ std::string PendingCheckpoint::commit(comm::Group& world, FaultInjector* faults)
 }
 
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
-                            const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
+                            const model::Layout& layout, const parallel::ParamStore& store, optim::Optimizer& opt,
                             int keep, comm::Group& world, const nlohmann::json& writer, const nlohmann::json& extra,
                             FaultInjector* faults, const std::vector<RankTensor>& rank_tensors) {
     std::unique_ptr<PendingCheckpoint> p =
-        snapshot_checkpoint(run_dir, step, cfg, mc, layout, dp, opt, keep, world, writer, extra, rank_tensors);
+        snapshot_checkpoint(run_dir, step, cfg, mc, layout, store, opt, keep, world, writer, extra, rank_tensors);
     p->write();
     return p->commit(world, faults);
 }
@@ -317,7 +317,7 @@ nlohmann::json read_checkpoint_meta(const std::string& dir) {
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& mc, const model::Layout& layout,
-                               parallel::DataParallel& dp, optim::Optimizer& opt) {
+                               parallel::ParamStore& store, optim::Optimizer& opt) {
     nlohmann::json meta = read_checkpoint_meta(dir);
     const std::string path = (fs::path(dir) / "meta.json").string();
     const nlohmann::json want = model_json(mc);
@@ -343,7 +343,7 @@ nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& m
         return store;
     };
     const model::PieceStore params = list("model");
-    for (auto& [range, storage] : dp.param_storage()) params.load(storage, layout, range);
+    for (auto& [range, storage] : store.param_storage()) params.load(storage, layout, range);
     const model::PieceStore states = list("optimizer");
     for (auto& [name, buf] : opt.state()) {
         size_t at = 0;

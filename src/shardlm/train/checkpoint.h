@@ -34,7 +34,7 @@
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/optim/optimizer.h"
-#include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/param_store.h"
 #include "shardlm/train/fault_injection.h"
 #include "shardlm/train/train_config.h"
 
@@ -53,7 +53,7 @@ struct RankTensor {
 // Collective over `world` (every rank writes its own pieces). writer: the layout, for meta.json;
 // extra: more top-level keys of meta.json (the loss scaler's state); faults: the tests' (or null).
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
-                            const model::Layout& layout, const parallel::DataParallel& dp, optim::Optimizer& opt,
+                            const model::Layout& layout, const parallel::ParamStore& store, optim::Optimizer& opt,
                             int keep, comm::Group& world, const nlohmann::json& writer,
                             const nlohmann::json& extra = nlohmann::json::object(), FaultInjector* faults = nullptr,
                             const std::vector<RankTensor>& rank_tensors = {});
@@ -77,7 +77,7 @@ public:
 private:
     friend std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string&, int, const TrainConfig&,
                                                                   const model::GptConfig&, const model::Layout&,
-                                                                  const parallel::DataParallel&, optim::Optimizer&, int,
+                                                                  const parallel::ParamStore&, optim::Optimizer&, int,
                                                                   comm::Group&, const nlohmann::json&, const nlohmann::json&,
                                                                   const std::vector<RankTensor>&);
     PendingCheckpoint() = default;
@@ -89,7 +89,7 @@ private:
 };
 std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg,
                                                        const model::GptConfig& mc, const model::Layout& layout,
-                                                       const parallel::DataParallel& dp, optim::Optimizer& opt, int keep,
+                                                       const parallel::ParamStore& store, optim::Optimizer& opt, int keep,
                                                        comm::Group& world, const nlohmann::json& writer,
                                                        const nlohmann::json& extra = nlohmann::json::object(),
                                                        const std::vector<RankTensor>& rank_tensors = {});
@@ -115,7 +115,7 @@ void check_checkpoint_files(const std::string& dir, comm::Group* g = nullptr);
 // checkpoint's model and optimiser match. Returns meta.json (its "step" is the number of completed
 // steps).
 nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& mc, const model::Layout& layout,
-                               parallel::DataParallel& dp, optim::Optimizer& opt);
+                               parallel::ParamStore& store, optim::Optimizer& opt);
 
 // This rank's own tensors (state.rank<r>-of-<n>) into targets, if the checkpoint has them and was
 // written by this layout (writer: this run's, as meta.json's "writer"); else returns false and says why.

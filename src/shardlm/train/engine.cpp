@@ -20,6 +20,33 @@ int lanes_of(const TrainConfig& cfg, int threads, int tp) {
     return tp == 1 && batch ? threads : 1;
 }
 
+// The data-parallel seam over this rank's part: the ZeRO stage, the dp algorithm, the tied embedding's
+// group (the stages of the first and last model chunks; ZBV: one stage) and sequence parallelism's
+// sum of replicated parameters' gradients before their reduction.
+std::unique_ptr<parallel::GradSync> make_grad_sync(const TrainConfig& cfg, const model::GptConfig& model,
+                                                   comm::Group& world, const Engine& e) {
+    comm::Grid& g = *e.grid;
+    const schedule::Schedule& s = e.schedule;
+    parallel::GradSync::Options o;
+    o.zero = zero_stage(cfg.zero);
+    o.bucket_mb = cfg.bucket_mb;
+    o.single_stage = g.pp_size() == 1;
+    o.split_backward = s.splits_backward();
+    o.reduce_dtype = cfg.precision_policy().reduce;
+    o.algorithm = parallel::DpAlgorithm::make(cfg.dp_algo_config(), g.dp(), e.part->layout());
+    if (g.pp_size() > 1 && model.tie_embeddings) {
+        const int embedding_stage = s.rank_of(0), head_stage = s.rank_of(s.num_model_chunks() - 1);
+        o.embedding_group = std::make_unique<comm::Group>(g.tied_embedding_group(world, embedding_stage, head_stage));
+        o.embedding_group->set_name("embedding");
+    }
+    if (cfg.sequence_parallel && g.tp_size() > 1) {
+        comm::Group* tpg = &g.tp();
+        const model::Layout* layout = &e.part->layout();
+        o.pre_reduce = [tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); };
+    }
+    return std::make_unique<parallel::GradSync>(g.dp(), *e.part, std::move(o));
+}
+
 }  // namespace
 
 Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world) {
@@ -52,11 +79,6 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     for (int c = 0; c < v; c++) po.chunks.push_back(e.all_chunks[size_t(s.model_chunk(g.pp_rank(), c))]);
     po.slots = s.slots(g.pp_rank());
     po.defer_weight_grads = s.splits_backward(g.pp_rank());
-    // ZeRO-3 under a schedule that runs B and W apart: each chunk's parameters are gathered by the
-    // schedule's Unshard action before its first pass and released after its last (PyTorch
-    // pipelining's UNSHARD/RESHARD), so a deferred W finds them; other schedules gather per unit.
-    const bool gather_per_chunk = cfg.zero == 3 && s.splits_backward();
-    if (gather_per_chunk) schedule::add_unshard_actions(e.schedule);
     e.tp = std::make_unique<parallel::GroupTensorParallel>(g.tp());
     po.tp = e.tp.get();
     po.sequence_parallel = cfg.sequence_parallel;
@@ -76,27 +98,15 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     }
     e.part = std::make_unique<model::ModelPart>(model, po, cfg.micro_batch, cfg.seq);
 
-    e.dp = std::make_unique<parallel::DataParallel>(g.dp(), *e.part, cfg.zero, cfg.bucket_mb, pp == 1, precision.reduce,
-                                                    gather_per_chunk, cfg.dp_algo == parallel::DpAlgo::AllReduce);
-    if (cfg.sequence_parallel && tp > 1) {
-        comm::Group* tpg = &g.tp();
-        const model::Layout* layout = &e.part->layout();
-        e.dp->set_pre_reduce(
-            [tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); });
-    }
-    if (pp > 1 && model.tie_embeddings) {  // the tied embedding: the stages of the first and last model chunks (ZBV: one stage)
-        const int embedding_stage = s.rank_of(0), head_stage = s.rank_of(s.num_model_chunks() - 1);
-        e.embedding_group = std::make_unique<comm::Group>(g.tied_embedding_group(world, embedding_stage, head_stage));
-        e.embedding_group->set_name("embedding");
-    }
-    e.exec = std::make_unique<parallel::PipelineExecutor>(*e.part, g.pp(), e.dp->hooks());
-    e.optimizer = std::make_unique<optim::Optimizer>(cfg.optim_config(), e.part->layout(), e.dp->owned_ranges());
-    if (e.dp->zero() >= 1 && dp > 1) {  // the optimiser owns slices: whole-tensor sums (Adafactor) over the dp group
+    e.sync = make_grad_sync(cfg, model, world, e);
+    e.sync->prepare(e.schedule);  // ZeRO-3 under a split backward: the chunks' Unshard/Reshard actions
+    e.exec = std::make_unique<parallel::PipelineExecutor>(*e.part, g.pp(), e.sync->hooks());
+    e.optimizer = std::make_unique<optim::Optimizer>(cfg.optim_config(), e.part->layout(), e.sync->store().owned_ranges());
+    if (shards_optimizer(e.sync->zero()) && dp > 1) {  // the optimiser owns slices: whole-tensor sums (Adafactor) over the dp group
         comm::Group* dpg = &g.dp();
         e.optimizer->set_shard_sum([dpg](double* x, size_t n) { dpg->all_reduce_sum(x, n); });
     }
-    e.dp_algo = parallel::DpAlgorithm::make(cfg.dp_algo_config(), g.dp(), e.part->layout());
-    if (e.dp_algo->replicas_differ()) {
+    if (e.sync->replicas_differ()) {
         e.dp_metrics = std::make_unique<comm::Group>(g.dp().split(0, g.dp().rank()));
         e.dp_metrics->set_name("dp-metrics");
     }

@@ -1,8 +1,9 @@
 // train/engine.h: build_engine(config, world): the parallel machine of a run, wired in one place
 // (torchtitan's parallelize step): the dp x tp x pp grid and its groups (the tied embedding's too),
 // the pipeline schedule and the model chunks this rank holds, its ModelPart (tensor parallelism,
-// lanes, recomputation, precision, deferred W), data parallelism and ZeRO, the pipeline executor,
-// the optimiser over this rank's ranges, and the data-parallel algorithm. The Trainer keeps the loop, metrics and checkpoints.
+// lanes, recomputation, precision, deferred W), the data-parallel seam (ZeRO, the dp algorithm, the
+// tied embedding), the pipeline executor and the optimiser over this rank's ranges. The Trainer
+// keeps the loop, metrics and checkpoints.
 #pragma once
 #include <memory>
 #include <utility>
@@ -11,8 +12,7 @@
 #include "shardlm/comm/grid.h"
 #include "shardlm/model/part.h"
 #include "shardlm/optim/optimizer.h"
-#include "shardlm/parallel/data_parallel.h"
-#include "shardlm/parallel/dp_algo.h"
+#include "shardlm/parallel/grad_sync.h"
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
@@ -22,16 +22,14 @@ namespace shardlm::train {
 
 struct Engine {
     std::unique_ptr<comm::Grid> grid;
-    std::unique_ptr<comm::Group> embedding_group;  // the stages of the tied wte (pp > 1)
     schedule::Schedule schedule;
     std::vector<std::pair<int, int>> all_chunks;  // compute units of every model chunk
     int micro = 1;                                // micro-batches per step per data-parallel rank
     std::unique_ptr<parallel::GroupTensorParallel> tp;
     std::unique_ptr<model::ModelPart> part;
-    std::unique_ptr<parallel::DataParallel> dp;
+    std::unique_ptr<parallel::GradSync> sync;  // the data-parallel seam (parallel/grad_sync.h)
     std::unique_ptr<parallel::PipelineExecutor> exec;
     std::unique_ptr<optim::Optimizer> optimizer;
-    std::unique_ptr<parallel::DpAlgorithm> dp_algo;  // how the dp group combines its work (--dp-algo)
     // the dp group's ranks again, for measurements whose traffic is not the algorithm's (consensus)
     std::unique_ptr<comm::Group> dp_metrics;
 };

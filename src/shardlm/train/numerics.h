@@ -19,7 +19,7 @@
 
 namespace shardlm::train {
 
-// What a rank owns: ranges of the flat buffer and where each is stored (DataParallel::owned_*).
+// What a rank owns: ranges of the flat buffer and where each is stored (ParamStore::owned_*).
 struct OwnedTensors {
     const model::Layout* layout = nullptr;
     std::vector<optim::Range> ranges;

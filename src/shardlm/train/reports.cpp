@@ -36,7 +36,7 @@ std::string Trainer::memory_report() const {
     const comm::Grid& g = *e_.grid;
     std::string out = shardlm::format("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d)\n", g.world_rank(),
                           g.world_size(), g.dp_rank(), g.dp_size(), g.tp_rank(), g.tp_size(), g.pp_rank(), g.pp_size());
-    out += e_.dp->memory_report(*e_.optimizer);
+    out += e_.sync->memory_report(*e_.optimizer);
     // tensor parallelism: the matrices are cut in tp, the LayerNorms and row-parallel biases replicated
     size_t sharded = 0, replicated = 0, sharded_full = 0;
     for (const model::ParamSpec& p : e_.part->layout().params) {
@@ -125,9 +125,9 @@ std::string Trainer::comm_report() const {
                    std::string(comm::op_name(k)).c_str(), (unsigned long long)o.calls,
                    (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
     };
-    const parallel::DpAlgorithm& algo = *e_.dp_algo;
+    const parallel::DpAlgorithm& algo = *e_.sync->algorithm();
     const int last = cfg_.last_step() - 1;
-    const auto dpb = e_.dp->expected_step_bytes(e_.micro);
+    const auto dpb = e_.sync->expected_step_bytes(e_.micro);
     if (algo.algo() == parallel::DpAlgo::AllReduce) {
         // Sophia's Hessian pass after this step: its backward's reductions again (and ZeRO-3's gathers)
         const size_t passes = e_.optimizer->hessian_due(last) ? 2 : 1;
@@ -153,15 +153,15 @@ std::string Trainer::comm_report() const {
     row("tp", g.tp(), comm::OpKind::AllGather, tpb[2]);
     row("pp", g.pp(), comm::OpKind::SendRecv,
         parallel::pp_step_bytes(*e_.part, e_.schedule, g.pp_rank(), cfg_.micro_batch, cfg_.seq));
-    if (e_.embedding_group) {
+    if (const comm::Group* emb = e_.sync->tied().group()) {
         const int wte = e_.part->layout().unit_of(model::UnitKind::TokenEmbedding);
         size_t n = 0;
-        if (wte >= 0 && e_.embedding_group->size() > 1) {
+        if (wte >= 0 && emb->size() > 1) {
             const size_t unit = e_.part->layout().units[size_t(wte)].numel;
             n = cfg_.zero == 0 ? unit : unit / size_t(g.dp_size());
         }
-        row("embedding", *e_.embedding_group, comm::OpKind::AllReduce,
-            comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, e_.embedding_group->size(), e_.embedding_group->rank()));
+        row("embedding", *emb, comm::OpKind::AllReduce,
+            comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, emb->size(), emb->rank()));
     }
     // the loss, the squared gradient norm (each replica's where they differ) and the stop signals: one
     // all-reduce of doubles over every rank; and the consensus distance's parts, where measured
@@ -179,7 +179,7 @@ std::string Trainer::comm_report() const {
     for (auto k : {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather})
         busy += st[k].busy_seconds;
     out += shardlm::format("  data-parallel communication busy %.3f s, training thread waited %.3f s: %.0f %% hidden behind compute\n",
-               busy, e_.dp->exposed_comm_s(), busy > 0 ? 100.0 * std::max(0.0, 1.0 - e_.dp->exposed_comm_s() / busy) : 0.0);
+               busy, e_.sync->exposed_comm_s(), busy > 0 ? 100.0 * std::max(0.0, 1.0 - e_.sync->exposed_comm_s() / busy) : 0.0);
     return out;
 }
 

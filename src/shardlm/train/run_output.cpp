@@ -167,16 +167,17 @@ std::string Trainer::sample_text() {
     AlignedBuffer<float> full;
     std::unique_ptr<model::Layout> layout;
     if (whole) {
-        if (!e_.dp->full_params()) {
+        if (!e_.sync->store().whole_master()) {
             full.resize(e_.part->layout().total);
-            e_.dp->gather_params(full.data());  // collective
+            e_.sync->gather_params(full.data());  // collective
         }
     } else if (cfg_.out.empty()) {
         if (is_root()) std::printf("note: no sample: with --tp/--pp it is read from the final checkpoint (give --out)\n");
         return "";
     }
     if (!is_root()) return "";
-    const float* params = whole ? (e_.dp->full_params() ? e_.dp->full_params() : full.data()) : nullptr;
+    const float* kept = e_.sync->store().whole_master();
+    const float* params = whole ? (kept ? kept : full.data()) : nullptr;
     if (!whole) {
         layout = std::make_unique<model::Layout>(model::make_gpt2_layout(model_cfg_));
         full.resize(layout->total);

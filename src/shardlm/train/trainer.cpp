@@ -105,20 +105,19 @@ void Trainer::load_or_init() {
     const model::Layout& layout = e_.part->layout();
     if (cfg_.resume && resume_from_checkpoint()) {
         load_rank_state();
-        e_.dp->params_loaded();  // mixed precision: the 16-bit copy from the fp32 master weights
+        e_.sync->params_loaded(/*start_algorithm=*/false);  // mixed precision: the 16-bit copy from the fp32 master
         return;
     }
     if (cfg_.init.empty()) {
-        for (auto& [range, storage] : e_.dp->param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
+        for (auto& [range, storage] : e_.sync->store().param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
     } else {
         check_checkpoint_files(cfg_.init, world_);  // a checkpoint given as weights: its checksums
         model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
         for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
         model::check_model_tensors(store, model_cfg_, cfg_.init);
-        for (auto& [range, storage] : e_.dp->param_storage()) store.load(storage, layout, range);
+        for (auto& [range, storage] : e_.sync->store().param_storage()) store.load(storage, layout, range);
     }
-    if (e_.dp_algo->replicas_differ()) e_.dp_algo->start(e_.dp->whole_params());
-    e_.dp->params_loaded();
+    e_.sync->params_loaded();  // a dp algorithm's start, and mixed precision's 16-bit copy
 }
 
 bool Trainer::resume_from_checkpoint() {
@@ -135,7 +134,7 @@ bool Trainer::resume_from_checkpoint() {
             }
             continue;
         }
-        nlohmann::json meta = load_checkpoint(all[i], model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer);
+        nlohmann::json meta = load_checkpoint(all[i], model_cfg_, e_.part->layout(), e_.sync->store(), *e_.optimizer);
         resumed_from_ = all[i];
         start_step_ = meta["step"];
         if (meta.contains("loss_scaler"))
@@ -168,9 +167,10 @@ bool Trainer::resume_from_checkpoint() {
 OwnedTensors Trainer::owned(bool with_grads) {
     OwnedTensors o;
     o.layout = &e_.part->layout();
-    o.ranges = e_.dp->owned_ranges();
-    o.params = e_.dp->owned_params();
-    if (with_grads) o.grads = e_.dp->owned_grads();
+    parallel::ParamStore& store = e_.sync->store();
+    o.ranges = store.owned_ranges();
+    o.params = store.owned_params();
+    if (with_grads) o.grads = store.owned_grads();
     return o;
 }
 
@@ -180,103 +180,99 @@ Trainer::~Trainer() {
 
 bool Trainer::holds_head() const { return e_.part->has_head(e_.part->num_chunks() - 1); }
 
-StepStats Trainer::train_step(int step) {
-    if (faults_) faults_->before_step(step);
-    double t0 = now_s();
+// The step's rows on this data-parallel rank: rows [r G/dp, (r+1) G/dp) of global batch `step`, in
+// micro-batches. label_keys: each target is the token's place in the global batch instead (Sophia's
+// sampled labels, kernels/sample_labels.h).
+parallel::PipelineExecutor::Batch Trainer::step_batch(int step, bool label_keys) {
     const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
-    const int dp = e_.grid->dp_size(), row0 = e_.grid->dp_rank() * (G / dp);
-    // the global mean (summing over ranks gives the full gradient), times the loss scale; where each
-    // replica steps on its own gradient (--dp-algo other than allreduce), its own rows' mean
-    parallel::DpAlgorithm& algo = *e_.dp_algo;
-    const bool local = algo.local_gradients(), differ = algo.replicas_differ();
-    const float dloss = scaler_.scale() / float(G * T) * float(local ? dp : 1);
-    for (comm::Group* g : {&e_.grid->dp(), &e_.grid->tp(), &e_.grid->pp(), world_}) g->reset_stats();
-    if (e_.embedding_group) e_.embedding_group->reset_stats();
-    if (e_.dp_metrics) e_.dp_metrics->reset_stats();
-    e_.dp->reset_exposed();
+    const int row0 = e_.grid->dp_rank() * (G / e_.grid->dp_size());
     parallel::PipelineExecutor::Batch batch;
     batch.rows = [M](int) { return M; };
-    batch.fill = [&](int i, int* inputs, int* targets) {
-        for (int j = 0; j < M; j++)
-            loader_->fill(step, G, row0 + i * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
+    batch.fill = [this, step, G, M, T, row0, label_keys](int i, int* inputs, int* targets) {
+        for (int j = 0; j < M; j++) {
+            const int row = row0 + i * M + j;
+            int* t = targets + size_t(j) * T;
+            loader_->fill(step, G, row, inputs + size_t(j) * T, t);
+            if (label_keys)
+                for (int k = 0; k < T; k++) t[k] = row * T + k;
+        }
     };
+    return batch;
+}
+
+void Trainer::reset_step_counters() {
+    for (comm::Group* g : {&e_.grid->dp(), &e_.grid->tp(), &e_.grid->pp(), world_}) g->reset_stats();
+    if (e_.dp_metrics) e_.dp_metrics->reset_stats();
+    e_.sync->begin_step();
+}
+
+StepStats Trainer::train_step(int step) {
+    if (faults_) faults_->before_step(step);
+    const double t0 = now_s();
+    reset_step_counters();
     StepStats s;
     s.step = step;
     s.lr = lr_schedule_.at(step);
     double clip_norm = 0;  // the norm the clipping reads: the global one, or this replica's own
     auto reduce = [&](const parallel::PipelineExecutor::Result& r) {
-        e_.dp->finish_step();
-        if (e_.embedding_group) e_.dp->sum_tied_grads(*e_.embedding_group);
-        bool overflow = false;  // compressed: some rank's gradient is not finite (a loss-scale overflow)
-        if (local && !differ) {
-            float* g = e_.dp->whole_grads();
-            double bad = std::isfinite(kernels::sum_squares(g, e_.part->layout().total)) ? 0.0 : 1.0;
-            world_->all_reduce_sum(&bad, 1);  // every rank decides alike, before any error-feedback buffer moves
-            overflow = bad > 0;
-            if (!overflow) algo.reduce_gradients(g, step, scaler_.scale());
-        }
+        e_.sync->reduce(step, scaler_.scale(), *world_);
         if (faults_) faults_->on_reduced_grads(step, owned(true));
-        // the loss (ranks holding the head, once per tensor-parallel group), the squared gradient
-        // norm (every rank's share) and the stop signals, summed over the world in one message: every
-        // rank sees a NaN, an overflow, or a signal any rank got, at the same step. Replicas that
-        // differ: each replica's squared norm in a slot of its own (its ranks' whole gradients).
-        const int sig = stop_signal();
-        std::vector<double> sums(size_t(kStepSums + (differ ? dp : 0)), 0.0);
-        sums[2] = double(sig), sums[3] = sig ? 1.0 : 0.0;
-        if (differ) sums[size_t(kStepSums + e_.grid->dp_rank())] = e_.dp->grad_norm_sq_whole();
-        else sums[1] = overflow ? double(INFINITY) : e_.dp->grad_norm_sq_local();
-        if (holds_head() && e_.grid->tp_rank() == 0)
-            for (double x : r.loss_sum) sums[0] += x;
-        world_->all_reduce_sum(sums.data(), sums.size());
-        s.loss = sums[0] / (double(G) * T);  // the losses of G rows of T tokens
-        if (differ)  // reported: the replicas' root mean square norm; clipped: each replica by its own
-            for (int i = 0; i < dp; i++) sums[1] += sums[size_t(kStepSums + i)] / dp;
-        s.grad_norm = std::sqrt(sums[1]) / scaler_.scale();
-        clip_norm = differ ? std::sqrt(sums[size_t(kStepSums + e_.grid->dp_rank())]) / scaler_.scale() : s.grad_norm;
-        s.stop_signal = sums[3] > 0 ? int(sums[2] / sums[3] + 0.5) : 0;
-        // With loss scaling, non-finite gradients under a finite loss are an overflow: the scaler
-        // skips the step (and a dynamic scale halves). Anything else non-finite is divergence.
-        s.nonfinite = !std::isfinite(s.loss) || (!scaler_.enabled() && !std::isfinite(s.grad_norm));
+        clip_norm = sum_over_world(s, r);
     };
-    // after the optimiser: the data-parallel algorithm (average, mix, outer step), the tied embedding's
-    // copies made equal again where that algorithm's sums could round them apart, what the model reads
-    auto after_update = [&] {
-        if (differ) algo.after_step(e_.dp->whole_params(), *e_.optimizer, step);
-        if (e_.embedding_group && algo.may_desync_tied()) e_.dp->sync_tied_params(*e_.embedding_group);
-        e_.dp->after_step();
-    };
-    auto update = [&] {
-        const float used = scaler_.scale();
-        if (scaler_.enabled()) s.loss_scale = used;
-        // --on-nan stop and skip alike: no update on any rank; loss scaling: every rank sees the same
-        // norm, so every rank skips (or not) together
-        if (s.nonfinite || !scaler_.update(std::isfinite(s.grad_norm))) {
-            s.skipped = true;
-            if (differ && !s.nonfinite) after_update();  // an overflow skips the replicas' steps, not their synchronisation
-            return;
-        }
-        // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
-        // applies the scale (and undoes the loss scale) as it reads each gradient.
-        float grad_scale = 1.0f;
-        if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (clip_norm + 1e-6)));
-        // mixed precision: the optimiser writes the 16-bit copy in its own pass, unless something changes
-        // the parameters after it (an averaging algorithm, the tied embedding's re-sync, a test's poison)
-        const bool params_final = !differ && !(e_.embedding_group && algo.may_desync_tied()) && !faults_;
-        const std::optional<optim::Optimizer::Mirror> mirror = params_final ? e_.dp->owned_mirror() : std::nullopt;
-        if (e_.optimizer->step(e_.dp->owned_params(), e_.dp->owned_grads(), s.lr, grad_scale / used,
-                               mirror ? &*mirror : nullptr))
-            e_.dp->params_rounded();
-        after_update();
-    };
-    const parallel::PipelineExecutor::Result r = e_.exec->run(e_.schedule, batch, M, T, dloss, reduce, update);
+    auto update = [&] { update_or_skip(s, clip_norm); };
+    // the global mean (summing over ranks gives the full gradient), times the loss scale; where each
+    // replica steps on its own gradient (--dp-algo other than allreduce), its own rows' mean
+    const float dloss = scaler_.scale() / float(cfg_.global_batch * cfg_.seq) * e_.sync->local_mean_factor();
+    const parallel::PipelineExecutor::Result r =
+        e_.exec->run(e_.schedule, step_batch(step), cfg_.micro_batch, cfg_.seq, dloss, reduce, update);
     if (!s.skipped && e_.optimizer->hessian_due(step)) s.hessian = hessian_pass(step) ? 1 : -1;
     s.bytes_sent = e_.grid->dp().stats().total_bytes_sent();
-    if (differ && cfg_.consensus_every > 0 && (step + 1) % cfg_.consensus_every == 0) s.consensus = consensus();
+    if (e_.sync->replicas_differ() && cfg_.consensus_every > 0 && (step + 1) % cfg_.consensus_every == 0)
+        s.consensus = consensus();
     if (faults_) faults_->after_update(step, owned(false));
     s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
-    s.tokens_per_s = double(G) * T / (s.step_ms / 1e3);
+    s.tokens_per_s = double(cfg_.global_batch) * cfg_.seq / (s.step_ms / 1e3);
     return s;
+}
+
+// The loss (ranks holding the head, once per tensor-parallel group), the squared gradient norm (every
+// rank's share; each replica's in a slot of its own where replicas differ) and the stop signals,
+// summed over the world in one message: every rank sees a NaN, an overflow, or a signal any rank got,
+// at the same step. Returns the norm the clipping reads.
+double Trainer::sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r) {
+    const int sig = stop_signal();
+    std::vector<double> sums(size_t(kStepSums + e_.sync->replica_slots()), 0.0);
+    sums[2] = double(sig), sums[3] = sig ? 1.0 : 0.0;
+    e_.sync->put_norm_sq(sums[1], sums.data() + kStepSums);
+    if (holds_head() && e_.grid->tp_rank() == 0)
+        for (double x : r.loss_sum) sums[0] += x;
+    world_->all_reduce_sum(sums.data(), sums.size());
+    const parallel::GradNormsSq norms = e_.sync->norms_sq(sums[1], sums.data() + kStepSums);
+    s.loss = sums[0] / (double(cfg_.global_batch) * cfg_.seq);  // the losses of G rows of T tokens
+    s.grad_norm = std::sqrt(norms.reported) / scaler_.scale();
+    s.stop_signal = sums[3] > 0 ? int(sums[2] / sums[3] + 0.5) : 0;
+    // With loss scaling, non-finite gradients under a finite loss are an overflow: the scaler
+    // skips the step (and a dynamic scale halves). Anything else non-finite is divergence.
+    s.nonfinite = !std::isfinite(s.loss) || (!scaler_.enabled() && !std::isfinite(s.grad_norm));
+    return std::sqrt(norms.clip) / scaler_.scale();
+}
+
+void Trainer::update_or_skip(StepStats& s, double clip_norm) {
+    const float used = scaler_.scale();
+    if (scaler_.enabled()) s.loss_scale = used;
+    // --on-nan stop and skip alike: no update on any rank; loss scaling: every rank sees the same
+    // norm, so every rank skips (or not) together
+    if (s.nonfinite || !scaler_.update(std::isfinite(s.grad_norm))) {
+        s.skipped = true;
+        e_.sync->skip(*e_.optimizer, s.step, /*overflow=*/!s.nonfinite);
+        return;
+    }
+    // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
+    // applies the scale (and undoes the loss scale) as it reads each gradient.
+    float grad_scale = 1.0f;
+    if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (clip_norm + 1e-6)));
+    e_.sync->step(*e_.optimizer, s.lr, grad_scale / used, s.step, /*touched_after=*/faults_ != nullptr);
 }
 
 double Trainer::evaluate() {
@@ -300,7 +296,7 @@ double Trainer::evaluate() {
     };
     schedule::Schedule fwd = schedule::make_forward_schedule(e_.grid->pp_size(), rounds, e_.schedule.virtual_stages,
                                                              e_.schedule.placement);
-    if (e_.dp->gathers_per_chunk()) schedule::add_unshard_actions(fwd);
+    e_.sync->prepare(fwd);
     const parallel::PipelineExecutor::Result r = e_.exec->run(fwd, batch, M, T, 0.0f);
     double sum = 0;  // loss summed over every token of the counted rows
     if (holds_head() && e_.grid->tp_rank() == 0)
@@ -360,8 +356,8 @@ int Trainer::run() {
         if (!s.nonfinite) write_metrics(s);
         log_step(s, now_s() - t_start);
         if (cfg_.check_replicas > 0 && (step + 1) % cfg_.check_replicas == 0)
-            check_replicas(*world_, *e_.grid, e_.part->layout(), e_.dp->full_params(), step + 1,
-                           e_.dp_algo->replicas_differ());
+            check_replicas(*world_, *e_.grid, e_.part->layout(), e_.sync->store().whole_master(), step + 1,
+                           e_.sync->replicas_differ());
         done = step + 1;
         last = s;
         if (async_ckpt_.pending()) publish_async_checkpoint(false);
@@ -443,12 +439,12 @@ bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
     std::vector<AlignedBuffer<float>> replica;  // where replicas differ: this rank's own, while the mean is written
     const std::vector<RankTensor> rank = checkpoint_rank_tensors(replica);
     if (background) {
-        async_ckpt_.start(snapshot_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp,
+        async_ckpt_.start(snapshot_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), e_.sync->store(),
                                               *e_.optimizer, cfg_.keep_ckpts, *world_, writer_json(), extra, rank));
         restore_replica(replica);
         return true;
     }
-    save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), *e_.dp, *e_.optimizer, cfg_.keep_ckpts, *world_,
+    save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), e_.sync->store(), *e_.optimizer, cfg_.keep_ckpts, *world_,
                     writer_json(), extra, faults_.get(), rank);
     restore_replica(replica);
     if (faults_) faults_->after_checkpoint(steps_done);

@@ -12,7 +12,7 @@
 #include "shardlm/model/part.h"
 #include "shardlm/optim/loss_scaler.h"
 #include "shardlm/optim/optimizer.h"
-#include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/grad_sync.h"
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/schedule/schedule.h"
 #include "shardlm/parallel/tensor_parallel.h"
@@ -64,7 +64,7 @@ public:
 
     const model::GptConfig& model_config() const { return model_cfg_; }
     model::ModelPart& part() { return *e_.part; }
-    parallel::DataParallel& data_parallel() { return *e_.dp; }
+    parallel::GradSync& grad_sync() { return *e_.sync; }
     optim::Optimizer& optimizer() { return *e_.optimizer; }
     const TrainConfig& config() const { return cfg_; }
     const comm::Grid& grid() const { return *e_.grid; }
@@ -75,6 +75,11 @@ public:
 
 private:
     void init(comm::Group& world);
+    // the step, cut where it reads: its rows, the counters at zero, the one world sum, the update
+    parallel::PipelineExecutor::Batch step_batch(int step, bool label_keys = false);
+    void reset_step_counters();
+    double sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r);
+    void update_or_skip(StepStats& s, double clip_norm);
     void load_or_init();
     bool resume_from_checkpoint();  // loads the newest good checkpoint of --out; false if there is none
     // the data-parallel algorithm's per-rank state (train/checkpoint.h: state.rank<r>-of-<n>): what a

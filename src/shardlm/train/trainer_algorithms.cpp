@@ -17,32 +17,20 @@ namespace shardlm::train {
 // owned ranges. The gradient is of the mean loss over the G x T tokens (the optimiser's rho B h with
 // B = G T undoes the mean, as the authors' bs does). Returns false (no update) if it is not finite.
 bool Trainer::hessian_pass(int step) {
-    const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
-    const int dp = e_.grid->dp_size(), row0 = e_.grid->dp_rank() * (G / dp);
     const float scale = scaler_.scale();
-    parallel::PipelineExecutor::Batch batch;
-    batch.rows = [M](int) { return M; };
-    batch.fill = [&](int i, int* inputs, int* keys) {
-        for (int j = 0; j < M; j++) {
-            const int row = row0 + i * M + j;
-            int* k = keys + size_t(j) * T;
-            loader_->fill(step, G, row, inputs + size_t(j) * T, k);
-            for (int t = 0; t < T; t++) k[t] = row * T + t;
-        }
-    };
     bool finite = true;
     auto reduce = [&](const parallel::PipelineExecutor::Result&) {
-        e_.dp->finish_step();
-        if (e_.embedding_group) e_.dp->sum_tied_grads(*e_.embedding_group);
-        double sq = e_.dp->grad_norm_sq_local();
+        e_.sync->finish_reductions();
+        double sq = e_.sync->grad_norm_sq_local();
         world_->all_reduce_sum(&sq, 1);
         finite = std::isfinite(sq);
     };
     auto update = [&] {
-        if (finite) e_.optimizer->update_hessian(e_.dp->owned_grads(), 1.0f / scale);
+        if (finite) e_.optimizer->update_hessian(e_.sync->store().owned_grads(), 1.0f / scale);
     };
     e_.part->set_label_sampling(true, kernels::label_sample_seed(cfg_.seed, step));
-    e_.exec->run(e_.schedule, batch, M, T, scale / float(G * T), reduce, update);
+    e_.exec->run(e_.schedule, step_batch(step, /*label_keys=*/true), cfg_.micro_batch, cfg_.seq,
+                 scale / float(cfg_.global_batch * cfg_.seq), reduce, update);
     e_.part->set_label_sampling(false);
     if (!finite && is_root())
         std::printf("warning: step %d: the Hessian estimate's gradient is not finite%s: the estimate keeps its last value\n",
@@ -55,7 +43,7 @@ bool Trainer::hessian_pass(int step) {
 // 0), summed over the world; the mean's all-reduce on dp_metrics, not counted as the algorithm's bytes.
 double Trainer::consensus() {
     const int dp = e_.grid->dp_size();
-    const auto [d, b] = parallel::consensus_parts(*e_.dp_metrics, e_.part->layout(), e_.dp->whole_params());
+    const auto [d, b] = parallel::consensus_parts(*e_.dp_metrics, e_.part->layout(), e_.sync->store().whole_master());
     std::vector<double> sums(size_t(dp) + 1, 0.0);
     sums[size_t(e_.grid->dp_rank())] = d;
     if (e_.grid->dp_rank() == 0) sums[size_t(dp)] = b;
@@ -67,11 +55,11 @@ double Trainer::consensus() {
 
 std::vector<RankTensor> Trainer::rank_tensors() {
     std::vector<RankTensor> t;
-    if (e_.dp_algo->replicas_differ()) {  // this replica's parameters and optimiser state (ZeRO-0: whole)
-        t.push_back({"params", e_.dp->whole_params(), e_.part->layout().total});
+    if (e_.sync->replicas_differ()) {  // this replica's parameters and optimiser state (ZeRO-0: whole)
+        t.push_back({"params", e_.sync->store().whole_master(), e_.part->layout().total});
         for (auto& [name, buf] : e_.optimizer->state()) t.push_back({"optimizer/" + name, buf->data(), buf->size()});
     }
-    for (const parallel::StateBuffer& b : e_.dp_algo->state()) t.push_back({b.name, b.buf->data(), b.buf->size()});
+    for (const parallel::StateBuffer& b : e_.sync->algorithm()->state()) t.push_back({b.name, b.buf->data(), b.buf->size()});
     return t;
 }
 
@@ -81,21 +69,22 @@ void Trainer::load_rank_state() {
     std::string why;
     const bool ok = load_rank_tensors(resumed_from_, writer_json(), world_->rank(), targets, &why);
     // adam8bit, adafactor: from the views (loaded, or as the checkpoint's pieces left them)
-    if (e_.dp_algo->replicas_differ()) e_.optimizer->state_loaded();
+    parallel::DpAlgorithm& algo = *e_.sync->algorithm();
+    if (algo.replicas_differ()) e_.optimizer->state_loaded();
     if (ok) {
-        e_.dp_algo->state_loaded();
+        algo.state_loaded();
         return;
     }
-    if (e_.dp_algo->replicas_differ()) e_.dp_algo->start(e_.dp->whole_params());
+    if (algo.replicas_differ()) algo.start(e_.sync->store().whole_master());
     if (is_root())
         std::printf("warning: --dp-algo %s: %s, so each rank's own state (%s) starts afresh from the checkpoint's model\n",
                     setting_text(cfg_.dp_algo).c_str(), why.c_str(),
-                    e_.dp_algo->replicas_differ() ? "its replica and optimiser state" : "error feedback and the like");
+                    algo.replicas_differ() ? "its replica and optimiser state" : "error feedback and the like");
 }
 
 std::vector<RankTensor> Trainer::checkpoint_rank_tensors(std::vector<AlignedBuffer<float>>& replica) {
     std::vector<RankTensor> t = rank_tensors();
-    if (!e_.dp_algo->replicas_differ()) return t;
+    if (!e_.sync->replicas_differ()) return t;
     // rank_tensors() lists "params", then "optimizer/<state>" in state() order, then the algorithm's
     for (RankTensor& r : t) {
         if (r.name != "params" && r.name.rfind("optimizer/", 0) != 0) continue;
@@ -103,14 +92,14 @@ std::vector<RankTensor> Trainer::checkpoint_rank_tensors(std::vector<AlignedBuff
         std::copy_n(r.data, r.n, replica.back().data());
         r.data = replica.back().data();
     }
-    parallel::average(*e_.dp_metrics, e_.dp->whole_params(), e_.part->layout().total);
+    parallel::average(*e_.dp_metrics, e_.sync->store().whole_master(), e_.part->layout().total);
     parallel::average_optimizer(*e_.dp_metrics, *e_.optimizer);
     return t;
 }
 
 void Trainer::restore_replica(std::vector<AlignedBuffer<float>>& replica) {
     if (replica.empty()) return;
-    std::copy_n(replica[0].data(), replica[0].size(), e_.dp->whole_params());
+    std::copy_n(replica[0].data(), replica[0].size(), e_.sync->store().whole_master());
     size_t k = 1;
     for (auto& [name, buf] : e_.optimizer->state()) {
         std::copy_n(replica[k].data(), replica[k].size(), buf->data());

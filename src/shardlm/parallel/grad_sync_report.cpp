@@ -1,14 +1,14 @@
-// parallel/data_parallel_report.cpp: what DataParallel allocated beside the model-state formulas
+// parallel/grad_sync_report.cpp: what the data-parallel seam allocated beside the model-state formulas
 // of the shared cost model (cost/memory.h).
 #include <algorithm>
 #include <cstdio>
 
 #include "shardlm/cost/memory.h"
-#include "shardlm/parallel/data_parallel.h"
+#include "shardlm/parallel/grad_sync.h"
 
 namespace shardlm::parallel {
 
-MemoryReport DataParallel::memory(const optim::Optimizer& opt) const {
+MemoryReport GradSync::memory(const optim::Optimizer& opt) const {
     MemoryReport m;
     m.params = store_.param_bytes();
     m.master = store_.master_bytes();
@@ -19,12 +19,12 @@ MemoryReport DataParallel::memory(const optim::Optimizer& opt) const {
     return m;
 }
 
-std::string DataParallel::memory_report(const optim::Optimizer& opt) const {
+std::string GradSync::memory_report(const optim::Optimizer& opt) const {
     const MemoryReport m = memory(opt);
     const double psi = double(part_.layout().total);
     const bool mixed = store_.mixed();
     const DType pt = store_.param_type();
-    const int stage = zero_->stage();
+    const int stage = stage_number(zero_->stage());
     const auto& units = store_.units();
     // optimiser state bytes per parameter: SGD 0, momentum/AdaGrad 4, Adam(W) 8
     const double k = opt.owned_elems() ? double(opt.state_bytes()) / double(opt.owned_elems()) : 0.0;
@@ -34,11 +34,12 @@ std::string DataParallel::memory_report(const optim::Optimizer& opt) const {
     const double master_f = per.optimizer > 0 ? f.optimizer * (mixed ? 4.0 : 0.0) / per.optimizer : 0.0;
     const double opt_f = f.optimizer - master_f;
     cost::ZeroBufferSpec zb;
+    const int wte = part_.layout().unit_of(model::UnitKind::TokenEmbedding);
     for (size_t u = 0; u < units.size(); u++) {
-        double& slot = int(u) == wte_unit_ ? zb.embedding_numel : zb.largest_unit;
+        double& slot = int(u) == wte ? zb.embedding_numel : zb.largest_unit;
         slot = std::max(slot, double(units[u].numel));
     }
-    zb.total_numel = psi, zb.dp = dp_.size(), zb.zero_stage = stage, zb.gathered_per_chunk = gather_per_chunk_;
+    zb.total_numel = psi, zb.dp = dp_.size(), zb.zero_stage = stage, zb.gathered_per_chunk = zero_->needs_unshard_actions();
     zb.param_bytes = double(dtype_bytes(pt)), zb.grad_bytes = 4, zb.reduce_bytes = double(dtype_bytes(store_.reduce_type()));
     const double buffers_f = cost::zero_buffer_bytes(zb);
     auto mib = [](double b) { return b / (1024.0 * 1024.0); };
