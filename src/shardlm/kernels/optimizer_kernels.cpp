@@ -163,90 +163,132 @@ RuleScalars rule_scalars(const RuleArgs& a) {
     return k;
 }
 
-// Elements [b, e) of slice x under rule a: each element's operations in PyTorch's order (the tensor operations of
-// its single-tensor algorithm), whichever run holds it, so the bits depend on neither the threads nor the runs.
-void rule_run(const RuleArgs& a, const RuleScalars& k, const RuleSlice& x, size_t b, size_t e) {
+// The rules, one function each (rule_run below picks one): elements [b, e) of slice x, each element's
+// operations in PyTorch's order (the tensor operations of its single-tensor algorithm), whichever run
+// holds it, so the bits depend on neither the threads nor the runs. Lion and Sophia decay the parameters
+// (decoupled, p *= 1 - lr wd); the others add wd p to the gradient.
+namespace {
+
+float decoupled_decay(const RuleArgs& a, const RuleSlice& x) { return float(1.0 - double(a.lr) * x.wd); }
+
+void run_sgd_rule(const RuleArgs& a, const RuleScalars&, const RuleSlice& x, size_t b, size_t e) {
+    float* p = x.p;
+    const float* g = x.g;
+    const float lr = a.lr, gs = a.gs, wd = x.wd;
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+        const float d = g[i] * gs + wd * p[i];
+        p[i] -= lr * d;
+    }
+}
+
+// PyTorch: buf = g on the first step, then mu buf + g; a zero-initialised buf gives the same
+void run_momentum_rule(const RuleArgs& a, const RuleScalars&, const RuleSlice& x, size_t b, size_t e) {
+    float* p = x.p;
+    const float* g = x.g;
+    float* s0 = x.s0;
+    const float lr = a.lr, gs = a.gs, wd = x.wd;
+    const float mu = a.momentum;
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+        const float d = g[i] * gs + wd * p[i];
+        const float bi = mu * s0[i] + d;
+        s0[i] = bi;
+        p[i] -= lr * bi;
+    }
+}
+
+void run_adagrad_rule(const RuleArgs& a, const RuleScalars&, const RuleSlice& x, size_t b, size_t e) {
+    float* p = x.p;
+    const float* g = x.g;
+    float* s0 = x.s0;
+    const float lr = a.lr, gs = a.gs, wd = x.wd;
+    const float eps = a.eps;
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+        const float d = g[i] * gs + wd * p[i];
+        const float s = s0[i] + d * d;
+        s0[i] = s;
+        p[i] -= lr * (d / (std::sqrt(s) + eps));
+    }
+}
+
+void run_radam_rule(const RuleArgs& a, const RuleScalars& k, const RuleSlice& x, size_t b, size_t e) {
     float* p = x.p;
     const float* g = x.g;
     float* s0 = x.s0;
     float* s1 = x.s1;
     const float lr = a.lr, gs = a.gs, wd = x.wd, beta1 = a.beta1, beta2 = a.beta2, a1 = k.a1, a2 = k.a2;
-    // Lion and Sophia decay the parameters (decoupled, p *= 1 - lr wd); the others add wd p to the gradient
-    const float decay = float(1.0 - double(lr) * wd);
+    // d = g + wd p; m = beta1 m + (1 - beta1) d; v = beta2 v + (1 - beta2) d^2;
+    // p -= (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps)) * rect, or p -= (m / bc1) * lr
+    const float eps = a.eps, bc1 = k.bc1, bc2_sqrt = k.bc2_sqrt, rect = k.rect;
+    const bool rectified = k.rectified;
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+        const float d = g[i] * gs + wd * p[i];
+        const float mi = beta1 * s0[i] + a1 * d, vi = beta2 * s1[i] + a2 * d * d;
+        s0[i] = mi, s1[i] = vi;
+        const float step_i = (mi / bc1) * lr;
+        p[i] -= rectified ? step_i * (bc2_sqrt / (std::sqrt(vi) + eps)) * rect : step_i;
+    }
+}
+
+void run_lion_rule(const RuleArgs& a, const RuleScalars& k, const RuleSlice& x, size_t b, size_t e) {
+    float* p = x.p;
+    const float* g = x.g;
+    float* s0 = x.s0;
+    const float lr = a.lr, gs = a.gs, beta1 = a.beta1, beta2 = a.beta2, a1 = k.a1, a2 = k.a2;
+    const float decay = decoupled_decay(a, x);
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+        const float gi = g[i] * gs, mi = s0[i];
+        const float c = beta1 * mi + a1 * gi;
+        const float sign = float(c > 0.0f) - float(c < 0.0f);
+        p[i] = p[i] * decay - lr * sign;
+        s0[i] = beta2 * mi + a2 * gi;
+    }
+}
+
+void run_sophia_rule(const RuleArgs& a, const RuleScalars& k, const RuleSlice& x, size_t b, size_t e) {
+    float* p = x.p;
+    const float* g = x.g;
+    float* s0 = x.s0;
+    float* s1 = x.s1;
+    const float lr = a.lr, gs = a.gs, beta1 = a.beta1, a1 = k.a1;
+    const float decay = decoupled_decay(a, x);
+    const float rho_bs = a.rho_bs;
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+        const float mi = beta1 * s0[i] + a1 * (g[i] * gs);
+        s0[i] = mi;
+        const float ratio = std::min(std::fabs(mi) / (rho_bs * s1[i] + kSophiaEps), 1.0f);
+        const float sign = float(mi > 0.0f) - float(mi < 0.0f);
+        p[i] = p[i] * decay - lr * (sign * ratio);
+    }
+}
+
+void run_sophia_hessian_rule(const RuleArgs& a, const RuleScalars& k, const RuleSlice& x, size_t b, size_t e) {
+    const float* g = x.g;
+    float* s1 = x.s1;
+    const float gs = a.gs, beta2 = a.beta2, a2 = k.a2;
+#pragma omp simd
+    for (size_t i = b; i < e; i++) {
+        const float gi = g[i] * gs;
+        s1[i] = beta2 * s1[i] + a2 * (gi * gi);
+    }
+}
+
+}  // namespace
+
+void rule_run(const RuleArgs& a, const RuleScalars& k, const RuleSlice& x, size_t b, size_t e) {
     switch (a.rule) {
-        case Rule::SGD:
-#pragma omp simd
-            for (size_t i = b; i < e; i++) {
-                const float d = g[i] * gs + wd * p[i];
-                p[i] -= lr * d;
-            }
-            break;
-        case Rule::Momentum: {  // PyTorch: buf = g on the first step, then mu buf + g; a zero-initialised buf gives the same
-            const float mu = a.momentum;
-#pragma omp simd
-            for (size_t i = b; i < e; i++) {
-                const float d = g[i] * gs + wd * p[i];
-                const float bi = mu * s0[i] + d;
-                s0[i] = bi;
-                p[i] -= lr * bi;
-            }
-            break;
-        }
-        case Rule::AdaGrad: {
-            const float eps = a.eps;
-#pragma omp simd
-            for (size_t i = b; i < e; i++) {
-                const float d = g[i] * gs + wd * p[i];
-                const float s = s0[i] + d * d;
-                s0[i] = s;
-                p[i] -= lr * (d / (std::sqrt(s) + eps));
-            }
-            break;
-        }
-        case Rule::RAdam: {
-            // d = g + wd p; m = beta1 m + (1 - beta1) d; v = beta2 v + (1 - beta2) d^2;
-            // p -= (m / bc1) * lr * (sqrt(bc2) / (sqrt(v) + eps)) * rect, or p -= (m / bc1) * lr
-            const float eps = a.eps, bc1 = k.bc1, bc2_sqrt = k.bc2_sqrt, rect = k.rect;
-            const bool rectified = k.rectified;
-#pragma omp simd
-            for (size_t i = b; i < e; i++) {
-                const float d = g[i] * gs + wd * p[i];
-                const float mi = beta1 * s0[i] + a1 * d, vi = beta2 * s1[i] + a2 * d * d;
-                s0[i] = mi, s1[i] = vi;
-                const float step_i = (mi / bc1) * lr;
-                p[i] -= rectified ? step_i * (bc2_sqrt / (std::sqrt(vi) + eps)) * rect : step_i;
-            }
-            break;
-        }
-        case Rule::Lion:
-#pragma omp simd
-            for (size_t i = b; i < e; i++) {
-                const float gi = g[i] * gs, mi = s0[i];
-                const float c = beta1 * mi + a1 * gi;
-                const float sign = float(c > 0.0f) - float(c < 0.0f);
-                p[i] = p[i] * decay - lr * sign;
-                s0[i] = beta2 * mi + a2 * gi;
-            }
-            break;
-        case Rule::Sophia: {
-            const float rho_bs = a.rho_bs;
-#pragma omp simd
-            for (size_t i = b; i < e; i++) {
-                const float mi = beta1 * s0[i] + a1 * (g[i] * gs);
-                s0[i] = mi;
-                const float ratio = std::min(std::fabs(mi) / (rho_bs * s1[i] + kSophiaEps), 1.0f);
-                const float sign = float(mi > 0.0f) - float(mi < 0.0f);
-                p[i] = p[i] * decay - lr * (sign * ratio);
-            }
-            break;
-        }
-        case Rule::SophiaHessian:
-#pragma omp simd
-            for (size_t i = b; i < e; i++) {
-                const float gi = g[i] * gs;
-                s1[i] = beta2 * s1[i] + a2 * (gi * gi);
-            }
-            break;
+        case Rule::SGD: run_sgd_rule(a, k, x, b, e); break;
+        case Rule::Momentum: run_momentum_rule(a, k, x, b, e); break;
+        case Rule::AdaGrad: run_adagrad_rule(a, k, x, b, e); break;
+        case Rule::RAdam: run_radam_rule(a, k, x, b, e); break;
+        case Rule::Lion: run_lion_rule(a, k, x, b, e); break;
+        case Rule::Sophia: run_sophia_rule(a, k, x, b, e); break;
+        case Rule::SophiaHessian: run_sophia_hessian_rule(a, k, x, b, e); break;
     }
 }
 

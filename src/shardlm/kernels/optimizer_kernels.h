@@ -114,6 +114,9 @@ private:
     // that hold a boundary; fine_: their kFine parts' entries, kOne | c or a count. Each has one entry more, read by
     // the last one's 32-bit gather.
     std::vector<uint16_t> table_, fine_;
+    // nearest_of's vector loops (defined where the build has the instructions): the elements done
+    size_t nearest_of_avx512(const float* x, size_t n, float absmax, uint8_t* q) const;
+    size_t nearest_of_avx2(const float* x, size_t n, float absmax, uint8_t* q) const;
 };
 // A block of n values: absmax = max |x|, q[i] = nearest_code(x[i] / absmax) (0's code when absmax = 0).
 float quantize_block(const float* x, size_t n, const CodeIndex& code, uint8_t* q);

@@ -43,7 +43,34 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     const int threads = std::max({opt.threads, lanes_, omp_get_max_threads()});
     scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp, opt.fused_attention);
 
-    block_unit_.assign(size_t(L), -1);
+    index_units();
+    plan_unit_vectors();
+
+    const bool keep_blocks = opt.recompute != Recompute::Full;
+    if (!keep_blocks)
+        recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true, opt.fused_attention);
+    defer_ = opt.defer_weight_grads;
+    SHARDLM_CHECK(!defer_ || keep_blocks,
+                  "a schedule that defers the weight gradients (W) needs each block's activations until its W;"
+                  " --recompute full keeps only the block's input\n---> HINT: use --recompute selective or none,"
+                  " or --schedule 1f1b");
+    bool any_block = false, any_head = false;
+    for (size_t c = 0; c < opt.chunks.size(); c++) {
+        chunks_.push_back(make_chunk(opt, c, B, T));
+        const Chunk& ch = chunks_.back();
+        any_block = any_block || (ch.last >= 1 && ch.first <= L);
+        any_head = any_head || ch.last == head;
+    }
+    if (!defer_ && any_block) keep_.allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
+    if (!defer_ && any_head) head_keep_.allocate(config_, B, T, t, ctx_.sp);
+    maxB_ = B;
+    maxT_ = T;
+    configure_head();
+}
+
+// Which unit is the embedding, the head's tied copy, the position table, the head and each block.
+void ModelPart::index_units() {
+    block_unit_.assign(size_t(config_.n_layer), -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const Unit& un = layout_.units[u];
         switch (un.kind) {
@@ -57,86 +84,74 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     }
     // the head's chunk starts with the embedding; an untied head reads its own lm_head
     if (head_wte_unit_ < 0 && config_.tie_embeddings) head_wte_unit_ = wte_unit_;
-    // mixed precision: each unit's vectors (LayerNorms, biases) are widened to fp32 when it runs
+}
+
+// Per unit: where its vectors (LayerNorms, biases) sit when mixed precision widens them to fp32 as
+// it runs, and the parameter ranges no GEMM writes (zeroed before a backward writes the gradient).
+void ModelPart::plan_unit_vectors() {
     vec_at_.resize(layout_.units.size());
+    zero_ranges_.resize(layout_.units.size());
     size_t max_vec = 0;
     for (size_t u = 0; u < layout_.units.size(); u++) {
+        const Unit& un = layout_.units[u];
         size_t at = 0;
-        for (int i = 0; i < layout_.units[u].num_params; i++) {
-            const ParamSpec& p = layout_.params[size_t(layout_.units[u].first_param + i)];
+        for (int i = 0; i < un.num_params; i++) {
+            const ParamSpec& p = layout_.params[size_t(un.first_param + i)];
             vec_at_[u].push_back(at);
             if (p.shape.size() == 1) at += (p.numel + 15) / 16 * 16;
+            if (!p.gemm_written) zero_ranges_[u].push_back({p.offset - un.offset, p.offset - un.offset + p.numel});
         }
         max_vec = std::max(max_vec, at);
     }
     if (ctx_.mixed()) vec_.resize(max_vec);
-    zero_ranges_.resize(layout_.units.size());
-    for (size_t u = 0; u < layout_.units.size(); u++) {
-        const Unit& un = layout_.units[u];
-        for (int i = 0; i < un.num_params; i++) {
-            const ParamSpec& p = layout_.params[size_t(un.first_param + i)];
-            if (!p.gemm_written) zero_ranges_[u].push_back({p.offset - un.offset, p.offset - un.offset + p.numel});
-        }
-    }
+}
 
+// Model chunk c of this part (compute units first..last) with its activation slots.
+ModelPart::Chunk ModelPart::make_chunk(const Options& opt, size_t c, int B, int T) {
+    Chunk ch;
+    ch.first = opt.chunks[c].first;
+    ch.last = opt.chunks[c].second;
+    for (size_t u = 0; u < layout_.units.size(); u++)
+        if (layout_.units[u].compute >= ch.first && layout_.units[u].compute <= ch.last) ch.units.push_back(int(u));
+    const int nslots = c < opt.slots.size() ? opt.slots[c] : 1;
+    SHARDLM_CHECK(nslots >= 1, "model part: chunk ", c, " needs at least one activation slot");
+    ch.slots.resize(size_t(nslots));
+    for (Slot& s : ch.slots) allocate_slot(s, ch, opt, B, T);
+    ch.dres.resize(size_t(ctx_.rows(B * T)) * size_t(config_.n_embd));
+    return ch;
+}
+
+// One micro-batch's activations in a chunk: the tokens (the embedding's chunk), the input of every
+// compute unit, each block's saved activations (unless --recompute full) and, under a deferred W,
+// what its weight gradients read.
+void ModelPart::allocate_slot(Slot& s, const Chunk& ch, const Options& opt, int B, int T) {
+    const int L = config_.n_layer, head = L + 1, t = ctx_.tp_size();
     const size_t N = size_t(B) * T, Nl = size_t(ctx_.rows(B * T)), C = size_t(config_.n_embd);
     const size_t eb = dtype_bytes(ctx_.prec.activation);
     const bool keep_blocks = opt.recompute != Recompute::Full, keep_att = opt.recompute != Recompute::Selective;
-    if (!keep_blocks) {
-        recompute_acts_.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true, opt.fused_attention);
+    const int nc = ch.last - ch.first + 1;
+    if (ch.first == 0) s.tokens.resize(N);
+    s.x.resize(size_t(nc) + 1);
+    for (int k = 0; k <= nc; k++) {
+        // x[k] enters compute unit first + k; the embedding takes tokens and the head's output is the loss
+        const bool used = !(k == 0 && ch.first == 0) && !(k == nc && ch.last == head);
+        if (used) s.x[size_t(k)].resize(Nl * C, eb);
     }
-    defer_ = opt.defer_weight_grads;
-    SHARDLM_CHECK(!defer_ || keep_blocks,
-                  "a schedule that defers the weight gradients (W) needs each block's activations until its W;"
-                  " --recompute full keeps only the block's input\n---> HINT: use --recompute selective or none,"
-                  " or --schedule 1f1b");
-    bool any_block = false, any_head = false;
-    for (size_t c = 0; c < opt.chunks.size(); c++) {
-        Chunk ch;
-        ch.first = opt.chunks[c].first;
-        ch.last = opt.chunks[c].second;
-        for (size_t u = 0; u < layout_.units.size(); u++)
-            if (layout_.units[u].compute >= ch.first && layout_.units[u].compute <= ch.last) ch.units.push_back(int(u));
-        const int nslots = c < opt.slots.size() ? opt.slots[c] : 1;
-        SHARDLM_CHECK(nslots >= 1, "model part: chunk ", c, " needs at least one activation slot");
-        const int nc = ch.last - ch.first + 1;
-        ch.slots.resize(size_t(nslots));
-        for (Slot& s : ch.slots) {
-            if (ch.first == 0) s.tokens.resize(N);
-            s.x.resize(size_t(nc) + 1);
-            for (int k = 0; k <= nc; k++) {
-                // x[k] enters compute unit first + k; the embedding takes tokens and the head's output is the loss
-                const bool used = !(k == 0 && ch.first == 0) && !(k == nc && ch.last == head);
-                if (used) s.x[size_t(k)].resize(Nl * C, eb);
-            }
-            for (int cu = ch.first; cu <= ch.last; cu++)
-                if (cu >= 1 && cu <= L) {
-                    any_block = true;
-                    if (keep_blocks) {
-                        s.blocks.emplace_back();
-                        s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, keep_att,
-                                                 opt.fused_attention);
-                    }
-                    if (defer_) {
-                        s.keeps.emplace_back();
-                        s.keeps.back().allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
-                    }
-                }
-            if (ch.last == head) {
-                any_head = true;
-                s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, false, false);
-                if (defer_) s.head_keep.allocate(config_, B, T, t, ctx_.sp);
-            }
-            if (ch.first == 0 && defer_) s.dx0.resize(Nl * C);
+    for (int cu = std::max(ch.first, 1); cu <= std::min(ch.last, L); cu++) {
+        if (keep_blocks) {
+            s.blocks.emplace_back();
+            s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, keep_att, opt.fused_attention);
         }
-        ch.dres.resize(Nl * C);
-        chunks_.push_back(std::move(ch));
+        if (defer_) {
+            s.keeps.emplace_back();
+            s.keeps.back().allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
+        }
     }
-    if (!defer_ && any_block) keep_.allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
-    if (!defer_ && any_head) head_keep_.allocate(config_, B, T, t, ctx_.sp);
-    maxB_ = B;
-    maxT_ = T;
-    configure_head();
+    if (ch.last == head) {
+        s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, false, false);
+        if (defer_) s.head_keep.allocate(config_, B, T, t, ctx_.sp);
+    }
+    if (ch.first == 0 && defer_) s.dx0.resize(Nl * C);
 }
 
 void ModelPart::configure_head() {
@@ -360,16 +375,9 @@ void ModelPart::backward_weight(int chunk, int slot, UnitHooks* hooks, bool accu
     run_backward(chunk, slot, hooks, accumulate, Phases::Weight);
 }
 
-void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases) {
-    Chunk& ch = chunks_[size_t(chunk)];
-    Slot& s = ch.slots[size_t(slot)];
-    const bool input = phases != Phases::Weight, weight = phases != Phases::Input;
-    if (input)
-        SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);
-    else
-        SHARDLM_CHECK(s.has_w, "ModelPart::backward_weight before backward_input of chunk ", chunk, " slot ", slot);
-    const int B = s.B, T = s.T, head = config_.n_layer + 1;
-    // the order in which units are first used by this backward (for prefetching)
+// The order in which a backward of chunk ch first uses its units (for the hooks' prefetching).
+std::vector<int> ModelPart::backward_order(const Chunk& ch) const {
+    const int head = config_.n_layer + 1;
     std::vector<int> seq;
     for (int cu = ch.last; cu >= ch.first; cu--) {
         if (cu == head) {
@@ -382,67 +390,97 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
             seq.push_back(block_unit_[size_t(cu - 1)]);
         }
     }
-    // the hooks go around W (where parameter gradients are written)
-    size_t at = 0;
-    auto before = [&](int unit) {
-        if (!weight || unit < 0) return;
-        for (size_t i = 0; i < at; i++)
-            if (seq[i] == unit) return;
-        while (at < seq.size()) {
-            const int u = seq[at++];
-            if (hooks) hooks->before_backward(u, at < seq.size() ? seq[at] : -1);
-            if (!accumulate) zero_accumulated_grads(u);
-            if (u == unit) break;
-        }
-    };
-    auto after = [&](int unit) {
-        if (weight && hooks && unit >= 0) hooks->after_backward(unit);
-    };
-    float* dres = ch.dres.data();
+    return seq;
+}
+
+// before(unit): every unit up to `unit` in the backward's order announced to the hooks (with the next
+// one, to prefetch) and its gradient zeroed unless accumulating; after(unit): its gradient is final.
+// Only around W, where parameter gradients are written.
+void ModelPart::WeightHooks::before(int unit) {
+    if (!weight || unit < 0) return;
+    for (size_t i = 0; i < at; i++)
+        if (order[i] == unit) return;
+    while (at < order.size()) {
+        const int u = order[at++];
+        if (hooks) hooks->before_backward(u, at < order.size() ? order[at] : -1);
+        if (!accumulate) part.zero_accumulated_grads(u);
+        if (u == unit) break;
+    }
+}
+
+void ModelPart::WeightHooks::after(int unit) {
+    if (weight && hooks && unit >= 0) hooks->after_backward(unit);
+}
+
+void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases) {
+    Chunk& ch = chunks_[size_t(chunk)];
+    Slot& s = ch.slots[size_t(slot)];
+    const bool input = phases != Phases::Weight, weight = phases != Phases::Input;
+    if (input)
+        SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);
+    else
+        SHARDLM_CHECK(s.has_w, "ModelPart::backward_weight before backward_input of chunk ", chunk, " slot ", slot);
+    const int head = config_.n_layer + 1;
+    WeightHooks wh{*this, hooks, weight, accumulate, backward_order(ch)};
     for (int cu = ch.last, k = ch.last - ch.first; cu >= ch.first; cu--, k--) {
         const void* x = cu == 0 ? nullptr : s.x[size_t(k)].data();  // the unit's input
-        if (cu == head) {
-            before(head_unit_);
-            before(head_wte_unit_);
-            HeadKeep& hk = head_keep(s);
-            const float* w = input ? vec(head_unit_, kLnfW) : nullptr;
-            const void* wte = head_matrix();
-            // (gradient storage is bound for W only: ZeRO-2 hands it out in the hooks)
-            float* dw = weight ? grad(head_unit_, kLnfW) : nullptr;
-            float* db = weight ? grad(head_unit_, kLnfB) : nullptr;
-            float* dwte = !weight ? nullptr : head_wte_unit_ >= 0 ? grad(head_wte_unit_, kTable) : grad(head_unit_, kLmHead);
-            run_unit_backward(
-                B, phases, [&](const UnitContext& c) { head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, accumulate); },
-                [&](const UnitContext& c) { head_backward_input(c, w, wte, s.head, hk, x, dres, B, T); },
-                [&](const UnitContext& c) { head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, accumulate); });
-            if (head_wte_unit_ != wte_unit_) after(head_wte_unit_);  // the tied copy: final after the head
-            after(head_unit_);
-        } else if (cu == 0) {
-            // all W: with W deferred its d(x0) is kept, as dres takes the next micro-batch's
-            if (input && defer_) std::memcpy(s.dx0.data(), dres, sizeof(float) * boundary_floats(B, T));
-            if (!weight) continue;
-            before(wpe_unit_);
-            before(wte_unit_);
-            embedding_backward(ctx_, grad(wte_unit_, kTable), grad(wpe_unit_, kTable), defer_ ? s.dx0.data() : dres,
-                               s.tokens.data(), B, T);
-            after(wpe_unit_);
-            after(wte_unit_);
-        } else {
-            const int l = cu - 1, u = block_unit_[size_t(l)], b = slot_block(ch, cu);
-            before(u);
-            BlockActs& a = acts(s, b);
-            BlockKeep& kp = keep(s, b);
-            const BlockWeights w = input ? block_weights(l) : BlockWeights{};
-            const BlockGrads g = weight ? block_grads(l) : BlockGrads{};
-            run_unit_backward(
-                B, phases, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, accumulate); },
-                [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); },
-                [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, accumulate); });
-            after(u);
-        }
+        if (cu == head) head_backward_pass(ch, s, x, phases, wh);
+        else if (cu == 0) embedding_backward_pass(ch, s, phases, wh);
+        else block_backward_pass(ch, s, cu, x, phases, wh);
     }
     if (input) s.has_grad = false;
     s.has_w = phases == Phases::Input;
+}
+
+void ModelPart::head_backward_pass(Chunk& ch, Slot& s, const void* x, Phases phases, WeightHooks& wh) {
+    const bool input = phases != Phases::Weight, weight = phases != Phases::Input, acc = wh.accumulate;
+    const int B = s.B, T = s.T;
+    float* dres = ch.dres.data();
+    wh.before(head_unit_);
+    wh.before(head_wte_unit_);
+    HeadKeep& hk = head_keep(s);
+    const float* w = input ? vec(head_unit_, kLnfW) : nullptr;
+    const void* wte = head_matrix();
+    // (gradient storage is bound for W only: ZeRO-2 hands it out in the hooks)
+    float* dw = weight ? grad(head_unit_, kLnfW) : nullptr;
+    float* db = weight ? grad(head_unit_, kLnfB) : nullptr;
+    float* dwte = !weight ? nullptr : head_wte_unit_ >= 0 ? grad(head_wte_unit_, kTable) : grad(head_unit_, kLmHead);
+    run_unit_backward(
+        B, phases, [&](const UnitContext& c) { head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, acc); },
+        [&](const UnitContext& c) { head_backward_input(c, w, wte, s.head, hk, x, dres, B, T); },
+        [&](const UnitContext& c) { head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, acc); });
+    if (head_wte_unit_ != wte_unit_) wh.after(head_wte_unit_);  // the tied copy: final after the head
+    wh.after(head_unit_);
+}
+
+// All W: with W deferred its d(x0) is kept, as dres takes the next micro-batch's.
+void ModelPart::embedding_backward_pass(Chunk& ch, Slot& s, Phases phases, WeightHooks& wh) {
+    float* dres = ch.dres.data();
+    if (phases != Phases::Weight && defer_) std::memcpy(s.dx0.data(), dres, sizeof(float) * boundary_floats(s.B, s.T));
+    if (phases == Phases::Input) return;
+    wh.before(wpe_unit_);
+    wh.before(wte_unit_);
+    embedding_backward(ctx_, grad(wte_unit_, kTable), grad(wpe_unit_, kTable), defer_ ? s.dx0.data() : dres,
+                       s.tokens.data(), s.B, s.T);
+    wh.after(wpe_unit_);
+    wh.after(wte_unit_);
+}
+
+void ModelPart::block_backward_pass(Chunk& ch, Slot& s, int cu, const void* x, Phases phases, WeightHooks& wh) {
+    const bool input = phases != Phases::Weight, weight = phases != Phases::Input, acc = wh.accumulate;
+    const int B = s.B, T = s.T;
+    float* dres = ch.dres.data();
+    const int l = cu - 1, u = block_unit_[size_t(l)], b = slot_block(ch, cu);
+    wh.before(u);
+    BlockActs& a = acts(s, b);
+    BlockKeep& kp = keep(s, b);
+    const BlockWeights w = input ? block_weights(l) : BlockWeights{};
+    const BlockGrads g = weight ? block_grads(l) : BlockGrads{};
+    run_unit_backward(
+        B, phases, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, acc); },
+        [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); },
+        [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, acc); });
+    wh.after(u);
 }
 
 BlockActs& ModelPart::acts(Slot& s, int block) {

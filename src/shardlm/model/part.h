@@ -175,6 +175,19 @@ private:
     HeadKeep& head_keep(Slot& s) { return defer_ ? s.head_keep : head_keep_; }
     enum class Phases { Both, Input, Weight };
     void run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases);
+    struct WeightHooks {  // the hooks around W in a backward's unit order (part.cpp)
+        ModelPart& part;
+        UnitHooks* hooks;
+        bool weight, accumulate;
+        std::vector<int> order;
+        size_t at = 0;
+        void before(int unit);
+        void after(int unit);
+    };
+    std::vector<int> backward_order(const Chunk& ch) const;
+    void head_backward_pass(Chunk& ch, Slot& s, const void* x, Phases phases, WeightHooks& wh);
+    void embedding_backward_pass(Chunk& ch, Slot& s, Phases phases, WeightHooks& wh);
+    void block_backward_pass(Chunk& ch, Slot& s, int cu, const void* x, Phases phases, WeightHooks& wh);
     BlockGrads block_grads(int l) const;
     // Parameter i of unit as bound (matrices: the precision's type), and a vector parameter as fp32
     // (mixed precision: widened into vec_).
@@ -210,6 +223,11 @@ private:
     void run_unit_backward(int B, Phases phases, Both&& both, Input&& input, Weight&& weight);
     template <class F>
     void run_team(int lanes, F&& f);
+    // the constructor's parts
+    void index_units();
+    void plan_unit_vectors();
+    Chunk make_chunk(const Options& opt, size_t c, int B, int T);
+    void allocate_slot(Slot& s, const Chunk& ch, const Options& opt, int B, int T);
     void configure_head();  // the head's buffers for the precision (full logits, or a chunked head)
     void size_head_scratch();  // the chunked head's logits tiles: per lane, head_tile_floats (model/units.h)
     bool head_in_part_ = false;

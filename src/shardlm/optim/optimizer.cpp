@@ -23,8 +23,28 @@ std::string kind_name(Kind k) { return enum_name(kKindNames, k); }
 
 Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<Range> owned)
     : cfg_(cfg), layout_(layout), owned_(std::move(owned)) {
+    cut_pieces();
+    const size_t n = owned_elems_;
+    switch (cfg_.kind) {
+        case Kind::SGD: break;
+        case Kind::Momentum:
+        case Kind::AdaGrad:
+        case Kind::Lion: s0_.resize(n); break;
+        case Kind::Adam:
+        case Kind::AdamW:
+        case Kind::RAdam:
+        case Kind::Sophia:
+            s0_.resize(n);
+            s1_.resize(n);
+            break;
+        case Kind::Adam8bit: allocate_8bit(); break;
+        case Kind::Adafactor: allocate_factored(); break;
+    }
+}
+
+// The pieces: each owned range intersected with the parameters (ranges ascend), padding skipped.
+void Optimizer::cut_pieces() {
     for (const Range& r : owned_) owned_elems_ += r.size();
-    // the pieces: each owned range intersected with the parameters (ranges ascend), padding skipped
     size_t state_base = 0, first = 0;
     for (size_t k = 0; k < owned_.size(); k++) {
         const Range r = owned_[k];
@@ -41,81 +61,70 @@ Optimizer::Optimizer(OptimConfig cfg, const model::Layout& layout, std::vector<R
         }
         state_base += r.size();
     }
-    size_t n = owned_elems_;
-    switch (cfg_.kind) {
-        case Kind::SGD: break;
-        case Kind::Momentum:
-        case Kind::AdaGrad:
-        case Kind::Lion: s0_.resize(n); break;
-        case Kind::Adam:
-        case Kind::AdamW:
-        case Kind::RAdam:
-        case Kind::Sophia:
-            s0_.resize(n);
-            s1_.resize(n);
-            break;
-        case Kind::Adam8bit: {
-            SHARDLM_CHECK(cfg_.block > 0, "adam8bit: block size ", cfg_.block, " must be > 0");
-            const bool linear = cfg_.code == QuantCode::Linear;
-            code_m_.emplace(linear ? kernels::linear_code(true) : kernels::dynamic_code(true));
-            code_v_.emplace(linear ? kernels::linear_code(false) : kernels::dynamic_code(false));
-            size_t f32 = 0, codes = 0;
-            const size_t B = size_t(cfg_.block);
-            for (Piece& pc : pieces_) {
-                const model::ParamSpec& p = layout_.params[pc.param];
-                size_t whole = 1;
-                for (int64_t d : p.full_shape) whole *= size_t(d);
-                pc.small = whole < kSmallTensor;
-                if (pc.small) {
-                    pc.f32 = f32, f32 += pc.end - pc.begin;
-                    continue;
-                }
-                pc.q = codes, codes += pc.end - pc.begin;
-                pc.block = blocks_.size();
-                for (size_t b = pc.begin; b < pc.end;) {
-                    const size_t e = std::min(pc.end, p.offset + ((b - p.offset) / B + 1) * B);
-                    blocks_.push_back({b, e});
-                    b = e;
-                }
-                pc.blocks = blocks_.size() - pc.block;
-            }
-            const size_t blocks = blocks_.size();
-            s0_.resize(f32), s1_.resize(f32);
-            q0_.resize(codes), q1_.resize(codes);
-            a0_.resize(blocks), a1_.resize(blocks);
-            // every block starts as zeros: 0's code, absmax 0
-            const uint8_t zm = code_m_->nearest(0.0f), zv = code_v_->nearest(0.0f);
-            std::fill(q0_.begin(), q0_.end(), zm);
-            std::fill(q1_.begin(), q1_.end(), zv);
-            scratch_.resize(size_t(std::max(1, omp_get_max_threads())) * 2 * B);
-            break;
+}
+
+// 8-bit Adam: small tensors keep fp32 state; the others 8-bit codes in blocks of cfg_.block elements
+// (a block never crosses a parameter), each with its absmax; every block starts as zeros.
+void Optimizer::allocate_8bit() {
+    SHARDLM_CHECK(cfg_.block > 0, "adam8bit: block size ", cfg_.block, " must be > 0");
+    const bool linear = cfg_.code == QuantCode::Linear;
+    code_m_.emplace(linear ? kernels::linear_code(true) : kernels::dynamic_code(true));
+    code_v_.emplace(linear ? kernels::linear_code(false) : kernels::dynamic_code(false));
+    size_t f32 = 0, codes = 0;
+    const size_t B = size_t(cfg_.block);
+    for (Piece& pc : pieces_) {
+        const model::ParamSpec& p = layout_.params[pc.param];
+        size_t whole = 1;
+        for (int64_t d : p.full_shape) whole *= size_t(d);
+        pc.small = whole < kSmallTensor;
+        if (pc.small) {
+            pc.f32 = f32, f32 += pc.end - pc.begin;
+            continue;
         }
-        case Kind::Adafactor: {
-            size_t rc = 0, stat = 0, vec = 0;
-            for (const model::ParamSpec& p : layout_.params) {
-                Factor f;
-                f.factored = p.shape.size() >= 2;
-                if (f.factored) {
-                    f.rows = size_t(p.shape[0]), f.cols = p.numel / f.rows;
-                    f.real_rows = p.hf_rows >= 0 ? std::min(f.rows, size_t(p.hf_rows)) : f.rows;
-                } else {
-                    f.rows = f.real_rows = 1, f.cols = p.numel;
-                }
-                f.real = f.real_rows * f.cols;
-                f.rc = rc, f.stat = stat;
-                if (f.factored) rc += f.rows + f.cols, stat += f.rows + f.cols;
-                stat += 1;  // the sum of p^2
-                factors_.push_back(f);
-            }
-            for (Piece& pc : pieces_)
-                if (!factors_[pc.param].factored) pc.f32 = vec, vec += pc.end - pc.begin;
-            rc_.resize(rc), rf_.resize(rc);
-            stats_.resize(stat), usq_.resize(layout_.params.size());
-            s1_.resize(vec);
-            if (cfg_.first_moment) s0_.resize(n);
-            break;
+        pc.q = codes, codes += pc.end - pc.begin;
+        pc.block = blocks_.size();
+        for (size_t b = pc.begin; b < pc.end;) {
+            const size_t e = std::min(pc.end, p.offset + ((b - p.offset) / B + 1) * B);
+            blocks_.push_back({b, e});
+            b = e;
         }
+        pc.blocks = blocks_.size() - pc.block;
     }
+    const size_t blocks = blocks_.size();
+    s0_.resize(f32), s1_.resize(f32);
+    q0_.resize(codes), q1_.resize(codes);
+    a0_.resize(blocks), a1_.resize(blocks);
+    // every block starts as zeros: 0's code, absmax 0
+    const uint8_t zm = code_m_->nearest(0.0f), zv = code_v_->nearest(0.0f);
+    std::fill(q0_.begin(), q0_.end(), zm);
+    std::fill(q1_.begin(), q1_.end(), zv);
+    scratch_.resize(size_t(std::max(1, omp_get_max_threads())) * 2 * B);
+}
+
+// Adafactor: the factored second moment's row and column sums per matrix, the full one for vectors.
+void Optimizer::allocate_factored() {
+    size_t rc = 0, stat = 0, vec = 0;
+    for (const model::ParamSpec& p : layout_.params) {
+        Factor f;
+        f.factored = p.shape.size() >= 2;
+        if (f.factored) {
+            f.rows = size_t(p.shape[0]), f.cols = p.numel / f.rows;
+            f.real_rows = p.hf_rows >= 0 ? std::min(f.rows, size_t(p.hf_rows)) : f.rows;
+        } else {
+            f.rows = f.real_rows = 1, f.cols = p.numel;
+        }
+        f.real = f.real_rows * f.cols;
+        f.rc = rc, f.stat = stat;
+        if (f.factored) rc += f.rows + f.cols, stat += f.rows + f.cols;
+        stat += 1;  // the sum of p^2
+        factors_.push_back(f);
+    }
+    for (Piece& pc : pieces_)
+        if (!factors_[pc.param].factored) pc.f32 = vec, vec += pc.end - pc.begin;
+    rc_.resize(rc), rf_.resize(rc);
+    stats_.resize(stat), usq_.resize(layout_.params.size());
+    s1_.resize(vec);
+    if (cfg_.first_moment) s0_.resize(owned_elems_);
 }
 
 std::vector<std::pair<std::string, AlignedBuffer<float>*>> Optimizer::state() {

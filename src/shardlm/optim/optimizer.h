@@ -146,6 +146,10 @@ private:
         bool small = false;
         size_t f32 = 0, q = 0, block = 0, blocks = 0;
     };
+    // the constructor's parts: the pieces, and the state of the rules whose state is not elementwise fp32
+    void cut_pieces();
+    void allocate_8bit();
+    void allocate_factored();
     // adam8bit: dequantise the state into view0_/view1_ (to_views), or quantise them back
     void move_8bit_state(bool to_views);
     // Adafactor: per parameter of the layout, its factored statistics at `rc` of rc_ (rows, then

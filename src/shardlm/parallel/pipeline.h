@@ -52,6 +52,10 @@ public:
                const std::function<void(const Result&)>& on_reduce = {}, const std::function<void()>& on_step = {});
 
 private:
+    struct Pass;  // one run's state (pipeline.cpp)
+    void message(Pass& p, const schedule::Action& a, int slot);   // RecvAct, SendAct, RecvGrad, SendGrad
+    void forward(Pass& p, const schedule::Action& a, int slot);
+    void backward(Pass& p, const schedule::Action& a, int slot);  // Backward, BackwardInput, BackwardWeight
     int tag(const schedule::Schedule& s, int micro, int model_chunk, bool grad) const;
     void wait_sends();
     // messages to this rank itself, by tag, until received

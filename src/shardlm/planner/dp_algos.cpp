@@ -28,98 +28,77 @@ double powersgd_floats(const cost::ModelShape& m, int tp, int pp, int rank, int 
     return s + (m.biases ? 2 * h : h) / pp;                                          // the final norm
 }
 
+// Bytes a rank sends per step and seconds it takes, for the dp group's collectives of one policy.
+struct DpGroupCost {
+    int n;       // ranks
+    double P;    // parameters a rank holds
+    cost::Link link;
+    using Cost = std::pair<double, double>;  // {bytes per step, seconds per step}
+    Cost all_reduce(double buffer, double every) const {
+        return {cost::ring_bytes_per_rank(cost::Collective::AllReduce, buffer, n) / every,
+                cost::collective_time_s(cost::Collective::AllReduce, buffer, n, link) / every};
+    }
+    Cost all_gather(double msg) const {  // every rank's message of msg bytes to every rank
+        return {cost::ring_bytes_per_rank(cost::Collective::AllGather, msg * n, n),
+                cost::collective_time_s(cost::Collective::AllGather, msg * n, n, link)};
+    }
+    Cost neighbours(int d) const {
+        return {d * 4 * P, d * cost::collective_time_s(cost::Collective::SendRecv, 4 * P, 2, link)};
+    }
+};
+
+// The algorithms whose replicas differ (ZeRO-0 only): local SGD, DiLoCo, gossip on three graphs.
+std::vector<std::pair<std::string, DpGroupCost::Cost>> replica_algorithms(const DpGroupCost& g) {
+    std::vector<std::pair<std::string, DpGroupCost::Cost>> r;
+    for (int h : {4, 16}) r.push_back({"local-sgd H=" + std::to_string(h), g.all_reduce(4 * g.P, h)});
+    for (int h : {50, 100}) r.push_back({"diloco H=" + std::to_string(h), g.all_reduce(4 * g.P, h)});
+    std::set<int> peers;  // rank 0's exponential-graph neighbours: +- 2^k mod n, deduplicated (as the engine's)
+    for (int k = 1; k < g.n; k *= 2) peers.insert(k % g.n), peers.insert((g.n - k) % g.n);
+    peers.erase(0);
+    r.push_back({"gossip ring", g.neighbours(g.n > 2 ? 2 : 1)});
+    r.push_back({"gossip exp", g.neighbours(int(peers.size()))});
+    r.push_back({"gossip one-peer-exp", g.neighbours(1)});
+    return r;
+}
+
+// The compressed gradients' exchanges (ZeRO-0 or 1).
+std::vector<std::pair<std::string, DpGroupCost::Cost>> compressed_algorithms(const DpGroupCost& g,
+                                                                             const cost::ModelShape& m, const Policy& p) {
+    const double P = g.P;
+    return {{"topk 1% + EF", g.all_gather(8 * 0.01 * P)},
+            {"qsgd 8 levels (4 bits)", g.all_gather(P * (1 + 3) / 8 + 4 * P / 512)},
+            {"sign + EF", g.all_gather(P / 8 + 4)},
+            {"powersgd R=4 + EF", g.all_reduce(4 * powersgd_floats(m, p.tp, p.pp, 4, 4), 1)},
+            // bench/dp_algos.sh's powersgd-r8-vocab-r1-bf16
+            {"powersgd R=8, vocab R=1, bf16 + EF", g.all_reduce(2 * powersgd_floats(m, p.tp, p.pp, 8, 1), 1)}};
+}
+
 }  // namespace
 
 std::vector<DpAlgoCost> compare_dp_algos(const cost::ModelShape& m, const Cluster& c, const Estimate& e) {
     const Policy& p = e.policy;
-    const int n = p.dp;
-    const double P = double(cost::total_params(m)) / (double(p.tp) * p.pp);
-    const cost::Link link = group_link(c, p.tp * p.cp * p.dp);
+    const DpGroupCost g{p.dp, double(cost::total_params(m)) / (double(p.tp) * p.pp), group_link(c, p.tp * p.cp * p.dp)};
     const double others = e.step_time_s - e.time.dp_comm;
-    std::vector<DpAlgoCost> rows;
-    // compressed: the gradients' exchange (ZeRO-1 allowed) rather than the replicas' (ZeRO-0 only)
-    std::vector<bool> compressed;
-    auto add = [&](std::string name, double bytes, double seconds, bool is_compressed = false) {
-        rows.push_back({std::move(name), bytes, seconds, others + seconds, false});
-        compressed.resize(rows.size(), false);
-        compressed.back() = is_compressed;
-    };
-    using cost::Collective;
-    auto all_reduce = [&](double buffer, double every) {
-        return std::pair{cost::ring_bytes_per_rank(Collective::AllReduce, buffer, n) / every,
-                         cost::collective_time_s(Collective::AllReduce, buffer, n, link) / every};
-    };
-    auto all_gather = [&](double msg) {  // every rank's message of msg bytes to every rank
-        return std::pair{cost::ring_bytes_per_rank(Collective::AllGather, msg * n, n),
-                         cost::collective_time_s(Collective::AllGather, msg * n, n, link)};
-    };
-    auto neighbours = [&](int d) {
-        return std::pair{d * 4 * P, d * cost::collective_time_s(Collective::SendRecv, 4 * P, 2, link)};
-    };
     // the all-reduce: the policy's own ZeRO traffic and its exposed time
-    const cost::DpTraffic t = cost::dp_traffic_per_step(p.zero_stage, P, p.precision == Precision::Fp32
-                                                                           ? cost::StateBytes{4, 4, 0}
-                                                                           : cost::StateBytes{2, 2, 0},
+    const cost::DpTraffic t = cost::dp_traffic_per_step(p.zero_stage, g.P, p.precision == Precision::Fp32
+                                                                             ? cost::StateBytes{4, 4, 0}
+                                                                             : cost::StateBytes{2, 2, 0},
                                                         e.micro_batches);
-    rows.push_back({"allreduce (the policy's ZeRO-" + std::to_string(p.zero_stage) + ")", cost::dp_bytes_per_rank(t, n),
-                    e.time.dp_comm, e.step_time_s, false});
-    for (int h : {4, 16}) {
-        auto [b, s] = all_reduce(4 * P, h);
-        add("local-sgd H=" + std::to_string(h), b, s);
-    }
-    for (int h : {50, 100}) {
-        auto [b, s] = all_reduce(4 * P, h);
-        add("diloco H=" + std::to_string(h), b, s);
-    }
-    const int ring = n > 2 ? 2 : 1;
-    std::set<int> peers;  // rank 0's exponential-graph neighbours: +- 2^k mod n, deduplicated (as the engine's)
-    for (int k = 1; k < n; k *= 2) peers.insert(k % n), peers.insert((n - k) % n);
-    peers.erase(0);
-    const int exp = int(peers.size());
-    {
-        auto [b, s] = neighbours(ring);
-        add("gossip ring", b, s);
-    }
-    {
-        auto [b, s] = neighbours(exp);
-        add("gossip exp", b, s);
-    }
-    {
-        auto [b, s] = neighbours(1);
-        add("gossip one-peer-exp", b, s);
-    }
-    {
-        auto [b, s] = all_gather(8 * 0.01 * P);
-        add("topk 1% + EF", b, s, true);
-    }
-    {
-        auto [b, s] = all_gather(P * (1 + 3) / 8 + 4 * P / 512);
-        add("qsgd 8 levels (4 bits)", b, s, true);
-    }
-    {
-        auto [b, s] = all_gather(P / 8 + 4);
-        add("sign + EF", b, s, true);
-    }
-    {
-        auto [b, s] = all_reduce(4 * powersgd_floats(m, p.tp, p.pp, 4, 4), 1);
-        add("powersgd R=4 + EF", b, s, true);
-    }
-    {  // bench/dp_algos.sh's powersgd-r8-vocab-r1-bf16
-        auto [b, s] = all_reduce(2 * powersgd_floats(m, p.tp, p.pp, 8, 1), 1);
-        add("powersgd R=8, vocab R=1, bf16 + EF", b, s, true);
-    }
-    // ZeRO-1 with compressed gradients gathers the updated slices every step as the all-reduce does;
+    std::vector<DpAlgoCost> rows{{"allreduce (the policy's ZeRO-" + std::to_string(p.zero_stage) + ")",
+                                  cost::dp_bytes_per_rank(t, g.n), e.time.dp_comm, e.step_time_s, false}};
     // local SGD, DiLoCo and gossip need ZeRO-0 (and its memory)
-    compressed.resize(rows.size(), false);
-    for (size_t i = 1; i < rows.size(); i++) {
-        if (p.zero_stage == 1 && compressed[i]) {
-            const double param_bytes = p.precision == Precision::Fp32 ? 4 : 2;
-            rows[i].bytes_per_step += cost::ring_bytes_per_rank(Collective::AllGather, param_bytes * P, n);
-            rows[i].comm_s += cost::collective_time_s(Collective::AllGather, param_bytes * P, n, link);
-            rows[i].step_s = others + rows[i].comm_s;
+    for (auto& [name, cost] : replica_algorithms(g))
+        rows.push_back({name + (p.zero_stage >= 1 ? " (ZeRO-0)" : ""), cost.first, cost.second, others + cost.second, false});
+    // ZeRO-1 with compressed gradients gathers the updated slices every step as the all-reduce does
+    const double param_bytes = p.precision == Precision::Fp32 ? 4 : 2;
+    for (auto& [name, cost] : compressed_algorithms(g, m, p)) {
+        DpAlgoCost r{name + (p.zero_stage >= 2 ? " (ZeRO-1)" : ""), cost.first, cost.second, others + cost.second, false};
+        if (p.zero_stage == 1) {
+            r.bytes_per_step += cost::ring_bytes_per_rank(cost::Collective::AllGather, param_bytes * g.P, g.n);
+            r.comm_s += cost::collective_time_s(cost::Collective::AllGather, param_bytes * g.P, g.n, g.link);
+            r.step_s = others + r.comm_s;
         }
-        if (p.zero_stage >= 1 && !compressed[i]) rows[i].name += " (ZeRO-0)";
-        if (p.zero_stage >= 2 && compressed[i]) rows[i].name += " (ZeRO-1)";
+        rows.push_back(r);
     }
     for (size_t i = 1; i < rows.size(); i++) rows[i].beats_allreduce = rows[i].step_s < rows[0].step_s;
     return rows;

@@ -189,85 +189,115 @@ SimResult simulate(const Schedule& s, double t_f, double t_b, double t_w) {
     return simulate(s, std::vector<PassTimes>(size_t(s.stages), PassTimes{t_f, t_b, t_w}));
 }
 
-SimResult simulate(const Schedule& s, const std::vector<PassTimes>& per_rank) {
+namespace {
+
+// simulate()'s state: each rank's next action and clock, the passes in flight, the messages in the air.
+struct ScheduleSimulation {
+    const Schedule& s;
+    const std::vector<PassTimes>& per_rank;
     SimResult res;
+    std::vector<size_t> pc;
+    std::vector<double> clock;
+    std::vector<int> live;
+    // messages sent and not yet received: (src, dst, is_grad, micro, model chunk of the receiver) -> time
+    std::unordered_map<uint64_t, double> mail;
+    uint64_t P, M, C;
+
+    ScheduleSimulation(const Schedule& sched, const std::vector<PassTimes>& times)
+        : s(sched), per_rank(times), pc(size_t(sched.stages), 0), clock(size_t(sched.stages), 0.0),
+          live(size_t(sched.stages), 0), P(uint64_t(sched.stages)), M(uint64_t(sched.micro) + 1),
+          C(uint64_t(sched.num_model_chunks()) + 2) {
+        const size_t p = size_t(sched.stages);
+        res.busy.assign(p, 0.0);
+        res.idle.assign(p, 0.0);
+        res.max_in_flight.assign(p, 0);
+        res.spans.resize(p);
+    }
+    uint64_t mail_key(int src, int dst, bool grad, int micro, int chunk) const {
+        return (((uint64_t(src) * P + uint64_t(dst)) * 2 + grad) * M + uint64_t(micro)) * C + uint64_t(chunk + 1);
+    }
+    // Rank r's actions until it blocks on a receive or ends; false on an error (res.error).
+    bool advance(int r, bool& progressed) {
+        const auto& list = s.ranks[size_t(r)];
+        while (pc[size_t(r)] < list.size()) {
+            const Action& a = list[size_t(pc[size_t(r)])];
+            double& t = clock[size_t(r)];
+            const int mc = s.model_chunk(r, a.chunk);
+            if (a.op == Op::SendAct || a.op == Op::SendGrad) {
+                const bool grad = a.op == Op::SendGrad;
+                const uint64_t key = mail_key(r, a.peer, grad, a.micro, grad ? mc - 1 : mc + 1);
+                if (mail.count(key)) {
+                    res.error = "rank " + std::to_string(r) + " sends the same message twice";
+                    return false;
+                }
+                mail[key] = t;
+            } else if (a.op == Op::RecvAct || a.op == Op::RecvGrad) {
+                auto it = mail.find(mail_key(a.peer, r, a.op == Op::RecvGrad, a.micro, mc));
+                if (it == mail.end()) break;  // blocked
+                t = std::max(t, it->second);
+                mail.erase(it);
+            } else if (a.op == Op::Forward || a.op == Op::Backward || a.op == Op::BackwardInput ||
+                       a.op == Op::BackwardWeight) {
+                pass(r, a);
+            }
+            pc[size_t(r)]++;
+            progressed = true;
+        }
+        return true;
+    }
+    void pass(int r, const Action& a) {
+        double& t = clock[size_t(r)];
+        const PassTimes& pt = per_rank[size_t(r)];
+        const double t_w = pt.w < 0 ? pt.b / 2 : pt.w;
+        const double d = a.op == Op::Forward          ? pt.f
+                         : a.op == Op::Backward       ? pt.b
+                         : a.op == Op::BackwardWeight ? t_w
+                                                      : pt.b - t_w;
+        res.spans[size_t(r)].push_back({a.op, a.micro, a.chunk, t, t + d});
+        t += d;
+        res.busy[size_t(r)] += d;
+        if (a.op == Op::Forward) live[size_t(r)]++;
+        else if (a.op != Op::BackwardInput) live[size_t(r)]--;  // a slot is free after its W
+        if (s.forward_only) live[size_t(r)] = 1;
+        res.max_in_flight[size_t(r)] = std::max(res.max_in_flight[size_t(r)], live[size_t(r)]);
+    }
+    bool done(int r) const { return pc[size_t(r)] >= s.ranks[size_t(r)].size(); }
+    std::string deadlock() const {
+        std::string where;
+        for (int r = 0; r < s.stages; r++)
+            if (!done(r)) {
+                const Action& a = s.ranks[size_t(r)][pc[size_t(r)]];
+                where += " rank " + std::to_string(r) + " waits in " + op_name(a.op) + " of micro-batch " +
+                         std::to_string(a.micro) + ";";
+            }
+        return "deadlock:" + where;
+    }
+};
+
+}  // namespace
+
+SimResult simulate(const Schedule& s, const std::vector<PassTimes>& per_rank) {
     const int p = s.stages;
     SHARDLM_CHECK(per_rank.size() == size_t(p), "simulate: ", per_rank.size(), " ranks' times for ", p, " stages");
-    res.busy.assign(size_t(p), 0.0);
-    res.idle.assign(size_t(p), 0.0);
-    res.max_in_flight.assign(size_t(p), 0);
-    res.spans.resize(size_t(p));
-    std::vector<size_t> pc(size_t(p), 0);
-    std::vector<double> clock(size_t(p), 0.0);
-    std::vector<int> live(size_t(p), 0);
-    // messages sent and not yet received: (src, dst, is_grad, micro, model chunk of the receiver) -> time
-    const uint64_t P = uint64_t(p), M = uint64_t(s.micro) + 1, C = uint64_t(s.num_model_chunks()) + 2;
-    auto mail_key = [&](int src, int dst, bool grad, int micro, int chunk) {
-        return (((uint64_t(src) * P + uint64_t(dst)) * 2 + grad) * M + uint64_t(micro)) * C + uint64_t(chunk + 1);
-    };
-    std::unordered_map<uint64_t, double> mail;
+    ScheduleSimulation sim(s, per_rank);
+    SimResult& res = sim.res;
     for (;;) {
         bool progressed = false, all_done = true;
         for (int r = 0; r < p; r++) {
-            auto& list = s.ranks[size_t(r)];
-            while (pc[size_t(r)] < list.size()) {
-                const Action& a = list[size_t(pc[size_t(r)])];
-                double& t = clock[size_t(r)];
-                const int mc = s.model_chunk(r, a.chunk);
-                if (a.op == Op::SendAct || a.op == Op::SendGrad) {
-                    const bool grad = a.op == Op::SendGrad;
-                    const int dst_chunk = grad ? mc - 1 : mc + 1;
-                    const uint64_t key = mail_key(r, a.peer, grad, a.micro, dst_chunk);
-                    if (mail.count(key)) {
-                        res.error = "rank " + std::to_string(r) + " sends the same message twice";
-                        return res;
-                    }
-                    mail[key] = t;
-                } else if (a.op == Op::RecvAct || a.op == Op::RecvGrad) {
-                    const bool grad = a.op == Op::RecvGrad;
-                    auto it = mail.find(mail_key(a.peer, r, grad, a.micro, mc));
-                    if (it == mail.end()) break;  // blocked
-                    t = std::max(t, it->second);
-                    mail.erase(it);
-                } else if (a.op == Op::Forward || a.op == Op::Backward || a.op == Op::BackwardInput ||
-                           a.op == Op::BackwardWeight) {
-                    const PassTimes& pt = per_rank[size_t(r)];
-                    const double t_w = pt.w < 0 ? pt.b / 2 : pt.w;
-                    const double d = a.op == Op::Forward          ? pt.f
-                                     : a.op == Op::Backward       ? pt.b
-                                     : a.op == Op::BackwardWeight ? t_w
-                                                                  : pt.b - t_w;
-                    res.spans[size_t(r)].push_back({a.op, a.micro, a.chunk, t, t + d});
-                    t += d;
-                    res.busy[size_t(r)] += d;
-                    if (a.op == Op::Forward) live[size_t(r)]++;
-                    else if (a.op != Op::BackwardInput) live[size_t(r)]--;  // a slot is free after its W
-                    if (s.forward_only) live[size_t(r)] = 1;
-                    res.max_in_flight[size_t(r)] = std::max(res.max_in_flight[size_t(r)], live[size_t(r)]);
-                }
-                pc[size_t(r)]++;
-                progressed = true;
-            }
-            if (pc[size_t(r)] < list.size()) all_done = false;
+            if (!sim.advance(r, progressed)) return res;
+            all_done = all_done && sim.done(r);
         }
         if (all_done) break;
         if (!progressed) {
-            std::string where;
-            for (int r = 0; r < p; r++)
-                if (pc[size_t(r)] < s.ranks[size_t(r)].size()) {
-                    const Action& a = s.ranks[size_t(r)][pc[size_t(r)]];
-                    where += " rank " + std::to_string(r) + " waits in " + op_name(a.op) + " of micro-batch " +
-                             std::to_string(a.micro) + ";";
-                }
-            res.error = "deadlock:" + where;
+            res.error = sim.deadlock();
             return res;
         }
     }
-    if (!mail.empty()) {
-        res.error = std::to_string(mail.size()) + " message(s) sent but never received";
+    if (!sim.mail.empty()) {
+        res.error = std::to_string(sim.mail.size()) + " message(s) sent but never received";
         return res;
     }
-    for (int r = 0; r < p; r++) res.makespan = std::max(res.makespan, clock[size_t(r)]);
+    for (int r = 0; r < p; r++) res.makespan = std::max(res.makespan, sim.clock[size_t(r)]);
     for (int r = 0; r < p; r++) res.idle[size_t(r)] = res.makespan - res.busy[size_t(r)];
     res.ok = true;
     return res;

@@ -84,64 +84,7 @@ void TrainConfig::validate_dp_algo() const {
                   "--error-feedback ef --momentum-correction 0.9 --beta1 0");
     SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || compress.empty(), "--compress ", compress, " applies to --dp-algo "
                   "compressed (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress ", compress);
-    if (dp_algo == DpAlgo::Compressed) {
-        SHARDLM_CHECK(!compress.empty(), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
-                      "the elements), qsgd:8, randk:0.01, sign, sign:vote or powersgd:4");
-        const parallel::DpAlgoConfig d = dp_algo_config();  // both specs parsed, auto resolved (ef when either is biased)
-        const parallel::CompressSpec& c = d.compress;
-        const bool with_ef = d.error_feedback == parallel::ErrorFeedback::Ef || d.error_feedback == parallel::ErrorFeedback::Ef21;
-        for (const bool embedding : {false, true}) {
-            if (embedding && !d.compress_embedding) continue;
-            const parallel::CompressSpec& spec = embedding ? *d.compress_embedding : c;
-            const std::string& text = embedding ? compress_embedding : compress;
-            // none is exact: the error it would carry is 0
-            SHARDLM_CHECK(!(with_ef && parallel::is_unbiased(spec) && spec.kind != parallel::CompressKind::None),
-                          "--error-feedback ", setting_text(d.error_feedback), error_feedback == parallel::ErrorFeedback::Auto ?
-                          " (auto: " + std::string(embedding ? "--compress " : "--compress-embedding ") + "is biased)" : "",
-                          embedding ? " with --compress-embedding " :
-                          " with --compress ", text, ": error feedback needs a contractive compressor (|C(x) - x| < |x|), "
-                          "and ", text, " is unbiased but not contractive (rand-k scales what it keeps by n/k, QSGD's "
-                          "rounding variance exceeds |x|^2 on large buckets), so the carried error grows step after step"
-                          "\n---> HINT: --error-feedback none (or auto) with ", text, ", or a biased compressor (topk, sign) with ef");
-        }
-        const bool power = c.kind == parallel::CompressKind::PowerSgd;
-        if (momentum_correction > 0) {
-            // DGC's masking resets the momentum of what was sent: on a dense compressor (sign, none) that is every
-            // element every step, and PowerSGD sends no element of its own
-            const bool topk = c.kind == parallel::CompressKind::TopK &&
-                              (!d.compress_embedding || d.compress_embedding->kind == parallel::CompressKind::TopK);
-            SHARDLM_CHECK(topk && d.error_feedback == parallel::ErrorFeedback::Ef, "--momentum-correction ",
-                          momentum_correction, " with --compress ", compress,
-                          compress_embedding.empty() ? "" : " --compress-embedding " + compress_embedding,
-                          " --error-feedback ", setting_text(d.error_feedback), ": Deep Gradient Compression's momentum "
-                          "correction accumulates each rank's momentum in the error buffer and resets the elements top-k "
-                          "sent; it needs top-k on every tensor and error feedback ef"
-                          "\n---> HINT: --compress topk:0.01 --error-feedback ef --momentum-correction 0.9 --beta1 0");
-        }
-        if (d.compress_embedding) {
-            const parallel::CompressKind e = d.compress_embedding->kind;
-            SHARDLM_CHECK(!power || e == parallel::CompressKind::PowerSgd || e == parallel::CompressKind::None,
-                          "--compress-embedding ", compress_embedding, " with --compress ", compress, ": PowerSGD all-"
-                          "reduces its factors and the elements it sends whole, and an elementwise message is all-gathered"
-                          "\n---> HINT: --compress-embedding powersgd:R (its own rank) or none (sent whole)");
-            SHARDLM_CHECK(power || e != parallel::CompressKind::PowerSgd, "--compress-embedding ", compress_embedding,
-                          " with --compress ", compress, ": the elementwise compressors' messages are all-gathered and "
-                          "PowerSGD's factors all-reduced: one exchange serves one family\n---> HINT: --compress "
-                          "powersgd:R with --compress-embedding powersgd:R2, or an elementwise --compress-embedding "
-                          "(topk:F, qsgd:S, ...)");
-        }
-        SHARDLM_CHECK(power || d.compress_dtype == DType::F32, "--compress-dtype ", setting_text(compress_dtype),
-                      " with --compress ", compress, ": only "
-                      "PowerSGD's all-reduced factors take a wire type (the elementwise messages have their own formats)"
-                      "\n---> HINT: --compress powersgd:R --compress-dtype bf16, or drop --compress-dtype");
-        SHARDLM_CHECK(!(c.kind == parallel::CompressKind::SignVote && error_feedback == parallel::ErrorFeedback::Ef21),
-                      "--error-feedback ef21 with --compress sign:vote: EF21's aggregate is the mean of the ranks' "
-                      "compressed messages, and a majority vote is not their mean (the estimate would drift)"
-                      "\n---> HINT: --compress sign with ef21, or sign:vote with ef");
-        SHARDLM_CHECK(!(c.kind == parallel::CompressKind::PowerSgd && error_feedback == parallel::ErrorFeedback::Ef21),
-                      "--error-feedback ef21 needs each rank's own compressed message, and PowerSGD sends only the "
-                      "all-reduced factors\n---> HINT: --error-feedback ef (Vogels et al.'s) with powersgd");
-    }
+    if (dp_algo == DpAlgo::Compressed) validate_compression();
     SHARDLM_CHECK(!parallel::replicas_differ(dp_algo) || zero == 0, "--dp-algo ", algo, " keeps a replica per data-parallel "
                   "rank that differs from the others between synchronisations, and --zero ", zero, " shards one replica "
                   "over those ranks\n---> HINT: --zero 0 with --dp-algo ", algo, " (or --dp-algo compressed with --zero 1)");
@@ -150,6 +93,66 @@ void TrainConfig::validate_dp_algo() const {
                   "local step need its whole gradient\n---> HINT: --zero 1 (optimiser state sharded) or 0");
     SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || optimizer != optim::Kind::Sophia, "--optimizer sophia with --dp-algo ",
                   algo, ": its Hessian pass reduces gradients by the all-reduce\n---> HINT: --dp-algo allreduce");
+}
+
+// --dp-algo compressed: the compressors, their error feedback, momentum correction and wire type agree.
+void TrainConfig::validate_compression() const {
+    SHARDLM_CHECK(!compress.empty(), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
+                  "the elements), qsgd:8, randk:0.01, sign, sign:vote or powersgd:4");
+    const parallel::DpAlgoConfig d = dp_algo_config();  // both specs parsed, auto resolved (ef when either is biased)
+    const parallel::CompressSpec& c = d.compress;
+    const bool with_ef = d.error_feedback == parallel::ErrorFeedback::Ef || d.error_feedback == parallel::ErrorFeedback::Ef21;
+    for (const bool embedding : {false, true}) {
+        if (embedding && !d.compress_embedding) continue;
+        const parallel::CompressSpec& spec = embedding ? *d.compress_embedding : c;
+        const std::string& text = embedding ? compress_embedding : compress;
+        // none is exact: the error it would carry is 0
+        SHARDLM_CHECK(!(with_ef && parallel::is_unbiased(spec) && spec.kind != parallel::CompressKind::None),
+                      "--error-feedback ", setting_text(d.error_feedback), error_feedback == parallel::ErrorFeedback::Auto ?
+                      " (auto: " + std::string(embedding ? "--compress " : "--compress-embedding ") + "is biased)" : "",
+                      embedding ? " with --compress-embedding " :
+                      " with --compress ", text, ": error feedback needs a contractive compressor (|C(x) - x| < |x|), "
+                      "and ", text, " is unbiased but not contractive (rand-k scales what it keeps by n/k, QSGD's "
+                      "rounding variance exceeds |x|^2 on large buckets), so the carried error grows step after step"
+                      "\n---> HINT: --error-feedback none (or auto) with ", text, ", or a biased compressor (topk, sign) with ef");
+    }
+    const bool power = c.kind == parallel::CompressKind::PowerSgd;
+    if (momentum_correction > 0) {
+        // DGC's masking resets the momentum of what was sent: on a dense compressor (sign, none) that is every
+        // element every step, and PowerSGD sends no element of its own
+        const bool topk = c.kind == parallel::CompressKind::TopK &&
+                          (!d.compress_embedding || d.compress_embedding->kind == parallel::CompressKind::TopK);
+        SHARDLM_CHECK(topk && d.error_feedback == parallel::ErrorFeedback::Ef, "--momentum-correction ",
+                      momentum_correction, " with --compress ", compress,
+                      compress_embedding.empty() ? "" : " --compress-embedding " + compress_embedding,
+                      " --error-feedback ", setting_text(d.error_feedback), ": Deep Gradient Compression's momentum "
+                      "correction accumulates each rank's momentum in the error buffer and resets the elements top-k "
+                      "sent; it needs top-k on every tensor and error feedback ef"
+                      "\n---> HINT: --compress topk:0.01 --error-feedback ef --momentum-correction 0.9 --beta1 0");
+    }
+    if (d.compress_embedding) {
+        const parallel::CompressKind e = d.compress_embedding->kind;
+        SHARDLM_CHECK(!power || e == parallel::CompressKind::PowerSgd || e == parallel::CompressKind::None,
+                      "--compress-embedding ", compress_embedding, " with --compress ", compress, ": PowerSGD all-"
+                      "reduces its factors and the elements it sends whole, and an elementwise message is all-gathered"
+                      "\n---> HINT: --compress-embedding powersgd:R (its own rank) or none (sent whole)");
+        SHARDLM_CHECK(power || e != parallel::CompressKind::PowerSgd, "--compress-embedding ", compress_embedding,
+                      " with --compress ", compress, ": the elementwise compressors' messages are all-gathered and "
+                      "PowerSGD's factors all-reduced: one exchange serves one family\n---> HINT: --compress "
+                      "powersgd:R with --compress-embedding powersgd:R2, or an elementwise --compress-embedding "
+                      "(topk:F, qsgd:S, ...)");
+    }
+    SHARDLM_CHECK(power || d.compress_dtype == DType::F32, "--compress-dtype ", setting_text(compress_dtype),
+                  " with --compress ", compress, ": only "
+                  "PowerSGD's all-reduced factors take a wire type (the elementwise messages have their own formats)"
+                  "\n---> HINT: --compress powersgd:R --compress-dtype bf16, or drop --compress-dtype");
+    SHARDLM_CHECK(!(c.kind == parallel::CompressKind::SignVote && error_feedback == parallel::ErrorFeedback::Ef21),
+                  "--error-feedback ef21 with --compress sign:vote: EF21's aggregate is the mean of the ranks' "
+                  "compressed messages, and a majority vote is not their mean (the estimate would drift)"
+                  "\n---> HINT: --compress sign with ef21, or sign:vote with ef");
+    SHARDLM_CHECK(!(c.kind == parallel::CompressKind::PowerSgd && error_feedback == parallel::ErrorFeedback::Ef21),
+                  "--error-feedback ef21 needs each rank's own compressed message, and PowerSGD sends only the "
+                  "all-reduced factors\n---> HINT: --error-feedback ef (Vogels et al.'s) with powersgd");
 }
 
 model::GptConfig TrainConfig::model_config() const {

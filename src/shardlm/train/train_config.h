@@ -169,6 +169,7 @@ struct TrainConfig {
     void validate_data() const;
     void validate_optimiser() const;
     void validate_dp_algo() const;
+    void validate_compression() const;
     void validate_precision() const;
     void validate_output() const;
     void validate_parallel() const;

@@ -329,21 +329,7 @@ int Trainer::run() {
         if (final && !cfg_.trace.empty()) trace::enable(true);  // the timeline of the last step
         StepStats s = train_step(step);
         if (final) trace::enable(false);
-        if ((cfg_.memory_report || cfg_.comm_report) && final) {
-            // rank 0 prints every rank's report in order (mpirun would interleave their output)
-            const std::string rep = (cfg_.memory_report ? memory_report() : "") + (cfg_.comm_report ? comm_report() : "");
-            const std::vector<std::string> all = gather_text(*world_, rep);
-            if (is_root()) {
-                for (const std::string& r : all) std::printf("%s", r.c_str());
-                std::fflush(stdout);
-            }
-        }
-        if (final && e_.grid->pp_size() > 1) {
-            double b = s.bubble;
-            world_->all_reduce_sum(&b, 1);
-            bubble_mean = b / world_->size();
-        }
-        if (final && !cfg_.trace.empty()) write_trace(bubble_mean);
+        if (final) bubble_mean = report_last_step(s);
         if (s.nonfinite && !on_nonfinite(s)) {
             status = 1;
             break;
@@ -360,20 +346,9 @@ int Trainer::run() {
                            e_.sync->replicas_differ());
         done = step + 1;
         last = s;
-        if (async_ckpt_.pending()) publish_async_checkpoint(false);
-        bool due = (cfg_.ckpt_every > 0 && (step + 1) % cfg_.ckpt_every == 0) || final || s.stop_signal;
-        if (!due && cfg_.ckpt_every_seconds > 0 && !cfg_.out.empty()) {
-            float late = is_root() && now_s() - t_last_ckpt >= cfg_.ckpt_every_seconds ? 1.0f : 0.0f;
-            world_->broadcast(&late, 1, 0);
-            due = late != 0;
-        }
-        if (!cfg_.out.empty() && due) {
-            // the last checkpoint of a run (its end, or a stop signal) is written before returning
-            if (!save_finite_checkpoint(step + 1, cfg_.async_ckpt && !final && !s.stop_signal)) {
-                status = 1;
-                break;
-            }
-            t_last_ckpt = now_s();
+        if (!checkpoint_if_due(s, final, t_last_ckpt)) {
+            status = 1;
+            break;
         }
         if (s.stop_signal) {
             status = 128 + s.stop_signal;
@@ -385,7 +360,51 @@ int Trainer::run() {
         }
     }
     if (async_ckpt_.pending()) publish_async_checkpoint(true);  // (a stop for non-finite values: the earlier one)
-    const double train_s = now_s() - t_start;
+    return finish_run(status, done, last, bubble_mean, now_s() - t_start);
+}
+
+// The last step's reports: every rank's memory and communication report printed by rank 0 in order
+// (mpirun would interleave their output), the pipeline bubble's mean over ranks (returned), the trace.
+double Trainer::report_last_step(const StepStats& s) {
+    if (cfg_.memory_report || cfg_.comm_report) {
+        const std::string rep = (cfg_.memory_report ? memory_report() : "") + (cfg_.comm_report ? comm_report() : "");
+        const std::vector<std::string> all = gather_text(*world_, rep);
+        if (is_root()) {
+            for (const std::string& r : all) std::printf("%s", r.c_str());
+            std::fflush(stdout);
+        }
+    }
+    double bubble_mean = 0;
+    if (e_.grid->pp_size() > 1) {
+        double b = s.bubble;
+        world_->all_reduce_sum(&b, 1);
+        bubble_mean = b / world_->size();
+    }
+    if (!cfg_.trace.empty()) write_trace(bubble_mean);
+    return bubble_mean;
+}
+
+// A checkpoint after step s when one is due: every --ckpt-every steps, every --ckpt-every-seconds
+// (rank 0's clock), at the run's end and on a stop signal (those two written before returning, the
+// others in the background with --async-ckpt). False: the parameters are not finite, nothing written.
+bool Trainer::checkpoint_if_due(const StepStats& s, bool final, double& t_last_ckpt) {
+    if (async_ckpt_.pending()) publish_async_checkpoint(false);
+    const int steps_done = s.step + 1;
+    bool due = (cfg_.ckpt_every > 0 && steps_done % cfg_.ckpt_every == 0) || final || s.stop_signal;
+    if (!due && cfg_.ckpt_every_seconds > 0 && !cfg_.out.empty()) {
+        float late = is_root() && now_s() - t_last_ckpt >= cfg_.ckpt_every_seconds ? 1.0f : 0.0f;
+        world_->broadcast(&late, 1, 0);
+        due = late != 0;
+    }
+    if (cfg_.out.empty() || !due) return true;
+    if (!save_finite_checkpoint(steps_done, cfg_.async_ckpt && !final && !s.stop_signal)) return false;
+    t_last_ckpt = now_s();
+    return true;
+}
+
+// The run's end: what it trained, the final validation loss, the pipeline bubble beside its theory,
+// the GEMM choices, the sample and summary.json (status 0), or just the count (a stop).
+int Trainer::finish_run(int status, int done, const StepStats& last, double bubble_mean, double train_s) {
     if (status != 0) {
         if (is_root()) std::printf("trained %d steps in %s\n", done - start_step_, fmt_duration(train_s).c_str());
         std::fflush(stdout);
@@ -394,7 +413,8 @@ int Trainer::run() {
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
     if (is_root() && e_.grid->pp_size() > 1 && cfg_.last_step() > start_step_)
         std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory %s = %.3f\n", bubble_mean,
-                    schedule::bubble_theory_formula(e_.schedule.kind), schedule::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
+                    schedule::bubble_theory_formula(e_.schedule.kind),
+                    schedule::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
     if (is_root()) std::printf("trained %d steps in %s\n", cfg_.last_step() - start_step_, fmt_duration(train_s).c_str());
     if (is_root()) std::printf("GEMMs: %s\n", kernels::gemm_summary().c_str());  // what --gemm chose
     std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";

@@ -96,6 +96,9 @@ private:
     void print_header();
     void write_metrics(const StepStats& s);
     bool on_nonfinite(StepStats& s);           // reports a non-finite step; whether training goes on
+    double report_last_step(const StepStats& s);
+    bool checkpoint_if_due(const StepStats& s, bool final, double& t_last_ckpt);
+    int finish_run(int status, int done, const StepStats& last, double bubble_mean, double train_s);
     // refuses (false) if a parameter is non-finite; background: written by async_ckpt_'s thread
     bool save_finite_checkpoint(int steps_done, bool background = false);
     void publish_async_checkpoint(bool wait);
