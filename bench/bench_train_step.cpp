@@ -146,9 +146,9 @@ int main(int argc, char** argv) {
     shardlm::train::TrainConfig cfg;
     cfg.model = model;
     cfg.n_layer = n_layer, cfg.n_head = n_head, cfg.n_embd = n_embd;
-    cfg.tie_embeddings = tie;
-    if (n_ctx > 0) cfg.n_ctx = n_ctx;
     using shardlm::train::parse_setting;
+    parse_setting("--tie-embeddings", tie, &cfg.tie_embeddings);
+    if (n_ctx > 0) cfg.n_ctx = n_ctx;
     parse_setting("--attention", attention, &cfg.attention);
     parse_setting("--matmul-precision", precision, &cfg.matmul_precision);
     parse_setting("--precision", mixed, &cfg.precision);

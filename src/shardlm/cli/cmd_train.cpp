@@ -38,6 +38,12 @@ TrainFlags add_train_flags(CLI::App* c) {
                      flag, [dst, flag](const std::string& s) { train::parse_setting(flag, s, dst); },
                      std::string(help) + ": " + setting_choices(dst))
                     ->default_str(setting_text(ref));
+        } else if constexpr (NumberSetting<T>) {  // --zero 3: a number from a fixed set
+            auto* dst = &ref;
+            o = c->add_option_function<int64_t>(
+                     flag, [dst, flag](int64_t n) { train::parse_number_setting(flag, n, dst); },
+                     std::string(help) + ": " + setting_choices(dst))
+                    ->default_str(std::to_string(setting_number(ref)));
         } else {
             o = c->add_option(flag, ref, help)->capture_default_str();
         }

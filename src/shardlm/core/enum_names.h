@@ -11,6 +11,8 @@
 // tables (train/train_config.h) read and print every such field through these three, once.
 #pragma once
 #include <concepts>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -70,6 +72,47 @@ template <typename T>
 concept TextSetting = requires(const T& v, T* p, std::string_view s) {
     { setting_text(v) } -> std::convertible_to<std::string>;
     { setting_parse(s, p) } -> std::same_as<bool>;
+    { setting_choices(p) } -> std::convertible_to<std::string>;
+};
+
+// An override of something that has a default elsewhere (a model preset's norm, whether it ties its
+// head): unset, or a value. Its text is "" when unset, so a settings file or a flag leaves it out or
+// gives one of the value's names.
+template <typename T>
+struct Override {
+    std::optional<T> value;
+    explicit operator bool() const { return value.has_value(); }
+    const T& operator*() const { return *value; }
+    bool operator==(const Override&) const = default;
+};
+
+template <NamedEnum E>
+std::string setting_text(const Override<E>& o) { return o ? setting_text(*o) : ""; }
+template <NamedEnum E>
+bool setting_parse(std::string_view s, Override<E>* out) {
+    if (s.empty()) return out->value.reset(), true;
+    E e;
+    if (!setting_parse(s, &e)) return false;
+    out->value = e;
+    return true;
+}
+template <NamedEnum E>
+std::string setting_choices(const Override<E>*) { return setting_choices(static_cast<const E*>(nullptr)); }
+
+inline std::string setting_text(const Override<bool>& o) { return o ? (*o ? "true" : "false") : ""; }
+inline bool setting_parse(std::string_view s, Override<bool>* out) {
+    if (s.empty()) return out->value.reset(), true;
+    if (s != "true" && s != "false") return false;
+    out->value = s == "true";
+    return true;
+}
+inline std::string setting_choices(const Override<bool>*) { return "true or false"; }
+
+// A value whose settings form is an integer from a fixed set (core/zero_stage.h's ZeroStage).
+template <typename T>
+concept NumberSetting = requires(const T& v, T* p, int64_t n) {
+    { setting_number(v) } -> std::convertible_to<int64_t>;
+    { setting_from_number(n, p) } -> std::same_as<bool>;
     { setting_choices(p) } -> std::convertible_to<std::string>;
 };
 

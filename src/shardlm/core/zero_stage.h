@@ -12,6 +12,7 @@
 // master is the optimiser's state and is sliced from stage 1. The stage is a number on the command
 // line and in configs (--zero 0..3).
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "shardlm/core/check.h"
@@ -26,6 +27,15 @@ inline ZeroStage zero_stage(int n) {
     SHARDLM_CHECK(n >= 0 && n <= 3, "--zero must be 0, 1, 2 or 3 (got ", n, ")");
     return ZeroStage(n);
 }
+// As a setting: the number (--zero 3, "zero": 3).
+inline int64_t setting_number(ZeroStage s) { return stage_number(s); }
+inline bool setting_from_number(int64_t n, ZeroStage* out) {
+    if (n < 0 || n > 3) return false;
+    *out = ZeroStage(n);
+    return true;
+}
+inline std::string setting_choices(const ZeroStage*) { return "0, 1, 2 or 3"; }
+
 // Whether stage s shards the optimiser state (1-3), the gradients (2-3), the parameters (3).
 constexpr bool shards_optimizer(ZeroStage s) { return s >= ZeroStage::Optimizer; }
 constexpr bool shards_gradients(ZeroStage s) { return s >= ZeroStage::Gradients; }

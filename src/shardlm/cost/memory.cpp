@@ -4,15 +4,24 @@
 #include <vector>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/zero_stage.h"
 
 namespace shardlm::cost {
 
+namespace {
+
+// A stage number as the cost model receives it (the planner searches numbers): above 3 is 3, as before.
+ZeroStage zero_stage_of(int n) { return ZeroStage(std::clamp(n, 0, 3)); }
+
+}  // namespace
+
 ModelStateBytes model_state_bytes(double numel, StateBytes per_param, int zero_stage, int dp) {
     const double n = dp > 0 ? dp : 1;
+    const ZeroStage z = zero_stage_of(zero_stage);  // what the stage shards: core/zero_stage.h, as the engine
     ModelStateBytes b;
-    b.params = numel * per_param.params / (zero_stage >= 3 ? n : 1);
-    b.grads = numel * per_param.grads / (zero_stage >= 2 ? n : 1);
-    b.optimizer = numel * per_param.optimizer / (zero_stage >= 1 ? n : 1);
+    b.params = numel * per_param.params / (shards_parameters(z) ? n : 1);
+    b.grads = numel * per_param.grads / (shards_gradients(z) ? n : 1);
+    b.optimizer = numel * per_param.optimizer / (shards_optimizer(z) ? n : 1);
     return b;
 }
 
@@ -142,13 +151,13 @@ int64_t in_flight_chunks(Schedule s, int stage, int pp, int virtual_stages, int6
 double zero_gradient_buffer_bytes(const ZeroBufferSpec& z) {
     const double slots = z.embedding_numel + 2 * z.largest_unit, n = z.dp;
     const bool staged = z.reduce_bytes < z.grad_bytes;
-    if (z.zero_stage >= 2) return (slots + slots / n) * (z.grad_bytes + (staged ? z.reduce_bytes : 0));
+    if (shards_gradients(zero_stage_of(z.zero_stage))) return (slots + slots / n) * (z.grad_bytes + (staged ? z.reduce_bytes : 0));
     return staged ? z.total_numel * z.reduce_bytes : 0;
 }
 
 double zero_buffer_bytes(const ZeroBufferSpec& z) {
     const double slots = z.embedding_numel + 2 * z.largest_unit;
-    const double params = z.zero_stage == 3 ? (z.gathered_per_chunk ? z.total_numel : slots) * z.param_bytes : 0;
+    const double params = shards_parameters(zero_stage_of(z.zero_stage)) ? (z.gathered_per_chunk ? z.total_numel : slots) * z.param_bytes : 0;
     return params + zero_gradient_buffer_bytes(z);
 }
 

@@ -20,7 +20,7 @@ double rank_bytes(const train::TrainConfig& cfg, const model::GptConfig& mc, con
     const double numel = double(cost::total_params(shape)) / double(l.tp * l.pp);
     const bool mixed = cfg.precision_policy().activation != DType::F32;
     const cost::ModelStateBytes states =
-        cost::model_state_bytes(numel, mixed ? cost::kAdamMixedFp32Grads : cost::kAdamFp32, cfg.zero, l.dp);
+        cost::model_state_bytes(numel, mixed ? cost::kAdamMixedFp32Grads : cost::kAdamFp32, stage_number(cfg.zero), l.dp);
     // the first stage keeps up to pp micro-batches in flight (1F1B), each 1/pp of the blocks, 1/tp wide
     const int64_t micro = cfg.global_batch / (int64_t(l.dp) * cfg.micro_batch);
     const double in_flight = double(std::min<int64_t>(l.pp, micro));

@@ -9,7 +9,7 @@ using schedule::Action;
 using schedule::Op;
 using schedule::Schedule;
 
-std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int rows, int T, int zero) {
+std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int rows, int T, ZeroStage zero) {
     const model::UnitContext& u = part.context();
     const int t = u.tp_size(), r = u.tp->rank();
     std::array<size_t, 3> b{0, 0, 0};
@@ -46,7 +46,7 @@ std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int
             }
         }
     if (u.sp) {  // the replicated parameters' gradients: once per step (ZeRO 0-1) or per micro-batch
-        const size_t times = zero < 2 ? 1 : m;
+        const size_t times = shards_gradients(zero) ? m : 1;
         const model::Layout& layout = part.layout();
         for (size_t unit = 0; unit < layout.units.size(); unit++)
             for (auto [lo, hi] : replicated_runs(layout, int(unit))) b[0] += times * ar(hi - lo);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 
+#include "shardlm/core/zero_stage.h"
 #include "shardlm/model/part.h"
 #include "shardlm/schedule/schedule.h"
 
@@ -18,7 +19,7 @@ namespace shardlm::parallel {
 // (2 rows T). With sequence parallelism each all-reduce of a block becomes an all-gather and a
 // reduce-scatter of this rank's (rows T / tp, C), the backward re-gathers the two LayerNorm
 // outputs, and the replicated parameters' gradients are all-reduced.
-std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int rows, int T, int zero);
+std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int rows, int T, ZeroStage zero);
 
 // Bytes this rank sends on its pipeline group in one step: for each micro-batch, the (rows T / (tp
 // under sequence parallelism), C) activation to the next chunk and its gradient to the previous one.

@@ -28,7 +28,7 @@ std::unique_ptr<parallel::GradSync> make_grad_sync(const TrainConfig& cfg, const
     comm::Grid& g = *e.grid;
     const schedule::Schedule& s = e.schedule;
     parallel::GradSync::Options o;
-    o.zero = zero_stage(cfg.zero);
+    o.zero = cfg.zero;
     o.bucket_mb = cfg.bucket_mb;
     o.single_stage = g.pp_size() == 1;
     o.split_backward = s.splits_backward();

@@ -28,10 +28,10 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
                                 const std::vector<int>& slots) {
     const double total = double(layout.total) * sizeof(float);
     MemoryNeed m;
-    m.params = cfg.zero >= 3 ? total / dp : total;
-    m.grads = cfg.zero >= 2 ? total / dp : total;
+    m.params = shards_parameters(cfg.zero) ? total / dp : total;
+    m.grads = shards_gradients(cfg.zero) ? total / dp : total;
     m.optimizer = optim::Optimizer::state_bytes_per_param(cfg.optim_config()) / sizeof(float) *
-                  (cfg.zero >= 1 ? total / dp : total);
+                  (shards_optimizer(cfg.zero) ? total / dp : total);
     cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
     shape.dropout = false;  // the engine has no dropout: no masks, no dropped copies of the probabilities
     cost::ActivationSpec a;

@@ -133,10 +133,10 @@ std::string Trainer::comm_report() const {
         const size_t passes = e_.optimizer->hessian_due(last) ? 2 : 1;
         row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0] * passes);
         row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1] * passes);
-        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2] * (cfg_.zero == 3 ? passes : 1));
+        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2] * (shards_parameters(cfg_.zero) ? passes : 1));
     } else {  // the algorithm's own traffic (and ZeRO-1's gather of the updated slices), beside its formula
         const comm::CommStats& st = g.dp().stats();
-        const size_t gather = cfg_.zero == 1 ? dpb[2] : 0;
+        const size_t gather = cfg_.zero == ZeroStage::Optimizer ? dpb[2] : 0;
         out += shardlm::format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  (%s%s)\n", "dp",
                    setting_text(cfg_.dp_algo).c_str(),
                    (unsigned long long)(st[comm::OpKind::AllReduce].calls + st[comm::OpKind::AllGather].calls +
@@ -158,7 +158,7 @@ std::string Trainer::comm_report() const {
         size_t n = 0;
         if (wte >= 0 && emb->size() > 1) {
             const size_t unit = e_.part->layout().units[size_t(wte)].numel;
-            n = cfg_.zero == 0 ? unit : unit / size_t(g.dp_size());
+            n = cfg_.zero == ZeroStage::Replicate ? unit : unit / size_t(g.dp_size());
         }
         row("embedding", *emb, comm::OpKind::AllReduce,
             comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, emb->size(), emb->rank()));

@@ -149,7 +149,7 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
 }
 
 nlohmann::json Trainer::writer_json() const {
-    nlohmann::json w = {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", cfg_.zero},
+    nlohmann::json w = {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", stage_number(cfg_.zero)},
             {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
             {"world", e_.grid->world_size()}, {"dp_algo", setting_text(cfg_.dp_algo)},
             // what the per-rank state files hold depends on these too (train/checkpoint.h)
@@ -220,7 +220,7 @@ void Trainer::print_header() {
                     model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
                     unigram_);
         if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
-        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", e_.grid->dp_size(), e_.grid->tp_size(), e_.grid->pp_size(), cfg_.zero);
+        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", e_.grid->dp_size(), e_.grid->tp_size(), e_.grid->pp_size(), stage_number(cfg_.zero));
         if (e_.grid->pp_size() > 1)
             std::printf(", %s x %d micro-batches%s", setting_text(cfg_.schedule).c_str(), e_.micro,
                         cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");

@@ -85,10 +85,11 @@ void TrainConfig::validate_dp_algo() const {
     SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || compress.empty(), "--compress ", compress, " applies to --dp-algo "
                   "compressed (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress ", compress);
     if (dp_algo == DpAlgo::Compressed) validate_compression();
-    SHARDLM_CHECK(!parallel::replicas_differ(dp_algo) || zero == 0, "--dp-algo ", algo, " keeps a replica per data-parallel "
-                  "rank that differs from the others between synchronisations, and --zero ", zero, " shards one replica "
+    const int z = stage_number(zero);
+    SHARDLM_CHECK(!parallel::replicas_differ(dp_algo) || zero == ZeroStage::Replicate, "--dp-algo ", algo, " keeps a replica per data-parallel "
+                  "rank that differs from the others between synchronisations, and --zero ", z, " shards one replica "
                   "over those ranks\n---> HINT: --zero 0 with --dp-algo ", algo, " (or --dp-algo compressed with --zero 1)");
-    SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || zero <= 1, "--dp-algo ", algo, " with --zero ", zero, ": ZeRO-", zero,
+    SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || !shards_gradients(zero), "--dp-algo ", algo, " with --zero ", z, ": ZeRO-", z,
                   " keeps only this rank's slices of the reduced gradient, and a rank's error feedback, compressor and "
                   "local step need its whole gradient\n---> HINT: --zero 1 (optimiser state sharded) or 0");
     SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || optimizer != optim::Kind::Sophia, "--optimizer sophia with --dp-algo ",
@@ -170,23 +171,16 @@ model::GptConfig TrainConfig::model_config() const {
     }
     std::string knobs;  // what was overridden, for the name
     auto knob = [&](const std::string& flag, const std::string& value) { knobs += ", " + flag + " " + value; };
-    auto named = [&]<class E>(const std::string& text, const char* flag, E* out) {
-        if (text.empty()) return;
-        SHARDLM_CHECK(enum_from_name(model::enum_names(E{}), text, out), "--", flag, " '", text,
-                      "' is not known\n---> HINT: use ", names_list(model::enum_names(E{})));
-        knob(flag, text);
+    auto apply = [&]<class T>(const Override<T>& o, const char* flag, T* out) {
+        if (!o) return;
+        *out = *o;
+        knob(flag, setting_text(o));
     };
-    auto boolean = [&](const std::string& text, const char* flag, bool* out) {
-        if (text.empty()) return;
-        SHARDLM_CHECK(text == "true" || text == "false", "--", flag, " '", text, "' is not true or false");
-        *out = text == "true";
-        knob(flag, text);
-    };
-    named(norm, "norm", &c.norm);
-    named(position, "position", &c.position);
-    named(mlp, "mlp", &c.mlp);
-    boolean(bias, "bias", &c.bias);
-    boolean(tie_embeddings, "tie-embeddings", &c.tie_embeddings);
+    apply(norm, "norm", &c.norm);
+    apply(position, "position", &c.position);
+    apply(mlp, "mlp", &c.mlp);
+    apply(bias, "bias", &c.bias);
+    apply(tie_embeddings, "tie-embeddings", &c.tie_embeddings);
     if (n_kv_head) c.n_kv_head = n_kv_head, knob("n-kv-head", std::to_string(n_kv_head));
     if (ffn_hidden) c.ffn_hidden = ffn_hidden, knob("ffn-hidden", std::to_string(ffn_hidden));
     if (rope_theta > 0) c.rope_theta = rope_theta, knob("rope-theta", std::to_string(rope_theta));
@@ -211,13 +205,16 @@ void fail_setting(const std::string& where, std::string_view text, const std::st
     fail(where, " '", text, "' is not known\n---> HINT: use ", choices);
 }
 
+void fail_number_setting(const std::string& where, int64_t n, const std::string& choices) {
+    fail(where, " must be ", choices, " (got ", n, ")");
+}
+
 // The model: exactly one of a preset or an HF directory; shape and architecture overrides only on a preset.
 void TrainConfig::validate_model() const {
     SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
     SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0 && vocab_size >= 0,
                   "--n-layer, --n-head, --n-embd, --n-ctx and --vocab-size must be >= 0 (0 = the preset's value)");
-    SHARDLM_CHECK(init.empty() || (norm.empty() && position.empty() && mlp.empty() && bias.empty() &&
-                                   tie_embeddings.empty() && n_kv_head == 0 && ffn_hidden == 0 && rope_theta == 0 &&
+    SHARDLM_CHECK(init.empty() || (!norm && !position && !mlp && !bias && !tie_embeddings && n_kv_head == 0 && ffn_hidden == 0 && rope_theta == 0 &&
                                    rms_norm_eps == 0),
                   "--norm/--position/--mlp/--bias/--tie-embeddings/--n-kv-head/--ffn-hidden/--rope-theta/",
                   "--rms-norm-eps change a --model preset; with --init the architecture comes from '", init,
@@ -318,7 +315,6 @@ void TrainConfig::validate_parallel() const {
     SHARDLM_CHECK(virtual_stages == 1 || schedule == cost::Schedule::Interleaved ||
                       (schedule == cost::Schedule::ZeroBubbleV && virtual_stages == 2),
                   "--virtual-stages ", virtual_stages, " needs --schedule interleaved (zbv implies 2)");
-    SHARDLM_CHECK(zero >= 0 && zero <= 3, "--zero must be 0, 1, 2 or 3 (got ", zero, ")");
     SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
 }
 
@@ -355,7 +351,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 nlohmann::json config_to_json(const TrainConfig& c) {
     nlohmann::json j = nlohmann::json::object();
     for_each_field(c, [&](const char* key, const auto& v, const char*) {
-        if constexpr (TextSetting<std::decay_t<decltype(v)>>) j[key] = setting_text(v);
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (TextSetting<T>) j[key] = setting_text(v);
+        else if constexpr (NumberSetting<T>) j[key] = setting_number(v);
         else j[key] = v;
     });
     return j;
@@ -366,6 +364,7 @@ namespace {
 template <typename T>
 const char* type_name() {
     if constexpr (TextSetting<T>) return "a string";
+    if constexpr (NumberSetting<T>) return "an integer";
     if constexpr (std::is_same_v<T, bool>) return "true or false";
     else if constexpr (std::is_integral_v<T>) return "an integer";
     else if constexpr (std::is_floating_point_v<T>) return "a number";
@@ -378,6 +377,11 @@ void assign(T& dst, const nlohmann::json& v, const std::string& source, const st
         SHARDLM_CHECK(v.is_string(), source, ": key '", key, "' must be a string: ", setting_choices(&dst), " (got ",
                       v.dump(), ")");
         parse_setting(source + ": key '" + key + "':", v.get<std::string>(), &dst);
+        return;
+    } else if constexpr (NumberSetting<T>) {
+        SHARDLM_CHECK(v.is_number_integer(), source, ": key '", key, "' must be an integer: ", setting_choices(&dst),
+                      " (got ", v.dump(), ")");
+        parse_number_setting(source + ": key '" + key + "'", v.get<int64_t>(), &dst);
         return;
     }
     bool ok;
@@ -393,7 +397,7 @@ void assign(T& dst, const nlohmann::json& v, const std::string& source, const st
                           key, "' is out of range (", x, ")");
         }
     }
-    if constexpr (!TextSetting<T>) dst = v.get<T>();
+    if constexpr (!TextSetting<T> && !NumberSetting<T>) dst = v.get<T>();
 }
 
 }  // namespace
@@ -441,6 +445,7 @@ namespace {
 template <typename T>
 std::string value_text(const T& v) {
     if constexpr (TextSetting<T>) return setting_text(v);
+    else if constexpr (NumberSetting<T>) return std::to_string(setting_number(v));
     else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
     else if constexpr (std::is_floating_point_v<T>) {
         char buf[32];

@@ -2,7 +2,8 @@
 // config file (configs/*.json) and, with '_' -> '-', a command-line flag; flags override the file.
 // A setting with a fixed set of names is held as its typed value (an enum, the precision policy,
 // the loss scale) and parsed once, where it is read (flag or JSON key); its names live in one table
-// beside its type (core/enum_names.h), so nothing below compares strings.
+// beside its type (core/enum_names.h), so nothing below compares strings. An override of a preset is an
+// Override<T> (unset: the preset's); the ZeRO stage a ZeroStage, written as its number.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +15,7 @@
 #include "shardlm/comm/group.h"
 #include "shardlm/core/enum_names.h"
 #include "shardlm/core/precision.h"
+#include "shardlm/core/zero_stage.h"
 #include "shardlm/cost/memory.h"
 #include "shardlm/data/loader.h"
 #include "shardlm/kernels/gemm.h"
@@ -55,6 +57,11 @@ template <TextSetting T>
 void parse_setting(const std::string& where, std::string_view text, T* out) {
     if (!setting_parse(text, out)) fail_setting(where, text, setting_choices(out));
 }
+[[noreturn]] void fail_number_setting(const std::string& where, int64_t n, const std::string& choices);
+template <NumberSetting T>
+void parse_number_setting(const std::string& where, int64_t n, T* out) {
+    if (!setting_from_number(n, out)) fail_number_setting(where, n, setting_choices(out));
+}
 
 struct TrainConfig {
     // model: exactly one of init (HF directory) or model (preset name)
@@ -62,8 +69,11 @@ struct TrainConfig {
     std::string model;
     // shape overrides of the preset (0 = the preset's value); only with model
     int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0, vocab_size = 0;
-    // architecture overrides of the preset ("" / 0 = the preset's; model/config.h)
-    std::string norm, position, mlp, bias, tie_embeddings;
+    // architecture overrides of the preset (unset / 0 = the preset's; model/config.h)
+    Override<model::Norm> norm;
+    Override<model::Position> position;
+    Override<model::Mlp> mlp;
+    Override<bool> bias, tie_embeddings;
     int n_kv_head = 0, ffn_hidden = 0;
     float rope_theta = 0.0f, rms_norm_eps = 0.0f;
     // data
@@ -114,7 +124,7 @@ struct TrainConfig {
     std::string pp_split;    // blocks per model chunk, e.g. "3,3,3,3" (empty: balanced by cost)
     bool sequence_parallel = false;
     std::string trace;       // Chrome trace / Perfetto timeline file (empty: none)
-    int zero = 0;            // ZeRO stage 0-3
+    ZeroStage zero = ZeroStage::Replicate;  // core/zero_stage.h
     // communication-efficient data parallelism (parallel/dp_algo.h)
     parallel::DpAlgo dp_algo = parallel::DpAlgo::AllReduce;
     int local_steps = 4;              // local-sgd, diloco: H
@@ -195,11 +205,11 @@ void model_fields(Cfg& c, F&& f) {
     f("n_embd", c.n_embd, "Override the preset's width C (0 = the preset's)");
     f("n_ctx", c.n_ctx, "Override the preset's context length (0 = the preset's)");
     f("vocab_size", c.vocab_size, "Override the preset's vocabulary (0 = the preset's; token ids must stay below it)");
-    f("norm", c.norm, "Override the preset's norm: layernorm | rmsnorm");
-    f("position", c.position, "Override the preset's positions: learned (a table) | rope (rotary embeddings)");
-    f("mlp", c.mlp, "Override the preset's MLP: gelu | swiglu");
-    f("bias", c.bias, "Override whether linear layers and LayerNorms have biases: true | false");
-    f("tie_embeddings", c.tie_embeddings, "Override whether the LM head is tied to the token embedding: true | false");
+    f("norm", c.norm, "Override the preset's norm");
+    f("position", c.position, "Override the preset's positions (learned: a table; rope: rotary embeddings)");
+    f("mlp", c.mlp, "Override the preset's MLP");
+    f("bias", c.bias, "Override whether linear layers and LayerNorms have biases");
+    f("tie_embeddings", c.tie_embeddings, "Override whether the LM head is tied to the token embedding");
     f("n_kv_head", c.n_kv_head, "Override the key/value heads (grouped-query attention; must divide n_head; 0 = the preset's)");
     f("ffn_hidden", c.ffn_hidden, "Override the MLP's inner size (0 = the preset's: 4 C for gelu, 8C/3 rounded up to 256 for swiglu)");
     f("rope_theta", c.rope_theta, "Override the rotary embeddings' base (0 = the preset's)");
@@ -289,7 +299,7 @@ void parallel_fields(Cfg& c, F&& f) {
     f("sequence_parallel", c.sequence_parallel,
       "Split LayerNorm/residual regions along the sequence over the tensor-parallel ranks (all-gather and reduce-scatter instead of all-reduce)");
     f("trace", c.trace, "Write a Chrome trace / Perfetto timeline of the last step to this JSON file");
-    f("zero", c.zero, "ZeRO stage: 0 replicate, 1 shard optimiser state, 2 + gradients, 3 + parameters (FSDP)");
+    f("zero", c.zero, "ZeRO stage (0 replicate, 1 shard optimiser state, 2 + gradients, 3 + parameters: FSDP)");
     f("dp_algo", c.dp_algo,
       "Data-parallel algorithm: allreduce (every step) | local-sgd (average every --local-steps) | diloco (outer Nesterov "
       "step every --local-steps) | gossip (neighbours on --topology) | compressed (--compress, --error-feedback)");
