@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "comm_test.h"
-#include "shardlm/comm/engine.h"
+#include "shardlm/comm/progress.h"
 #include "shardlm/core/check.h"
 #include "shardlm/core/timer.h"
 
@@ -219,7 +219,7 @@ TEST_F(NonBlocking, AllReduceOverlapsABusyLoop) {
     size_t bad = 0;
     for (float x : v) bad += x != float(n * (n - 1) / 2);
     EXPECT_EQ(bad, 0u);
-    EXPECT_EQ(world().stats()[OpKind::AllReduce].bytes_sent >= Group::ring_bytes(OpKind::AllReduce, count * 4, n), true);
+    EXPECT_EQ(world().stats()[OpKind::AllReduce].bytes_sent >= ring_bytes(OpKind::AllReduce, count * 4, n), true);
 }
 
 TEST_F(NonBlocking, QueuedMixWaitedOutOfOrder) {
@@ -281,9 +281,9 @@ TEST_F(Bytes, MatchRingFormulas) {
         world().all_reduce_sum(v.data(), count);
         const uint64_t got = world().stats()[OpKind::AllReduce].bytes_sent;
         EXPECT_EQ(world().stats()[OpKind::AllReduce].calls, 1u);
-        EXPECT_EQ(got, Group::ring_bytes_rank(OpKind::AllReduce, count, 4, n, rank())) << "count " << count;
+        EXPECT_EQ(got, ring_bytes_rank(OpKind::AllReduce, count, 4, n, rank())) << "count " << count;
         if (count % size_t(n) == 0) {
-            EXPECT_EQ(got, Group::ring_bytes(OpKind::AllReduce, count * 4, n)) << count;
+            EXPECT_EQ(got, ring_bytes(OpKind::AllReduce, count * 4, n)) << count;
         }
         EXPECT_EQ(total_over_ranks(got), 2 * uint64_t(n - 1) * count * 4) << "count " << count;
         // The non-blocking form counts the same.
@@ -302,11 +302,11 @@ TEST_F(Bytes, MatchRingFormulas) {
         const auto& st = world().stats();
         EXPECT_EQ(st[OpKind::ReduceScatter].calls, 2u);
         EXPECT_EQ(st[OpKind::AllGather].calls, 2u);
-        EXPECT_EQ(st[OpKind::ReduceScatter].bytes_sent, 2 * Group::ring_bytes(OpKind::ReduceScatter, total, n));
-        EXPECT_EQ(st[OpKind::AllGather].bytes_sent, 2 * Group::ring_bytes(OpKind::AllGather, total, n));
+        EXPECT_EQ(st[OpKind::ReduceScatter].bytes_sent, 2 * ring_bytes(OpKind::ReduceScatter, total, n));
+        EXPECT_EQ(st[OpKind::AllGather].bytes_sent, 2 * ring_bytes(OpKind::AllGather, total, n));
         EXPECT_EQ(st[OpKind::AllGather].bytes_sent,
-                  2 * Group::ring_bytes_rank(OpKind::AllGather, size_t(n) * m, 4, n, rank()));
-        EXPECT_EQ(Group::ring_bytes(OpKind::AllGather, total, n), uint64_t(n - 1) * m * 4);
+                  2 * ring_bytes_rank(OpKind::AllGather, size_t(n) * m, 4, n, rank()));
+        EXPECT_EQ(ring_bytes(OpKind::AllGather, total, n), uint64_t(n - 1) * m * 4);
     }
     // Broadcast: every rank of the chain but the last sends the whole buffer.
     for (int root = 0; root < n; root++) {
@@ -314,7 +314,7 @@ TEST_F(Bytes, MatchRingFormulas) {
         world().reset_stats();
         world().broadcast(v.data(), v.size(), root);
         const uint64_t got = world().stats()[OpKind::Broadcast].bytes_sent;
-        EXPECT_EQ(got, Group::ring_bytes_rank(OpKind::Broadcast, v.size(), 4, n, rank(), root));
+        EXPECT_EQ(got, ring_bytes_rank(OpKind::Broadcast, v.size(), 4, n, rank(), root));
         EXPECT_EQ(total_over_ranks(got), uint64_t(n - 1) * v.size() * 4);
     }
     // Send/recv: the sender counts the payload, the receiver nothing; barrier sends nothing.
@@ -334,18 +334,18 @@ TEST_F(Bytes, MatchRingFormulas) {
 }
 
 TEST_F(Bytes, TheoryTable) {
-    EXPECT_EQ(Group::ring_bytes(OpKind::AllReduce, 1 << 20, 2), size_t(1) << 20);
-    EXPECT_EQ(Group::ring_bytes(OpKind::AllReduce, 1 << 20, 4), size_t(3) << 19);
-    EXPECT_EQ(Group::ring_bytes(OpKind::ReduceScatter, 1 << 20, 4), size_t(3) << 18);
-    EXPECT_EQ(Group::ring_bytes(OpKind::AllGather, 1 << 20, 1), 0u);
-    EXPECT_EQ(Group::ring_bytes(OpKind::SendRecv, 100, 3), 100u);
-    EXPECT_EQ(Group::ring_bytes(OpKind::Barrier, 100, 3), 0u);
+    EXPECT_EQ(ring_bytes(OpKind::AllReduce, 1 << 20, 2), size_t(1) << 20);
+    EXPECT_EQ(ring_bytes(OpKind::AllReduce, 1 << 20, 4), size_t(3) << 19);
+    EXPECT_EQ(ring_bytes(OpKind::ReduceScatter, 1 << 20, 4), size_t(3) << 18);
+    EXPECT_EQ(ring_bytes(OpKind::AllGather, 1 << 20, 1), 0u);
+    EXPECT_EQ(ring_bytes(OpKind::SendRecv, 100, 3), 100u);
+    EXPECT_EQ(ring_bytes(OpKind::Barrier, 100, 3), 0u);
     // 3 ranks, 10 floats: blocks 4, 3, 3 -> rank r sends 40 - |b_r| + 40 - |b_{r+1}| (x4 bytes).
-    EXPECT_EQ(Group::ring_bytes_rank(OpKind::AllReduce, 10, 4, 3, 0), size_t(4 * (10 - 4 + 10 - 3)));
-    EXPECT_EQ(Group::ring_bytes_rank(OpKind::AllReduce, 10, 4, 3, 1), size_t(4 * (10 - 3 + 10 - 3)));
-    EXPECT_EQ(Group::ring_bytes_rank(OpKind::AllReduce, 10, 4, 3, 2), size_t(4 * (10 - 3 + 10 - 4)));
-    EXPECT_EQ(Group::ring_bytes_rank(OpKind::Broadcast, 10, 4, 3, 1, 2), 0u);  // chain 2 -> 0 -> 1
-    EXPECT_EQ(Group::ring_bytes_rank(OpKind::Broadcast, 10, 4, 3, 0, 2), 40u);
+    EXPECT_EQ(ring_bytes_rank(OpKind::AllReduce, 10, 4, 3, 0), size_t(4 * (10 - 4 + 10 - 3)));
+    EXPECT_EQ(ring_bytes_rank(OpKind::AllReduce, 10, 4, 3, 1), size_t(4 * (10 - 3 + 10 - 3)));
+    EXPECT_EQ(ring_bytes_rank(OpKind::AllReduce, 10, 4, 3, 2), size_t(4 * (10 - 3 + 10 - 4)));
+    EXPECT_EQ(ring_bytes_rank(OpKind::Broadcast, 10, 4, 3, 1, 2), 0u);  // chain 2 -> 0 -> 1
+    EXPECT_EQ(ring_bytes_rank(OpKind::Broadcast, 10, 4, 3, 0, 2), 40u);
 }
 
 TEST_F(Determinism, BitIdenticalAndInRingOrder) {

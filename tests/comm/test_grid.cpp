@@ -102,7 +102,7 @@ TEST_F(GridTest, FourRanksDp2Tp2) {
     std::vector<float> v(1024, 1.0f);
     g.dp().reset_stats();
     g.dp().all_reduce_sum(v.data(), v.size());
-    EXPECT_EQ(g.dp().stats()[OpKind::AllReduce].bytes_sent, Group::ring_bytes(OpKind::AllReduce, 4096, 2));
+    EXPECT_EQ(g.dp().stats()[OpKind::AllReduce].bytes_sent, ring_bytes(OpKind::AllReduce, 4096, 2));
 }
 
 TEST_F(GridTest, FourRanksDp4) {

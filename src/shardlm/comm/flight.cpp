@@ -19,8 +19,7 @@
 #include <mutex>
 #include <thread>
 
-#include "shardlm/comm/engine.h"
-#include "shardlm/comm/mpi_env.h"
+#include "shardlm/comm/mpi_call.h"
 #include "shardlm/core/timer.h"
 
 namespace shardlm::comm::flight {

@@ -23,11 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace shardlm::comm {
+#include "shardlm/comm/op.h"
 
-namespace detail {
-struct Op;
-}
+namespace shardlm::comm {
 
 namespace flight {
 
@@ -51,7 +49,7 @@ std::string dump(const std::string& reason);
 // The records as JSON (what dump() writes).
 nlohmann::json snapshot(const std::string& reason);
 
-// ---- recording (comm/group.cpp and comm/engine.cpp) --------------------------------------------
+// ---- recording (comm/group.cpp and comm/progress.cpp) --------------------------------------------
 struct GroupInfo {
     std::string name;
     std::vector<int> members;  // world ranks

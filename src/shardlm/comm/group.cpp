@@ -1,4 +1,4 @@
-// comm/group.cpp: Group (collectives and point-to-point on one communicator, run by the comm engine)
+// comm/group.cpp: Group (collectives and point-to-point on one communicator, run by the communication thread or the caller, comm/progress.h)
 // and Request. The ring algorithms are in comm/ring.cpp, the cost counting and theory in comm/stats.cpp.
 #include "shardlm/comm/group.h"
 
@@ -9,10 +9,10 @@
 #include <map>
 #include <utility>
 
-#include "shardlm/comm/engine.h"
+#include "shardlm/comm/progress.h"
 #include "shardlm/comm/flight.h"
 #include "shardlm/comm/mpi_collectives.h"
-#include "shardlm/comm/mpi_env.h"
+#include "shardlm/comm/mpi_call.h"
 #include "shardlm/comm/ring.h"
 #include "shardlm/core/check.h"
 #include "shardlm/core/timer.h"
@@ -21,7 +21,7 @@
 namespace shardlm::comm {
 
 using detail::chain_broadcast;
-using detail::engine;
+using detail::progress;
 using detail::Max;
 using detail::MpiLock;
 using detail::Op;
@@ -65,7 +65,7 @@ struct GroupState {
             SHARDLM_MPI_CHECK(MPI_Comm_free(p));
         };
         try {
-            engine().run(op);  // after every operation queued on these communicators
+            progress().run(op);  // after every operation queued on these communicators
         } catch (...) {
         }
     }
@@ -184,13 +184,13 @@ void Request::finish() {
 
 void Request::wait() {
     if (!op_) return;
-    engine().wait(*op_);
+    progress().wait(*op_);
     finish();
 }
 
 bool Request::test() {
     if (!op_) return true;
-    if (!engine().test(*op_)) return false;
+    if (!progress().test(*op_)) return false;
     finish();
     return true;
 }
@@ -212,7 +212,7 @@ Group Group::self() {
 Group Group::from_comm(MPI_Comm comm) {
     auto s = std::make_shared<GroupState>();
     GroupState* sp = s.get();
-    engine().run(make_op(OpKind::Barrier, 0, [sp, comm](Op&) {
+    progress().run(make_op(OpKind::Barrier, 0, [sp, comm](Op&) {
         MpiLock lock;
         MPI_Comm c;
         SHARDLM_MPI_CHECK(MPI_Comm_dup(comm, &c));
@@ -233,16 +233,9 @@ Group Group::split(int color, int key) const {
         init_from(*sp, c);
     });
     op->group = s_.get();  // after the parent's queued operations
-    engine().run(op);
+    progress().run(op);
     return Group(std::move(s));
 }
-
-namespace {
-std::atomic<CollectivesBackend> g_collectives{CollectivesBackend::Ring};
-}  // namespace
-
-void set_collectives(CollectivesBackend b) { g_collectives.store(b); }
-CollectivesBackend collectives() { return g_collectives.load(); }
 
 void Group::set_name(std::string name) { s_->name = std::move(name); }
 const std::string& Group::name() const { return s_->name; }
@@ -274,10 +267,10 @@ void Group::run(std::shared_ptr<Op> op) {
     op->t_submit = now_s();
     op->group = s_.get();
     record_issue(*s_, *op);
-    if (s_->size == 1 && !op->p2p) {  // identity collectives: no MPI, no engine
+    if (s_->size == 1 && !op->p2p) {  // identity collectives: no MPI, no communication thread
         op->body(*op);
     } else {
-        engine().run(op);
+        progress().run(op);
     }
     OpStats& st = s_->stats[op->kind];
     st.calls++;
@@ -300,7 +293,7 @@ Request Group::submit(std::shared_ptr<Op> op) {
         }
         op->done.store(true);
     } else {
-        engine().submit(op);
+        progress().submit(op);
     }
     return Request(std::move(op), s_);
 }
@@ -432,7 +425,7 @@ void Group::barrier() {
             MpiLock lock;
             SHARDLM_MPI_CHECK(MPI_Ibarrier(c, &rq));
         }
-        engine().wait_requests(&rq, 1);
+        progress().wait_requests(&rq, 1);
     }));
 }
 

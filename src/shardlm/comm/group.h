@@ -19,7 +19,7 @@
 // while later ones are in flight); segmentation never changes the order of the additions.
 //
 // Blocking calls run on the calling thread. Non-blocking calls (i*) are queued to the process's
-// communication thread (comm/engine.h) and executed there in submission order, so they make real
+// communication thread (comm/progress.h) and executed there in submission order, so they make real
 // progress while the caller computes; a blocking call issued while non-blocking work is pending is
 // queued behind it (all ranks must issue operations on a group in the same order, as in MPI). The
 // buffers of a non-blocking call belong to the library until its Request completes. A Group and
@@ -45,70 +45,16 @@
 #include <vector>
 
 #include "shardlm/comm/collectives.h"
+#include "shardlm/comm/op.h"
+#include "shardlm/comm/settings.h"
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/enum_names.h"
 
 namespace shardlm::comm {
 
 namespace detail {
-struct Op;
 struct GroupState;
 }  // namespace detail
-
-enum class OpKind { AllReduce, ReduceScatter, AllGather, Broadcast, SendRecv, Barrier };
-inline constexpr int kNumOpKinds = 6;
-std::string_view op_name(OpKind k);  // "all_reduce", "reduce_scatter", ...
-
-struct OpStats {
-    uint64_t calls = 0;
-    uint64_t bytes_sent = 0;  // payload bytes this rank handed to MPI_Isend
-    double seconds = 0;       // wall time inside the call; for i* calls: from submission to the
-                              // wait()/test() that saw it complete
-    double busy_seconds = 0;  // time the collective itself ran (on the communication thread for i*
-                              // calls): what overlapping has to hide
-};
-
-struct CommStats {
-    std::array<OpStats, kNumOpKinds> ops{};
-    OpStats& operator[](OpKind k) { return ops[size_t(k)]; }
-    const OpStats& operator[](OpKind k) const { return ops[size_t(k)]; }
-    uint64_t total_bytes_sent() const;
-    double total_seconds() const;
-};
-
-// How a thread waits for messages: the communication thread while the caller computes, and the
-// caller's thread inside a blocking operation or Request::wait().
-//   Sleep (default): poll MPI_Testall 32 times (yielding between polls), then sleep with back-off
-//                    between polls (5 -> 100 us; up to 1 ms once the wait has lasted 20 ms), so a
-//                    rank waiting for a slow or stopped peer leaves the core to it (no busy-waiting:
-//                    with more ranks than cores the spinning waiter took the core its peer needed).
-//   Yield: poll with sched_yield() between polls.   Spin: poll continuously (steals a core).
-// SHARDLM_COMM_WAIT=sleep|yield|spin in the environment sets it at start-up (for benchmarks).
-enum class WaitMode { Sleep, Yield, Spin };
-void set_background_wait(WaitMode m);
-WaitMode background_wait();
-// Seconds a wait inside an operation may go without the messages it waits for arriving before the
-// operation fails with an error naming it, its group and this rank (0 = wait forever, the default).
-// After one timeout every later wait fails at once: the job is going down (comm/engine.h).
-void set_timeout(double seconds);
-double timeout();
-// Whose algorithms the collectives run (--collectives): Ring, ours (deterministic sums, exact byte
-// accounting, progress on the communication thread; the default), or Mpi, the MPI library's own
-// MPI_Iallreduce / MPI_Ireduce_scatter_block / MPI_Iallgather / MPI_Ibcast (a cluster's tuned MPI:
-// UCX/UCC, HCOLL, in-network reduction; sums equal on every rank, to rounding of the ring's; bytes
-// counted as the ring's formulas: comm/mpi_collectives.h). Set it on every rank alike, with no
-// operation pending; an operation takes the backend current when it is issued.
-enum class CollectivesBackend { Ring, Mpi };
-inline constexpr EnumName<CollectivesBackend> kCollectivesNames[] = {{CollectivesBackend::Ring, "ring"},
-                                                                    {CollectivesBackend::Mpi, "mpi"}};
-constexpr const auto& enum_names(CollectivesBackend) { return kCollectivesNames; }
-void set_collectives(CollectivesBackend b);
-CollectivesBackend collectives();
-
-// Segment size of the pipelined ring steps (bytes, rounded to whole elements); default 256 KiB.
-// Set it on every rank alike, with no operation pending (both ends must cut messages the same way).
-void set_segment_bytes(size_t bytes);
-size_t segment_bytes();
 
 class Group;
 
@@ -198,18 +144,8 @@ public:
     void reset_stats();
     std::string stats_table() const;  // one line per op kind with calls > 0, plus a total
 
-    // Bytes one rank sends when the buffer divides evenly into n blocks: bytes_total is the whole
-    // buffer (for reduce-scatter/all-gather: size() * bytes_per_rank). AllReduce 2(n-1)/n*B,
-    // ReduceScatter and AllGather (n-1)/n*B, Broadcast (n-1)/n*B (mean over the chain: the last rank
-    // sends 0, the others B), SendRecv B, Barrier 0. n == 1 gives 0 (except SendRecv).
-    static size_t ring_bytes(OpKind kind, size_t bytes_total, int n);
-    // Exact bytes rank `rank` sends for `count` elements of elem_bytes (count = whole buffer:
-    // all-reduce/broadcast n, reduce-scatter/all-gather size()*n_per_rank), uneven blocks included.
-    static size_t ring_bytes_rank(OpKind kind, size_t count, size_t elem_bytes, int n, int rank,
-                                  int root = 0);
-
     // The raw communicator for collectives (MPI_COMM_NULL for the self group). Calling MPI on it
-    // directly bypasses the engine's MPI mutex: only for benchmarks, with no i* call pending.
+    // directly bypasses the MPI mutex (comm/progress.h): only for benchmarks, with no i* call pending.
     MPI_Comm raw_comm() const;
 
 private:

@@ -1,13 +1,14 @@
 // comm/mpi_collectives.cpp: the collectives of comm/mpi_collectives.h on the MPI library's own
-// non-blocking collectives, waited on by the engine.
+// non-blocking collectives, waited on by comm/progress.h.
 #include "shardlm/comm/mpi_collectives.h"
 
 #include <climits>
 #include <cstring>
 #include <mutex>
 
-#include "shardlm/comm/group.h"
-#include "shardlm/comm/mpi_env.h"
+#include "shardlm/comm/settings.h"
+#include "shardlm/core/check.h"
+#include "shardlm/comm/mpi_call.h"
 
 namespace shardlm::comm::detail {
 
@@ -34,7 +35,7 @@ MPI_Op mpi_op() {
     if constexpr (std::is_same_v<F, Sum>) return MPI_SUM;
     else if constexpr (std::is_same_v<F, Max>) return MPI_MAX;
     else {
-        // created once, under the engine's MPI mutex (the caller holds it)
+        // created once, under the MPI mutex (comm/progress.h) (the caller holds it)
         static MPI_Op op = MPI_OP_NULL;
         if (op == MPI_OP_NULL) {
             constexpr DType D = std::is_same_v<F, Sum16<DType::BF16>> ? DType::BF16 : DType::F16;
@@ -50,7 +51,7 @@ size_t max_count() {
     return std::min<size_t>(kMaxMsg / sizeof(T), size_t(INT_MAX));
 }
 
-void wait_one(MPI_Request& req) { engine().wait_requests(&req, 1); }
+void wait_one(MPI_Request& req) { progress().wait_requests(&req, 1); }
 
 }  // namespace
 
@@ -65,7 +66,7 @@ void mpi_all_reduce(Op& op, MPI_Comm c, int r, int n, T* data, size_t count, F) 
         }
         wait_one(req);
     }
-    op.bytes_sent += Group::ring_bytes_rank(OpKind::AllReduce, count, sizeof(T), n, r);
+    op.bytes_sent += ring_bytes_rank(OpKind::AllReduce, count, sizeof(T), n, r);
 }
 
 template <typename T, typename F>
@@ -75,7 +76,7 @@ void mpi_reduce_scatter(Op& op, MPI_Comm c, int r, int n, const T* in, T* out, s
                   " elements per rank exceed one MPI call's count");
     // MPI_Ireduce_scatter_block may not take out inside in: a separate buffer then
     const bool aliased = out >= in && out < in + size_t(n) * m;
-    T* dst = aliased ? static_cast<T*>(engine().scratch(m * sizeof(T), 1)) : out;
+    T* dst = aliased ? static_cast<T*>(progress().scratch(m * sizeof(T), 1)) : out;
     MPI_Request req;
     {
         MpiLock lock;
@@ -83,7 +84,7 @@ void mpi_reduce_scatter(Op& op, MPI_Comm c, int r, int n, const T* in, T* out, s
     }
     wait_one(req);
     if (aliased) std::memcpy(out, dst, m * sizeof(T));
-    op.bytes_sent += Group::ring_bytes_rank(OpKind::ReduceScatter, size_t(n) * m, sizeof(T), n, r);
+    op.bytes_sent += ring_bytes_rank(OpKind::ReduceScatter, size_t(n) * m, sizeof(T), n, r);
 }
 
 void mpi_all_gather(Op& op, MPI_Comm c, int r, int n, const void* in, void* out, size_t b) {
@@ -97,7 +98,7 @@ void mpi_all_gather(Op& op, MPI_Comm c, int r, int n, const void* in, void* out,
         SHARDLM_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in, int(b), MPI_BYTE, out, int(b), MPI_BYTE, c, &req));
     }
     wait_one(req);
-    op.bytes_sent += Group::ring_bytes_rank(OpKind::AllGather, size_t(n) * b, 1, n, r);
+    op.bytes_sent += ring_bytes_rank(OpKind::AllGather, size_t(n) * b, 1, n, r);
 }
 
 void mpi_broadcast(Op& op, MPI_Comm c, int r, int n, void* data, size_t bytes, int root) {
@@ -111,7 +112,7 @@ void mpi_broadcast(Op& op, MPI_Comm c, int r, int n, void* data, size_t bytes, i
         }
         wait_one(req);
     }
-    op.bytes_sent += Group::ring_bytes_rank(OpKind::Broadcast, bytes, 1, n, r, root);
+    op.bytes_sent += ring_bytes_rank(OpKind::Broadcast, bytes, 1, n, r, root);
 }
 
 template void mpi_all_reduce<float, Sum>(Op&, MPI_Comm, int, int, float*, size_t, Sum);

@@ -1,7 +1,7 @@
 // comm/mpi_collectives.h (internal): Group's collectives on the MPI library's own algorithms
 // (`--collectives mpi`: MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast), so
 // that a cluster's tuned MPI (UCX/UCC, HCOLL, in-network reduction) serves. Same signatures and
-// semantics as comm/ring.h, waited on by the engine like the ring's messages (so timeouts and the
+// semantics as comm/ring.h, waited on by comm/progress.h like the ring's messages (so timeouts and the
 // flight recorder behave alike). Differences from the ring: the sums are MPI's (the same on every
 // rank, but not necessarily in the ring's order: results agree to rounding, not to the bit), and
 // op.bytes_sent counts what the ring would have sent (the library's own traffic is not visible).
@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "shardlm/comm/engine.h"
+#include "shardlm/comm/progress.h"
 #include "shardlm/comm/ring.h"
 
 namespace shardlm::comm::detail {

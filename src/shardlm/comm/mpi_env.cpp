@@ -4,24 +4,14 @@
 #include <cstdlib>
 #include <string>
 
-#include "shardlm/comm/engine.h"
+#include "shardlm/comm/progress.h"
 #include "shardlm/comm/group.h"
 
 namespace shardlm::comm {
 
 namespace {
 bool g_alive = false;
-int g_world_rank = 0;
 }  // namespace
-
-void mpi_fail(int rc, const char* call, const char* file, int line) {
-    char msg[MPI_MAX_ERROR_STRING] = {0};
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) std::snprintf(msg, sizeof msg, "error code %d", rc);
-    fail("MPI error in ", call, " at ", file, ":", line, ": ", msg);
-}
-
-int world_rank() { return g_world_rank; }
 
 bool MpiEnv::launched_by_mpirun() {
     return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
@@ -41,7 +31,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
         SHARDLM_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
         SHARDLM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
         distributed_ = true;
-        g_world_rank = rank_;
+        set_world_rank(rank_);
         if (const char* w = std::getenv("SHARDLM_COMM_WAIT")) {  // benchmarks: compare the wait modes
             const std::string m = w;
             SHARDLM_CHECK(m == "sleep" || m == "yield" || m == "spin", "SHARDLM_COMM_WAIT='", m,
@@ -50,7 +40,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
         }
         world_ = std::make_unique<Group>(Group::from_comm(MPI_COMM_WORLD));
     } else {
-        g_world_rank = 0;
+        set_world_rank(0);
         world_ = std::make_unique<Group>(Group::self());
     }
     g_alive = true;
@@ -58,7 +48,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
 
 MpiEnv::~MpiEnv() {
     world_.reset();
-    detail::engine().shutdown();
+    detail::progress().shutdown();
     if (distributed_) {
         int finalized = 0;
         MPI_Finalized(&finalized);

@@ -1,4 +1,4 @@
-// comm/mpi_env.h: MPI start-up and shut-down, and the error macro for MPI calls.
+// comm/mpi_env.h: MPI start-up and shut-down (the error macro for MPI calls: comm/mpi_call.h).
 //
 // MpiEnv initialises MPI only when this process was started by Open MPI's mpirun (it sees
 // OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment). A plain `shardlm ...` never calls MPI_Init,
@@ -7,8 +7,8 @@
 // which may re-exec) and let it outlive every Group, Grid and Request.
 //
 // Thread level: MPI_THREAD_SERIALIZED. Non-blocking collectives run on one background
-// communication thread per process (comm/engine.h) while blocking ones run on the caller's thread;
-// every MPI call holds the engine's MPI mutex (Engine::mpi()), so two threads never call MPI at the
+// communication thread per process (comm/progress.h) while blocking ones run on the caller's thread;
+// every MPI call holds the MPI mutex (comm/progress.h) (Progress::mpi()), so two threads never call MPI at the
 // same time, which is exactly what SERIALIZED allows (FUNNELED would forbid the communication thread
 // from calling MPI at all).
 //
@@ -24,14 +24,12 @@
 
 #include <memory>
 
+#include "shardlm/comm/mpi_call.h"
 #include "shardlm/core/check.h"
 
 namespace shardlm::comm {
 
 class Group;
-
-// Throws shardlm::Error("MPI error in <call> at <file>:<line>: <MPI's error string>").
-[[noreturn]] void mpi_fail(int rc, const char* call, const char* file, int line);
 
 class MpiEnv {
 public:
@@ -64,14 +62,4 @@ private:
     std::unique_ptr<Group> world_;
 };
 
-// World rank of this process (0 without MPI); valid once an MpiEnv exists.
-int world_rank();
-
 }  // namespace shardlm::comm
-
-#define SHARDLM_MPI_CHECK(call)                                                  \
-    do {                                                                         \
-        int shardlm_mpi_rc_ = (call);                                            \
-        if (shardlm_mpi_rc_ != MPI_SUCCESS)                                      \
-            ::shardlm::comm::mpi_fail(shardlm_mpi_rc_, #call, __FILE__, __LINE__); \
-    } while (0)

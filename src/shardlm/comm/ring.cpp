@@ -4,7 +4,8 @@
 
 #include <cstring>
 
-#include "shardlm/comm/mpi_env.h"
+#include "shardlm/comm/mpi_call.h"
+#include "shardlm/comm/settings.h"
 
 namespace shardlm::comm::detail {
 
@@ -13,7 +14,7 @@ namespace {
 constexpr int kTagReduceScatter = 1, kTagAllGather = 2, kTagBroadcast = 3;
 
 void wait_all(std::vector<MPI_Request>& reqs) {
-    engine().wait_requests(reqs.data(), int(reqs.size()));
+    progress().wait_requests(reqs.data(), int(reqs.size()));
     reqs.clear();
 }
 
@@ -32,7 +33,7 @@ constexpr size_t kSlots = 4;
 
 template <typename T>
 T* slot_scratch() {
-    return static_cast<T*>(engine().scratch(kSlots * seg_elems<T>() * sizeof(T), 0));
+    return static_cast<T*>(progress().scratch(kSlots * seg_elems<T>() * sizeof(T), 0));
 }
 
 template <typename T, typename F>
@@ -51,7 +52,7 @@ void reduce_step(MPI_Comm c, int prev, int next, const T* src, size_t sl, size_t
     for (size_t o = 0; o < sl; o += seg)
         post_send(src + o, std::min(seg, sl - o) * sizeof(T), next, kTagReduceScatter, c, sends, sent);
     for (size_t k = 0; k < nseg; k++) {
-        engine().wait_requests(&recvs[k], 1);
+        progress().wait_requests(&recvs[k], 1);
         const size_t o = k * seg, len = std::min(seg, rl - o);
         apply(f, dst + o, slots + (k % kSlots) * seg, local + o, len);
         if (k + kSlots < nseg) post(k + kSlots);
@@ -118,8 +119,8 @@ void ring_reduce_scatter(Op& op, MPI_Comm c, int r, int n, const T* in, T* out, 
     const int next = mod(r + 1, n), prev = mod(r - 1, n);
     // Partial sums travel through two block-sized buffers (sent at step s+1 while step s+2 fills
     // the other); with 2 ranks there is a single step straight into out.
-    T* acc[2] = {n > 2 ? static_cast<T*>(engine().scratch(m * sizeof(T), 1)) : nullptr,
-                 n > 3 ? static_cast<T*>(engine().scratch(m * sizeof(T), 2)) : nullptr};
+    T* acc[2] = {n > 2 ? static_cast<T*>(progress().scratch(m * sizeof(T), 1)) : nullptr,
+                 n > 3 ? static_cast<T*>(progress().scratch(m * sizeof(T), 2)) : nullptr};
     const T* send_ptr = in + size_t(mod(r - 1, n)) * m;
     for (int s = 0; s < n - 1; s++) {
         const int rb = mod(r - s - 2, n);
@@ -160,7 +161,7 @@ void chain_broadcast(Op& op, MPI_Comm c, int r, int n, void* data, size_t bytes,
     for (size_t o = 0; o < bytes; o += seg) post_recv(d + o, std::min(seg, bytes - o), prev, kTagBroadcast, c, recvs);
     size_t k = 0;
     for (size_t o = 0; o < bytes; o += seg, k++) {
-        engine().wait_requests(&recvs[k], 1);
+        progress().wait_requests(&recvs[k], 1);
         if (pos < n - 1) post_send(d + o, std::min(seg, bytes - o), next, kTagBroadcast, c, sends, op.bytes_sent);
     }
     wait_all(sends);

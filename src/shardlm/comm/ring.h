@@ -1,9 +1,9 @@
 // comm/ring.h (internal): the ring algorithms behind Group's collectives, on MPI point-to-point
-// messages, run by the engine (comm/engine.h) on the caller's or the communication thread, each MPI
-// call under the engine's MPI mutex.
+// messages, run by comm/progress.h on the caller's or the communication thread, each MPI
+// call under the MPI mutex (comm/progress.h).
 //
-// Each algorithm adds the bytes it hands to MPI_Isend to op.bytes_sent; Group::ring_bytes and
-// Group::ring_bytes_rank give the same counts in closed form (group.h explains the accounting).
+// Each algorithm adds the bytes it hands to MPI_Isend to op.bytes_sent; ring_bytes and
+// ring_bytes_rank give the same counts in closed form (group.h explains the accounting).
 // Messages are cut into segments of segment_bytes() (pipelined: a segment is added while later
 // ones are in flight); segmentation never changes the order of the additions, so results are
 // bit-identical on every rank and in every run.
@@ -19,14 +19,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "shardlm/comm/engine.h"
+#include "shardlm/comm/progress.h"
 #include "shardlm/core/dtype_simd.h"
 
 namespace shardlm::comm::detail {
 
 constexpr size_t kMaxMsg = size_t(1) << 30;  // MPI counts are int: cut larger messages
 
-inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Post one message of `bytes` (cut into pieces of at most kMaxMsg) and append its requests to reqs;
 // post_send adds the bytes to `sent`. A zero-byte message is posted only with allow_empty.
@@ -67,13 +66,6 @@ inline void apply(F f, T* d, const T* a, const T* x, size_t n) {
         for (size_t i = 0; i < n; i++) d[i] = f(a[i], x[i]);
 }
 
-// n elements in `parts` blocks of n/parts, the first n%parts blocks one longer.
-struct Blocks {
-    size_t base, rem;
-    Blocks(size_t n, int parts) : base(n / size_t(parts)), rem(n % size_t(parts)) {}
-    size_t off(int b) const { return base * size_t(b) + std::min(size_t(b), rem); }
-    size_t len(int b) const { return base + (size_t(b) < rem ? 1 : 0); }
-};
 
 // In place over `count` elements of data on rank r of n: a ring reduce-scatter (rank r ends with
 // block r reduced) followed by a ring all-gather of the reduced blocks.

@@ -17,13 +17,13 @@ std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int
     const size_t N = size_t(rows) * size_t(T), C = size_t(part.config().n_embd);
     const size_t Nl = size_t(u.rows(int(N)));
     const size_t m = size_t(micro);
-    auto ar = [&](size_t count) { return comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, count, 4, t, r); };
+    auto ar = [&](size_t count) { return comm::ring_bytes_rank(comm::OpKind::AllReduce, count, 4, t, r); };
     // all-gather / reduce-scatter of this rank's (Nl, C) rows: activations in their stored type (16 bits in
     // mixed precision), gradients and the reductions' partial sums in fp32
     const size_t act = dtype_bytes(u.prec.activation);
-    auto gather = [&](size_t bytes) { return comm::Group::ring_bytes_rank(comm::OpKind::AllGather, Nl * C * size_t(t), bytes, t, r); };
+    auto gather = [&](size_t bytes) { return comm::ring_bytes_rank(comm::OpKind::AllGather, Nl * C * size_t(t), bytes, t, r); };
     const size_t ag_act = gather(act), ag = gather(4);
-    const size_t rs = comm::Group::ring_bytes_rank(comm::OpKind::ReduceScatter, Nl * C * size_t(t), 4, t, r);
+    const size_t rs = comm::ring_bytes_rank(comm::OpKind::ReduceScatter, Nl * C * size_t(t), 4, t, r);
     const int L = part.config().n_layer;
     // full recomputation runs each block's forward again before its backward, communication included
     const size_t fwd_passes = u.recompute == model::Recompute::Full ? 2 : 1;

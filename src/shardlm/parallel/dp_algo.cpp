@@ -129,7 +129,7 @@ size_t average_optimizer(comm::Group& g, optim::Optimizer& opt) {
 namespace {
 
 size_t all_reduce_bytes(const comm::Group& g, size_t n, size_t elem) {
-    return comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, elem, g.size(), g.rank());
+    return comm::ring_bytes_rank(comm::OpKind::AllReduce, n, elem, g.size(), g.rank());
 }
 
 // x (n floats) <- its sum over the group, sent as `wire` (F32, or 16 bits in `scratch`: every hop adds in
@@ -391,7 +391,7 @@ public:
     size_t expected_bytes(int) const override {
         if (dp_.size() == 1) return 0;
         if (!power_)
-            return comm::Group::ring_bytes_rank(comm::OpKind::AllGather, msg_.size() * size_t(dp_.size()), 1, dp_.size(),
+            return comm::ring_bytes_rank(comm::OpKind::AllGather, msg_.size() * size_t(dp_.size()), 1, dp_.size(),
                                                 dp_.rank());
         size_t b = 0;
         for (size_t k : calls_) b += all_reduce_bytes(dp_, k, dtype_bytes(cfg_.compress_dtype));

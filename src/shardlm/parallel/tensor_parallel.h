@@ -5,7 +5,7 @@
 // (model/tensor_parallel.h); this class is that interface over the tensor-parallel comm::Group.
 // Every call is a blocking collective on the training thread: it is on the critical path, and the
 // communication engine runs it at once even while data-parallel buckets of another group are in
-// flight on the communication thread (comm/engine.h).
+// flight on the communication thread (comm/progress.h).
 //
 // Sequence parallelism also leaves the replicated parameters (LayerNorms, row-parallel biases, wpe)
 // with partial gradients, one per rank's rows: sync_replicated_grads sums them over the group.

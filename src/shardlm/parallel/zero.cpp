@@ -69,7 +69,7 @@ void ZeroStrategy::gather_updated_slices() {
 }
 
 size_t ZeroStrategy::ring_bytes(comm::OpKind k, size_t elems, DType t) const {
-    return comm::Group::ring_bytes_rank(k, elems, dtype_bytes(t), dp_.size(), dp_.rank());
+    return comm::ring_bytes_rank(k, elems, dtype_bytes(t), dp_.size(), dp_.rank());
 }
 
 // ---- stage 0 ------------------------------------------------------------------------------------

@@ -145,7 +145,7 @@ std::string Trainer::comm_report() const {
                    gather ? "; and ZeRO-1's all-gather of the updated slices, (N-1)/N of the parameters" : "");
         if (e_.dp_metrics && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
             row("dp-metric", *e_.dp_metrics, comm::OpKind::AllReduce,
-                comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, e_.part->layout().total, 4, g.dp_size(), g.dp_rank()));
+                comm::ring_bytes_rank(comm::OpKind::AllReduce, e_.part->layout().total, 4, g.dp_size(), g.dp_rank()));
     }
     const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.micro_batch, cfg_.seq, cfg_.zero);
     row("tp", g.tp(), comm::OpKind::AllReduce, tpb[0]);
@@ -161,17 +161,17 @@ std::string Trainer::comm_report() const {
             n = cfg_.zero == ZeroStage::Replicate ? unit : unit / size_t(g.dp_size());
         }
         row("embedding", *emb, comm::OpKind::AllReduce,
-            comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, emb->size(), emb->rank()));
+            comm::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, emb->size(), emb->rank()));
     }
     // the loss, the squared gradient norm (each replica's where they differ) and the stop signals: one
     // all-reduce of doubles over every rank; and the consensus distance's parts, where measured
     const bool differ = algo.replicas_differ();
-    size_t world_bytes = comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, size_t(kStepSums + (differ ? g.dp_size() : 0)),
+    size_t world_bytes = comm::ring_bytes_rank(comm::OpKind::AllReduce, size_t(kStepSums + (differ ? g.dp_size() : 0)),
                                                       8, world_->size(), world_->rank());
     if (algo.local_gradients() && !differ)  // compressed: the finiteness check before compressing
-        world_bytes += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, world_->size(), world_->rank());
+        world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, world_->size(), world_->rank());
     if (differ && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
-        world_bytes += comm::Group::ring_bytes_rank(comm::OpKind::AllReduce, size_t(g.dp_size() + 1), 8, world_->size(),
+        world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, size_t(g.dp_size() + 1), 8, world_->size(),
                                                     world_->rank());
     row("world", *world_, comm::OpKind::AllReduce, world_bytes);
     const comm::CommStats& st = g.dp().stats();

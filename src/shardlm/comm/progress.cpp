@@ -1,4 +1,4 @@
-#include "shardlm/comm/engine.h"
+#include "shardlm/comm/progress.h"
 
 #include "shardlm/core/runtime.h"
 
@@ -12,17 +12,15 @@
 #include <thread>
 
 #include "shardlm/comm/flight.h"
-#include "shardlm/comm/mpi_env.h"
+#include "shardlm/comm/mpi_call.h"
+#include "shardlm/comm/settings.h"
+#include "shardlm/core/check.h"
 
 namespace shardlm::comm {
 
 namespace {
-std::atomic<WaitMode> g_wait_mode{WaitMode::Sleep};
-// 256 KiB: the kSlots = 4 receive slots of a reduce step (1 MiB) stay in the 2 MiB L2.
-std::atomic<size_t> g_segment_bytes{size_t(256) << 10};
 thread_local bool t_on_comm_thread = false;
 thread_local const detail::Op* t_current_op = nullptr;  // the op whose body this thread executes
-std::atomic<double> g_timeout_s{0.0};
 std::atomic<bool> g_timed_out{false};  // one wait timed out: every later wait fails at once
 
 // Sleep back-off between polls (microseconds): from kSleepMinUs, doubling to kSleepMaxUs; a wait that
@@ -64,23 +62,16 @@ private:
 };
 }  // namespace
 
-void set_background_wait(WaitMode m) { g_wait_mode.store(m); }
-WaitMode background_wait() { return g_wait_mode.load(); }
-void set_timeout(double seconds) { g_timeout_s.store(seconds > 0 ? seconds : 0.0); }
-double timeout() { return g_timeout_s.load(); }
-void set_segment_bytes(size_t bytes) { g_segment_bytes.store(std::max<size_t>(bytes, 64)); }
-size_t segment_bytes() { return g_segment_bytes.load(); }
-
 namespace detail {
 
-Engine& engine() {
-    static Engine e;
+Progress& progress() {
+    static Progress e;
     return e;
 }
 
 bool on_comm_thread() { return t_on_comm_thread; }
 
-Engine::~Engine() {
+Progress::~Progress() {
     // MpiEnv normally shuts the thread down before MPI_Finalize; this only covers abnormal exits.
     if (thread_.joinable()) {
         {
@@ -92,11 +83,11 @@ Engine::~Engine() {
     }
 }
 
-MpiLock::MpiLock() : lk(engine().mpi()) {}
+MpiLock::MpiLock() : lk(progress().mpi()) {}
 
 // Runs op's body on this thread, timing it (a point-to-point body only posts its requests).
 // Returns the error, if any.
-std::exception_ptr Engine::execute(Op& op) {
+std::exception_ptr Progress::execute(Op& op) {
     const Op* outer = t_current_op;
     t_current_op = &op;
     std::exception_ptr err;
@@ -112,8 +103,8 @@ std::exception_ptr Engine::execute(Op& op) {
     return err;
 }
 
-void Engine::check_timeout(double t0, const Op* op) {
-    const double limit = g_timeout_s.load(std::memory_order_relaxed);
+void Progress::check_timeout(double t0, const Op* op) {
+    const double limit = timeout();
     const bool earlier = g_timed_out.load(std::memory_order_relaxed);
     if (!earlier && (limit <= 0 || now_s() - t0 <= limit)) return;
     if (!op) op = t_current_op;
@@ -128,7 +119,7 @@ void Engine::check_timeout(double t0, const Op* op) {
                    "` names the rank that did not enter it (from every rank's flight record)");
 }
 
-void Engine::run(const std::shared_ptr<Op>& op) {
+void Progress::run(const std::shared_ptr<Op>& op) {
     if (op->p2p) {
         submit(op);
         wait(*op);
@@ -155,7 +146,7 @@ void Engine::run(const std::shared_ptr<Op>& op) {
     if (op->error) std::rethrow_exception(op->error);
 }
 
-void Engine::submit(const std::shared_ptr<Op>& op) {
+void Progress::submit(const std::shared_ptr<Op>& op) {
     if (op->p2p) {
         std::exception_ptr err = execute(*op);  // posts the requests now, in program order
         std::lock_guard lk(mu_);
@@ -180,7 +171,7 @@ void Engine::submit(const std::shared_ptr<Op>& op) {
     work_cv_.notify_all();
 }
 
-bool Engine::poll(Op& op) {
+bool Progress::poll(Op& op) {
     if (op.done.load(std::memory_order_acquire)) return true;
     int flag = 0;
     std::exception_ptr err;
@@ -204,10 +195,10 @@ bool Engine::poll(Op& op) {
     return true;
 }
 
-void Engine::wait(Op& op) {
+void Progress::wait(Op& op) {
     if (op.done.load(std::memory_order_acquire)) return;
     if (op.p2p) {
-        Backoff backoff(g_wait_mode.load(std::memory_order_relaxed));
+        Backoff backoff(background_wait());
         while (!poll(op)) {
             backoff.pause();
             if (backoff.polls() % 256 == 255) {
@@ -232,12 +223,12 @@ void Engine::wait(Op& op) {
     done_cv_.wait(lk, [&] { return op.done.load(std::memory_order_acquire); });
 }
 
-bool Engine::test(Op& op) {
+bool Progress::test(Op& op) {
     if (op.done.load(std::memory_order_acquire)) return true;
     return op.p2p && poll(op);
 }
 
-void Engine::shutdown() {
+void Progress::shutdown() {
     if (!thread_.joinable()) return;
     {
         std::lock_guard lk(mu_);
@@ -247,7 +238,7 @@ void Engine::shutdown() {
     thread_.join();
 }
 
-void Engine::complete(Op& op, std::exception_ptr e) {
+void Progress::complete(Op& op, std::exception_ptr e) {
     // Called with mu_ held.
     flight::finished(op, !e);
     op.error = std::move(e);
@@ -255,10 +246,10 @@ void Engine::complete(Op& op, std::exception_ptr e) {
     done_cv_.notify_all();
 }
 
-void Engine::wait_requests(MPI_Request* reqs, int n) {
+void Progress::wait_requests(MPI_Request* reqs, int n) {
     if (n <= 0) return;
     const bool comm = t_on_comm_thread;
-    Backoff backoff(g_wait_mode.load(std::memory_order_relaxed));
+    Backoff backoff(background_wait());
     for (;;) {
         if (backoff.polls() % 256 == 255) check_timeout(backoff.start(), nullptr);
         int flag = 0;
@@ -275,14 +266,14 @@ void Engine::wait_requests(MPI_Request* reqs, int n) {
     }
 }
 
-void* Engine::scratch(size_t bytes, int slot) {
+void* Progress::scratch(size_t bytes, int slot) {
     thread_local AlignedBuffer<unsigned char> bufs[3];
     auto& b = bufs[slot];
     if (b.size() < bytes) b.resize(bytes);
     return b.data();
 }
 
-bool Engine::poll_inflight() {
+bool Progress::poll_inflight() {
     // Called without mu_ held.
     std::vector<std::shared_ptr<Op>> snapshot;
     {
@@ -294,7 +285,7 @@ bool Engine::poll_inflight() {
     return any;
 }
 
-void Engine::loop() {
+void Progress::loop() {
     t_on_comm_thread = true;
     unbind_this_thread();  // not the single CPU of the bound training thread that made it
     std::unique_lock lk(mu_);
@@ -320,7 +311,7 @@ void Engine::loop() {
                 idle_us = kSleepMinUs;
                 continue;
             }
-            WaitMode m = g_wait_mode.load(std::memory_order_relaxed);
+            WaitMode m = background_wait();
             if (m == WaitMode::Spin) continue;
             if (m == WaitMode::Yield) {
                 lk.unlock();

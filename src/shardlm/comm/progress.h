@@ -1,6 +1,6 @@
-// comm/engine.h (internal): the one place that calls MPI after start-up.
+// comm/progress.h (internal): the one place that calls MPI after start-up, and what makes communication progress.
 //
-// An Op is a closure that performs one operation with MPI point-to-point calls. The Engine runs
+// An Op is a closure that performs one operation with MPI point-to-point calls. Progress runs
 // collective ops in submission order *per group*, either
 //  - inline on the caller's thread (blocking calls, when nothing of the same group is queued or
 //    running), or
@@ -31,37 +31,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "shardlm/comm/group.h"
+#include "shardlm/comm/op.h"
 #include "shardlm/core/aligned_buffer.h"
 
 namespace shardlm::comm::detail {
 
-struct Op {
-    OpKind kind = OpKind::Barrier;
-    const void* group = nullptr;  // ops of one group run in submission order
-    // Collective: performs the whole operation. Point-to-point: posts its requests into reqs.
-    std::function<void(Op&)> body;
-    bool p2p = false;
-    uint64_t payload = 0;              // bytes of the buffer (flight recorder)
-    int peer = -1, tag = -1;           // point-to-point: group rank of the peer, tag
-    bool send = false;                 // point-to-point: direction
-    uint64_t flight_id = 0;            // the flight recorder's entry (0: not recorded)
-    int64_t flight_slot = -1;
-    std::vector<MPI_Request> reqs;
-    uint64_t bytes_sent = 0;
-    double t_submit = 0;
-    double t_start = 0, t_end = 0;  // execution of body (collectives), for busy time
-    std::atomic<bool> done{false};
-    std::atomic<bool> claimed{false};  // p2p: the thread that saw it complete finishes it
-    std::exception_ptr error;
-};
-
-// "all_reduce on group 'dp' (rank 1 of 2, world rank 3)": for errors about op (comm/group.cpp).
-std::string describe_op(const Op& op);
-
-class Engine {
+class Progress {
 public:
-    ~Engine();
+    ~Progress();
     // Blocking: runs op now on this thread unless ops of its group are queued or running (then it
     // waits its turn). A point-to-point op is posted and waited for. Rethrows the op's error.
     void run(const std::shared_ptr<Op>& op);
@@ -112,7 +89,7 @@ struct MpiLock {
     MpiLock();
 };
 
-Engine& engine();
+Progress& progress();
 bool on_comm_thread();
 
 }  // namespace shardlm::comm::detail
