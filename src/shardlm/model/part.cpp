@@ -58,8 +58,8 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     for (size_t c = 0; c < opt.chunks.size(); c++) {
         chunks_.push_back(make_chunk(opt, c, B, T));
         const Chunk& ch = chunks_.back();
-        any_block = any_block || (ch.last >= 1 && ch.first <= L);
-        any_head = any_head || ch.last == head;
+        any_block = any_block || ch.blocks > 0;
+        any_head = any_head || ch.has_head;
     }
     if (!defer_ && any_block) keep_.allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
     if (!defer_ && any_head) head_keep_.allocate(config_, B, T, t, ctx_.sp);
@@ -111,6 +111,15 @@ ModelPart::Chunk ModelPart::make_chunk(const Options& opt, size_t c, int B, int 
     Chunk ch;
     ch.first = opt.chunks[c].first;
     ch.last = opt.chunks[c].second;
+    const int head = config_.n_layer + 1;
+    for (int cu = ch.first, k = 0; cu <= ch.last; cu++, k++) {
+        ComputeUnit u;
+        u.in = k;
+        if (cu == 0) u.kind = ComputeUnit::Kind::Embedding, ch.has_embedding = true;
+        else if (cu == head) u.kind = ComputeUnit::Kind::Head, ch.has_head = true;
+        else u.kind = ComputeUnit::Kind::Block, u.layer = cu - 1, u.block = ch.blocks++;
+        ch.compute.push_back(u);
+    }
     for (size_t u = 0; u < layout_.units.size(); u++)
         if (layout_.units[u].compute >= ch.first && layout_.units[u].compute <= ch.last) ch.units.push_back(int(u));
     const int nslots = c < opt.slots.size() ? opt.slots[c] : 1;
@@ -125,40 +134,43 @@ ModelPart::Chunk ModelPart::make_chunk(const Options& opt, size_t c, int B, int 
 // compute unit, each block's saved activations (unless --recompute full) and, under a deferred W,
 // what its weight gradients read.
 void ModelPart::allocate_slot(Slot& s, const Chunk& ch, const Options& opt, int B, int T) {
-    const int L = config_.n_layer, head = L + 1, t = ctx_.tp_size();
+    const int t = ctx_.tp_size();
     const size_t N = size_t(B) * T, Nl = size_t(ctx_.rows(B * T)), C = size_t(config_.n_embd);
     const size_t eb = dtype_bytes(ctx_.prec.activation);
     const bool keep_blocks = opt.recompute != Recompute::Full, keep_att = opt.recompute != Recompute::Selective;
-    const int nc = ch.last - ch.first + 1;
-    if (ch.first == 0) s.tokens.resize(N);
-    s.x.resize(size_t(nc) + 1);
-    for (int k = 0; k <= nc; k++) {
-        // x[k] enters compute unit first + k; the embedding takes tokens and the head's output is the loss
-        const bool used = !(k == 0 && ch.first == 0) && !(k == nc && ch.last == head);
-        if (used) s.x[size_t(k)].resize(Nl * C, eb);
-    }
-    for (int cu = std::max(ch.first, 1); cu <= std::min(ch.last, L); cu++) {
-        if (keep_blocks) {
-            s.blocks.emplace_back();
-            s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, keep_att, opt.fused_attention);
+    s.x.resize(ch.compute.size() + 1);  // x[k] enters compute unit k; x.back() leaves the chunk
+    for (const ComputeUnit& u : ch.compute) {
+        switch (u.kind) {
+        case ComputeUnit::Kind::Embedding:  // takes tokens
+            s.tokens.resize(N);
+            if (defer_) s.dx0.resize(Nl * C);
+            break;
+        case ComputeUnit::Kind::Block:
+            s.x[size_t(u.in)].resize(Nl * C, eb);
+            if (keep_blocks) {
+                s.blocks.emplace_back();
+                s.blocks.back().allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, keep_att, opt.fused_attention);
+            }
+            if (defer_) {
+                s.keeps.emplace_back();
+                s.keeps.back().allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
+            }
+            break;
+        case ComputeUnit::Kind::Head:  // its output is the loss
+            s.x[size_t(u.in)].resize(Nl * C, eb);
+            s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, false, false);
+            if (defer_) s.head_keep.allocate(config_, B, T, t, ctx_.sp);
+            break;
         }
-        if (defer_) {
-            s.keeps.emplace_back();
-            s.keeps.back().allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
-        }
     }
-    if (ch.last == head) {
-        s.head.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, false, false);
-        if (defer_) s.head_keep.allocate(config_, B, T, t, ctx_.sp);
-    }
-    if (ch.first == 0 && defer_) s.dx0.resize(Nl * C);
+    if (!ch.has_head) s.x.back().resize(Nl * C, eb);  // what leaves the chunk
 }
 
 void ModelPart::configure_head() {
     const int t = ctx_.tp_size();
     bool any = false;
     for (Chunk& ch : chunks_)
-        if (ch.last == config_.n_layer + 1)
+        if (ch.has_head)
             for (Slot& s : ch.slots) {
                 s.head.allocate(config_, maxB_, maxT_, t, ctx_.sp, ctx_.prec.activation, ctx_.bf16_products(), ctx_.chunked_head());
                 any = true;
@@ -305,19 +317,19 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
     Chunk& ch = chunks_[size_t(chunk)];
     Slot& s = ch.slots[size_t(slot)];
     SHARDLM_CHECK(!s.has_w, "ModelPart::forward: chunk ", chunk, " slot ", slot, " still waits for its W");
-    const int N = B * T, V = config_.vocab_size, head = config_.n_layer + 1;
+    const int N = B * T, V = config_.vocab_size;
     SHARDLM_CHECK(size_t(N) <= scratch_.dln.size() / size_t(config_.n_embd) && T <= config_.n_ctx, "micro-batch ", B,
                   "x", T, " exceeds what the model part was built for");
-    if (ch.first == 0) {
+    if (ch.has_embedding) {
         for (int i = 0; i < N; i++)
             SHARDLM_CHECK(inputs[i] >= 0 && inputs[i] < V, "token id ", inputs[i], " at position ", i,
                           " is outside the vocabulary [0, ", V, ")");
         std::memcpy(s.tokens.data(), inputs, sizeof(int) * size_t(N));
     }
-    if (targets && ch.last == head && ctx_.sample_labels)
+    if (targets && ch.has_head && ctx_.sample_labels)
         for (int i = 0; i < N; i++)
             SHARDLM_CHECK(targets[i] >= 0, "label sampling: negative token key ", targets[i], " at position ", i);
-    else if (targets && ch.last == head)
+    else if (targets && ch.has_head)
         for (int i = 0; i < N; i++)
             SHARDLM_CHECK(targets[i] >= 0 && targets[i] < V, "target id ", targets[i], " at position ", i,
                           " is outside the vocabulary [0, ", V, ")");
@@ -336,30 +348,45 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
         }
     };
     double loss = 0.0;
-    for (int cu = ch.first, k = 0; cu <= ch.last; cu++, k++) {
-        if (cu == 0) {
-            announce(wte_unit_);
-            announce(wpe_unit_);
-            embedding_forward(ctx_, param(wte_unit_, kTable), param(wpe_unit_, kTable), s.tokens.data(), s.x[1].data(), B, T);
-        } else if (cu == head) {
-            announce(head_unit_);
-            if (ch.first != 0) announce(head_wte_unit_);  // the tied copy
-            const float *w = vec(head_unit_, kLnfW), *b = vec(head_unit_, kLnfB);
-            const void *wte = head_matrix(), *x = s.x[size_t(k)].data();
-            run_lanes(B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
-            if (targets) loss = head_loss_sum(s.head, N);
-        } else {
-            const int l = cu - 1;
-            announce(block_unit_[size_t(l)]);
-            const BlockWeights w = block_weights(l);
-            BlockActs& a = acts(s, slot_block(ch, cu));
-            const void* x = s.x[size_t(k)].data();
-            void* y = s.x[size_t(k) + 1].data();
-            run_lanes(B, [&](const UnitContext& c) { block_forward(c, w, a, x, y, B, T); });
+    for (const ComputeUnit& u : ch.compute) {
+        switch (u.kind) {
+        case ComputeUnit::Kind::Embedding: embedding_forward_pass(s, announce); break;
+        case ComputeUnit::Kind::Block: block_forward_pass(s, u, announce); break;
+        case ComputeUnit::Kind::Head: loss = head_forward_pass(ch, s, u, targets, dloss, announce); break;
         }
     }
-    s.has_grad = ch.last != head || (targets && dloss != 0.0f);
+    s.has_grad = !ch.has_head || (targets && dloss != 0.0f);
     return loss;
+}
+
+template <class Announce>
+void ModelPart::embedding_forward_pass(Slot& s, Announce&& announce) {
+    announce(wte_unit_);
+    announce(wpe_unit_);
+    embedding_forward(ctx_, param(wte_unit_, kTable), param(wpe_unit_, kTable), s.tokens.data(), s.x[1].data(), s.B, s.T);
+}
+
+template <class Announce>
+void ModelPart::block_forward_pass(Slot& s, const ComputeUnit& u, Announce&& announce) {
+    announce(block_unit_[size_t(u.layer)]);
+    const BlockWeights w = block_weights(u.layer);
+    BlockActs& a = acts(s, u.block);
+    const void* x = s.x[size_t(u.in)].data();
+    void* y = s.x[size_t(u.in) + 1].data();
+    const int B = s.B, T = s.T;
+    run_lanes(B, [&](const UnitContext& c) { block_forward(c, w, a, x, y, B, T); });
+}
+
+template <class Announce>
+double ModelPart::head_forward_pass(const Chunk& ch, Slot& s, const ComputeUnit& u, const int* targets, float dloss,
+                                    Announce&& announce) {
+    announce(head_unit_);
+    if (!ch.has_embedding) announce(head_wte_unit_);  // the tied copy
+    const float *w = vec(head_unit_, kLnfW), *b = vec(head_unit_, kLnfB);
+    const void *wte = head_matrix(), *x = s.x[size_t(u.in)].data();
+    const int B = s.B, T = s.T;
+    run_lanes(B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
+    return targets ? head_loss_sum(s.head, B * T) : 0.0;
 }
 
 void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate) {
@@ -377,17 +404,18 @@ void ModelPart::backward_weight(int chunk, int slot, UnitHooks* hooks, bool accu
 
 // The order in which a backward of chunk ch first uses its units (for the hooks' prefetching).
 std::vector<int> ModelPart::backward_order(const Chunk& ch) const {
-    const int head = config_.n_layer + 1;
     std::vector<int> seq;
-    for (int cu = ch.last; cu >= ch.first; cu--) {
-        if (cu == head) {
+    for (auto u = ch.compute.rbegin(); u != ch.compute.rend(); ++u) {
+        switch (u->kind) {
+        case ComputeUnit::Kind::Head:
             seq.push_back(head_unit_);
             if (head_wte_unit_ >= 0) seq.push_back(head_wte_unit_);
-        } else if (cu == 0) {
+            break;
+        case ComputeUnit::Kind::Embedding:
             if (wpe_unit_ >= 0) seq.push_back(wpe_unit_);
-            if (ch.last != head || head_wte_unit_ != wte_unit_) seq.push_back(wte_unit_);  // not the head's already
-        } else {
-            seq.push_back(block_unit_[size_t(cu - 1)]);
+            if (!ch.has_head || head_wte_unit_ != wte_unit_) seq.push_back(wte_unit_);  // not the head's already
+            break;
+        case ComputeUnit::Kind::Block: seq.push_back(block_unit_[size_t(u->layer)]); break;
         }
     }
     return seq;
@@ -420,19 +448,20 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
         SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);
     else
         SHARDLM_CHECK(s.has_w, "ModelPart::backward_weight before backward_input of chunk ", chunk, " slot ", slot);
-    const int head = config_.n_layer + 1;
     WeightHooks wh{*this, hooks, weight, accumulate, backward_order(ch)};
-    for (int cu = ch.last, k = ch.last - ch.first; cu >= ch.first; cu--, k--) {
-        const void* x = cu == 0 ? nullptr : s.x[size_t(k)].data();  // the unit's input
-        if (cu == head) head_backward_pass(ch, s, x, phases, wh);
-        else if (cu == 0) embedding_backward_pass(ch, s, phases, wh);
-        else block_backward_pass(ch, s, cu, x, phases, wh);
+    for (auto u = ch.compute.rbegin(); u != ch.compute.rend(); ++u) {
+        switch (u->kind) {
+        case ComputeUnit::Kind::Head: head_backward_pass(ch, s, *u, phases, wh); break;
+        case ComputeUnit::Kind::Block: block_backward_pass(ch, s, *u, phases, wh); break;
+        case ComputeUnit::Kind::Embedding: embedding_backward_pass(ch, s, phases, wh); break;
+        }
     }
     if (input) s.has_grad = false;
     s.has_w = phases == Phases::Input;
 }
 
-void ModelPart::head_backward_pass(Chunk& ch, Slot& s, const void* x, Phases phases, WeightHooks& wh) {
+void ModelPart::head_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& u, Phases phases, WeightHooks& wh) {
+    const void* x = s.x[size_t(u.in)].data();
     const bool input = phases != Phases::Weight, weight = phases != Phases::Input, acc = wh.accumulate;
     const int B = s.B, T = s.T;
     float* dres = ch.dres.data();
@@ -466,14 +495,15 @@ void ModelPart::embedding_backward_pass(Chunk& ch, Slot& s, Phases phases, Weigh
     wh.after(wte_unit_);
 }
 
-void ModelPart::block_backward_pass(Chunk& ch, Slot& s, int cu, const void* x, Phases phases, WeightHooks& wh) {
+void ModelPart::block_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& cu, Phases phases, WeightHooks& wh) {
     const bool input = phases != Phases::Weight, weight = phases != Phases::Input, acc = wh.accumulate;
     const int B = s.B, T = s.T;
     float* dres = ch.dres.data();
-    const int l = cu - 1, u = block_unit_[size_t(l)], b = slot_block(ch, cu);
+    const void* x = s.x[size_t(cu.in)].data();
+    const int l = cu.layer, u = block_unit_[size_t(l)];
     wh.before(u);
-    BlockActs& a = acts(s, b);
-    BlockKeep& kp = keep(s, b);
+    BlockActs& a = acts(s, cu.block);
+    BlockKeep& kp = keep(s, cu.block);
     const BlockWeights w = input ? block_weights(l) : BlockWeights{};
     const BlockGrads g = weight ? block_grads(l) : BlockGrads{};
     run_unit_backward(

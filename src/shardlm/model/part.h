@@ -71,8 +71,9 @@ public:
     int num_chunks() const { return int(chunks_.size()); }
     int first_unit(int chunk) const { return chunks_[size_t(chunk)].first; }
     int last_unit(int chunk) const { return chunks_[size_t(chunk)].last; }
-    bool has_embedding(int chunk) const { return first_unit(chunk) == 0; }
-    bool has_head(int chunk) const { return last_unit(chunk) == config_.n_layer + 1; }
+    bool has_embedding(int chunk) const { return chunks_[size_t(chunk)].has_embedding; }
+    bool has_head(int chunk) const { return chunks_[size_t(chunk)].has_head; }
+    int blocks(int chunk) const { return chunks_[size_t(chunk)].blocks; }  // transformer blocks of a chunk
     int slots(int chunk) const { return int(chunks_[size_t(chunk)].slots.size()); }
     // Parameter units of a chunk in forward order.
     const std::vector<int>& chunk_units(int chunk) const { return chunks_[size_t(chunk)].units; }
@@ -161,15 +162,26 @@ private:
         size_t bytes() const;
         size_t keep_bytes() const;
     };
+    // A chunk's compute unit, typed: the embedding (tokens in, x[1] out), a block (x[in] -> x[in + 1])
+    // or the head (x[in] -> logits and losses). Forward walks a chunk's list in order, backward in
+    // reverse; nothing is found by its index.
+    struct ComputeUnit {
+        enum class Kind { Embedding, Block, Head };
+        Kind kind = Kind::Block;
+        int in = 0;      // the slot's x[in] enters it
+        int layer = -1;  // Block: its layer
+        int block = -1;  // Block: its index among the slot's blocks and keeps
+    };
     struct Chunk {
-        int first = 0, last = 0;
+        int first = 0, last = 0;  // compute units [first, last] of the whole model (0: embedding, n_layer + 1: head)
+        std::vector<ComputeUnit> compute;
+        bool has_embedding = false, has_head = false;
+        int blocks = 0;
         std::vector<int> units;  // parameter units in forward order
         std::vector<Slot> slots;
         AlignedBuffer<float> dres;  // (Nl, C)
     };
     BlockWeights block_weights(int l);
-    // The index of compute unit cu (a block) among a slot's blocks (and keeps) of its chunk.
-    static int slot_block(const Chunk& ch, int cu) { return cu - std::max(ch.first, 1); }
     BlockActs& acts(Slot& s, int block);  // the slot's, or under full recomputation the shared one
     BlockKeep& keep(Slot& s, int block) { return defer_ ? s.keeps[size_t(block)] : keep_; }
     HeadKeep& head_keep(Slot& s) { return defer_ ? s.head_keep : head_keep_; }
@@ -185,9 +197,17 @@ private:
         void after(int unit);
     };
     std::vector<int> backward_order(const Chunk& ch) const;
-    void head_backward_pass(Chunk& ch, Slot& s, const void* x, Phases phases, WeightHooks& wh);
+    // Each kind of compute unit's passes (announce: the forward's hooks before a parameter unit is read).
+    template <class Announce>
+    void embedding_forward_pass(Slot& s, Announce&& announce);
+    template <class Announce>
+    void block_forward_pass(Slot& s, const ComputeUnit& u, Announce&& announce);
+    template <class Announce>
+    double head_forward_pass(const Chunk& ch, Slot& s, const ComputeUnit& u, const int* targets, float dloss,
+                             Announce&& announce);
+    void head_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& u, Phases phases, WeightHooks& wh);
     void embedding_backward_pass(Chunk& ch, Slot& s, Phases phases, WeightHooks& wh);
-    void block_backward_pass(Chunk& ch, Slot& s, int cu, const void* x, Phases phases, WeightHooks& wh);
+    void block_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& u, Phases phases, WeightHooks& wh);
     BlockGrads block_grads(int l) const;
     // Parameter i of unit as bound (matrices: the precision's type), and a vector parameter as fp32
     // (mixed precision: widened into vec_).

@@ -25,11 +25,11 @@ ModelPart::BlockBytes ModelPart::block_bytes() const {
     BlockBytes b;
     for (const Chunk& ch : chunks_) {
         const Slot& s = ch.slots.front();
-        for (int cu = ch.first, k = 0; cu <= ch.last; cu++, k++) {
-            if (cu < 1 || cu > config_.n_layer) continue;
-            b.values = (long long)s.x[size_t(k)].bytes();  // the block's input
+        for (const ComputeUnit& u : ch.compute) {
+            if (u.kind != ComputeUnit::Kind::Block) continue;
+            b.values = (long long)s.x[size_t(u.in)].bytes();  // the block's input
             if (!s.blocks.empty()) {
-                const BlockActs& a = s.blocks[size_t(slot_block(ch, cu))];
+                const BlockActs& a = s.blocks[size_t(u.block)];
                 b.stats = (long long)a.stats_bytes();
                 b.values += (long long)(a.bytes() - a.stats_bytes());
             }

@@ -24,27 +24,28 @@ std::array<size_t, 3> tp_step_bytes(const model::ModelPart& part, int micro, int
     auto gather = [&](size_t bytes) { return comm::ring_bytes_rank(comm::OpKind::AllGather, Nl * C * size_t(t), bytes, t, r); };
     const size_t ag_act = gather(act), ag = gather(4);
     const size_t rs = comm::ring_bytes_rank(comm::OpKind::ReduceScatter, Nl * C * size_t(t), 4, t, r);
-    const int L = part.config().n_layer;
     // full recomputation runs each block's forward again before its backward, communication included
     const size_t fwd_passes = u.recompute == model::Recompute::Full ? 2 : 1;
-    for (int c = 0; c < part.num_chunks(); c++)
-        for (int cu = part.first_unit(c); cu <= part.last_unit(c); cu++) {
-            if (cu == 0) {  // embedding: g forward (SP: reduce-scatter; its backward all-gathers the gradient)
-                if (u.sp) b[1] += m * rs, b[2] += m * ag;
-                else b[0] += m * ar(N * C);
-            } else if (cu == L + 1) {  // head: cross-entropy statistics, and f's backward
-                b[0] += m * (ar(N) + ar(2 * N));
-                if (u.sp) b[2] += m * 2 * ag_act, b[1] += m * rs;  // the final LayerNorm's output, forward and backward
-                else b[0] += m * ar(N * C);
-            } else if (u.sp) {
-                // forward: 2 all-gathers of LayerNorm outputs + 2 reduce-scatters; backward: the 2 LayerNorm
-                // outputs gathered again, 2 gradients gathered, 2 reduce-scatters
-                b[2] += m * (fwd_passes * 2 * ag_act + 2 * ag_act + 2 * ag);
-                b[1] += m * (fwd_passes * 2 + 2) * rs;
-            } else {
-                b[0] += m * (fwd_passes * 2 + 2) * ar(N * C);
-            }
+    for (int c = 0; c < part.num_chunks(); c++) {
+        if (part.has_embedding(c)) {  // g forward (SP: reduce-scatter; its backward all-gathers the gradient)
+            if (u.sp) b[1] += m * rs, b[2] += m * ag;
+            else b[0] += m * ar(N * C);
         }
+        const size_t blocks = size_t(part.blocks(c));
+        if (u.sp) {
+            // forward: 2 all-gathers of LayerNorm outputs + 2 reduce-scatters; backward: the 2 LayerNorm
+            // outputs gathered again, 2 gradients gathered, 2 reduce-scatters
+            b[2] += blocks * m * (fwd_passes * 2 * ag_act + 2 * ag_act + 2 * ag);
+            b[1] += blocks * m * (fwd_passes * 2 + 2) * rs;
+        } else {
+            b[0] += blocks * m * (fwd_passes * 2 + 2) * ar(N * C);
+        }
+        if (part.has_head(c)) {  // cross-entropy statistics, and f's backward
+            b[0] += m * (ar(N) + ar(2 * N));
+            if (u.sp) b[2] += m * 2 * ag_act, b[1] += m * rs;  // the final LayerNorm's output, forward and backward
+            else b[0] += m * ar(N * C);
+        }
+    }
     if (u.sp) {  // the replicated parameters' gradients: once per step (ZeRO 0-1) or per micro-batch
         const size_t times = shards_gradients(zero) ? m : 1;
         const model::Layout& layout = part.layout();
