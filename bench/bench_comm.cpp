@@ -30,7 +30,7 @@
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 
 using namespace shardlm;
 using namespace shardlm::comm;

@@ -1,5 +1,5 @@
 // bench/bench_gemm.cpp: GFLOP/s of the GEMM shapes of one GPT-2 124M training step on the engine's own
-// paths (kernels/gemm.h), on each library side by side in one run: fp32 (OpenBLAS and oneDNN in column
+// paths (kernels/gemm/gemm.h), on each library side by side in one run: fp32 (OpenBLAS and oneDNN in column
 // blocks the threads take, each a single-threaded product; the native kernels in their own cut) and the
 // mixed-precision bf16 products as the engine calls them (fp32 gradients rounded as they are read: a pass
 // of their own on OpenBLAS and oneDNN, in the packing on the native kernels), each against the peak of the
@@ -20,9 +20,10 @@
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
 #include "shardlm/kernels/machine.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/platform/peaks.h"
 
 namespace {
 
@@ -60,7 +61,7 @@ void table(const char* title, const std::vector<Shape>& shapes, bool bf16, const
     auto peak = [&](GemmBackend lib) { return m.peak(kn::product_isa(lib, kind)); };
     std::printf("\n%s; peaks measured now (GFLOP/s) of the ISA each library runs them on:", title);
     for (GemmBackend lib : kLibs)
-        std::printf(" %s %s %.0f", shardlm::setting_text(lib).c_str(), kn::product_isa_name(kn::product_isa(lib, kind)),
+        std::printf(" %s %s %.0f", shardlm::setting_text(lib).c_str(), shardlm::platform::product_isa_name(kn::product_isa(lib, kind)),
                     peak(lib));
     std::printf("\n%-30s %10s %10s %10s %9s %9s  (GFLOP/s; %% of the peak of the ISA that ran)\n", "shape", "openblas",
                 "onednn", "native", "auto", "auto %");

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "bench_options.h"
-#include "shardlm/kernels/peak_loops.h"
+#include "shardlm/platform/peak_loops.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
 
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     shardlm::ensure_blas_coretype(argc, argv);
     long iters = *arg / 4;
     int all = omp_get_max_threads();
-    using namespace shardlm::kernels;  // the loops `shardlm calibrate` measures with
+    using namespace shardlm::platform;  // the loops `shardlm calibrate` measures with
     const double fma = fp32_fma_flops_per_iter();
     std::printf("{\"bench\": \"fp32_fma_peak\", \"gflops_1_thread\": %.1f, \"threads\": %d, \"gflops_all_threads\": %.1f}\n",
                 peak_gflops(1, iters, fma, fp32_fma_chains), all, peak_gflops(all, iters, fma, fp32_fma_chains));

@@ -62,7 +62,7 @@ void print_profile(const std::map<std::string, shardlm::profile::Totals>& k, con
     const kn::ProductIsa isa = bf16 ? kn::bf16_products_isa(gemm) : kn::ProductIsa::Fp32Fma;
     const double peak = m.peak(isa);
     std::fprintf(stderr, "profile: %d steps of %.1f ms; roofs measured now: %s peak %.0f GFLOP/s, triad %.1f GB/s, %d threads\n",
-                 steps, step_s * 1e3, kn::product_isa_name(isa), peak, bw, threads);
+                 steps, step_s * 1e3, shardlm::platform::product_isa_name(isa), peak, bw, threads);
     // Each row against the peak of what ran it: --profile 2's bf16 product rows name their library ("bf16 fb>f
     // onednn NN 512x768x1024"): its ISA's; --profile 1's "matmul forward/backward" rows: the step's products' roof;
     // every other row (fp32 products, attention, the optimiser: fp32 arithmetic) the fp32 FMA's

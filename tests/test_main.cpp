@@ -9,7 +9,7 @@
 #include "shardlm/core/runtime.h"
 
 int main(int argc, char** argv) {
-    // --gemm auto's choices (kernels/gemm.h) go to the build tree, not the user's cache; every shardlm the
+    // --gemm auto's choices (kernels/gemm/gemm.h) go to the build tree, not the user's cache; every shardlm the
     // tests start inherits it
     setenv("SHARDLM_CACHE_DIR", SHARDLM_BINARY_DIR "/test-cache", 0);
     // Open MPI 4 puts every mpirun's session directory under <base>/ompi.<host>.<uid>/ and removes that

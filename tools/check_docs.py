@@ -47,7 +47,7 @@ FOREIGN_NAMESPACES = {"std", "torch", "nn", "dnnl", "MPI", "CLI", "nlohmann", "t
 MPIRUN = {"allow-run-as-root", "oversubscribe", "mca", "hostfile", "host", "np", "bind-to", "map-by", "rank-by",
           "report-bindings", "x", "tag-output", "timestamp-output", "machinefile", "use-hwthread-cpus"}
 PATH_EXT = (".h", ".cpp", ".json", ".md", ".sh", ".py", ".svg", ".js")
-# A path written without its extension names a module or a benchmark binary (`kernels/gemm_native`).
+# A path written without its extension names a module or a benchmark binary (`kernels/gemm/native`).
 MODULE_EXT = (".h", ".cpp", ".py", ".sh")
 # Upper-case words that stand for a name the user chooses (`--cluster FILE.json`).
 PLACEHOLDER = re.compile(r"\b(?:FILE|DIR|NAME|PATH|OUT)\b")

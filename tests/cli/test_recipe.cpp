@@ -30,8 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
-#include "shardlm/kernels/gemm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 
 namespace {
 

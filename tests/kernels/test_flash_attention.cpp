@@ -14,7 +14,7 @@
 #include "shardlm/core/dtype.h"
 #include "shardlm/kernels/attention.h"
 #include "shardlm/kernels/flash_attention.h"
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
 
 #include "kernel_test_util.h"
 

@@ -1,4 +1,4 @@
-// The GEMM backends (kernels/gemm.h, issue 25 item 3): oneDNN's fp32 products equal OpenBLAS's to fp32
+// The GEMM backends (kernels/gemm/gemm.h, issue 25 item 3): oneDNN's fp32 products equal OpenBLAS's to fp32
 // rounding on every transpose, alpha, beta and leading dimension, balanced or as one call, in and out of
 // parallel regions; a balanced product's bits do not depend on the threads with either library; bf16
 // products on either library agree; and --gemm auto times a new shape once, keeps the faster, writes it
@@ -23,8 +23,8 @@
 
 #include "shardlm/core/dtype.h"
 #include "shardlm/io/atomic_file.h"
-#include "shardlm/kernels/gemm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
 
 #include "kernel_test_util.h"
 

@@ -1,4 +1,4 @@
-// The native GEMMs (kernels/gemm_native.h) against a double-precision product of the same (rounded) values,
+// The native GEMMs (kernels/gemm/native.h) against a double-precision product of the same (rounded) values,
 // on every operand layout and on sizes that leave partial tiles, panels and blocks of k; and the bits they
 // promise: the same whatever the threads and however C is cut.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include "kernel_test_util.h"
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/dtype.h"
-#include "shardlm/kernels/gemm_native.h"
+#include "shardlm/kernels/gemm/native.h"
 
 namespace shardlm::test {
 namespace {

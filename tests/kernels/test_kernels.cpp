@@ -16,7 +16,7 @@
 #include "shardlm/kernels/encoder.h"
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/kernels/reference/reference.h"
 #include "shardlm/kernels/vec_math.h"

@@ -16,9 +16,8 @@
 
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/runtime.h"
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/layernorm.h"
-#include "shardlm/kernels/matmul.h"
 
 namespace {
 

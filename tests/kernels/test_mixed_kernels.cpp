@@ -19,7 +19,7 @@
 #include "shardlm/kernels/encoder.h"
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 
 #include "kernel_test_util.h"

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/machine.h"
-#include "shardlm/kernels/matmul.h"
-#include "shardlm/kernels/peak_loops.h"
+#include "shardlm/platform/peak_loops.h"
 
 namespace {
 
 using namespace shardlm::kernels;
+using namespace shardlm::platform;
 
 // GFLOP/s of one thread running chains(iters) once
 double one_run(float (*chains)(long), double flops_per_iter, long iters) {

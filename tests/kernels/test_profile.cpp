@@ -8,7 +8,7 @@
 #include "kernel_test_util.h"
 #include "shardlm/core/profile.h"
 #include "shardlm/kernels/layernorm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Every product the engine issues, on every GEMM library, against one fp64 reference.
 //
-// A tap on the GEMM layer (kernels/gemm.h: set_product_tap) records each distinct product a training step
+// A tap on the GEMM layer (kernels/gemm/gemm.h: set_product_tap) records each distinct product a training step
 // issues: its shape, the operands' types and strides, transposition, overwrite or accumulate, alpha, bias and
 // C's type, with copies of its operands. The steps are those of GPT-2 and LLaMA blocks (grouped-query
 // attention, SwiGLU, an untied head) at head dimensions 16, 32 and 64, the tied head, two tensor-parallel
@@ -40,9 +40,10 @@
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/dtype.h"
-#include "shardlm/kernels/gemm.h"
-#include "shardlm/kernels/gemm_native.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
+#include "shardlm/kernels/gemm/tap.h"
+#include "shardlm/kernels/gemm/native.h"
 #include "shardlm/model/part.h"
 #include "shardlm/model/weights.h"
 #include "thread_tp.h"

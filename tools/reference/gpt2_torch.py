@@ -153,7 +153,7 @@ class GPT(nn.Module):
 
 
 # ---------------------------------------------------------------------------
-# bf16 matmul precision (shardlm's --matmul-precision bf16, src/shardlm/kernels/matmul.h)
+# bf16 matmul precision (shardlm's --matmul-precision bf16, src/shardlm/kernels/gemm/gemm.h)
 
 def _bf16(t):
     """Round to bf16 (nearest even) and back to fp32."""

@@ -12,7 +12,7 @@
 #include <functional>
 #include <sstream>
 
-#include "shardlm/kernels/peak_loops.h"
+#include "shardlm/platform/peak_loops.h"
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/core/format.h"
 #include "shardlm/core/runtime.h"
@@ -22,17 +22,17 @@
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/machine.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/optimizer_kernels.h"
 #include "shardlm/planner/plan_io.h"
 
 namespace shardlm::calibrate {
 
-using kernels::bf16_dot_chains;
-using kernels::fp32_fma_chains;
-using kernels::fp32_fma_flops_per_iter;
-using kernels::has_bf16_dot;
-using kernels::kBf16DotFlopsPerIter;
+using platform::bf16_dot_chains;
+using platform::fp32_fma_chains;
+using platform::fp32_fma_flops_per_iter;
+using platform::has_bf16_dot;
+using platform::kBf16DotFlopsPerIter;
 
 namespace {
 
@@ -371,11 +371,11 @@ Calibration run(comm::Group& world, const Options& o) {
     c.fp32_peak_gflops = peak_gflops(world, c.threads, fp32_fma_flops_per_iter(), fp32_fma_chains);
     c.bf16_peak_gflops =
         has_bf16_dot() ? peak_gflops(world, c.threads, kBf16DotFlopsPerIter, bf16_dot_chains) : c.fp32_peak_gflops;
-    if (kernels::has_amx_bf16()) c.amx_peak_gflops = peak_gflops(world, c.threads, kernels::kAmxFlopsPerIter, kernels::amx_bf16_chains);
-    const kernels::ProductIsa isa = kernels::bf16_products_isa(kernels::gemm_backend());
-    c.bf16_products_isa = kernels::product_isa_name(isa);
+    if (platform::has_amx_bf16()) c.amx_peak_gflops = peak_gflops(world, c.threads, platform::kAmxFlopsPerIter, platform::amx_bf16_chains);
+    const platform::ProductIsa isa = kernels::bf16_products_isa(kernels::gemm_backend());
+    c.bf16_products_isa = platform::product_isa_name(isa);
     c.bf16_products_peak_gflops =
-        kernels::isa_peak(isa, c.fp32_peak_gflops, has_bf16_dot() ? c.bf16_peak_gflops : 0, c.amx_peak_gflops);
+        platform::isa_peak(isa, c.fp32_peak_gflops, has_bf16_dot() ? c.bf16_peak_gflops : 0, c.amx_peak_gflops);
 
     // GEMMs: tokens x (in, out) of the linear layers of small and mid-size GPTs, whole and cut by
     // tensor parallelism, the head's long vocabulary side, thin attention-like shapes

@@ -9,7 +9,7 @@
 // What is measured, and which cluster key it becomes:
 //   peaks        our FMA loop (fp32) and VDPBF16PS loop (bf16, if the CPU has AVX512_BF16) on every
 //                thread: peak_tflops (16-bit) and peak_tflops_tf32 = peak_tflops_fp32 (fp32)
-//   GEMMs        the engine's matmul forward + backward (kernels/matmul.h, 6 M N K FLOPs) over a grid
+//   GEMMs        the engine's matmul forward + backward (kernels/gemm/gemm.h, 6 M N K FLOPs) over a grid
 //                of shapes in the precision asked for; gemm_max and gemm_half_dim are the least-squares
 //                fit (in log space) of the planner's curve gemm_max d / (d + gemm_half_dim) against
 //                the smallest dimension d; with more than one thread per rank, the same shapes as lanes

@@ -14,7 +14,7 @@
 #include "shardlm/comm/mpi_env.h"
 #include "shardlm/core/check.h"
 #include "shardlm/io/atomic_file.h"
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
 
 namespace shardlm::cli {
 

@@ -10,7 +10,8 @@
 #include "shardlm/comm/group.h"
 #include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
 #include "shardlm/kernels/machine.h"
 
 namespace shardlm::cli {

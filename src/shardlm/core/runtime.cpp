@@ -18,7 +18,7 @@ void ensure_blas_coretype(int argc, char** argv) {
     if (std::getenv("SHARDLM_NO_REEXEC")) return;
     bool change = false;
     // Debian's OpenBLAS 0.3.21 does not know Zen 4/5 and falls back to generic kernels (8x slower).
-    // `--gemm onednn` never calls OpenBLAS (kernels/gemm.h): nothing to set for it.
+    // `--gemm onednn` never calls OpenBLAS (kernels/gemm/gemm.h): nothing to set for it.
     bool onednn_only = false;
     for (int i = 1; i < argc; i++) {
         const std::string_view a = argv[i];

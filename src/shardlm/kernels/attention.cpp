@@ -9,7 +9,7 @@
 
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/vec_math.h"
 
 namespace shardlm::kernels {

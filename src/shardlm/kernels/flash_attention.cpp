@@ -10,8 +10,9 @@
 
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
-#include "shardlm/kernels/gemm.h"
-#include "shardlm/kernels/gemm_native.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tap.h"
+#include "shardlm/kernels/gemm/native.h"
 #include "shardlm/kernels/vec_math.h"
 
 namespace shardlm::kernels {

@@ -19,37 +19,17 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
-#include "shardlm/kernels/matmul.h"
-#include "shardlm/kernels/peak_loops.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
+#include "shardlm/platform/cpu.h"
+#include "shardlm/platform/peak_loops.h"
+#include "shardlm/platform/peaks.h"
 
 namespace shardlm::kernels {
 
+using namespace platform;  // the CPU, its peaks and the loops that measure them
+
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// GFLOP/s of `threads` threads running chains(iters) each: iters grown until a run lasts a quarter of
-// `seconds`, then such runs until `seconds` have passed, the fastest kept. (The first run long enough, kept
-// alone, read a Zen 3 guest's peak at 61-65 GFLOP/s against bench_peak's 95: the cores were not yet at
-// speed, or a neighbour had them for a moment.)
-double measure_peak(int threads, double seconds, double flops_per_iter, float (*chains)(long)) {
-    long iters = 20000;
-    float sink = 0;
-    double best = 0, spent = 0;
-    for (;;) {
-        const double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-        sink += chains(iters);
-        const double t = now_s() - t0;
-        spent += t;
-        if (t >= seconds / 4 || iters > (1L << 40)) best = std::max(best, double(iters) * flops_per_iter * threads / t / 1e9);
-        if (best > 0 && spent >= seconds) {
-            if (sink == 12345.0f) std::printf(" ");  // keep the loops
-            return best;
-        }
-        if (t < seconds / 4) iters = long(double(iters) * std::clamp(0.3 * seconds / std::max(t, 1e-6), 1.5, 100.0));
-    }
-}
 
 // The engine's fp32 product (column blocks on the threads) on one library.
 double measure_sgemm(int threads, GemmBackend on) {
@@ -62,43 +42,12 @@ double measure_sgemm(int threads, GemmBackend on) {
     return 2.0 * n * n * n / best / 1e9;
 }
 
-std::string onednn_isa_name(dnnl_cpu_isa_t isa) {
-    switch (isa) {
-        case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-        case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-        case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-        case dnnl_cpu_isa_avx512_core: return "avx512_core";
-        case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-        case dnnl_cpu_isa_avx2: return "avx2";
-        case dnnl_cpu_isa_avx: return "avx";
-        case dnnl_cpu_isa_sse41: return "sse41";
-        default: return "other";
-    }
-}
-
 std::string lower(std::string s) {
     for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
     return s;
 }
 
 }  // namespace
-
-const char* product_isa_name(ProductIsa isa) {
-    switch (isa) {
-        case ProductIsa::Fp32Fma: return "fp32 FMA";
-        case ProductIsa::Bf16Dot: return "AVX512_BF16";
-        case ProductIsa::AmxBf16: return "AMX";
-    }
-    return "?";
-}
-
-std::string onednn_isa() { return onednn_isa_name(dnnl_get_effective_cpu_isa()); }
-
-std::string onednn_max_isa_env() {
-    const char* e = std::getenv("ONEDNN_MAX_CPU_ISA");
-    if (!e || !*e) e = std::getenv("DNNL_MAX_CPU_ISA");  // the older name oneDNN still reads
-    return e ? e : "";
-}
 
 ProductIsa product_isa(GemmBackend lib, GemmKind kind) {
     if (kind == GemmKind::Fp32) return ProductIsa::Fp32Fma;
@@ -119,37 +68,6 @@ ProductIsa product_isa(GemmBackend lib, GemmKind kind) {
 ProductIsa bf16_products_isa(GemmBackend gemm) {
     if (gemm != GemmBackend::Auto) return product_isa(gemm, GemmKind::Bf16);
     return std::max(product_isa(GemmBackend::OneDnn, GemmKind::Bf16), product_isa(GemmBackend::Native, GemmKind::Bf16));
-}
-
-double isa_peak(ProductIsa isa, double fp32_fma, double bf16_dot, double amx) {
-    if (isa == ProductIsa::AmxBf16 && amx > 0) return amx;
-    if (isa != ProductIsa::Fp32Fma && bf16_dot > 0) return bf16_dot;
-    return fp32_fma;
-}
-
-const CpuId& cpu_id() {
-    static const CpuId id = [] {
-        CpuId c;
-        bool named = false;
-        std::ifstream f("/proc/cpuinfo");
-        for (std::string line; std::getline(f, line);) {
-            if (line.empty() && named) break;  // the first processor's block only
-            const size_t colon = line.find(':');
-            if (colon == std::string::npos) continue;
-            std::string key = line.substr(0, colon);
-            key.erase(key.find_last_not_of(" \t") + 1);
-            const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-            if (key == "model name") c.name = value, named = true;
-            if (key == "cpu family") c.family = value;
-            if (key == "model") c.model = value;
-            if (key == "flags") {
-                std::istringstream in(value);
-                for (std::string t; in >> t;) c.flags.insert(t);
-            }
-        }
-        return c;
-    }();
-    return id;
 }
 
 GemmBackend sgemm_library(GemmBackend gemm) {

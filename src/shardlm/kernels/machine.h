@@ -12,31 +12,20 @@
 #include <string>
 #include <vector>
 
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/platform/cpu.h"
+#include "shardlm/platform/peaks.h"
 
 namespace shardlm::kernels {
 
-// /proc/cpuinfo's first processor: its model name ("unknown CPU" if none), family, model and flags.
-struct CpuId {
-    std::string name = "unknown CPU", family, model;
-    std::set<std::string> flags;
-};
-const CpuId& cpu_id();
+using platform::ProductIsa;
 
-// The instruction sets whose peaks are measured, one per kind of product kernel.
-enum class ProductIsa { Fp32Fma, Bf16Dot, AmxBf16 };
-const char* product_isa_name(ProductIsa isa);  // "fp32 FMA", "AVX512_BF16", "AMX"
+
 // What `lib` (not auto) runs products of `kind` on here: oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA
 // respected), the native kernels' AVX512_BF16 tiles where the build has them, else the fp32 FMA (bf16 widened).
 ProductIsa product_isa(GemmBackend lib, GemmKind kind);
 // The best a run's bf16 products reach under --gemm `gemm` (auto: the best library here).
 ProductIsa bf16_products_isa(GemmBackend gemm);
-// The peak of `isa` among measured peaks (GFLOP/s, 0: not measured); one not measured falls back to the next
-// below it (AMX to the bf16 dot product, that to the fp32 FMA).
-double isa_peak(ProductIsa isa, double fp32_fma, double bf16_dot, double amx);
-// oneDNN's effective ISA ("avx512_core_amx", ...) and the ONEDNN_MAX_CPU_ISA that set it ("" if unset).
-std::string onednn_isa();
-std::string onednn_max_isa_env();
 
 struct MachineInfo {
     std::string cpu;           // /proc/cpuinfo's model name
@@ -48,14 +37,14 @@ struct MachineInfo {
     std::string amx_unavailable;  // why not, where the CPU lists amx_bf16
     // all `threads` threads, measured (0: not measured, or no such instruction set)
     double fp32_peak_gflops = 0, bf16_peak_gflops = 0, amx_peak_gflops = 0;
-    double peak(ProductIsa isa) const { return isa_peak(isa, fp32_peak_gflops, bf16_peak_gflops, amx_peak_gflops); }
+    double peak(ProductIsa isa) const { return platform::isa_peak(isa, fp32_peak_gflops, bf16_peak_gflops, amx_peak_gflops); }
     double fp32_gemm_gflops = 0;  // a 1024^3 product on the engine's path, on sgemm_library(gemm) (0: not measured)
     std::string openblas_core;          // the kernels OpenBLAS runs (openblas_get_corename)
     std::string openblas_coretype_env;  // OPENBLAS_CORETYPE as set ("" if not)
     bool coretype_ours = false;         // shardlm set it (main's re-exec), not the user
     std::string onednn_isa;             // the ISA oneDNN's bf16 matmuls use
     std::string onednn_max_isa;         // ONEDNN_MAX_CPU_ISA as the user set it ("" if not)
-    GemmBackend gemm = GemmBackend::OpenBlas;  // --gemm (kernels/gemm.h) as set when asked
+    GemmBackend gemm = GemmBackend::OpenBlas;  // --gemm (kernels/gemm/gemm.h) as set when asked
     bool onednn_bf16 = false;                  // oneDNN makes bf16 matmuls here (else they are widened)
 };
 

@@ -10,7 +10,7 @@
 #include "shardlm/kernels/flash_attention.h"
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/layernorm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/rope.h"
 #include "shardlm/model/unit_ops.h"
 

@@ -7,7 +7,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/kernels/layernorm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/unit_ops.h"
 
 namespace shardlm::model {

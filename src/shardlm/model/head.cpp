@@ -10,7 +10,7 @@
 #include "shardlm/core/profile.h"
 #include "shardlm/kernels/crossentropy.h"
 #include "shardlm/kernels/layernorm.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/sample_labels.h"
 #include "shardlm/model/unit_ops.h"
 

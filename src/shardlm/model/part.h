@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "shardlm/core/aligned_buffer.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/model/tensor_parallel.h"

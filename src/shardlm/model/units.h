@@ -37,7 +37,7 @@
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/precision.h"
 #include "shardlm/cost/flops.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/config.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/model/tensor_parallel.h"

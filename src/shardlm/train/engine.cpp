@@ -5,7 +5,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/parallel/stages.h"
 #include "shardlm/train/memory_check.h"
 

@@ -20,7 +20,7 @@
 #include "shardlm/comm/group.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/kernels/machine.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/train/trainer.h"
 
 namespace shardlm::train {

@@ -11,7 +11,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/cost/memory.h"
 #include "shardlm/io/json_file.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/weights.h"
 
 namespace shardlm::train {

@@ -1,4 +1,84 @@
-// kernels/matmul.h: linear layers on BLAS (OpenBLAS sgemm, row-major).
+// kernels/gemm/gemm.h: the GEMM layer's one face: the products (fp32 and bf16 operands, transposes, an
+// accumulate flag, fp32 or 16-bit C), the linear layers built on them, and which library runs them. Behind
+// it: the libraries' calls (gemm.cpp), the native kernels (native.h), the tuner that picks a library per
+// shape and its cache (tuner.h), and the product tap that tests replay (tap.h).
+//
+// The engine's fp32 and bf16 GEMMs, each on the library that runs its shape fastest
+// (docs/DESIGN.md, kernels/: "GEMM libraries, chosen by measurement", "The native GEMM").
+//
+// Three libraries can run every product: OpenBLAS (sgemm; for bf16 operands, widened to fp32 first:
+// a bf16 x bf16 product is exact in fp32, so only the order of the fp32 sums differs), oneDNN (its fp32
+// matmul; its bf16 matmul on AVX512_BF16 or AMX kernels) and shardlm's own kernels (kernels/gemm/native.h:
+// fp32 FMA and AVX512_BF16 tiles on AVX-512, fp32 FMA tiles on AVX2; bf16 products without AVX512_BF16 have
+// none). `--gemm`
+// chooses:
+//   openblas  every product on OpenBLAS (bf16 operands widened)
+//   onednn    every product on oneDNN, attention's tiles included: OpenBLAS is never called, so
+//             main() does not re-exec itself to give OpenBLAS its OPENBLAS_CORETYPE
+//   native    every product on the native kernels (bf16 ones without AVX512_BF16: widened, on OpenBLAS)
+//   auto      per shape and precision: the first time a process meets a shape (its dimensions,
+//             transposes, leading dimensions, whether it accumulates; for bf16 also the operand types and
+//             the threads oneDNN runs it on), every library runs it on the real operands (its first
+//             rows) and the fastest is kept: the native kernels (where the build has them, else OpenBLAS)
+//             unless another is over 3 % faster. The choice is written to a cache file per CPU model
+//             (gemm_cache_path()), so that every later process on the machine makes the same one
+//             without timing. Attention's tiles (small, dozens of shapes) are not timed: they run on the
+//             native kernels from panels packed once per head. Without a usable cache (no lock, not writable)
+//             nothing is timed: OpenBLAS runs every product, the same choice in every process.
+//
+// Balanced (sgemm_balanced): on OpenBLAS and oneDNN the columns of C are cut into blocks (2 per CPU of
+// the machine, multiples of 64 columns; SHARDLM_GEMM_BLOCKS sets another count, for measuring) that the
+// OpenMP threads take dynamically, each block one single-threaded product on the chosen library: when
+// another process takes one of the cores, the thread sharing it simply takes fewer blocks (OpenBLAS's own
+// static split made the step wait for the slowed half: bench/RESULTS.md). Every element is computed by
+// one call over the whole K on the same block whatever the thread count, so results do not depend on the
+// threads, with either library. The native kernels cut C into blocks of their own the same way, and
+// their bits depend on neither the threads nor the cut.
+#pragma once
+#include <cblas.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "shardlm/core/enum_names.h"
+#include "shardlm/core/dtype.h"
+#include "shardlm/kernels/gemm/native.h"
+#include "shardlm/kernels/gemm/backend.h"
+
+namespace shardlm::kernels {
+
+
+// C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major (cblas_sgemm's arguments), balanced as above,
+// on the library chosen for this shape.
+void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc);
+// The same as one call on the calling thread's threads (attention's tiles, inside parallel regions):
+// OpenBLAS, or oneDNN with --gemm onednn, or the native kernels with --gemm native.
+void sgemm_tile(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                const float* B, int ldb, float beta, float* C, int ldc);
+// One library, no choosing (tests, bench_gemm, the timing itself). cut_n > 0: cut the columns into
+// blocks as a product of cut_n columns would be (auto's timing of a wide product's first blocks).
+void sgemm_balanced_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                       const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc, int cut_n = 0);
+
+// The library the calling thread's last sgemm_balanced or gemm_mixed ran on (auto's choice for its shape):
+// what benchmarks measure a product's share of the peak by (machine.h: product_isa).
+GemmBackend gemm_last_library();
+void note_gemm_library(GemmBackend b);  // the products' own call
+
+// sgemm_tile's one call on one library (OpenBLAS, oneDNN or the native kernels), no choosing.
+void sgemm_tile_on(GemmBackend b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
+                   int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+bool gemm_has_native_bf16();  // this build has native bf16 kernels (AVX512_BF16; the fp32 ones are in every build)
+
+// "auto: 9 shapes, 1 on OpenBLAS, 3 on oneDNN, 5 native (4 timed now; cache ~/.cache/shardlm/gemm-...json)",
+// or "openblas" / "onednn" / "native" when forced: for the end of a run.
+std::string gemm_summary();
+
+// ---- linear layers ---------------------------------------------------------------------------------
 // Weights are stored [OC, C] (out, in), like torch.nn.Linear; HF's Conv1D [in, out] is transposed
 // on import/export only.
 //
@@ -6,16 +86,7 @@
 // operands. bf16 rounds both operands of every product to bf16 (nearest even) and multiplies them
 // on oneDNN's AVX512_BF16 kernels with fp32 accumulation and fp32 outputs; parameters, gradients,
 // activations and the optimiser stay fp32. Bias and bias gradients are fp32 in both.
-#pragma once
-#include <cstddef>
-#include <string_view>
 
-#include "shardlm/core/dtype.h"
-#include "shardlm/core/enum_names.h"
-#include "shardlm/kernels/gemm.h"
-#include "shardlm/kernels/gemm_native.h"
-
-namespace shardlm::kernels {
 
 enum class MatmulPrecision { fp32, bf16 };
 inline constexpr EnumName<MatmulPrecision> kMatmulPrecisionNames[] = {{MatmulPrecision::fp32, "fp32"},
@@ -96,9 +167,9 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
 // bf16 kernels), onednn (widened where oneDNN has no bf16 matmul for this CPU) or openblas (widened).
 void gemm_mixed_on(GemmBackend lib, void* c, DType c_t, const native::Operand& a, const native::Operand& b, int M, int N,
                    int K, bool accumulate, const float* bias);
-// Which kernels run them: "onednn" (AVX512_BF16 or AVX-512 kernels), "native" (kernels/gemm_native.h) or,
+// Which kernels run them: "onednn" (AVX512_BF16 or AVX-512 kernels), "native" (kernels/gemm/native.h) or,
 // on a CPU for which neither has a bf16 product (AVX2 only), "sgemm-widened": the operands widened to fp32
-// (exact) and sgemm. --gemm (kernels/gemm.h) chooses between them where there is a choice: "auto" then.
+// (exact) and sgemm. --gemm (kernels/gemm/gemm.h) chooses between them where there is a choice: "auto" then.
 const char* bf16_matmul_backend();
 bool onednn_makes_bf16();  // oneDNN has a bf16 matmul for this CPU
 // The same with C stored as c_t (F32 or BF16) and an fp32 bias(N) added (null: none).

@@ -1,10 +1,10 @@
-// kernels/gemm_native_drive.h: how the native GEMMs run a product, shared by the fp32 kernels (gemm_native.cpp
-// on AVX-512, gemm_native_avx2.cpp on AVX2) and the bf16 ones (gemm_native_bf16.cpp): the threads' scratch,
+// kernels/gemm/native_drive.h: how the native GEMMs run a product, shared by the fp32 kernels (native.cpp
+// on AVX-512, native_avx2.cpp on AVX2) and the bf16 ones (native_bf16.cpp): the threads' scratch,
 // the cut of C into items that the threads take, the tiles of an item's block, and the lines of B fetched
 // ahead of their packing. Only those include it. Builds with native kernels (SHARDLM_NATIVE_FP32: AVX-512,
 // or AVX2 + FMA).
 #pragma once
-#include "shardlm/kernels/gemm_native_parts.h"
+#include "shardlm/kernels/gemm/native_parts.h"
 #if defined(SHARDLM_NATIVE_FP32)
 #include <immintrin.h>
 #include <omp.h>
@@ -163,7 +163,7 @@ private:
     long seg_stride_ = 0, first_ = 0, len_ = 0, line_ = 0, last_line_ = 0;
 };
 
-// ---- what each instruction set's tiles provide (gemm_native.cpp: AVX-512; gemm_native_avx2.cpp: AVX2) -----
+// ---- what each instruction set's tiles provide (native.cpp: AVX-512; native_avx2.cpp: AVX2) -----
 
 // Whether sgemm packs a transposed A's strips before the items run. On AVX2 a narrow product's (N <= 64: the
 // weight gradient of a narrow input, such as a small model's head, d(wte) 50304 x 64 over thousands of rows of

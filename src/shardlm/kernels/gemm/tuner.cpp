@@ -1,8 +1,9 @@
-// kernels/gemm_auto.cpp: --gemm auto's side of kernels/gemm.h: timing a shape on each library, the choice,
+// kernels/gemm/tuner.cpp: --gemm auto's side of kernels/gemm/gemm.h: timing a shape on each library, the choice,
 // and the cache file that every process on the machine agrees through (docs/DESIGN.md, kernels/: "GEMM
 // libraries, chosen by measurement"). The products themselves are in gemm.cpp.
-#include "shardlm/kernels/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
 
+#include <cblas.h>
 #include <emmintrin.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -29,8 +30,9 @@
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/timer.h"
 #include "shardlm/io/atomic_file.h"
-#include "shardlm/kernels/gemm_native.h"
-#include "shardlm/kernels/machine.h"
+#include "shardlm/kernels/gemm/backend.h"
+#include "shardlm/kernels/gemm/native.h"
+#include "shardlm/platform/cpu.h"
 
 namespace shardlm::kernels {
 
@@ -52,7 +54,7 @@ struct Choice {
 std::string choice_isa(GemmBackend b, const std::string& key, const GemmTiming& t) {
     const bool bf16 = key.rfind("bf16 ", 0) == 0;
     switch (b) {
-        case GemmBackend::OneDnn: return t.onednn_impl.empty() ? cat("oneDNN ", onednn_isa()) : t.onednn_impl;
+        case GemmBackend::OneDnn: return t.onednn_impl.empty() ? cat("oneDNN ", platform::onednn_isa()) : t.onednn_impl;
         case GemmBackend::Native:
             if (bf16) return native::has_bf16() ? "native avx512_bf16" : "openblas (widened to fp32)";
 #if defined(__AVX512F__)
@@ -80,7 +82,7 @@ Table& table() {
 }
 
 std::string cpu_slug() {
-    const CpuId& id = cpu_id();
+    const platform::CpuId& id = platform::cpu_id();
     std::string slug;
     for (char c : id.name) {
         if (std::isalnum(static_cast<unsigned char>(c)))
@@ -262,7 +264,7 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
     static const std::string libs = [] {
         const char* c = openblas_get_corename();
         const dnnl_version_t* v = dnnl_version();
-        return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, "/", onednn_isa(), " native:",
+        return cat("openblas:", c ? c : "?", " onednn:", v->major, ".", v->minor, ".", v->patch, "/", platform::onednn_isa(), " native:",
                    kNativeVersion, " blocks:", gemm_blocks_per_cpu(), "x",
                    std::max(1u, std::thread::hardware_concurrency()));
     }();

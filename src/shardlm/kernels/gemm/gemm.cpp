@@ -1,6 +1,8 @@
-// kernels/gemm.cpp: the products of kernels/gemm.h on each library (OpenBLAS, oneDNN's fp32 matmul, the
-// native kernels), balanced over the threads; --gemm auto's timing, choice and cache are in gemm_auto.cpp.
-#include "shardlm/kernels/gemm.h"
+// kernels/gemm/gemm.cpp: the products of kernels/gemm/gemm.h on each library (OpenBLAS, oneDNN's fp32 matmul, the
+// native kernels), balanced over the threads; --gemm auto's timing, choice and cache are in tuner.cpp.
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
+#include "shardlm/kernels/gemm/tap.h"
 
 #include <omp.h>
 
@@ -19,16 +21,13 @@
 #include "shardlm/core/check.h"
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/profile.h"
-#include "shardlm/kernels/gemm_native.h"
+#include "shardlm/kernels/gemm/native.h"
 
 namespace shardlm::kernels {
 
 namespace {
 
-std::atomic<GemmBackend> g_backend{GemmBackend::OpenBlas};
-std::atomic<bool> g_tap_on{false};
 thread_local GemmBackend t_last_library = GemmBackend::OpenBlas;
-ProductTap g_tap;
 
 // ---- oneDNN's fp32 matmul, one thread ------------------------------------------------------------------
 
@@ -163,36 +162,14 @@ int balanced_width(int N) {
 
 }  // namespace
 
-int gemm_blocks_per_cpu() {
-    static const int per = [] {
-        const char* e = std::getenv("SHARDLM_GEMM_BLOCKS");
-        const int v = e ? std::atoi(e) : 0;
-        return v >= 1 && v <= 64 ? v : 2;
-    }();
-    return per;
-}
-
 bool gemm_has_native_bf16() { return native::has_bf16(); }
 
 GemmBackend gemm_last_library() { return t_last_library; }
 void note_gemm_library(GemmBackend b) { t_last_library = b; }
 
-void set_product_tap(ProductTap tap) {
-    g_tap_on.store(false, std::memory_order_release);
-    g_tap = std::move(tap);
-    g_tap_on.store(bool(g_tap), std::memory_order_release);
-}
-
-void tap_product(const ProductCall& call) {
-    if (g_tap_on.load(std::memory_order_acquire)) g_tap(call);
-}
-
-void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
-GemmBackend gemm_backend() { return g_backend.load(); }
-
 void sgemm_balanced_on(GemmBackend be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc, int cut_n) {
-    if (be == GemmBackend::Native) {  // its own cut (gemm_native.h)
+    if (be == GemmBackend::Native) {  // its own cut (native.h)
         one_call(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }

@@ -1,4 +1,4 @@
-#include "shardlm/kernels/peak_loops.h"
+#include "shardlm/platform/peak_loops.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace shardlm::kernels {
+namespace shardlm::platform {
 
 namespace {
 
@@ -144,4 +144,4 @@ double fp32_fma_flops_per_iter() { return __builtin_cpu_supports("avx512f") ? 16
 bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16"); }
 float bf16_dot_chains(long iters) { return dpbf16(iters); }
 
-}  // namespace shardlm::kernels
+}  // namespace shardlm::platform

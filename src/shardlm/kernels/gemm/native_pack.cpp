@@ -1,6 +1,6 @@
-// kernels/gemm_native_pack.cpp: the native GEMM's packing (gemm_native_parts.h): B into panels, A into
+// kernels/gemm/native_pack.cpp: the native GEMM's packing (native_parts.h): B into panels, A into
 // strips, fp32 operands rounded to bf16 on the way (nearest even: convert_from_f32's bits).
-#include "shardlm/kernels/gemm_native_parts.h"
+#include "shardlm/kernels/gemm/native_parts.h"
 
 #if defined(__AVX512F__)
 #include <algorithm>

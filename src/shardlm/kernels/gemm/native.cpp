@@ -1,9 +1,9 @@
-// kernels/gemm_native.cpp: the native fp32 GEMMs (gemm_native.h): their entry points for every build with native
-// kernels, and the AVX-512 register tiles and items (AVX2's are in gemm_native_avx2.cpp); the bf16 ones are in
-// gemm_native_bf16.cpp, how both run a product in gemm_native_drive.h.
-#include "shardlm/kernels/gemm_native.h"
-#include "shardlm/kernels/gemm_native_drive.h"
-#include "shardlm/kernels/gemm_native_parts.h"
+// kernels/gemm/native.cpp: the native fp32 GEMMs (native.h): their entry points for every build with native
+// kernels, and the AVX-512 register tiles and items (AVX2's are in native_avx2.cpp); the bf16 ones are in
+// native_bf16.cpp, how both run a product in native_drive.h.
+#include "shardlm/kernels/gemm/native.h"
+#include "shardlm/kernels/gemm/native_drive.h"
+#include "shardlm/kernels/gemm/native_parts.h"
 
 #include <immintrin.h>
 #include <omp.h>

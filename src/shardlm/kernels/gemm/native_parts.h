@@ -1,7 +1,7 @@
-// kernels/gemm_native_parts.h: what the native GEMMs (gemm_native.cpp, gemm_native_bf16.cpp and
-// gemm_native_drive.h) and their packing (gemm_native_pack.cpp) share: the tile's and the blocks' sizes, and
+// kernels/gemm/native_parts.h: what the native GEMMs (native.cpp, native_bf16.cpp and
+// native_drive.h) and their packing (native_pack.cpp) share: the tile's and the blocks' sizes, and
 // the packing routines. Nothing else includes it. AVX-512 builds, and the fp32 parts of AVX2 + FMA builds
-// (SHARDLM_NATIVE_FP32; the tiles there are gemm_native_avx2.cpp's).
+// (SHARDLM_NATIVE_FP32; the tiles there are native_avx2.cpp's).
 #pragma once
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define SHARDLM_NATIVE_FP32 1
@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "shardlm/core/dtype.h"
-#include "shardlm/kernels/gemm_native.h"
+#include "shardlm/kernels/gemm/operand.h"
 
 namespace shardlm::kernels::native::detail {
 

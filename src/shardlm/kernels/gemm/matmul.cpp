@@ -1,4 +1,4 @@
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
 
 #include "shardlm/core/contention.h"
 #include "shardlm/core/profile.h"
@@ -14,7 +14,6 @@
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
 
-#include "shardlm/kernels/gemm.h"
 
 namespace shardlm::kernels {
 

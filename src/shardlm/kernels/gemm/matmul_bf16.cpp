@@ -1,4 +1,4 @@
-// kernels/matmul_bf16.cpp: bf16 x bf16 -> fp32 products on oneDNN's matmul primitive.
+// kernels/gemm/matmul_bf16.cpp: bf16 x bf16 -> fp32 products on oneDNN's matmul primitive.
 // oneDNN picks its AVX512_BF16 brgemm kernels where the CPU has them (DNNL_VERBOSE=1 shows which);
 // the operands are rounded from fp32 here, in one streaming pass each, into scratch buffers that
 // keep the source's row/column orientation, so that no transposed copy is ever made.
@@ -20,9 +20,10 @@
 #include "shardlm/core/dtype.h"
 #include "shardlm/core/profile.h"
 #include "shardlm/core/runtime.h"
-#include "shardlm/kernels/gemm.h"
-#include "shardlm/kernels/gemm_native.h"
-#include "shardlm/kernels/matmul.h"
+#include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/kernels/gemm/tuner.h"
+#include "shardlm/kernels/gemm/tap.h"
+#include "shardlm/kernels/gemm/native.h"
 
 namespace shardlm::kernels {
 

@@ -1,9 +1,9 @@
-// kernels/gemm_native_bf16.cpp: the native bf16 GEMMs (gemm_native.h, gemm_bf16): products of bf16 pairs summed
-// in fp32 by AVX512_BF16 dot products; how they run a product is in gemm_native_drive.h, shared with the fp32
-// ones (gemm_native.cpp).
-#include "shardlm/kernels/gemm_native.h"
-#include "shardlm/kernels/gemm_native_drive.h"
-#include "shardlm/kernels/gemm_native_parts.h"
+// kernels/gemm/native_bf16.cpp: the native bf16 GEMMs (native.h, gemm_bf16): products of bf16 pairs summed
+// in fp32 by AVX512_BF16 dot products; how they run a product is in native_drive.h, shared with the fp32
+// ones (native.cpp).
+#include "shardlm/kernels/gemm/native.h"
+#include "shardlm/kernels/gemm/native_drive.h"
+#include "shardlm/kernels/gemm/native_parts.h"
 
 #include <immintrin.h>
 
@@ -172,7 +172,7 @@ void gemm_bf16(void* C, DType c_t, long ldc, const Operand& A, const Operand& B,
         item);
 }
 
-#else  // no AVX512_BF16: OpenBLAS and oneDNN serve the bf16 products (kernels/matmul.h)
+#else  // no AVX512_BF16: OpenBLAS and oneDNN serve the bf16 products (kernels/gemm/gemm.h)
 
 bool has_bf16() { return false; }
 void gemm_bf16(void*, DType, long, const Operand&, const Operand&, int, int, int, bool, const float*) {

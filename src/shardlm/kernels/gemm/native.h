@@ -1,11 +1,11 @@
-// kernels/gemm_native.h: shardlm's own GEMMs for AVX-512 (fp32 FMA and AVX512_BF16 dot products) and, fp32
-// only, for AVX2 + FMA (gemm_native_avx2.cpp: 6 x 16 and 4 x 24 tiles, the same bits), the third library
-// under kernels/gemm.h's dispatcher beside OpenBLAS and oneDNN (docs/DESIGN.md, kernels/:
+// kernels/gemm/native.h: shardlm's own GEMMs for AVX-512 (fp32 FMA and AVX512_BF16 dot products) and, fp32
+// only, for AVX2 + FMA (native_avx2.cpp: 6 x 16 and 4 x 24 tiles, the same bits), the third library
+// under kernels/gemm/gemm.h's dispatcher beside OpenBLAS and oneDNN (docs/DESIGN.md, kernels/:
 // "The native GEMM").
 //
 // The BLIS/GotoBLAS structure, sized for one core's caches: on AVX-512 an 8 x 48 register tile (24
 // accumulators, three 16-column vectors of B and one broadcast of A per step of k; AVX2's tiles and order:
-// gemm_native_avx2.cpp), B packed per block of k into 48-column panels that stay in L2, A read where it lies (its rows, or its columns) with no copy when its layout
+// native_avx2.cpp), B packed per block of k into 48-column panels that stay in L2, A read where it lies (its rows, or its columns) with no copy when its layout
 // lets the tile broadcast from it. What the other libraries do not do:
 //   - bf16 operands may be given as fp32: they are rounded to bf16 (nearest even, the bits of
 //     convert_from_f32) as they are packed, so a mixed-precision product needs no rounding pass of its own;
@@ -20,16 +20,9 @@
 #include <cstddef>
 
 #include "shardlm/core/dtype.h"
+#include "shardlm/kernels/gemm/operand.h"
 
 namespace shardlm::kernels::native {
-
-// op(X) as the kernels read it: element (r, c) at data[r * rs + c * cs], of type t (F32, or BF16 for
-// gemm_bf16).
-struct Operand {
-    const void* data;
-    DType t;
-    long rs, cs;
-};
 
 bool has_bf16();  // this build has the bf16 kernels (AVX512_BF16); the fp32 ones are in every build
 

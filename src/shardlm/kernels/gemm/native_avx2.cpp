@@ -1,7 +1,7 @@
-// kernels/gemm_native_avx2.cpp: the native fp32 GEMMs' tiles, items and packing for CPUs with AVX2 and FMA but
-// no AVX-512 (Zen 3, Intel before Skylake-SP and the client cores). The entry points (gemm_native.cpp), the
-// cut into items, the blocks of k (kKc), the layout of A's strips and B's prefetch (gemm_native_drive.h,
-// gemm_native_parts.h) are the AVX-512 kernels'; the register tiles are narrower, and an sgemm item runs its
+// kernels/gemm/native_avx2.cpp: the native fp32 GEMMs' tiles, items and packing for CPUs with AVX2 and FMA but
+// no AVX-512 (Zen 3, Intel before Skylake-SP and the client cores). The entry points (native.cpp), the
+// cut into items, the blocks of k (kKc), the layout of A's strips and B's prefetch (native_drive.h,
+// native_parts.h) are the AVX-512 kernels'; the register tiles are narrower, and an sgemm item runs its
 // blocks in another order (item_blocks):
 //   - sgemm: 6 x 16 tiles (two 8-column vectors, 12 accumulators) where A is read where it lies, 4 x 24
 //     (three vectors) down the 8-row strips of a packed A; B packed per block into panels of the tile's width;
@@ -12,9 +12,9 @@
 // order, then alpha, then beta C, whatever the tile, the threads or the cut: the AVX-512 kernels' chain
 // (whether the compiler contracts the epilogue alike in both is not checked: the two have not been compared
 // bit for bit). (16 ymm registers: 12 accumulators, the vectors of B and one broadcast of A.)
-#include "shardlm/kernels/gemm_native.h"
-#include "shardlm/kernels/gemm_native_drive.h"
-#include "shardlm/kernels/gemm_native_parts.h"
+#include "shardlm/kernels/gemm/native.h"
+#include "shardlm/kernels/gemm/native_drive.h"
+#include "shardlm/kernels/gemm/native_parts.h"
 
 #if defined(SHARDLM_NATIVE_FP32) && !defined(__AVX512F__)
 #include <immintrin.h>
@@ -131,7 +131,7 @@ inline int panel_cols(int nb, int p, int nr) { return std::min(nr, nb - p * nr);
 
 }  // namespace
 
-// ---- packing (the layouts of gemm_native_parts.h) ----------------------------------------------------------
+// ---- packing (the layouts of native_parts.h) ----------------------------------------------------------
 
 namespace {
 

@@ -1,11 +1,11 @@
-// kernels/peak_loops.h: the loops that measure a core's peak arithmetic rate per instruction set (fp32 FMA,
+// platform/peak_loops.h: the loops that measure a core's peak arithmetic rate per instruction set (fp32 FMA,
 // AVX512_BF16's VDPBF16PS, AMX's TDPBF16PS), 16 independent
 // accumulator chains per thread on AVX-512, 12 on AVX2 (its 16 registers; 2 FMA ports x 4-cycle latency
 // need >= 8), as `shardlm calibrate`
 // and bench/bench_peak.cpp use them. Each returns the sum of its chains (keeps the loop alive).
 #pragma once
 
-namespace shardlm::kernels {
+namespace shardlm::platform {
 
 // fp32 FMAs: 512-bit where the CPU has AVX-512F, else 256-bit (AVX2 + FMA).
 float fp32_fma_chains(long iters);
@@ -27,4 +27,4 @@ const char* amx_unavailable();
 float amx_bf16_chains(long iters);
 inline constexpr double kAmxFlopsPerIter = 4.0 * 16 * 16 * 32 * 2;
 
-}  // namespace shardlm::kernels
+}  // namespace shardlm::platform
