@@ -35,6 +35,7 @@
 #include "shardlm/kernels/machine.h"
 #include "shardlm/data/token_shard.h"
 #include "shardlm/model/config.h"
+#include "shardlm/model/layout.h"
 #include "shardlm/train/trainer.h"
 #include "bench_options.h"
 

@@ -8,6 +8,7 @@
 #include "shardlm/cli/commands.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/model/config.h"
+#include "shardlm/model/layout.h"
 #include "shardlm/model/weights.h"
 
 namespace shardlm::cli {

@@ -85,7 +85,7 @@ inline void* at(void* p, DType t, size_t i) { return static_cast<char*>(p) + i *
 inline const void* at(const void* p, DType t, size_t i) { return static_cast<const char*>(p) + i * dtype_bytes(t); }
 
 // Convert n elements of type `src_type` at src to fp32 at dst, and back.
-void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);
+void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);  // (vector code: dtype_simd.cpp)
 void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n);
 
 }  // namespace shardlm

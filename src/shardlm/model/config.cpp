@@ -2,7 +2,6 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/cost/shape.h"
-#include "shardlm/model/layout.h"
 
 namespace shardlm::model {
 
@@ -89,26 +88,6 @@ GptConfig find_preset(const std::string& name) {
         names += (names.empty() ? "" : ", ") + c.name;
     }
     fail("unknown model preset '", name, "'\n---> HINT: choose one of ", names, ", or use --init DIR");
-}
-
-ParamCount count_params(const GptConfig& c) {
-    // from the layout the engine trains: every knob counts as it is built (true vocabulary)
-    const Layout L = make_gpt2_layout(c);
-    ParamCount p;
-    for (const Unit& u : L.units)
-        for (int i = u.first_param; i < u.first_param + u.num_params; i++) {
-            const ParamSpec& s = L.params[size_t(i)];
-            const int64_t n = int64_t(s.hf_numel());
-            switch (u.kind) {
-                case UnitKind::TokenEmbedding:
-                case UnitKind::PositionEmbedding: p.embedding += n; break;
-                case UnitKind::Block: p.blocks += n; break;
-                case UnitKind::Head: (s.shape.size() == 2 ? p.head : p.final_norm) += n; break;
-            }
-        }
-    p.per_block = c.n_layer > 0 ? p.blocks / c.n_layer : 0;
-    p.total = p.embedding + p.blocks + p.final_norm + p.head;
-    return p;
 }
 
 cost::ModelShape cost_shape(const GptConfig& c, int seq, int vocab) {

@@ -86,16 +86,6 @@ std::string hf_config_json(const GptConfig& c);
 // its checkpoints still load: config.json then carries shardlm's own keys for the other knobs).
 std::string hf_unsupported(const GptConfig& c);
 
-// Parameter counts (true vocabulary; a tied head counted once).
-struct ParamCount {
-    int64_t embedding = 0;  // wte (V x C) + wpe (n_ctx x C, learned positions)
-    int64_t blocks = 0;     // all transformer blocks
-    int64_t per_block = 0;
-    int64_t final_norm = 0;
-    int64_t head = 0;       // an untied lm_head (V x C)
-    int64_t total = 0;
-};
-ParamCount count_params(const GptConfig& c);
 // The cost model's shape of c (cost/shape.h) at sequence length seq; vocab: 0 for c's true vocabulary.
 cost::ModelShape cost_shape(const GptConfig& c, int seq, int vocab = 0);
 

@@ -226,4 +226,24 @@ Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
     return std::move(b.L);
 }
 
+ParamCount count_params(const GptConfig& c) {
+    // from the layout the engine trains: every knob counts as it is built (true vocabulary)
+    const Layout L = make_gpt2_layout(c);
+    ParamCount p;
+    for (const Unit& u : L.units)
+        for (int i = u.first_param; i < u.first_param + u.num_params; i++) {
+            const ParamSpec& s = L.params[size_t(i)];
+            const int64_t n = int64_t(s.hf_numel());
+            switch (u.kind) {
+                case UnitKind::TokenEmbedding:
+                case UnitKind::PositionEmbedding: p.embedding += n; break;
+                case UnitKind::Block: p.blocks += n; break;
+                case UnitKind::Head: (s.shape.size() == 2 ? p.head : p.final_norm) += n; break;
+            }
+        }
+    p.per_block = c.n_layer > 0 ? p.blocks / c.n_layer : 0;
+    p.total = p.embedding + p.blocks + p.final_norm + p.head;
+    return p;
+}
+
 }  // namespace shardlm::model

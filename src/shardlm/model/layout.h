@@ -118,4 +118,15 @@ struct LayoutSpec {
 Layout make_gpt2_layout(const GptConfig& c, int unit_multiple = 1);
 Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec);
 
+// Parameter counts from the layout the engine trains (true vocabulary; a tied head counted once).
+struct ParamCount {
+    int64_t embedding = 0;  // wte (V x C) + wpe (n_ctx x C, learned positions)
+    int64_t blocks = 0;     // all transformer blocks
+    int64_t per_block = 0;
+    int64_t final_norm = 0;
+    int64_t head = 0;       // an untied lm_head (V x C)
+    int64_t total = 0;
+};
+ParamCount count_params(const GptConfig& c);
+
 }  // namespace shardlm::model

@@ -33,16 +33,6 @@
 
 namespace shardlm::planner {
 
-struct MemoryBreakdown {  // bytes on one GPU
-    double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
-    double total() const { return params + grads + optimizer + activations + buffers; }
-};
-
-struct TimeBreakdown {  // seconds per step
-    double compute = 0, tp_comm = 0, cp_comm = 0, pp_bubble = 0, pp_comm = 0, dp_comm = 0, optimizer = 0;
-    double total() const { return compute + tp_comm + cp_comm + pp_bubble + pp_comm + dp_comm + optimizer; }
-};
-
 struct Estimate {
     Policy policy;              // resolved: dp filled in
     bool consistent = false;    // the policy fits the model, cluster and batch (else all numbers are 0)

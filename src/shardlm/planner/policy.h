@@ -85,4 +85,15 @@ std::string resolve_policy(const cost::ModelShape& m, const Cluster& c, const Jo
 // Micro-batches per step of a resolved policy.
 int64_t micro_batches(const Job& job, const Policy& p);
 
+// What a policy costs, by part (planner/evaluate.h fills them).
+struct MemoryBreakdown {  // bytes on one GPU
+    double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
+    double total() const { return params + grads + optimizer + activations + buffers; }
+};
+
+struct TimeBreakdown {  // seconds per step
+    double compute = 0, tp_comm = 0, cp_comm = 0, pp_bubble = 0, pp_comm = 0, dp_comm = 0, optimizer = 0;
+    double total() const { return compute + tp_comm + cp_comm + pp_bubble + pp_comm + dp_comm + optimizer; }
+};
+
 }  // namespace shardlm::planner

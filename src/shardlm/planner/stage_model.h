@@ -4,7 +4,9 @@
 #include <cstdint>
 
 #include "shardlm/cost/memory.h"
-#include "shardlm/planner/evaluate.h"
+#include "shardlm/cost/shape.h"
+#include "shardlm/planner/hardware.h"
+#include "shardlm/planner/policy.h"
 
 namespace shardlm::planner::detail {
 

@@ -1,14 +1,11 @@
 #include "shardlm/platform/peaks.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
-namespace shardlm::platform {
+#include "shardlm/core/timer.h"
 
-namespace {
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-}  // namespace
+namespace shardlm::platform {
 
 const char* product_isa_name(ProductIsa isa) {
     switch (isa) {

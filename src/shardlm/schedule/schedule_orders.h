@@ -4,9 +4,11 @@
 #pragma once
 #include <vector>
 
-#include "shardlm/schedule/schedule.h"
+#include "shardlm/cost/memory.h"
 
 namespace shardlm::schedule::detail {
+
+using ScheduleKind = cost::Schedule;
 
 // A pass of one chunk on one micro-batch: forward, backward (B and W together), or B or W alone.
 enum class Pass { F, BW, B, W };
