@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/fingerprint.sh: what a refactor must not change, as one line per run. Trains a small awkward
 # model 6 steps under each layout, precision, dp-algo and optimiser below (native GEMMs, one thread a
-# rank, so every run is deterministic) and prints, per run, the sha256 of its checkpoint files and of
-# its metrics and summary with the timing fields removed.
+# rank or two lanes of one process, so every run is deterministic) and prints, per run, the sha256 of
+# its checkpoint files and of its metrics and summary with the timing fields removed.
 #   bash tools/fingerprint.sh [shardlm binary=build/shardlm] > after.txt
 # Compare two builds of the same machine: build the old commit elsewhere, fingerprint both, diff.
 #   git worktree add /tmp/base <commit> && cmake -S /tmp/base -B /tmp/base/build && cmake --build /tmp/base/build
@@ -19,9 +19,9 @@ trap 'rm -rf "$WORK"' EXIT
 
 MODEL="--model tiny --n-layer 4 --n-head 4 --n-embd 48 --n-ctx 32 --vocab-size 211 --seed 5"
 LLAMA="--model llama-tiny --n-layer 4 --n-kv-head 2 --n-ctx 32 --vocab-size 211 --seed 5"
-DATA="--data $FIX/data.bin --data-order sequential --seq 16 --global-batch 8 --micro-batch 1
+DATA="--data $FIX/data.bin --data-order sequential --seq 16 --global-batch 8
       --val-data $FIX/data.bin --val-batches 2 --val-every 3"
-STEP="--steps 6 --threads 1 --gemm native --log-every 1000"
+STEP="--steps 6 --gemm native --log-every 1000"
 ADAM="--optimizer adamw --lr 0.01 --weight-decay 0.1 --grad-clip 1.0"
 
 # name | ranks | model | flags
@@ -31,6 +31,8 @@ cases=(
   "one_fp16|1|$MODEL|$ADAM --precision fp16"
   "one_fp32_bf16_products|1|$MODEL|$ADAM --precision fp32-bf16-products"
   "one_recompute|1|$MODEL|$ADAM --recompute full"
+  "one_lanes_fp32|1|$MODEL|$ADAM --micro-batch 4 --threads 2 --thread-split batch"
+  "one_lanes_bf16|1|$MODEL|$ADAM --micro-batch 4 --threads 2 --thread-split batch --precision bf16"
   "dp2_zero0|2|$MODEL|$ADAM --zero 0"
   "dp2_zero1|2|$MODEL|$ADAM --zero 1"
   "dp2_zero2|2|$MODEL|$ADAM --zero 2"
@@ -84,6 +86,8 @@ for c in "${cases[@]}"; do
   dir=$WORK/$name
   launcher=""
   [ "$np" = 1 ] || launcher="$MPI $np"
+  [[ "$flags" == *--threads* ]] || flags="$flags --threads 1"
+  [[ "$flags" == *--micro-batch* ]] || flags="$flags --micro-batch 1"
   # The run directory is relative, so the configs and metadata written into it are the same for any build.
   if ! (cd "$WORK" && $launcher "$BIN" train $model $DATA $STEP $flags --out "$name" > "$name.log" 2>&1); then
     echo "$name FAILED"; tail -5 "$WORK/$name.log" | sed 's/^/    /'; continue

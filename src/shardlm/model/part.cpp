@@ -38,9 +38,9 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     ctx_.scratch = &scratch_;
     SHARDLM_CHECK(opt.lanes >= 1 && (opt.lanes == 1 || t == 1), "model part: ", opt.lanes,
                   " lanes need one tensor-parallel rank (got --tp ", t, ")");
-    lanes_ = std::min(opt.lanes, B);
+    lanes_ = LaneRunner(std::min(opt.lanes, B));
     // per-thread attention scratch: for the lanes, or for every thread OpenMP may run a kernel on
-    const int threads = std::max({opt.threads, lanes_, omp_get_max_threads()});
+    const int threads = std::max({opt.threads, lanes_.lanes(), omp_get_max_threads()});
     scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp, opt.fused_attention);
 
     index_units();
@@ -181,7 +181,7 @@ void ModelPart::configure_head() {
 
 void ModelPart::size_head_scratch() {
     const int t = ctx_.tp_size();
-    const size_t n = head_in_part_ && ctx_.chunked_head() ? size_t(lanes_) * head_tile_floats(ctx_, config_.padded_vocab(t) / t) : 0;
+    const size_t n = head_in_part_ && ctx_.chunked_head() ? size_t(lanes_.lanes()) * head_tile_floats(ctx_, config_.padded_vocab(t) / t) : 0;
     // grown, never shrunk while a head needs it: Sophia's passes turn sampling on and off every few steps
     if (n == 0 || n > scratch_.logits.size()) scratch_.logits.resize(n);
 }
@@ -260,52 +260,6 @@ const float* ModelPart::losses(int chunk, int slot) const {
     return chunks_[size_t(chunk)].slots[size_t(slot)].head.losses.data();
 }
 
-template <class F>
-void ModelPart::run_team(int lanes, F&& f) {
-    if (lanes <= 1) {
-        f(ctx_);
-        return;
-    }
-    std::exception_ptr error;
-    work_->reset();
-#pragma omp parallel num_threads(lanes)
-    {
-        // every kernel, OpenBLAS and oneDNN run on this one thread (oneDNN's primitives are made and
-        // cached per thread count: matmul_bf16.cpp)
-        omp_set_num_threads(1);
-        UnitContext c = ctx_;
-        c.work = work_.get();
-        c.lane = omp_get_thread_num();
-        c.lanes = omp_get_num_threads();  // fewer if the runtime gave fewer: the lanes follow
-        try {
-            f(c);
-        } catch (...) {
-#pragma omp critical(shardlm_lanes)
-            if (!error) error = std::current_exception();
-        }
-    }
-    if (error) std::rethrow_exception(error);
-}
-
-template <class F>
-void ModelPart::run_lanes(int B, F&& f) {
-    run_team(std::min(lanes_, B), f);
-}
-
-template <class F>
-void ModelPart::run_weight_lanes(F&& f) {
-    run_team(lanes_ > 1 ? lanes_ : ctx_.tp_size() > 1 || omp_in_parallel() ? 1 : omp_get_max_threads(), f);
-}
-
-template <class Both, class Input, class Weight>
-void ModelPart::run_unit_backward(int B, Phases phases, Both&& both, Input&& input, Weight&& weight) {
-    if (phases == Phases::Input) return run_lanes(B, input);
-    if (phases == Phases::Weight) return run_weight_lanes(weight);
-    if (std::min(lanes_, B) > 1) return run_lanes(B, both);  // B, the lanes' barrier, W: one team
-    run_lanes(B, input);
-    run_weight_lanes(weight);
-}
-
 void ModelPart::zero_accumulated_grads(int unit) {
     float* g = unit_grads_[size_t(unit)];
     for (auto [b, e] : zero_ranges_[size_t(unit)]) std::memset(g + b, 0, (e - b) * sizeof(float));
@@ -374,7 +328,7 @@ void ModelPart::block_forward_pass(Slot& s, const ComputeUnit& u, Announce&& ann
     const void* x = s.x[size_t(u.in)].data();
     void* y = s.x[size_t(u.in) + 1].data();
     const int B = s.B, T = s.T;
-    run_lanes(B, [&](const UnitContext& c) { block_forward(c, w, a, x, y, B, T); });
+    lanes_.run_lanes(ctx_, B, [&](const UnitContext& c) { block_forward(c, w, a, x, y, B, T); });
 }
 
 template <class Announce>
@@ -385,7 +339,7 @@ double ModelPart::head_forward_pass(const Chunk& ch, Slot& s, const ComputeUnit&
     const float *w = vec(head_unit_, kLnfW), *b = vec(head_unit_, kLnfB);
     const void *wte = head_matrix(), *x = s.x[size_t(u.in)].data();
     const int B = s.B, T = s.T;
-    run_lanes(B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
+    lanes_.run_lanes(ctx_, B, [&](const UnitContext& c) { head_forward(c, w, b, wte, s.head, x, targets, B, T, dloss); });
     return targets ? head_loss_sum(s.head, B * T) : 0.0;
 }
 
@@ -474,8 +428,8 @@ void ModelPart::head_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& u, Pha
     float* dw = weight ? grad(head_unit_, kLnfW) : nullptr;
     float* db = weight ? grad(head_unit_, kLnfB) : nullptr;
     float* dwte = !weight ? nullptr : head_wte_unit_ >= 0 ? grad(head_wte_unit_, kTable) : grad(head_unit_, kLmHead);
-    run_unit_backward(
-        B, phases, [&](const UnitContext& c) { head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, acc); },
+    lanes_.run_unit_backward(
+        ctx_, B, phases, [&](const UnitContext& c) { head_backward(c, w, wte, dw, db, dwte, s.head, hk, x, dres, B, T, acc); },
         [&](const UnitContext& c) { head_backward_input(c, w, wte, s.head, hk, x, dres, B, T); },
         [&](const UnitContext& c) { head_backward_weight(c, dw, db, dwte, s.head, hk, x, B, T, acc); });
     if (head_wte_unit_ != wte_unit_) wh.after(head_wte_unit_);  // the tied copy: final after the head
@@ -506,8 +460,8 @@ void ModelPart::block_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& cu, P
     BlockKeep& kp = keep(s, cu.block);
     const BlockWeights w = input ? block_weights(l) : BlockWeights{};
     const BlockGrads g = weight ? block_grads(l) : BlockGrads{};
-    run_unit_backward(
-        B, phases, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, acc); },
+    lanes_.run_unit_backward(
+        ctx_, B, phases, [&](const UnitContext& c) { block_backward(c, w, g, a, kp, x, dres, B, T, acc); },
         [&](const UnitContext& c) { block_backward_input(c, w, a, kp, x, dres, B, T); },
         [&](const UnitContext& c) { block_backward_weight(c, g, a, kp, x, B, T, acc); });
     wh.after(u);

@@ -18,6 +18,7 @@
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/config.h"
+#include "shardlm/model/lanes.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/model/tensor_parallel.h"
 #include "shardlm/model/units.h"
@@ -185,7 +186,6 @@ private:
     BlockActs& acts(Slot& s, int block);  // the slot's, or under full recomputation the shared one
     BlockKeep& keep(Slot& s, int block) { return defer_ ? s.keeps[size_t(block)] : keep_; }
     HeadKeep& head_keep(Slot& s) { return defer_ ? s.head_keep : head_keep_; }
-    enum class Phases { Both, Input, Weight };
     void run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases);
     struct WeightHooks {  // the hooks around W in a backward's unit order (part.cpp)
         ModelPart& part;
@@ -227,22 +227,6 @@ private:
     const ParamSpec& spec(int unit, int i) const { return layout_.params[size_t(layout_.units[size_t(unit)].role[i])]; }
     size_t local_offset(int unit, int i) const { return spec(unit, i).offset - layout_.units[size_t(unit)].offset; }
     void zero_accumulated_grads(int unit);
-    // f(context) once per lane of a B-sequence micro-batch: here with one lane, else on a team of
-    // threads, each running its kernels single-threaded.
-    template <class F>
-    void run_lanes(int B, F&& f);
-    // A unit's W phase (its parameter gradients): on the lanes, and with one lane (the kernel split) on
-    // every thread as lanes too, each taking blocks of output rows with its kernels single-threaded (one
-    // meeting of the threads for the unit's W instead of one per product); here on one thread or under
-    // tensor parallelism.
-    template <class F>
-    void run_weight_lanes(F&& f);
-    // A unit's backward in `phases`: B alone on the lanes, W alone as above, or both: on the lanes in
-    // one team (`both`: B, the lanes' barrier, W), or with one lane B here, then W as above.
-    template <class Both, class Input, class Weight>
-    void run_unit_backward(int B, Phases phases, Both&& both, Input&& input, Weight&& weight);
-    template <class F>
-    void run_team(int lanes, F&& f);
     // the constructor's parts
     void index_units();
     void plan_unit_vectors();
@@ -252,8 +236,7 @@ private:
     void size_head_scratch();  // the chunked head's logits tiles: per lane, head_tile_floats (model/units.h)
     bool head_in_part_ = false;
     int maxB_ = 0, maxT_ = 0;
-    int lanes_ = 1;
-    std::unique_ptr<LaneWork> work_ = std::make_unique<LaneWork>();  // the items the lanes share
+    LaneRunner lanes_;  // how a unit's pass runs on this rank's threads (model/lanes.h)
 
     GptConfig config_;
     Layout layout_;
