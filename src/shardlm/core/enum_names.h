@@ -83,7 +83,6 @@ struct Override {
     std::optional<T> value;
     explicit operator bool() const { return value.has_value(); }
     const T& operator*() const { return *value; }
-    bool operator==(const Override&) const = default;
 };
 
 template <NamedEnum E>

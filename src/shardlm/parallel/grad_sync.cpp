@@ -24,7 +24,8 @@ GradSync::GradSync(comm::Collectives& dp, model::ModelPart& part, Options o)
       algo_(std::move(o.algorithm)),
       tied_(std::move(o.embedding_group), store_, reduces_in_backward(algo_.get())),
       local_(!reduces_in_backward(algo_.get())),
-      differ_(algo_ && algo_->replicas_differ()) {
+      differ_(algo_ && algo_->replicas_differ()),
+      resync_tied_(tied_.active() && algo_ && algo_->may_desync_tied()) {
     zero_ = make_zero_strategy(o.zero, {dp, part, store_, o.bucket_mb, o.single_stage, o.split_backward, !local_});
     if (o.pre_reduce) zero_->set_pre_reduce(std::move(o.pre_reduce));
     // stage 3 binds gathered units as they run; stages 2-3 bind a gradient slot per unit's backward
@@ -93,8 +94,7 @@ GradNormsSq GradSync::norms_sq(double global, const double* replicas) const {
 void GradSync::step(optim::Optimizer& opt, float lr, float grad_scale, int step, bool touched_after) {
     // mixed precision: the optimiser writes the 16-bit copy in its own pass, unless something changes
     // the parameters after it (an averaging algorithm, the tied embedding's re-sync, a test's poison)
-    const bool resync = tied_.active() && algo_ && algo_->may_desync_tied();
-    const bool params_final = !differ_ && !resync && !touched_after;
+    const bool params_final = !differ_ && !resync_tied_ && !touched_after;
     std::optional<optim::Optimizer::Mirror> mirror;
     if (params_final && store_.mixed()) mirror = optim::Optimizer::Mirror{store_.owned_params16(), store_.param_type()};
     if (opt.step(store_.owned_params(), store_.owned_grads(), lr, grad_scale, mirror ? &*mirror : nullptr))
@@ -110,7 +110,7 @@ void GradSync::skip(optim::Optimizer& opt, int step, bool overflow) {
 // equal again where that algorithm's sums could round them apart, what the model reads.
 void GradSync::after_update(optim::Optimizer& opt, int step) {
     if (differ_) algo_->after_step(store_.whole_master(), opt, step);
-    if (tied_.active() && algo_ && algo_->may_desync_tied()) tied_.sync_params();
+    if (resync_tied_) tied_.sync_params();
     zero_->after_step();
 }
 

@@ -106,7 +106,6 @@ public:
     void skip(optim::Optimizer& opt, int step, bool overflow);
 
     // ---- reports -----------------------------------------------------------------------------
-    double grad_norm_sq_local() const { return store_.grad_norm_sq_local(); }
     MemoryReport memory(const optim::Optimizer& opt) const;
     // The report with the ZeRO formulas beside it (fp32 Adam: params 4, grads 4, optimiser 8 bytes
     // per parameter; no separate master copy).
@@ -128,6 +127,8 @@ private:
     TiedEmbedding tied_;
     bool local_ = false;   // each replica steps on its own gradient (no reduction in backward)
     bool differ_ = false;  // and the replicas' parameters differ between their combinations
+    // the algorithm's averages can round the tied embedding's two copies apart: re-synced after a step
+    bool resync_tied_ = false;
     bool overflow_ = false;  // this step: some rank's local gradient is not finite (compressed)
 };
 

@@ -21,7 +21,7 @@ bool Trainer::hessian_pass(int step) {
     bool finite = true;
     auto reduce = [&](const parallel::PipelineExecutor::Result&) {
         e_.sync->finish_reductions();
-        double sq = e_.sync->grad_norm_sq_local();
+        double sq = e_.sync->store().grad_norm_sq_local();
         world_->all_reduce_sum(&sq, 1);
         finite = std::isfinite(sq);
     };
