@@ -168,7 +168,7 @@ Layout make_gpt2_layout(const GptConfig& c, int unit_multiple) {
 }
 
 Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
-    const int L = c.n_layer, head = L + 1;
+    const int L = c.n_layer, head = head_compute_unit(L);
     const int64_t C = c.n_embd, Vp = c.padded_vocab(spec.tp_size);
     const bool gpt2 = c.family() == Family::Gpt2;
     std::vector<std::pair<int, int>> chunks = spec.chunks;
@@ -198,29 +198,32 @@ Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
         b.end_unit();
     };
     for (auto [first, last] : chunks)
-        for (int u = first; u <= last; u++) {
-            if (u == 0) {
-                add_wte(false, last == head && c.tie_embeddings);
+        for (int u = first; u <= last; u++) switch (compute_kind(L, u)) {
+            case ComputeKind::Embedding:
+                add_wte(false, compute_kind(L, last) == ComputeKind::Head && c.tie_embeddings);
                 if (c.position == Position::Learned) {
                     b.begin_unit("wpe", UnitKind::PositionEmbedding, 0);
                     b.add(kTable, gpt2 ? "transformer.wpe.weight" : "model.embed_positions.weight", {c.n_ctx, C},
                           Init::Normal);
                     b.end_unit();
                 }
-            } else if (u == head) {
+                break;
+            case ComputeKind::Head:
                 b.begin_unit("head", UnitKind::Head, head);
                 add_norm(b, c, kLnfW, kLnfB, gpt2 ? "transformer.ln_f" : "model.norm");
                 if (!c.tie_embeddings)  // vocabulary-parallel, as wte
                     b.add(kLmHead, "lm_head.weight", {Vp, C}, Init::Normal, kColumn, false, c.vocab_size, true);
                 b.end_unit();
                 // the head's chunk does not hold the embedding
-                if (first != 0 && c.tie_embeddings) add_wte(true, true);
-            } else {
-                const int l = u - 1;
+                if (compute_kind(L, first) != ComputeKind::Embedding && c.tie_embeddings) add_wte(true, true);
+                break;
+            case ComputeKind::Block: {
+                const int l = compute_layer(u);
                 b.begin_unit("h." + std::to_string(l), UnitKind::Block, u, l);
                 if (gpt2) add_gpt2_block(b, c, l);
                 else add_llama_block(b, c, l);
                 b.end_unit();
+                break;
             }
         }
     return std::move(b.L);

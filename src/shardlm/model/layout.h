@@ -68,6 +68,16 @@ struct ParamSpec {
     bool counted() const { return !tied_copy && (tp_axis >= 0 || tp_rank == 0); }
 };
 
+// The compute units of a model of n_layer blocks, numbered as a pipeline split counts them (0: the
+// embedding, 1 + l: block l, n_layer + 1: the head): what number cu is, and which block.
+enum class ComputeKind { Embedding, Block, Head };
+inline int head_compute_unit(int n_layer) { return n_layer + 1; }
+inline ComputeKind compute_kind(int n_layer, int cu) {
+    return cu == 0 ? ComputeKind::Embedding : cu == head_compute_unit(n_layer) ? ComputeKind::Head : ComputeKind::Block;
+}
+inline int compute_layer(int cu) { return cu - 1; }  // a block's layer
+inline int block_compute_unit(int layer) { return layer + 1; }
+
 enum class UnitKind { TokenEmbedding, PositionEmbedding, Block, Head };
 
 inline constexpr int kMaxRoles = 12;

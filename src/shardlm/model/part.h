@@ -1,6 +1,7 @@
 // model/part.h: the part of the model one rank runs: one or more chunks (contiguous ranges of
 // compute units: a pipeline stage, or several virtual stages), this rank's tensor-parallel shard of
-// their weights, and activation slots for the micro-batches in flight.
+// their weights, and activation slots for the micro-batches in flight. A chunk is a list of typed
+// compute units (compute_unit.h: the embedding, blocks, the head); a pass walks it.
 //
 // The model knows nothing of MPI or files: it reads parameters through pointers into a flat buffer
 // it is handed (bind), reaches its tensor-parallel group through model::TensorParallel, and tells
@@ -17,31 +18,16 @@
 
 #include "shardlm/core/aligned_buffer.h"
 #include "shardlm/kernels/gemm/gemm.h"
+#include "shardlm/model/compute_unit.h"
 #include "shardlm/model/config.h"
+#include "shardlm/model/head_unit.h"
 #include "shardlm/model/lanes.h"
 #include "shardlm/model/layout.h"
+#include "shardlm/model/param_binding.h"
 #include "shardlm/model/tensor_parallel.h"
 #include "shardlm/model/units.h"
 
 namespace shardlm::model {
-
-// Called around each parameter unit (index into Layout::units). Defaults do nothing.
-// A pass (the forward or the backward of one chunk for one micro-batch) starts with begin_pass.
-// Forward: before_forward(u, next) for each unit in order (next: the unit after it in this pass,
-// -1 at the end). Backward: before_backward(u, next) before a unit's parameters or gradient storage
-// are used, after_backward(u) once its gradient is final for the micro-batch. The head reads and
-// writes the tied wte: with the embedding on the same rank the head's backward writes wte's gradient
-// first and it is final only after the embedding's backward; a last pipeline stage's tied copy is
-// final after the head.
-struct UnitHooks {
-    virtual ~UnitHooks() = default;
-    // micro: index of this micro-batch among the step's passes of this chunk in this direction;
-    // count: how many there are.
-    virtual void begin_pass(int chunk, bool forward, int micro, int count) {}
-    virtual void before_forward(int unit, int next) {}
-    virtual void before_backward(int unit, int next) {}
-    virtual void after_backward(int unit) {}
-};
 
 class ModelPart {
 public:
@@ -65,6 +51,9 @@ public:
     };
     // B, T: the largest micro-batch that will be run.
     ModelPart(GptConfig config, Options opt, int B, int T);
+    // its units point into it (context, lanes, bindings): it stays where it was built
+    ModelPart(const ModelPart&) = delete;
+    ModelPart& operator=(const ModelPart&) = delete;
 
     const GptConfig& config() const { return config_; }
     const Layout& layout() const { return layout_; }
@@ -75,6 +64,8 @@ public:
     bool has_embedding(int chunk) const { return chunks_[size_t(chunk)].has_embedding; }
     bool has_head(int chunk) const { return chunks_[size_t(chunk)].has_head; }
     int blocks(int chunk) const { return chunks_[size_t(chunk)].blocks; }  // transformer blocks of a chunk
+    // a chunk's compute units in forward order (compute_unit.h)
+    const std::vector<std::unique_ptr<ComputeUnit>>& compute_units(int chunk) const { return chunks_[size_t(chunk)].compute; }
     int slots(int chunk) const { return int(chunks_[size_t(chunk)].slots.size()); }
     // Parameter units of a chunk in forward order.
     const std::vector<int>& chunk_units(int chunk) const { return chunks_[size_t(chunk)].units; }
@@ -147,115 +138,36 @@ public:
     size_t keep_bytes() const;
 
 private:
-    struct Slot {
-        AlignedBuffer<int> tokens;               // (N) the embedding's inputs
-        std::vector<TypedBuffer> x;              // residual stream (act): x[k] enters the chunk's k-th
-                                                 // compute unit; x.back() leaves the chunk
-        std::vector<BlockActs> blocks;           // none under full recomputation
-        HeadActs head;
-        // deferred W only: what each unit's B keeps for its W, and the embedding's d(x0)
-        std::vector<BlockKeep> keeps;
-        HeadKeep head_keep;
-        AlignedBuffer<float> dx0;
-        int B = 0, T = 0;
-        bool has_grad = false;  // a training forward waits for its backward (B)
-        bool has_w = false;     // B ran, W waits
-        size_t bytes() const;
-        size_t keep_bytes() const;
-    };
-    // A chunk's compute unit, typed: the embedding (tokens in, x[1] out), a block (x[in] -> x[in + 1])
-    // or the head (x[in] -> logits and losses). Forward walks a chunk's list in order, backward in
-    // reverse; nothing is found by its index.
-    struct ComputeUnit {
-        enum class Kind { Embedding, Block, Head };
-        Kind kind = Kind::Block;
-        int in = 0;      // the slot's x[in] enters it
-        int layer = -1;  // Block: its layer
-        int block = -1;  // Block: its index among the slot's blocks and keeps
-    };
     struct Chunk {
         int first = 0, last = 0;  // compute units [first, last] of the whole model (0: embedding, n_layer + 1: head)
-        std::vector<ComputeUnit> compute;
+        std::vector<std::unique_ptr<ComputeUnit>> compute;
+        const HeadUnit* head = nullptr;  // the last of compute, if it is the head
         bool has_embedding = false, has_head = false;
         int blocks = 0;
         std::vector<int> units;  // parameter units in forward order
-        std::vector<Slot> slots;
+        std::vector<ActivationSlot> slots;
         AlignedBuffer<float> dres;  // (Nl, C)
     };
-    BlockWeights block_weights(int l);
-    BlockActs& acts(Slot& s, int block);  // the slot's, or under full recomputation the shared one
-    BlockKeep& keep(Slot& s, int block) { return defer_ ? s.keeps[size_t(block)] : keep_; }
-    HeadKeep& head_keep(Slot& s) { return defer_ ? s.head_keep : head_keep_; }
     void run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases);
-    struct WeightHooks {  // the hooks around W in a backward's unit order (part.cpp)
-        ModelPart& part;
-        UnitHooks* hooks;
-        bool weight, accumulate;
-        std::vector<int> order;
-        size_t at = 0;
-        void before(int unit);
-        void after(int unit);
-    };
-    std::vector<int> backward_order(const Chunk& ch) const;
-    // Each kind of compute unit's passes (announce: the forward's hooks before a parameter unit is read).
-    template <class Announce>
-    void embedding_forward_pass(Slot& s, Announce&& announce);
-    template <class Announce>
-    void block_forward_pass(Slot& s, const ComputeUnit& u, Announce&& announce);
-    template <class Announce>
-    double head_forward_pass(const Chunk& ch, Slot& s, const ComputeUnit& u, const int* targets, float dloss,
-                             Announce&& announce);
-    void head_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& u, Phases phases, WeightHooks& wh);
-    void embedding_backward_pass(Chunk& ch, Slot& s, Phases phases, WeightHooks& wh);
-    void block_backward_pass(Chunk& ch, Slot& s, const ComputeUnit& u, Phases phases, WeightHooks& wh);
-    BlockGrads block_grads(int l) const;
-    // Parameter i of unit as bound (matrices: the precision's type), and a vector parameter as fp32
-    // (mixed precision: widened into vec_).
-    // i is a role (BlockParam, HeadParam, EmbeddingParam); a role the model lacks (a bias of a model
-    // without biases, a position table under rotary embeddings) is null.
-    const void* param(int unit, int i) const {
-        if (!has(unit, i)) return nullptr;
-        return static_cast<const char*>(unit_params_[size_t(unit)]) + local_offset(unit, i) * dtype_bytes(ctx_.prec.activation);
-    }
-    const float* vec(int unit, int i);
-    float* grad(int unit, int i) const { return has(unit, i) ? unit_grads_[size_t(unit)] + local_offset(unit, i) : nullptr; }
-    // the matrix the head multiplies by: wte (tied: the embedding's or the tied copy) or lm_head
-    const void* head_matrix() const {
-        return head_wte_unit_ >= 0 ? param(head_wte_unit_, kTable) : param(head_unit_, kLmHead);
-    }
-    bool has(int unit, int i) const { return unit >= 0 && layout_.units[size_t(unit)].role[i] >= 0; }
-    const ParamSpec& spec(int unit, int i) const { return layout_.params[size_t(layout_.units[size_t(unit)].role[i])]; }
-    size_t local_offset(int unit, int i) const { return spec(unit, i).offset - layout_.units[size_t(unit)].offset; }
-    void zero_accumulated_grads(int unit);
+    std::vector<int> backward_order(const Chunk& ch) const;  // the parameter units a backward uses, in order
     // the constructor's parts
-    void index_units();
-    void plan_unit_vectors();
+    void make_context(const Options& opt, TensorParallel* tp, int B, int T);
     Chunk make_chunk(const Options& opt, size_t c, int B, int T);
-    void allocate_slot(Slot& s, const Chunk& ch, const Options& opt, int B, int T);
-    void configure_head();  // the head's buffers for the precision (full logits, or a chunked head)
+    void add_units(Chunk& ch, const UnitEnv& env);
     void size_head_scratch();  // the chunked head's logits tiles: per lane, head_tile_floats (model/units.h)
     bool head_in_part_ = false;
     int maxB_ = 0, maxT_ = 0;
-    LaneRunner lanes_;  // how a unit's pass runs on this rank's threads (model/lanes.h)
+    bool defer_ = false;  // Options::defer_weight_grads
 
     GptConfig config_;
     Layout layout_;
+    ParamUnits ids_;
+    std::unique_ptr<ParamBinding> params_;
     Scratch scratch_;
     UnitContext ctx_;
+    LaneRunner lanes_;  // how a unit's pass runs on this rank's threads (model/lanes.h)
+    SharedActivations shared_;
     std::vector<Chunk> chunks_;
-    std::vector<void*> unit_params_;
-    std::vector<float*> unit_grads_;
-    AlignedBuffer<float> vec_;            // mixed precision: the unit in use's vectors, fp32
-    std::vector<std::vector<size_t>> vec_at_;  // per unit, per parameter: its place in vec_
-    BlockActs recompute_acts_;            // full recomputation: one block's, reused
-    bool defer_ = false;                  // Options::defer_weight_grads
-    BlockKeep keep_;                      // W right after B: one block's and the head's keeps, reused
-    HeadKeep head_keep_;
-    std::vector<int> block_unit_;   // block l -> its parameter unit, -1 if not here
-    int wte_unit_ = -1, wpe_unit_ = -1, head_unit_ = -1;
-    // the wte the head reads: the embedding's where they share a chunk, else the tied copy
-    int head_wte_unit_ = -1;
-    std::vector<std::vector<std::pair<size_t, size_t>>> zero_ranges_;  // per unit, local [begin, end)
 };
 
 }  // namespace shardlm::model

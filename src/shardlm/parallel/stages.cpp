@@ -7,14 +7,18 @@
 #include "shardlm/core/check.h"
 #include "shardlm/cost/flops.h"
 #include "shardlm/cost/shape.h"
+#include "shardlm/model/layout.h"
 
 namespace shardlm::parallel {
 
 double unit_flops_per_token(const model::GptConfig& c, int seq, int unit) {
     // forward + backward = 3 forwards, of the cost model's counts (the head over the padded rows it computes)
     const cost::ModelShape m = model::cost_shape(c, seq, c.padded_vocab());
-    if (unit == 0) return 3.0 * c.n_embd;  // lookups and adds (the cost model counts them 0): not free
-    if (unit == c.n_layer + 1) return 3.0 * cost::head_forward_flops_per_token(m);
+    switch (model::compute_kind(c.n_layer, unit)) {
+    case model::ComputeKind::Embedding: return 3.0 * c.n_embd;  // lookups and adds (the cost model counts them 0): not free
+    case model::ComputeKind::Head: return 3.0 * cost::head_forward_flops_per_token(m);
+    case model::ComputeKind::Block: break;
+    }
     return 3.0 * cost::block_forward_flops_per_token(m, seq).total();
 }
 

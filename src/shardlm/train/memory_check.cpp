@@ -48,10 +48,10 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
         const auto [first, last] = chunks[c];
         double per_slot = 0;
         for (int u = first; u <= last; u++) {
-            if (u >= 1 && u <= mc.n_layer) per_slot += block;
+            if (model::compute_kind(mc.n_layer, u) == model::ComputeKind::Block) per_slot += block;
             per_slot += tokens * mc.n_embd * 4;  // the unit's input
         }
-        if (last == mc.n_layer + 1) per_slot += tokens * padded_vocab / tp * 4;  // the logits
+        if (model::compute_kind(mc.n_layer, last) == model::ComputeKind::Head) per_slot += tokens * padded_vocab / tp * 4;  // the logits
         m.activations += per_slot * (c < slots.size() ? slots[c] : 1);
     }
     return m;
