@@ -123,10 +123,10 @@ int main(int argc, char** argv) {
     shardlm::bind_threads();
 
     shardlm::train::TrainConfig tc;
-    tc.model = model;
-    tc.global_batch = 4, tc.seq = 64;  // (Sophia's B x T)
-    tc.weight_decay = 0.1f;
-    const shardlm::model::Layout layout = shardlm::model::make_gpt2_layout(tc.model_config());
+    tc.model.preset = model;
+    tc.data.global_batch = 4, tc.data.seq = 64;  // (Sophia's B x T)
+    tc.optim.weight_decay = 0.1f;
+    const shardlm::model::Layout layout = shardlm::model::make_gpt2_layout(tc.model.config());
     shardlm::AlignedBuffer<float> p0(layout.total), p(layout.total), g(layout.total);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     const double triad = triad_gbps();
 
     for (shardlm::optim::Kind kind : kinds) {
-        tc.optimizer = kind;
+        tc.optim.optimizer = kind;
         std::copy_n(p0.data(), layout.total, p.data());
         shardlm::optim::Optimizer opt(tc.optim_config(), layout, shardlm::optim::Range{0, layout.total});
         if (kind == shardlm::optim::Kind::Sophia) opt.update_hessian(g.data(), 1.0f);

@@ -145,18 +145,19 @@ int main(int argc, char** argv) {
         else { std::fprintf(stderr, "bench_train_step: unknown option %s\n%s", k.c_str(), kUsage); return 2; }
     }
     shardlm::train::TrainConfig cfg;
-    cfg.model = model;
-    cfg.n_layer = n_layer, cfg.n_head = n_head, cfg.n_embd = n_embd;
+    cfg.model.preset = model;
+    cfg.model.n_layer = n_layer, cfg.model.n_head = n_head, cfg.model.n_embd = n_embd;
     using shardlm::train::parse_setting;
-    parse_setting("--tie-embeddings", tie, &cfg.tie_embeddings);
-    if (n_ctx > 0) cfg.n_ctx = n_ctx;
-    parse_setting("--attention", attention, &cfg.attention);
-    parse_setting("--matmul-precision", precision, &cfg.matmul_precision);
-    parse_setting("--precision", mixed, &cfg.precision);
-    parse_setting("--recompute", recompute, &cfg.recompute);
-    parse_setting("--thread-split", split, &cfg.thread_split);
-    parse_setting("--gemm", gemm, &cfg.gemm);
-    shardlm::model::GptConfig mc = cfg.model_config();
+    parse_setting("--tie-embeddings", tie, &cfg.model.tie_embeddings);
+    if (n_ctx > 0) cfg.model.n_ctx = n_ctx;
+    parse_setting("--attention", attention, &cfg.runtime.attention);
+    parse_setting("--matmul-precision", precision, &cfg.precision.matmul_precision);
+    parse_setting("--precision", mixed, &cfg.precision.policy);
+    parse_setting("--recompute", recompute, &cfg.runtime.recompute);
+    parse_setting("--thread-split", split, &cfg.runtime.thread_split);
+    parse_setting("--gemm", gemm, &cfg.runtime.gemm);
+    cfg.fold_aliases();
+    shardlm::model::GptConfig mc = cfg.model.config();
     // random tokens, enough for every step
     std::mt19937 rng(1);
     std::vector<uint16_t> tok(size_t(B) * T * (steps + warmup) + 1);
@@ -164,15 +165,15 @@ int main(int argc, char** argv) {
     std::string shard = (std::filesystem::temp_directory_path() / ("bench_step_" + std::to_string(::getpid()) + ".bin")).string();
     shardlm::data::write_token_shard(shard, tok);
 
-    cfg.data = shard;
-    cfg.seq = T;
-    cfg.global_batch = cfg.micro_batch = B;
-    cfg.steps = steps + warmup;
-    cfg.optimizer = shardlm::optim::Kind::AdamW;
-    cfg.lr = 6e-4f;
-    cfg.weight_decay = 0.1f;
-    cfg.grad_clip = 1.0f;
-    cfg.threads = threads;
+    cfg.data.train = shard;
+    cfg.data.seq = T;
+    cfg.data.global_batch = cfg.data.micro_batch = B;
+    cfg.data.steps = steps + warmup;
+    cfg.optim.optimizer = shardlm::optim::Kind::AdamW;
+    cfg.optim.lr = 6e-4f;
+    cfg.optim.weight_decay = 0.1f;
+    cfg.optim.grad_clip = 1.0f;
+    cfg.runtime.threads = threads;
     shardlm::train::Trainer trainer(cfg);
     std::vector<double> ms;
     for (int s = 0; s < steps + warmup; s++) {
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
     }
     if (profile) {
         shardlm::profile::enable(false);
-        print_profile(shardlm::profile::take(), ms, steps, threads, cfg.precision_policy().bf16_products(), cfg.gemm);
+        print_profile(shardlm::profile::take(), ms, steps, threads, cfg.precision.resolved().bf16_products(), cfg.runtime.gemm);
     }
     std::remove(shard.c_str());
     std::vector<double> sorted = ms;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/convergence.sh: the default run (configs/sotu.json, whole length) in each number format, one
 # after the other on a quiet machine: fp32, fp32 with bf16-rounded matmul operands
-# (--matmul-precision bf16), and mixed precision --precision bf16 / fp16 (fp32 master weights).
+# (--precision fp32-bf16-products), and mixed precision --precision bf16 / fp16 (fp32 master weights).
 # Prints the wall time, the final training and validation loss of each and the validation loss's
 # distance from fp32, and draws every training and validation curve into one SVG
 # (bench/convergence.svg, by bench/plot_curves.py). Then the speeds side by side: SPEED_STEPS steps
@@ -20,9 +20,9 @@ unset OPENBLAS_CORETYPE
 mkdir -p "$OUT"
 mode_flags() {
   case $1 in
-    fp32) flags=(--matmul-precision fp32 --precision fp32) ;;
-    mm-bf16) flags=(--matmul-precision bf16 --precision fp32) ;;
-    bf16|fp16) flags=(--matmul-precision fp32 --precision "$1") ;;
+    fp32) flags=(--precision fp32) ;;
+    mm-bf16) flags=(--precision fp32-bf16-products) ;;
+    bf16|fp16) flags=(--precision "$1") ;;
     *) echo "convergence: unknown mode '$1' (fp32, mm-bf16, bf16, fp16)"; exit 2 ;;
   esac
 }

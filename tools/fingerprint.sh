@@ -8,7 +8,9 @@
 #   git worktree add /tmp/base <commit> && cmake -S /tmp/base -B /tmp/base/build && cmake --build /tmp/base/build
 #   bash tools/fingerprint.sh /tmp/base/build/shardlm > before.txt; bash tools/fingerprint.sh > after.txt
 #   diff before.txt after.txt
-# ONLY=<substring> runs the cases whose name contains it.
+# ONLY=<substring> runs the cases whose name contains it. DROP_KEYS="a b" removes those keys from every
+# JSON file before hashing (the checkpoint's meta.json, summary.json): to compare across a change that
+# drops a settings key on purpose, the files then hashed as their parsed, key-sorted form.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath "${1:-$ROOT/build/shardlm}")
@@ -65,9 +67,14 @@ done
 
 # The hash of a JSON-lines file with the fields that measure time dropped.
 strip_hash() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "${DROP_KEYS:-}" <<'PY'
 import hashlib, json, sys
 TIMING = {"step_ms", "tokens_per_s", "train_time_s", "mfu", "wait_ms", "comm_ms", "compute_ms", "elapsed_s"}
+DROP = set(sys.argv[2].split())
+def drop(v):
+    if isinstance(v, dict): return {k: drop(x) for k, x in v.items() if k not in DROP}
+    if isinstance(v, list): return [drop(x) for x in v]
+    return v
 text = open(sys.argv[1]).read()
 try:
     records = [json.loads(text)]
@@ -75,8 +82,21 @@ except json.JSONDecodeError:
     records = [json.loads(line) for line in text.splitlines() if line.strip()]
 out = []
 for rec in records:
-    out.append(json.dumps({k: v for k, v in rec.items() if k not in TIMING and not k.endswith("_ms")}, sort_keys=True))
+    out.append(json.dumps(drop({k: v for k, v in rec.items() if k not in TIMING and not k.endswith("_ms")}), sort_keys=True))
 print(hashlib.sha256("\n".join(out).encode()).hexdigest()[:16])
+PY
+}
+
+# The hash of one JSON document without the keys of DROP_KEYS (at any depth), key-sorted.
+json_hash() {
+  python3 - "$1" "${DROP_KEYS:-}" <<'PY'
+import hashlib, json, sys
+DROP = set(sys.argv[2].split())
+def drop(v):
+    if isinstance(v, dict): return {k: drop(x) for k, x in v.items() if k not in DROP}
+    if isinstance(v, list): return [drop(x) for x in v]
+    return v
+print(hashlib.sha256(json.dumps(drop(json.load(open(sys.argv[1]))), sort_keys=True).encode()).hexdigest()[:16])
 PY
 }
 
@@ -93,7 +113,13 @@ for c in "${cases[@]}"; do
     echo "$name FAILED"; tail -5 "$WORK/$name.log" | sed 's/^/    /'; continue
   fi
   ckpt=$(find "$dir" -maxdepth 1 -name 'ckpt_*' | sort | tail -1)
-  files=$(cd "$ckpt" && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16)
+  if [ -z "${DROP_KEYS:-}" ]; then
+    files=$(cd "$ckpt" && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16)
+  else  # JSON files without the dropped keys
+    files=$(cd "$ckpt" && for f in $(find . -type f | sort); do
+      case $f in *.json) echo "$f $(DROP_KEYS=$DROP_KEYS json_hash "$f")" ;; *) sha256sum "$f" ;; esac
+    done | sha256sum | cut -c1-16)
+  fi
   printf "%-28s ckpt %s  metrics %s  summary %s\n" "$name" "$files" \
     "$(strip_hash "$dir/metrics.jsonl")" "$(strip_hash "$dir/summary.json")"
 done

@@ -15,13 +15,13 @@ using launch::Layout;
 
 train::TrainConfig job(int G, int micro, int tp, int pp) {
     train::TrainConfig c;
-    c.model = "gpt2";
-    c.data = "tokens.bin";
-    c.seq = 64;
-    c.global_batch = G;
-    c.micro_batch = micro;
-    c.tp = tp;
-    c.pp = pp;
+    c.model.preset = "gpt2";
+    c.data.train = "tokens.bin";
+    c.data.seq = 64;
+    c.data.global_batch = G;
+    c.data.micro_batch = micro;
+    c.parallel.tp = tp;
+    c.parallel.pp = pp;
     return c;
 }
 

@@ -105,7 +105,7 @@ void run_stage(StageRun& out, comm::Messages& pp, schedule::ScheduleKind kind, i
                const char* precision = "fp32") {
     const model::GptConfig mc = tiny();
     schedule::Schedule s = schedule::make_schedule(kind, stages, kMicro, v);
-    const auto all_chunks = parallel::split_stages(mc, kT, stages * s.virtual_stages, "");
+    const auto all_chunks = parallel::split_stages(mc, kT, stages * s.virtual_stages);
     model::ModelPart::Options o;
     for (int c = 0; c < s.virtual_stages; c++) o.chunks.push_back(all_chunks[size_t(s.model_chunk(pp.rank(), c))]);
     o.slots = s.slots(pp.rank());

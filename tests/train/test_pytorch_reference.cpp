@@ -166,7 +166,7 @@ struct ExtFixture : Fixture {
     optim::OptimConfig run(const std::string& name) {
         train::TrainConfig tc;
         train::apply_config_json(tc, ext_hyper["settings"][name], "optimizers.json: " + name);
-        tc.global_batch = B, tc.seq = T;  // the batch: Sophia's B is its B x T tokens
+        tc.data.global_batch = B, tc.data.seq = T;  // the batch: Sophia's B is its B x T tokens
         const optim::OptimConfig oc = tc.optim_config();
         optim::Optimizer opt(oc, gpt.layout(), {0, gpt.layout().total});
         const std::vector<double> losses = ext_hyper["losses_per_optimizer"][name];
@@ -185,11 +185,11 @@ struct ExtFixture : Fixture {
             float loss = train_forward_backward();
             exact_bias();
             EXPECT_NEAR(loss, losses[size_t(s)], 1e-5 * losses[size_t(s)]) << name << " step " << s;
-            opt.step(params.data(), grads.data(), tc.lr);
+            opt.step(params.data(), grads.data(), tc.optim.lr);
             if (!opt.hessian_due(s)) continue;
             // the trainer's Hessian pass in one process: labels drawn from the model by the head
             grads.zero();
-            gpt.part().set_label_sampling(true, kernels::label_sample_seed(tc.seed, s));
+            gpt.part().set_label_sampling(true, kernels::label_sample_seed(tc.runtime.seed, s));
             gpt.forward(inputs.data(), keys.data(), B, T, 1.0f / float(B * T));
             gpt.backward();
             gpt.part().set_label_sampling(false);
@@ -334,7 +334,7 @@ TEST(OptimizerExtReference, SophiaEightSteps) {
 // Sophia's defaults are the authors': betas (0.965, 0.99), rho 0.04, the Hessian every 10 steps.
 TEST(OptimizerExtReference, SophiaDefaultsAreTheAuthors) {
     train::TrainConfig tc;
-    tc.optimizer = optim::Kind::Sophia;
+    tc.optim.optimizer = optim::Kind::Sophia;
     const optim::OptimConfig oc = tc.optim_config();
     EXPECT_EQ(oc.beta1, 0.965f);
     EXPECT_EQ(oc.beta2, 0.99f);

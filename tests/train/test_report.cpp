@@ -406,7 +406,7 @@ TEST(Report, WritesSvgsAndHtml) {
 TEST(Report, SettingsAndSummaryReadAsAUserWroteThem) {
     TempDir t;
     TrainConfig c;
-    c.model = "small", c.lr = 0.008f, c.beta2 = 0.99f, c.weight_decay = 0.1f, c.out = "runs/sotu";
+    c.model.preset = "small", c.optim.lr = 0.008f, c.optim.beta2 = 0.99f, c.optim.weight_decay = 0.1f, c.output.out = "runs/sotu";
     write_text(t.file("config.json"), config_to_json(c).dump(2));
     write_text(t.file("summary.json"),
                R"({"final_val_loss": 5.527961638386835, "tokens": 4096000.0, "steps": 2000, "train_time_s": 279.8576})");

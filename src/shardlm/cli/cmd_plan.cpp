@@ -321,7 +321,7 @@ void add_plan_command(CLI::App& app) {
                       ")\n---> HINT: the number of sequences per optimiser step, e.g. --global-batch 1536");
         SHARDLM_CHECK(a->top > 0, "--top must be > 0 (got ", a->top, ")");
         train::TrainConfig t;  // the optimiser's state per parameter with `train`'s defaults
-        t.optimizer = a->optimizer;
+        t.optim.optimizer = a->optimizer;
         const optim::OptimConfig oc = t.optim_config();
         const planner::Job job{a->global_batch, m.seq_len, optim::Optimizer::state_bytes_per_param(oc),
                                oc.kind == optim::Kind::Sophia ? oc.hess_interval : 0};

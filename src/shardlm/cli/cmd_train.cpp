@@ -25,7 +25,7 @@ TrainFlags add_train_flags(CLI::App* c) {
     auto cfg = f.cfg;
     auto options = f.options;
     c->add_option("--config", *f.config_file, "JSON file of settings (keys as below with '_'); flags override it");
-    train::for_each_field(*cfg, [&](const char* key, auto& ref, const char* help) {
+    train::for_each_input(*cfg, [&](const char* key, auto& ref, const char* help) {
         std::string flag = std::string("--") + key;
         for (auto& ch : flag) ch = ch == '_' ? '-' : ch;
         using T = std::decay_t<decltype(ref)>;
@@ -57,14 +57,15 @@ train::TrainConfig TrainFlags::resolve() const {
     if (!config_file->empty()) {
         run = train::load_config_file(*config_file);
         // flags given on the command line win over the file
-        train::for_each_field(run, [&](const char* key, auto& ref, const char*) {
+        train::for_each_input(run, [&](const char* key, auto& ref, const char*) {
             if (options->at(key)->count() == 0) return;
-            train::for_each_field(*cfg, [&](const char* k2, auto& src, const char*) {
+            train::for_each_input(*cfg, [&](const char* k2, auto& src, const char*) {
                 if constexpr (std::is_same_v<std::decay_t<decltype(src)>, std::decay_t<decltype(ref)>>)
                     if (std::string(k2) == key) ref = src;
             });
         });
     }
+    run.fold_aliases();
     return run;
 }
 

@@ -83,6 +83,7 @@ struct Override {
     std::optional<T> value;
     explicit operator bool() const { return value.has_value(); }
     const T& operator*() const { return *value; }
+    const T* operator->() const { return &*value; }
 };
 
 template <NamedEnum E>

@@ -16,21 +16,21 @@ std::string describe(const Layout& l) {
 }
 
 double rank_bytes(const train::TrainConfig& cfg, const model::GptConfig& mc, const Layout& l) {
-    const cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
+    const cost::ModelShape shape = model::cost_shape(mc, cfg.data.seq);
     const double numel = double(cost::total_params(shape)) / double(l.tp * l.pp);
-    const bool mixed = cfg.precision_policy().activation != DType::F32;
+    const bool mixed = cfg.precision.resolved().activation != DType::F32;
     const cost::ModelStateBytes states =
-        cost::model_state_bytes(numel, mixed ? cost::kAdamMixedFp32Grads : cost::kAdamFp32, stage_number(cfg.zero), l.dp);
+        cost::model_state_bytes(numel, mixed ? cost::kAdamMixedFp32Grads : cost::kAdamFp32, stage_number(cfg.parallel.zero), l.dp);
     // the first stage keeps up to pp micro-batches in flight (1F1B), each 1/pp of the blocks, 1/tp wide
-    const int64_t micro = cfg.global_batch / (int64_t(l.dp) * cfg.micro_batch);
+    const int64_t micro = cfg.data.global_batch / (int64_t(l.dp) * cfg.data.micro_batch);
     const double in_flight = double(std::min<int64_t>(l.pp, micro));
-    const double act = cost::activation_bytes_seed002(shape, cfg.micro_batch, cfg.seq) / double(l.pp * l.tp) * in_flight;
+    const double act = cost::activation_bytes_seed002(shape, cfg.data.micro_batch, cfg.data.seq) / double(l.pp * l.tp) * in_flight;
     return states.total() + act;
 }
 
 std::optional<Layout> choose_layout(const train::TrainConfig& cfg, const model::GptConfig& mc, int ranks,
                                     double available_bytes, std::string* why) {
-    const int micro_total = cfg.global_batch / cfg.micro_batch;  // micro-batches of the global batch
+    const int micro_total = cfg.data.global_batch / cfg.data.micro_batch;  // micro-batches of the global batch
     auto best_dp = [&](int tp, int pp) {
         for (int d = ranks / (tp * pp); d >= 1; d--)
             if (micro_total % d == 0) return d;
@@ -38,8 +38,8 @@ std::optional<Layout> choose_layout(const train::TrainConfig& cfg, const model::
     };
     auto fits = [&](const Layout& l) {
         train::TrainConfig c = cfg;  // the settings must hold on the layout (micro-batches, schedule)
-        c.dp = l.dp, c.tp = l.tp, c.pp = l.pp;
-        if (l.pp != cfg.pp) c.pp_split.clear();
+        c.parallel.dp = l.dp, c.parallel.tp = l.tp, c.parallel.pp = l.pp;
+        if (l.pp != cfg.parallel.pp) c.parallel.pp_split.clear();
         try {
             c.validate();
         } catch (const std::exception&) {
@@ -47,7 +47,7 @@ std::optional<Layout> choose_layout(const train::TrainConfig& cfg, const model::
         }
         return available_bytes <= 0 || rank_bytes(cfg, mc, l) * l.ranks() <= available_bytes;
     };
-    const int tp0 = cfg.tp, pp0 = cfg.pp;
+    const int tp0 = cfg.parallel.tp, pp0 = cfg.parallel.pp;
     if (tp0 * pp0 <= ranks) {
         Layout l{best_dp(tp0, pp0), tp0, pp0};
         if (l.dp > 0 && fits(l)) return l;
@@ -66,7 +66,7 @@ std::optional<Layout> choose_layout(const train::TrainConfig& cfg, const model::
         if (why)
             *why = "no layout of at most " + std::to_string(ranks) + " ranks holds the model (" +
                    std::to_string(mc.n_layer) + " blocks, " + std::to_string(mc.n_head) + " heads) with global batch " +
-                   std::to_string(cfg.global_batch) + " in micro-batches of " + std::to_string(cfg.micro_batch) +
+                   std::to_string(cfg.data.global_batch) + " in micro-batches of " + std::to_string(cfg.data.micro_batch) +
                    (available_bytes > 0 ? " within the machine's available memory" : "");
         return std::nullopt;
     }

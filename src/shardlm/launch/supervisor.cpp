@@ -54,7 +54,7 @@ bool is_bool_flag(const std::string& a) {
     static const std::set<std::string> names = [] {
         std::set<std::string> s;
         train::TrainConfig c;
-        train::for_each_field(c, [&](const char* key, auto& ref, const char*) {
+        train::for_each_input(c, [&](const char* key, auto& ref, const char*) {
             if constexpr (std::is_same_v<std::decay_t<decltype(ref)>, bool>) {
                 std::string f = std::string("--") + key;
                 for (auto& ch : f) ch = ch == '_' ? '-' : ch;
@@ -288,7 +288,7 @@ std::string shrink_hostfile(const std::string& text, const std::vector<std::stri
 }
 
 Layout first_layout(const train::TrainConfig& cfg, int np) {
-    Layout l{cfg.dp > 0 ? cfg.dp : np / std::max(1, cfg.tp * cfg.pp), cfg.tp, cfg.pp};
+    Layout l{cfg.parallel.dp > 0 ? cfg.parallel.dp : np / std::max(1, cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp};
     return l;
 }
 
@@ -296,7 +296,7 @@ namespace {
 
 // The first layout, after the launch's own settings are checked against the train command's.
 Layout checked_first_layout(const LaunchOptions& o, const train::TrainConfig& cfg) {
-    SHARDLM_CHECK(!cfg.out.empty(), "launch: the train command has no --out",
+    SHARDLM_CHECK(!cfg.output.out.empty(), "launch: the train command has no --out",
                   "\n---> HINT: a restart resumes from the run directory's checkpoints: give train --out DIR (and --ckpt-every N "
                   "or --ckpt-every-seconds S so that little is lost)");
     SHARDLM_CHECK(o.np >= 1, "launch: -np must be at least 1 (got ", o.np, ")");
@@ -304,7 +304,7 @@ Layout checked_first_layout(const LaunchOptions& o, const train::TrainConfig& cf
     SHARDLM_CHECK(o.max_restarts >= 0, "launch: --max-restarts must be >= 0 (got ", o.max_restarts, ")");
     const Layout l0 = first_layout(cfg, o.np);
     SHARDLM_CHECK(l0.ranks() == o.np, "launch: -np ", o.np, " does not equal the train command's layout ", describe(l0), " (",
-                  l0.ranks(), " ranks)", "\n---> HINT: -np ", l0.ranks(), ", or --dp ", o.np / std::max(1, cfg.tp * cfg.pp));
+                  l0.ranks(), " ranks)", "\n---> HINT: -np ", l0.ranks(), ", or --dp ", o.np / std::max(1, cfg.parallel.tp * cfg.parallel.pp));
     return l0;
 }
 
@@ -345,12 +345,12 @@ std::string next_hostfile(const std::string& hostfile, const std::vector<std::st
 
 int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
     const Layout l0 = checked_first_layout(o, cfg);
-    const model::GptConfig mc = cfg.model_config();
-    const std::string metrics = cfg.metrics.empty() ? (fs::path(cfg.out) / "metrics.jsonl").string() : cfg.metrics;
+    const model::GptConfig mc = cfg.model.config();
+    const std::string metrics = cfg.output.metrics.empty() ? (fs::path(cfg.output.out) / "metrics.jsonl").string() : cfg.output.metrics;
     const std::string flight = train::flight_dir(cfg);
 
     catch_interrupts();
-    Log log(cfg.out);
+    Log log(cfg.output.out);
     Layout layout = l0;
     std::string hostfile = o.hostfile;
     std::vector<std::string> targs = o.train_args;
@@ -361,7 +361,7 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
                     describe(layout).c_str());
         log.event({{"event", "start"}, {"attempt", attempt + 1}, {"np", layout.ranks()}, {"layout", describe(layout)}});
         const double t0 = now_s();
-        const AttemptResult r = run_attempt(argv, attempt == 0, cfg.comm_timeout <= 0);
+        const AttemptResult r = run_attempt(argv, attempt == 0, cfg.reliability.comm_timeout <= 0);
         if (r.exit_code == 0) {
             std::printf("launch: training finished on attempt %d (%s)%s\n", attempt + 1, describe(layout).c_str(),
                         attempt > 0 ? (", after " + std::to_string(attempt) + " restart" + (attempt > 1 ? "s" : "")).c_str() : "");
@@ -397,14 +397,14 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
         const std::optional<Layout> nl = choose_layout(next, mc, left, available_bytes(), &why);
         if (!nl) return give_up(why);
         const int last = recorded_steps(metrics);
-        const std::string ckpt = train::latest_checkpoint(cfg.out);
+        const std::string ckpt = train::latest_checkpoint(cfg.output.out);
         const int resume = checkpoint_step(ckpt);
         const int steps_lost = std::max(0, last - resume);
         auto ranks = [](int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); };
         std::printf("launch: restart %d of at most %d: %s; layout %s (%s) -> %s (%s), global batch %d "
                     "unchanged; resuming from %s (step %d), %d step%s lost\n",
                     attempt + 1, o.max_restarts, f.reason.c_str(), describe(layout).c_str(), ranks(layout.ranks()).c_str(),
-                    describe(*nl).c_str(), ranks(nl->ranks()).c_str(), cfg.global_batch,
+                    describe(*nl).c_str(), ranks(nl->ranks()).c_str(), cfg.data.global_batch,
                     ckpt.empty() ? "the start (no checkpoint yet)" : fs::path(ckpt).filename().string().c_str(), resume,
                     steps_lost, steps_lost == 1 ? "" : "s");
         std::fflush(stdout);
@@ -414,7 +414,7 @@ int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
         targs = next_train_args(targs, *nl, nl->pp != layout.pp);
         layout = *nl;
         if (!hostfile.empty() && !f.nodes.empty()) {  // the lost ranks' slots are gone from their nodes
-            hostfile = next_hostfile(hostfile, f.nodes, cfg.out, attempt + 2);
+            hostfile = next_hostfile(hostfile, f.nodes, cfg.output.out, attempt + 2);
             std::printf("launch: hostfile for the next attempt: %s\n", hostfile.c_str());
         }
     }

@@ -156,45 +156,71 @@ void qsgd_decode(const CompressSpec& s, const unsigned char* msg, size_t n, floa
 
 }  // namespace
 
-CompressSpec parse_compress(const std::string& text) {
+namespace {
+
+// The compressor text names, or why it does not (*why).
+bool read_compress(const std::string& text, CompressSpec* out, std::string* why) {
+    auto bad = [&](const char* reason) { return *why = reason, false; };
     const size_t colon = text.find(':');
     const bool has_arg = colon != std::string::npos;
     const std::string name = text.substr(0, colon), arg = has_arg ? text.substr(colon + 1) : "";
     CompressSpec s;
-    if (name == "none" && !has_arg) return s;
-    if (name == "sign" && (!has_arg || arg == "vote")) {
+    if (name == "none" && !has_arg) {
+    } else if (name == "sign" && (!has_arg || arg == "vote")) {
         s.kind = has_arg ? CompressKind::SignVote : CompressKind::Sign;
-        return s;
-    }
-    if (name == "topk" || name == "randk") {
+    } else if (name == "topk" || name == "randk") {
         s.kind = name == "topk" ? CompressKind::TopK : CompressKind::RandK;
-        if (!parse_number(arg, s.fraction)) bad_text(text, "the fraction F must be a number");
-        if (!(s.fraction > 0 && s.fraction <= 1)) bad_text(text, "the fraction F must be in (0, 1]");
-        return s;
-    }
-    if (name == "qsgd") {
+        if (!parse_number(arg, s.fraction)) return bad("the fraction F must be a number");
+        if (!(s.fraction > 0 && s.fraction <= 1)) return bad("the fraction F must be in (0, 1]");
+    } else if (name == "qsgd") {
         s.kind = CompressKind::Qsgd;
         const size_t c2 = arg.find(':');
         long long S = 0, B = 0;
-        if (!parse_number(arg.substr(0, c2), S)) bad_text(text, "the levels S must be an integer");
-        if (S < 2 || S > 256) bad_text(text, "the levels S must be in [2, 256]");
+        if (!parse_number(arg.substr(0, c2), S)) return bad("the levels S must be an integer");
+        if (S < 2 || S > 256) return bad("the levels S must be in [2, 256]");
         s.levels = int(S);
         if (c2 != std::string::npos) {
-            if (!parse_number(arg.substr(c2 + 1), B) || B < 1) bad_text(text, "the bucket B must be an integer >= 1");
+            if (!parse_number(arg.substr(c2 + 1), B) || B < 1) return bad("the bucket B must be an integer >= 1");
             s.bucket = size_t(B);
         }
-        return s;
-    }
-    if (name == "powersgd") {
+    } else if (name == "powersgd") {
         s.kind = CompressKind::PowerSgd;
         long long R = 0;
-        if (!parse_number(arg, R)) bad_text(text, "the rank R must be an integer");
-        if (R < 1 || R > INT_MAX) bad_text(text, "the rank R must be >= 1");
+        if (!parse_number(arg, R)) return bad("the rank R must be an integer");
+        if (R < 1 || R > INT_MAX) return bad("the rank R must be >= 1");
         s.rank = int(R);
-        return s;
+    } else {
+        return bad("unknown compressor");
     }
-    bad_text(text, "unknown compressor");
+    *out = s;
+    return true;
 }
+
+}  // namespace
+
+CompressSpec parse_compress(const std::string& text) {
+    CompressSpec s;
+    std::string why;
+    if (!read_compress(text, &s, &why)) bad_text(text, why);
+    return s;
+}
+
+bool setting_parse(std::string_view text, Override<CompressSpec>* out) {
+    if (text.empty()) return out->value.reset(), true;
+    CompressSpec s;
+    std::string why;
+    if (!read_compress(std::string(text), &s, &why)) return false;
+    out->value = s;
+    return true;
+}
+
+std::string setting_problem(std::string_view text, const Override<CompressSpec>*) {
+    CompressSpec s;
+    std::string why;
+    return read_compress(std::string(text), &s, &why) ? "" : why;
+}
+
+std::string setting_choices(const Override<CompressSpec>*) { return kForms; }
 
 std::string compress_text(const CompressSpec& s) {
     char buf[32];

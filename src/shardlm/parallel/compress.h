@@ -23,8 +23,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include "shardlm/core/enum_names.h"
 
 namespace shardlm::parallel {
 
@@ -41,6 +44,12 @@ struct CompressSpec {
 // compress_text round-trips any spec). Bad text: an error naming `--compress`, the text and the valid forms.
 CompressSpec parse_compress(const std::string& text);
 std::string compress_text(const CompressSpec& s);   // back to the text form: parse_compress(compress_text(s)) == s
+// A compressor setting (--compress, --compress-embedding): unset (""), or a spec in its text form
+// (core/enum_names.h: TextSetting; setting_problem says why a text is not one).
+inline std::string setting_text(const Override<CompressSpec>& o) { return o ? compress_text(*o) : ""; }
+bool setting_parse(std::string_view text, Override<CompressSpec>* out);
+std::string setting_problem(std::string_view text, const Override<CompressSpec>*);
+std::string setting_choices(const Override<CompressSpec>*);
 // qsgd, randk (scaled by n/k): E[C(x)] = x; also none (the identity, w = 0). They converge without error feedback.
 bool is_unbiased(const CompressSpec& s);
 // topk, randk: the k elements kept of n (0 when n = 0).

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <sstream>
+#include <charconv>
 
 #include "shardlm/core/check.h"
 #include "shardlm/cost/flops.h"
@@ -22,24 +22,60 @@ double unit_flops_per_token(const model::GptConfig& c, int seq, int unit) {
     return 3.0 * cost::block_forward_flops_per_token(m, seq).total();
 }
 
-std::vector<std::pair<int, int>> split_stages(const model::GptConfig& c, int seq, int chunks, const std::string& split) {
+std::string setting_text(const StageSplit& s) {
+    std::string t;
+    for (size_t i = 0; i < s.blocks.size(); i++) {
+        if (i) t += ',';
+        t += std::to_string(s.blocks[i]);
+    }
+    return t;
+}
+
+namespace {
+
+// The split text names, or why it does not (*why).
+bool read_split(std::string_view text, StageSplit* out, std::string* why) {
+    StageSplit s;
+    for (size_t at = 0; !text.empty() && at <= text.size();) {
+        const size_t comma = std::min(text.find(',', at), text.size());
+        const std::string_view tok = text.substr(at, comma - at);
+        int n = -1;
+        const auto r = std::from_chars(tok.data(), tok.data() + tok.size(), n);
+        if (r.ec != std::errc() || r.ptr != tok.data() + tok.size() || n < 0) {
+            why->assign(1, '\'').append(tok).append("' is not a number of blocks");
+            return false;
+        }
+        s.blocks.push_back(n);
+        at = comma + 1;
+    }
+    *out = s;
+    return true;
+}
+
+}  // namespace
+
+bool setting_parse(std::string_view text, StageSplit* out) {
+    std::string why;
+    return read_split(text, out, &why);
+}
+
+std::string setting_problem(std::string_view text, const StageSplit*) {
+    StageSplit s;
+    std::string why;
+    return read_split(text, &s, &why) ? "" : why;
+}
+
+std::string setting_choices(const StageSplit*) {
+    return "numbers of blocks >= 0 separated by commas, one per chunk (pp x virtual stages) summing to n_layer, e.g. 3,3,3,3";
+}
+
+std::vector<std::pair<int, int>> split_stages(const model::GptConfig& c, int seq, int chunks, const StageSplit& pp_split) {
     const int L = c.n_layer, U = L + 2;
     SHARDLM_CHECK(chunks >= 1, "pipeline chunks must be >= 1");
     std::vector<std::pair<int, int>> out;
-    if (!split.empty()) {
-        std::vector<int> blocks;
-        std::stringstream ss(split);
-        for (std::string tok; std::getline(ss, tok, ',');) {
-            int n = -1;
-            try {
-                size_t used = 0;
-                n = std::stoi(tok, &used);
-                if (used != tok.size()) n = -1;
-            } catch (...) {
-            }
-            SHARDLM_CHECK(n >= 0, "--pp-split '", split, "': '", tok, "' is not a number of blocks");
-            blocks.push_back(n);
-        }
+    if (!pp_split.empty()) {
+        const std::vector<int>& blocks = pp_split.blocks;
+        const std::string split = setting_text(pp_split);
         int sum = 0;
         for (int n : blocks) sum += n;
         SHARDLM_CHECK(int(blocks.size()) == chunks && sum == L, "--pp-split '", split, "' gives ", blocks.size(),

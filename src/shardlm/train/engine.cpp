@@ -15,8 +15,8 @@ namespace {
 
 // Lanes (--thread-split): auto takes them where they can balance their work (docs/DESIGN.md).
 int lanes_of(const TrainConfig& cfg, int threads, int tp) {
-    const bool batch = cfg.thread_split == ThreadSplit::Batch ||
-                       (cfg.thread_split == ThreadSplit::Auto && model::lane_groups(cfg.micro_batch, cfg.seq, threads) >= 2 * threads);
+    const bool batch = cfg.runtime.thread_split == ThreadSplit::Batch ||
+                       (cfg.runtime.thread_split == ThreadSplit::Auto && model::lane_groups(cfg.data.micro_batch, cfg.data.seq, threads) >= 2 * threads);
     return tp == 1 && batch ? threads : 1;
 }
 
@@ -28,18 +28,18 @@ std::unique_ptr<parallel::GradSync> make_grad_sync(const TrainConfig& cfg, const
     comm::Grid& g = *e.grid;
     const schedule::Schedule& s = e.schedule;
     parallel::GradSync::Options o;
-    o.zero = cfg.zero;
-    o.bucket_mb = cfg.bucket_mb;
+    o.zero = cfg.parallel.zero;
+    o.bucket_mb = cfg.parallel.bucket_mb;
     o.single_stage = g.pp_size() == 1;
     o.split_backward = s.splits_backward();
-    o.reduce_dtype = cfg.precision_policy().reduce;
+    o.reduce_dtype = cfg.precision.resolved().reduce;
     o.algorithm = parallel::DpAlgorithm::make(cfg.dp_algo_config(), g.dp(), e.part->layout());
     if (g.pp_size() > 1 && model.tie_embeddings) {
         const int embedding_stage = s.rank_of(0), head_stage = s.rank_of(s.num_model_chunks() - 1);
         o.embedding_group = std::make_unique<comm::Group>(g.tied_embedding_group(world, embedding_stage, head_stage));
         o.embedding_group->set_name("embedding");
     }
-    if (cfg.sequence_parallel && g.tp_size() > 1) {
+    if (cfg.parallel.sequence_parallel && g.tp_size() > 1) {
         comm::Group* tpg = &g.tp();
         const model::Layout* layout = &e.part->layout();
         o.pre_reduce = [tpg, layout](int unit, float* grad) { parallel::sync_replicated_grads(*tpg, *layout, unit, grad); };
@@ -51,17 +51,17 @@ std::unique_ptr<parallel::GradSync> make_grad_sync(const TrainConfig& cfg, const
 
 Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world) {
     Engine e;
-    e.grid = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg.dp, cfg.tp, cfg.pp}));
+    e.grid = std::make_unique<comm::Grid>(comm::Grid::create(world, {cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}));
     comm::Grid& g = *e.grid;
     g.dp().set_name("dp");
     g.tp().set_name("tp");
     g.pp().set_name("pp");
     const int dp = g.dp_size(), tp = g.tp_size(), pp = g.pp_size();
-    SHARDLM_CHECK(cfg.global_batch % (dp * cfg.micro_batch) == 0, "--global-batch (", cfg.global_batch,
-                  ") must be a multiple of dp (", dp, ") x --micro-batch (", cfg.micro_batch,
+    SHARDLM_CHECK(cfg.data.global_batch % (dp * cfg.data.micro_batch) == 0, "--global-batch (", cfg.data.global_batch,
+                  ") must be a multiple of dp (", dp, ") x --micro-batch (", cfg.data.micro_batch,
                   "): each data-parallel rank runs whole micro-batches of its G/dp rows");
-    e.micro = cfg.global_batch / (dp * cfg.micro_batch);
-    SHARDLM_CHECK(cfg.seq <= model.n_ctx, "--seq ", cfg.seq, " exceeds the model's context length n_ctx = ", model.n_ctx,
+    e.micro = cfg.data.global_batch / (dp * cfg.data.micro_batch);
+    SHARDLM_CHECK(cfg.data.seq <= model.n_ctx, "--seq ", cfg.data.seq, " exceeds the model's context length n_ctx = ", model.n_ctx,
                   "\n---> HINT: use --seq <= ", model.n_ctx);
     SHARDLM_CHECK(model.n_head % tp == 0, "--tp ", tp, " must divide the number of attention heads (", model.n_head,
                   "): each tensor-parallel rank computes whole heads");
@@ -71,21 +71,21 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     SHARDLM_CHECK(model.ffn() % tp == 0, "--tp ", tp, " must divide the MLP's inner size (ffn_hidden ", model.ffn(), ")");
 
     // the pipeline: the step's schedule, and which model chunks this rank holds
-    e.schedule = schedule::make_schedule(cfg.schedule, pp, e.micro, cfg.virtual_stages);
+    e.schedule = schedule::make_schedule(cfg.parallel.schedule, pp, e.micro, cfg.parallel.virtual_stages);
     const schedule::Schedule& s = e.schedule;
     const int v = s.virtual_stages;  // zbv implies 2
-    e.all_chunks = parallel::split_stages(model, cfg.seq, pp * v, cfg.pp_split);
+    e.all_chunks = parallel::split_stages(model, cfg.data.seq, pp * v, cfg.parallel.pp_split);
     model::ModelPart::Options po;
     for (int c = 0; c < v; c++) po.chunks.push_back(e.all_chunks[size_t(s.model_chunk(g.pp_rank(), c))]);
     po.slots = s.slots(g.pp_rank());
     po.defer_weight_grads = s.splits_backward(g.pp_rank());
     e.tp = std::make_unique<parallel::GroupTensorParallel>(g.tp());
     po.tp = e.tp.get();
-    po.sequence_parallel = cfg.sequence_parallel;
-    const PrecisionPolicy precision = cfg.precision_policy();
+    po.sequence_parallel = cfg.parallel.sequence_parallel;
+    const PrecisionPolicy precision = cfg.precision.resolved();
     po.precision = precision;
-    po.recompute = cfg.recompute;
-    po.fused_attention = cfg.attention == AttentionKernel::Fused;
+    po.recompute = cfg.runtime.recompute;
+    po.fused_attention = cfg.runtime.attention == AttentionKernel::Fused;
     po.unit_multiple = dp;
     po.threads = get_threads();
     po.lanes = lanes_of(cfg, po.threads, tp);
@@ -96,7 +96,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
         const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
         check_memory_fits(need, local ? std::max(1, std::atoi(local)) : 1, model.name);
     }
-    e.part = std::make_unique<model::ModelPart>(model, po, cfg.micro_batch, cfg.seq);
+    e.part = std::make_unique<model::ModelPart>(model, po, cfg.data.micro_batch, cfg.data.seq);
 
     e.sync = make_grad_sync(cfg, model, world, e);
     e.sync->prepare(e.schedule);  // ZeRO-3 under a split backward: the chunks' Unshard/Reshard actions

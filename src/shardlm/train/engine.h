@@ -34,7 +34,7 @@ struct Engine {
     std::unique_ptr<comm::Group> dp_metrics;
 };
 
-// Collective over world. cfg validated; model: cfg.model_config(). Throws a clear error for a layout
+// Collective over world. cfg validated; model: cfg.model.config(). Throws a clear error for a layout
 // that does not fit the world, the batch, the model or this machine's memory.
 Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world);
 

@@ -28,21 +28,21 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
                                 const std::vector<int>& slots) {
     const double total = double(layout.total) * sizeof(float);
     MemoryNeed m;
-    m.params = shards_parameters(cfg.zero) ? total / dp : total;
-    m.grads = shards_gradients(cfg.zero) ? total / dp : total;
+    m.params = shards_parameters(cfg.parallel.zero) ? total / dp : total;
+    m.grads = shards_gradients(cfg.parallel.zero) ? total / dp : total;
     m.optimizer = optim::Optimizer::state_bytes_per_param(cfg.optim_config()) / sizeof(float) *
-                  (shards_optimizer(cfg.zero) ? total / dp : total);
-    cost::ModelShape shape = model::cost_shape(mc, cfg.seq);
+                  (shards_optimizer(cfg.parallel.zero) ? total / dp : total);
+    cost::ModelShape shape = model::cost_shape(mc, cfg.data.seq);
     shape.dropout = false;  // the engine has no dropout: no masks, no dropped copies of the probabilities
     cost::ActivationSpec a;
-    a.micro_batch = cfg.micro_batch;
-    a.seq = cfg.seq;
+    a.micro_batch = cfg.data.micro_batch;
+    a.seq = cfg.data.seq;
     a.tp = tp;
-    a.sequence_parallel = cfg.sequence_parallel;
+    a.sequence_parallel = cfg.parallel.sequence_parallel;
     a.value_bytes = 4;
-    a.attention = cfg.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
+    a.attention = cfg.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
     const double block = cost::block_activation_bytes(shape, a);
-    const double tokens = double(cfg.micro_batch) * cfg.seq;
+    const double tokens = double(cfg.data.micro_batch) * cfg.data.seq;
     const double padded_vocab = double((mc.vocab_size + 127) / 128 * 128);
     for (size_t c = 0; c < chunks.size(); c++) {
         const auto [first, last] = chunks[c];

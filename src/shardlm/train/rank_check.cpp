@@ -15,8 +15,8 @@ void check_same_config(comm::Group& world, const TrainConfig& cfg) {
     if (world.size() == 1) return;
     nlohmann::json mine = config_to_json(cfg);
     // the same path may hold different files on different machines: compare what they hold
-    mine["data_contents"] = io::file_fingerprint(cfg.data);
-    if (!cfg.val_data.empty()) mine["val_data_contents"] = io::file_fingerprint(cfg.val_data);
+    mine["data_contents"] = io::file_fingerprint(cfg.data.train);
+    if (!cfg.data.val_data.empty()) mine["val_data_contents"] = io::file_fingerprint(cfg.data.val_data);
     const std::string text = mine.dump();
     const uint64_t h = io::xxh64(text);
     std::vector<uint64_t> all(size_t(world.size()));

@@ -77,25 +77,25 @@ std::string Trainer::memory_report() const {
     // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
     const model::ModelPart::BlockBytes bb = e_.part->block_bytes();
     if (bb.values >= 0) {
-        cost::ModelShape shape = model::cost_shape(model_cfg_, cfg_.seq);
+        cost::ModelShape shape = model::cost_shape(model_cfg_, cfg_.data.seq);
         shape.dropout = false;
         cost::ActivationSpec spec;
-        spec.micro_batch = cfg_.micro_batch;
-        spec.seq = cfg_.seq;
+        spec.micro_batch = cfg_.data.micro_batch;
+        spec.seq = cfg_.data.seq;
         spec.tp = g.tp_size();
-        spec.sequence_parallel = cfg_.sequence_parallel && g.tp_size() > 1;
-        spec.attention = cfg_.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
+        spec.sequence_parallel = cfg_.parallel.sequence_parallel && g.tp_size() > 1;
+        spec.attention = cfg_.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
         // the engine's selective recomputation is the attention probabilities': with the fused kernel
         // there are none, and it keeps what no recomputation keeps (not the planner's op-level kind)
-        const bool fused_selective = spec.attention == cost::Attention::Flash && cfg_.recompute == cost::Recompute::Selective;
-        spec.recompute = fused_selective ? cost::Recompute::None : cfg_.recompute;
+        const bool fused_selective = spec.attention == cost::Attention::Flash && cfg_.runtime.recompute == cost::Recompute::Selective;
+        spec.recompute = fused_selective ? cost::Recompute::None : cfg_.runtime.recompute;
         spec.value_bytes = double(dtype_bytes(e_.part->precision().activation));
         const double f = cost::block_activation_bytes(shape, spec);
         out += shardlm::format("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
                    "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
                    "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
-                   "block activations", bb.values, f, setting_text(cfg_.recompute).c_str(), int(spec.value_bytes),
-                   4.0 * cfg_.micro_batch * (2.0 * model_cfg_.n_head * cfg_.seq * cfg_.seq + 14.0 * cfg_.seq * model_cfg_.n_embd));
+                   "block activations", bb.values, f, setting_text(cfg_.runtime.recompute).c_str(), int(spec.value_bytes),
+                   4.0 * cfg_.data.micro_batch * (2.0 * model_cfg_.n_head * cfg_.data.seq * cfg_.data.seq + 14.0 * cfg_.data.seq * model_cfg_.n_embd));
         if (bb.stats > 0)
             out += shardlm::format("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
                        "norm statistics", bb.stats,
@@ -126,39 +126,39 @@ std::string Trainer::comm_report() const {
                    (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
     };
     const parallel::DpAlgorithm& algo = *e_.sync->algorithm();
-    const int last = cfg_.last_step() - 1;
+    const int last = cfg_.data.last_step() - 1;
     const auto dpb = e_.sync->expected_step_bytes(e_.micro);
     if (algo.algo() == parallel::DpAlgo::AllReduce) {
         // Sophia's Hessian pass after this step: its backward's reductions again (and ZeRO-3's gathers)
         const size_t passes = e_.optimizer->hessian_due(last) ? 2 : 1;
         row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0] * passes);
         row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1] * passes);
-        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2] * (shards_parameters(cfg_.zero) ? passes : 1));
+        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2] * (shards_parameters(cfg_.parallel.zero) ? passes : 1));
     } else {  // the algorithm's own traffic (and ZeRO-1's gather of the updated slices), beside its formula
         const comm::CommStats& st = g.dp().stats();
-        const size_t gather = cfg_.zero == ZeroStage::Optimizer ? dpb[2] : 0;
+        const size_t gather = cfg_.parallel.zero == ZeroStage::Optimizer ? dpb[2] : 0;
         out += shardlm::format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  (%s%s)\n", "dp",
-                   setting_text(cfg_.dp_algo).c_str(),
+                   setting_text(cfg_.dp_algo.algo).c_str(),
                    (unsigned long long)(st[comm::OpKind::AllReduce].calls + st[comm::OpKind::AllGather].calls +
                                         st[comm::OpKind::SendRecv].calls),
                    (unsigned long long)st.total_bytes_sent(), algo.expected_bytes(last) + gather, algo.formula().c_str(),
                    gather ? "; and ZeRO-1's all-gather of the updated slices, (N-1)/N of the parameters" : "");
-        if (e_.dp_metrics && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
+        if (e_.dp_metrics && cfg_.dp_algo.consensus_every > 0 && (last + 1) % cfg_.dp_algo.consensus_every == 0)
             row("dp-metric", *e_.dp_metrics, comm::OpKind::AllReduce,
                 comm::ring_bytes_rank(comm::OpKind::AllReduce, e_.part->layout().total, 4, g.dp_size(), g.dp_rank()));
     }
-    const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.micro_batch, cfg_.seq, cfg_.zero);
+    const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.data.micro_batch, cfg_.data.seq, cfg_.parallel.zero);
     row("tp", g.tp(), comm::OpKind::AllReduce, tpb[0]);
     row("tp", g.tp(), comm::OpKind::ReduceScatter, tpb[1]);
     row("tp", g.tp(), comm::OpKind::AllGather, tpb[2]);
     row("pp", g.pp(), comm::OpKind::SendRecv,
-        parallel::pp_step_bytes(*e_.part, e_.schedule, g.pp_rank(), cfg_.micro_batch, cfg_.seq));
+        parallel::pp_step_bytes(*e_.part, e_.schedule, g.pp_rank(), cfg_.data.micro_batch, cfg_.data.seq));
     if (const comm::Group* emb = e_.sync->tied().group()) {
         const int wte = e_.part->layout().unit_of(model::UnitKind::TokenEmbedding);
         size_t n = 0;
         if (wte >= 0 && emb->size() > 1) {
             const size_t unit = e_.part->layout().units[size_t(wte)].numel;
-            n = cfg_.zero == ZeroStage::Replicate ? unit : unit / size_t(g.dp_size());
+            n = cfg_.parallel.zero == ZeroStage::Replicate ? unit : unit / size_t(g.dp_size());
         }
         row("embedding", *emb, comm::OpKind::AllReduce,
             comm::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, emb->size(), emb->rank()));
@@ -170,7 +170,7 @@ std::string Trainer::comm_report() const {
                                                       8, world_->size(), world_->rank());
     if (algo.local_gradients() && !differ)  // compressed: the finiteness check before compressing
         world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, world_->size(), world_->rank());
-    if (differ && cfg_.consensus_every > 0 && (last + 1) % cfg_.consensus_every == 0)
+    if (differ && cfg_.dp_algo.consensus_every > 0 && (last + 1) % cfg_.dp_algo.consensus_every == 0)
         world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, size_t(g.dp_size() + 1), 8, world_->size(),
                                                     world_->rank());
     row("world", *world_, comm::OpKind::AllReduce, world_bytes);
@@ -212,11 +212,11 @@ void Trainer::write_trace(double bubble_mean) {
     for (size_t r = 0; r < all.size(); r++) out += (r ? ",\n" : "") + all[r];
     out += shardlm::format("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"layout\": \"dp %d tp %d pp %d\", \"schedule\": \"%s\", "
                "\"micro_batches\": %d, \"bubble_measured\": %.4f, \"bubble_theory\": %.4f}}\n",
-               g.dp_size(), g.tp_size(), g.pp_size(), setting_text(cfg_.schedule).c_str(), e_.micro, bubble_mean,
+               g.dp_size(), g.tp_size(), g.pp_size(), setting_text(cfg_.parallel.schedule).c_str(), e_.micro, bubble_mean,
                schedule::bubble_fraction_theory(e_.schedule.kind, g.pp_size(), e_.micro, e_.schedule.virtual_stages));
-    if (auto dir = std::filesystem::path(cfg_.trace).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
-    io::write_file_atomic(cfg_.trace, out);
-    std::printf("wrote the timeline of the last step to %s (chrome://tracing or ui.perfetto.dev)\n", cfg_.trace.c_str());
+    if (auto dir = std::filesystem::path(cfg_.output.trace).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+    io::write_file_atomic(cfg_.output.trace, out);
+    std::printf("wrote the timeline of the last step to %s (chrome://tracing or ui.perfetto.dev)\n", cfg_.output.trace.c_str());
 }
 
 }  // namespace shardlm::train

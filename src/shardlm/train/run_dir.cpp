@@ -46,24 +46,24 @@ void clear_run(const std::string& dir) {
 }
 
 void claim_run_dir(const TrainConfig& cfg, comm::Group& world) {
-    if (cfg.out.empty() || cfg.resume) return;
-    const std::string held = existing_run(cfg.out);
+    if (cfg.output.out.empty() || cfg.output.resume) return;
+    const std::string held = existing_run(cfg.output.out);
     world.barrier();  // every rank has looked before rank 0 writes anything into it
     if (held.empty()) return;
-    SHARDLM_CHECK(cfg.overwrite, "run directory '", cfg.out, "' already holds a run (", held,
+    SHARDLM_CHECK(cfg.output.overwrite, "run directory '", cfg.output.out, "' already holds a run (", held,
                   "): training into it would mix two runs", "\n---> HINT: --resume to continue that run, --overwrite ",
                   "to delete it and start afresh, or another --out");
     if (world.rank() == 0) {
-        std::printf("--overwrite: deleting the run in %s (%s)\n", cfg.out.c_str(), held.c_str());
+        std::printf("--overwrite: deleting the run in %s (%s)\n", cfg.output.out.c_str(), held.c_str());
         std::fflush(stdout);
-        clear_run(cfg.out);
+        clear_run(cfg.output.out);
     }
     world.barrier();
 }
 
 std::string flight_dir(const TrainConfig& cfg) {
-    if (!cfg.flight_dir.empty()) return cfg.flight_dir;
-    return cfg.out.empty() ? "" : (fs::path(cfg.out) / "flight").string();
+    if (!cfg.reliability.flight_dir.empty()) return cfg.reliability.flight_dir;
+    return cfg.output.out.empty() ? "" : (fs::path(cfg.output.out) / "flight").string();
 }
 
 void start_flight_recorder(const TrainConfig& cfg, const comm::Group& world) {

@@ -85,15 +85,15 @@ void Trainer::keep_config_history(const std::string& path, const nlohmann::json&
 
 void Trainer::open_run_dir() {
     if (!is_root()) return;
-    std::string metrics = cfg_.metrics;
-    if (!cfg_.out.empty()) {
-        fs::create_directories(cfg_.out);
-        remove_stale_checkpoint_temps(cfg_.out);
-        const fs::path config = fs::path(cfg_.out) / "config.json";
+    std::string metrics = cfg_.output.metrics;
+    if (!cfg_.output.out.empty()) {
+        fs::create_directories(cfg_.output.out);
+        remove_stale_checkpoint_temps(cfg_.output.out);
+        const fs::path config = fs::path(cfg_.output.out) / "config.json";
         const nlohmann::json now = config_to_json(cfg_);
-        if (cfg_.resume && fs::exists(config)) keep_config_history(config.string(), now);
+        if (cfg_.output.resume && fs::exists(config)) keep_config_history(config.string(), now);
         io::write_file_atomic(config.string(), now.dump(2) + "\n");
-        if (metrics.empty()) metrics = (fs::path(cfg_.out) / "metrics.jsonl").string();
+        if (metrics.empty()) metrics = (fs::path(cfg_.output.out) / "metrics.jsonl").string();
     }
     if (metrics.empty()) return;
     if (start_step_ > 0 && fs::exists(metrics)) {
@@ -115,48 +115,48 @@ void Trainer::open_run_dir() {
 
 void Trainer::log_step(const StepStats& s, double elapsed_s) {
     if (!is_root()) return;
-    int done = s.step + 1 - start_step_, left = cfg_.last_step() - s.step - 1;
+    int done = s.step + 1 - start_step_, left = cfg_.data.last_step() - s.step - 1;
     double eta = done > 0 ? elapsed_s / done * left : 0;
     char val[48] = "";
     if (last_val_ >= 0) std::snprintf(val, sizeof(val), " | val %.4f", last_val_);
     if (tty_) {
         const int width = 24;
-        int filled = cfg_.steps > 0 ? int(double(s.step + 1) / cfg_.steps * width) : width;
+        int filled = cfg_.data.steps > 0 ? int(double(s.step + 1) / cfg_.data.steps * width) : width;
         std::string bar(size_t(filled), '#');
         bar.resize(width, '-');
-        std::printf("\r\033[K[%s] step %d/%d | loss %.4f%s | %.0f tok/s | ETA %s", bar.c_str(), s.step + 1, cfg_.steps,
+        std::printf("\r\033[K[%s] step %d/%d | loss %.4f%s | %.0f tok/s | ETA %s", bar.c_str(), s.step + 1, cfg_.data.steps,
                     s.loss, val, s.tokens_per_s, fmt_duration(eta).c_str());
         if (left == 0) std::printf("\n");
-    } else if ((s.step + 1) % std::max(1, cfg_.log_every) == 0 || left == 0 || s.val_loss >= 0) {
+    } else if ((s.step + 1) % std::max(1, cfg_.output.log_every) == 0 || left == 0 || s.val_loss >= 0) {
         std::printf("step %5d/%d | loss %.6f | grad_norm %.4f | lr %.3e%s | %.1f ms | %.0f tok/s | ETA %s\n", s.step + 1,
-                    cfg_.steps, s.loss, s.grad_norm, double(s.lr), val, s.step_ms, s.tokens_per_s,
+                    cfg_.data.steps, s.loss, s.grad_norm, double(s.lr), val, s.step_ms, s.tokens_per_s,
                     fmt_duration(eta).c_str());
     }
     std::fflush(stdout);
 }
 
 void Trainer::write_summary(const StepStats& last, double train_s, const std::string& sample) {
-    if (cfg_.out.empty() || !is_root()) return;
-    nlohmann::json j = {{"steps", cfg_.last_step()},
+    if (cfg_.output.out.empty() || !is_root()) return;
+    nlohmann::json j = {{"steps", cfg_.data.last_step()},
                         {"final_loss", last.loss},
                         {"train_time_s", train_s},
-                        {"tokens", double(cfg_.global_batch) * cfg_.seq * (cfg_.last_step() - start_step_)}};
+                        {"tokens", double(cfg_.data.global_batch) * cfg_.data.seq * (cfg_.data.last_step() - start_step_)}};
     if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
     j["train_unigram_entropy"] = unigram_;
     if (val_loader_) j["corpus_unigram_entropy"] = corpus_unigram_;
     if (!sample.empty()) j["sample"] = sample;
-    io::write_file_atomic((fs::path(cfg_.out) / "summary.json").string(), j.dump(2) + "\n");
+    io::write_file_atomic((fs::path(cfg_.output.out) / "summary.json").string(), j.dump(2) + "\n");
 }
 
 nlohmann::json Trainer::writer_json() const {
-    nlohmann::json w = {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", stage_number(cfg_.zero)},
-            {"virtual_stages", cfg_.virtual_stages}, {"sequence_parallel", cfg_.sequence_parallel},
-            {"world", e_.grid->world_size()}, {"dp_algo", setting_text(cfg_.dp_algo)},
+    nlohmann::json w = {{"dp", e_.grid->dp_size()}, {"tp", e_.grid->tp_size()}, {"pp", e_.grid->pp_size()}, {"zero", stage_number(cfg_.parallel.zero)},
+            {"virtual_stages", cfg_.parallel.virtual_stages}, {"sequence_parallel", cfg_.parallel.sequence_parallel},
+            {"world", e_.grid->world_size()}, {"dp_algo", setting_text(cfg_.dp_algo.algo)},
             // what the per-rank state files hold depends on these too (train/checkpoint.h)
-            {"compress", cfg_.compress}, {"error_feedback", setting_text(cfg_.dp_algo_config().error_feedback)},
-            {"optimizer", setting_text(cfg_.optimizer)}};
-    if (!cfg_.compress_embedding.empty()) w["compress_embedding"] = cfg_.compress_embedding;  // PowerSGD's Q sizes
-    if (cfg_.momentum_correction > 0) w["momentum_correction"] = cfg_.momentum_correction;  // a dgc_momentum buffer
+            {"compress", setting_text(cfg_.dp_algo.compress)}, {"error_feedback", setting_text(cfg_.dp_algo_config().error_feedback)},
+            {"optimizer", setting_text(cfg_.optim.optimizer)}};
+    if (cfg_.dp_algo.compress_embedding) w["compress_embedding"] = setting_text(cfg_.dp_algo.compress_embedding);  // PowerSGD's Q sizes
+    if (cfg_.dp_algo.momentum_correction > 0) w["momentum_correction"] = cfg_.dp_algo.momentum_correction;  // a dgc_momentum buffer
     return w;
 }
 
@@ -171,7 +171,7 @@ std::string Trainer::sample_text() {
             full.resize(e_.part->layout().total);
             e_.sync->gather_params(full.data());  // collective
         }
-    } else if (cfg_.out.empty()) {
+    } else if (cfg_.output.out.empty()) {
         if (is_root()) std::printf("note: no sample: with --tp/--pp it is read from the final checkpoint (give --out)\n");
         return "";
     }
@@ -181,21 +181,21 @@ std::string Trainer::sample_text() {
     if (!whole) {
         layout = std::make_unique<model::Layout>(model::make_gpt2_layout(model_cfg_));
         full.resize(layout->total);
-        model::load_hf_weights(latest_checkpoint(cfg_.out), model_cfg_, *layout, full.data());
+        model::load_hf_weights(latest_checkpoint(cfg_.output.out), model_cfg_, *layout, full.data());
         params = full.data();
     }
     data::Gpt2Tokenizer tok = data::Gpt2Tokenizer::load(data::default_vocab_dir());
     model::Generator gen(model_cfg_, layout ? *layout : e_.part->layout(), params);
     model::SampleOptions so;
-    so.max_tokens = cfg_.sample_tokens;
+    so.max_tokens = cfg_.output.sample_tokens;
     so.temperature = 1.0f;
     so.top_k = 40;
-    so.seed = cfg_.seed;
-    std::vector<int> prompt = tok.encode(cfg_.sample_prompt);
+    so.seed = cfg_.runtime.seed;
+    std::vector<int> prompt = tok.encode(cfg_.output.sample_prompt);
     if (prompt.empty()) prompt.push_back(tok.eot_id());
     std::vector<int> ids = model::sample_tokens(gen, prompt, so);
-    std::string sample = cfg_.sample_prompt + tok.decode(ids);
-    std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.sample_tokens, sample.c_str());
+    std::string sample = cfg_.output.sample_prompt + tok.decode(ids);
+    std::printf("---- sample (%d tokens, top-k 40) ----\n%s\n----\n", cfg_.output.sample_tokens, sample.c_str());
     return sample;
 }
 
@@ -217,18 +217,18 @@ void Trainer::print_header() {
     if (val_loader_) corpus_unigram_ = data::BatchLoader::unigram_entropy({loader_.get(), val_loader_.get()});
     if (is_root()) {
         std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats", model_cfg_.name.c_str(),
-                    model::count_params(model_cfg_).total / 1e6, cfg_.data.c_str(), (long long)loader_->num_tokens(),
+                    model::count_params(model_cfg_).total / 1e6, cfg_.data.train.c_str(), (long long)loader_->num_tokens(),
                     unigram_);
         if (val_loader_) std::printf(" (train + val: %.3f)", corpus_unigram_);
-        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", e_.grid->dp_size(), e_.grid->tp_size(), e_.grid->pp_size(), stage_number(cfg_.zero));
+        std::printf(" | dp %d, tp %d, pp %d, ZeRO-%d", e_.grid->dp_size(), e_.grid->tp_size(), e_.grid->pp_size(), stage_number(cfg_.parallel.zero));
         if (e_.grid->pp_size() > 1)
-            std::printf(", %s x %d micro-batches%s", setting_text(cfg_.schedule).c_str(), e_.micro,
-                        cfg_.virtual_stages > 1 ? (", " + std::to_string(cfg_.virtual_stages) + " virtual stages").c_str() : "");
-        if (cfg_.sequence_parallel && e_.grid->tp_size() > 1) std::printf(", sequence parallel");
-        const PrecisionPolicy prec = cfg_.precision_policy();
+            std::printf(", %s x %d micro-batches%s", setting_text(cfg_.parallel.schedule).c_str(), e_.micro,
+                        cfg_.parallel.virtual_stages > 1 ? (", " + std::to_string(cfg_.parallel.virtual_stages) + " virtual stages").c_str() : "");
+        if (cfg_.parallel.sequence_parallel && e_.grid->tp_size() > 1) std::printf(", sequence parallel");
+        const PrecisionPolicy prec = cfg_.precision.resolved();
         if (prec.mixed()) std::printf(" | precision %s", prec.name().c_str());
         else std::printf(" | matmuls %s", prec.bf16_products() ? "bf16" : "fp32");
-        if (cfg_.recompute != cost::Recompute::None) std::printf(" | recompute %s", setting_text(cfg_.recompute).c_str());
+        if (cfg_.runtime.recompute != cost::Recompute::None) std::printf(" | recompute %s", setting_text(cfg_.runtime.recompute).c_str());
         std::printf("\n");
         // what runs: the CPU, its peaks measured now, the GEMM kernels, the threads and how ranks wait
         const int threads = get_threads();
@@ -243,9 +243,9 @@ void Trainer::print_header() {
             std::printf("note: this CPU has no AVX512_BF16, so oneDNN emulates the bf16 matmuls (slower than fp32)\n"
                         "---> HINT: --matmul-precision fp32\n");
     }
-    if (is_root() && cfg_.out.empty())
+    if (is_root() && cfg_.output.out.empty())
         std::printf("note: no --out: this run saves nothing (no checkpoint, config or summary%s)\n",
-                    cfg_.metrics.empty() ? ", no metrics" : "");
+                    cfg_.output.metrics.empty() ? ", no metrics" : "");
     std::fflush(stdout);
 }
 

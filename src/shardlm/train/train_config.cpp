@@ -16,7 +16,7 @@
 
 namespace shardlm::train {
 
-optim::OptimConfig TrainConfig::optim_config() const {
+optim::OptimConfig OptimiserSettings::config(double tokens_per_step) const {
     optim::OptimConfig o;
     o.kind = optimizer;
     const bool sophia = optimizer == optim::Kind::Sophia;
@@ -33,27 +33,31 @@ optim::OptimConfig TrainConfig::optim_config() const {
     o.scale_parameter = scale_parameter;
     o.weight_decay = weight_decay;
     o.rho = rho;
-    o.hess_batch = double(global_batch) * double(seq);
+    o.hess_batch = tokens_per_step;
     o.hess_interval = hess_interval;
     return o;
+}
+
+optim::OptimConfig TrainConfig::optim_config() const {
+    return optim.config(double(data.global_batch) * double(data.seq));
 }
 
 namespace {
 DType to_wire_dtype(ReduceType t) { return t == ReduceType::BF16 ? DType::BF16 : t == ReduceType::F16 ? DType::F16 : DType::F32; }
 }  // namespace
 
-parallel::DpAlgoConfig TrainConfig::dp_algo_config() const {
+parallel::DpAlgoConfig DpAlgoSettings::resolved(uint64_t seed) const {
     parallel::DpAlgoConfig d;
-    d.algo = dp_algo;
+    d.algo = algo;
     d.local_steps = local_steps;
     d.average_optimizer = average_optimizer;
     d.outer_lr = outer_lr, d.outer_momentum = outer_momentum;
     d.outer_dtype = to_wire_dtype(outer_dtype);
     d.topology = topology;
     d.global_avg_every = global_avg_every;
-    if (dp_algo == parallel::DpAlgo::Compressed) {
-        d.compress = parallel::parse_compress(compress);
-        if (!compress_embedding.empty()) d.compress_embedding = parallel::parse_compress(compress_embedding);
+    if (algo == parallel::DpAlgo::Compressed) {
+        if (compress) d.compress = *compress;
+        if (compress_embedding) d.compress_embedding = *compress_embedding;
     }
     d.compress_dtype = to_wire_dtype(compress_dtype);
     // auto: error feedback when either compressor is biased
@@ -67,46 +71,41 @@ parallel::DpAlgoConfig TrainConfig::dp_algo_config() const {
     return d;
 }
 
-void TrainConfig::validate_dp_algo() const {
+parallel::DpAlgoConfig TrainConfig::dp_algo_config() const { return dp_algo.resolved(runtime.seed); }
+
+void DpAlgoSettings::validate() const {
     using parallel::DpAlgo;
-    const std::string algo = setting_text(dp_algo);
+    const std::string name = setting_text(algo);
     SHARDLM_CHECK(local_steps >= 1, "--local-steps must be >= 1 (got ", local_steps, ")");
     SHARDLM_CHECK(outer_lr > 0 && std::isfinite(outer_lr), "--outer-lr must be > 0 (got ", outer_lr, ")");
     SHARDLM_CHECK(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum must be in [0, 1) (got ", outer_momentum, ")");
     SHARDLM_CHECK(global_avg_every >= 0, "--global-avg-every must be >= 0 (0 = never; got ", global_avg_every, ")");
-    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || (compress_embedding.empty() && to_wire_dtype(compress_dtype) == DType::F32),
-                  "--compress-embedding and --compress-dtype apply to --dp-algo compressed (got --dp-algo ", algo,
+    SHARDLM_CHECK(algo == DpAlgo::Compressed || (!compress_embedding && to_wire_dtype(compress_dtype) == DType::F32),
+                  "--compress-embedding and --compress-dtype apply to --dp-algo compressed (got --dp-algo ", name,
                   ")\n---> HINT: --dp-algo compressed --compress powersgd:4 --compress-embedding powersgd:1");
     SHARDLM_CHECK(momentum_correction >= 0 && momentum_correction < 1, "--momentum-correction must be in [0, 1) (0 = off; "
                   "got ", momentum_correction, ")");
-    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || momentum_correction == 0, "--momentum-correction applies to --dp-algo "
-                  "compressed with top-k (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress topk:0.01 "
+    SHARDLM_CHECK(algo == DpAlgo::Compressed || momentum_correction == 0, "--momentum-correction applies to --dp-algo "
+                  "compressed with top-k (got --dp-algo ", name, ")\n---> HINT: --dp-algo compressed --compress topk:0.01 "
                   "--error-feedback ef --momentum-correction 0.9 --beta1 0");
-    SHARDLM_CHECK(dp_algo == DpAlgo::Compressed || compress.empty(), "--compress ", compress, " applies to --dp-algo "
-                  "compressed (got --dp-algo ", algo, ")\n---> HINT: --dp-algo compressed --compress ", compress);
-    if (dp_algo == DpAlgo::Compressed) validate_compression();
-    const int z = stage_number(zero);
-    SHARDLM_CHECK(!parallel::replicas_differ(dp_algo) || zero == ZeroStage::Replicate, "--dp-algo ", algo, " keeps a replica per data-parallel "
-                  "rank that differs from the others between synchronisations, and --zero ", z, " shards one replica "
-                  "over those ranks\n---> HINT: --zero 0 with --dp-algo ", algo, " (or --dp-algo compressed with --zero 1)");
-    SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || !shards_gradients(zero), "--dp-algo ", algo, " with --zero ", z, ": ZeRO-", z,
-                  " keeps only this rank's slices of the reduced gradient, and a rank's error feedback, compressor and "
-                  "local step need its whole gradient\n---> HINT: --zero 1 (optimiser state sharded) or 0");
-    SHARDLM_CHECK(dp_algo == DpAlgo::AllReduce || optimizer != optim::Kind::Sophia, "--optimizer sophia with --dp-algo ",
-                  algo, ": its Hessian pass reduces gradients by the all-reduce\n---> HINT: --dp-algo allreduce");
+    SHARDLM_CHECK(algo == DpAlgo::Compressed || !compress, "--compress ", setting_text(compress), " applies to --dp-algo "
+                  "compressed (got --dp-algo ", name, ")\n---> HINT: --dp-algo compressed --compress ", setting_text(compress));
+    if (algo == DpAlgo::Compressed) validate_compression();
 }
 
+
 // --dp-algo compressed: the compressors, their error feedback, momentum correction and wire type agree.
-void TrainConfig::validate_compression() const {
-    SHARDLM_CHECK(!compress.empty(), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
+void DpAlgoSettings::validate_compression() const {
+    SHARDLM_CHECK(bool(compress), "--dp-algo compressed needs --compress\n---> HINT: --compress topk:0.01 (1 % of "
                   "the elements), qsgd:8, randk:0.01, sign, sign:vote or powersgd:4");
-    const parallel::DpAlgoConfig d = dp_algo_config();  // both specs parsed, auto resolved (ef when either is biased)
+    const parallel::DpAlgoConfig d = resolved(0);  // both specs parsed, auto resolved (ef when either is biased)
     const parallel::CompressSpec& c = d.compress;
+    const std::string main_text = setting_text(compress), embedding_text = setting_text(compress_embedding);
     const bool with_ef = d.error_feedback == parallel::ErrorFeedback::Ef || d.error_feedback == parallel::ErrorFeedback::Ef21;
     for (const bool embedding : {false, true}) {
         if (embedding && !d.compress_embedding) continue;
         const parallel::CompressSpec& spec = embedding ? *d.compress_embedding : c;
-        const std::string& text = embedding ? compress_embedding : compress;
+        const std::string& text = embedding ? embedding_text : main_text;
         // none is exact: the error it would carry is 0
         SHARDLM_CHECK(!(with_ef && parallel::is_unbiased(spec) && spec.kind != parallel::CompressKind::None),
                       "--error-feedback ", setting_text(d.error_feedback), error_feedback == parallel::ErrorFeedback::Auto ?
@@ -124,8 +123,8 @@ void TrainConfig::validate_compression() const {
         const bool topk = c.kind == parallel::CompressKind::TopK &&
                           (!d.compress_embedding || d.compress_embedding->kind == parallel::CompressKind::TopK);
         SHARDLM_CHECK(topk && d.error_feedback == parallel::ErrorFeedback::Ef, "--momentum-correction ",
-                      momentum_correction, " with --compress ", compress,
-                      compress_embedding.empty() ? "" : " --compress-embedding " + compress_embedding,
+                      momentum_correction, " with --compress ", main_text,
+                      embedding_text.empty() ? "" : " --compress-embedding " + embedding_text,
                       " --error-feedback ", setting_text(d.error_feedback), ": Deep Gradient Compression's momentum "
                       "correction accumulates each rank's momentum in the error buffer and resets the elements top-k "
                       "sent; it needs top-k on every tensor and error feedback ef"
@@ -134,17 +133,17 @@ void TrainConfig::validate_compression() const {
     if (d.compress_embedding) {
         const parallel::CompressKind e = d.compress_embedding->kind;
         SHARDLM_CHECK(!power || e == parallel::CompressKind::PowerSgd || e == parallel::CompressKind::None,
-                      "--compress-embedding ", compress_embedding, " with --compress ", compress, ": PowerSGD all-"
+                      "--compress-embedding ", embedding_text, " with --compress ", main_text, ": PowerSGD all-"
                       "reduces its factors and the elements it sends whole, and an elementwise message is all-gathered"
                       "\n---> HINT: --compress-embedding powersgd:R (its own rank) or none (sent whole)");
-        SHARDLM_CHECK(power || e != parallel::CompressKind::PowerSgd, "--compress-embedding ", compress_embedding,
-                      " with --compress ", compress, ": the elementwise compressors' messages are all-gathered and "
+        SHARDLM_CHECK(power || e != parallel::CompressKind::PowerSgd, "--compress-embedding ", embedding_text,
+                      " with --compress ", main_text, ": the elementwise compressors' messages are all-gathered and "
                       "PowerSGD's factors all-reduced: one exchange serves one family\n---> HINT: --compress "
                       "powersgd:R with --compress-embedding powersgd:R2, or an elementwise --compress-embedding "
                       "(topk:F, qsgd:S, ...)");
     }
     SHARDLM_CHECK(power || d.compress_dtype == DType::F32, "--compress-dtype ", setting_text(compress_dtype),
-                  " with --compress ", compress, ": only "
+                  " with --compress ", main_text, ": only "
                   "PowerSGD's all-reduced factors take a wire type (the elementwise messages have their own formats)"
                   "\n---> HINT: --compress powersgd:R --compress-dtype bf16, or drop --compress-dtype");
     SHARDLM_CHECK(!(c.kind == parallel::CompressKind::SignVote && error_feedback == parallel::ErrorFeedback::Ef21),
@@ -156,16 +155,16 @@ void TrainConfig::validate_compression() const {
                   "all-reduced factors\n---> HINT: --error-feedback ef (Vogels et al.'s) with powersgd");
 }
 
-model::GptConfig TrainConfig::model_config() const {
+model::GptConfig ModelSettings::config() const {
     if (!init.empty()) return model::load_hf_dir_config(init);
-    model::GptConfig c = model::find_preset(model);
+    model::GptConfig c = model::find_preset(preset);
     if (n_layer || n_head || n_embd || n_ctx || vocab_size) {
         if (vocab_size) c.vocab_size = vocab_size;
         if (n_layer) c.n_layer = n_layer;
         if (n_head) c.n_head = n_head;
         if (n_embd) c.n_embd = n_embd;
         if (n_ctx) c.n_ctx = n_ctx;
-        c.name = model + " (n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) +
+        c.name = preset + " (n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) +
                  ", n_embd " + std::to_string(c.n_embd) + ", n_ctx " + std::to_string(c.n_ctx) +
                  (vocab_size ? ", vocab_size " + std::to_string(c.vocab_size) : "") + ")";
     }
@@ -187,15 +186,26 @@ model::GptConfig TrainConfig::model_config() const {
     if (rms_norm_eps > 0) c.ln_eps = rms_norm_eps, knob("rms-norm-eps", std::to_string(rms_norm_eps));
     if (!knobs.empty()) {
         if (c.name.back() == ')') c.name.pop_back(), c.name += knobs + ")";
-        else c.name = model + " (" + knobs.substr(2) + ")";
+        else c.name = preset + " (" + knobs.substr(2) + ")";
     }
-    c.validate("--model " + model + " with the shape and architecture overrides");
+    c.validate("--model " + preset + " with the shape and architecture overrides");
     return c;
 }
 
-PrecisionPolicy TrainConfig::precision_policy() const {
-    PrecisionPolicy p = precision;
-    if (matmul_precision == kernels::MatmulPrecision::bf16) p.products = DType::BF16;  // = fp32-bf16-products
+void TrainConfig::fold_aliases() {
+    Override<kernels::MatmulPrecision>& alias = precision.matmul_precision;
+    if (!alias) return;
+    const kernels::MatmulPrecision m = *alias;
+    alias = {};
+    if (m == kernels::MatmulPrecision::fp32) return;
+    PrecisionPolicy& p = precision.policy;
+    SHARDLM_CHECK(!p.mixed(), "--matmul-precision ", setting_text(m), " applies to fp32 training; with --precision ",
+                  p.name(), " every product is 16-bit already\n---> HINT: drop --matmul-precision");
+    p.products = DType::BF16;  // fp32-bf16-products
+}
+
+PrecisionPolicy PrecisionSettings::resolved() const {
+    PrecisionPolicy p = policy;
     if (reduce_dtype == ReduceType::BF16) p.reduce = DType::BF16;
     if (reduce_dtype == ReduceType::F16) p.reduce = DType::F16;
     return p;
@@ -205,13 +215,17 @@ void fail_setting(const std::string& where, std::string_view text, const std::st
     fail(where, " '", text, "' is not known\n---> HINT: use ", choices);
 }
 
+void fail_setting(const std::string& where, std::string_view text, const std::string& problem, const std::string& choices) {
+    fail(where, " '", text, "': ", problem, "\n---> HINT: use ", choices);
+}
+
 void fail_number_setting(const std::string& where, int64_t n, const std::string& choices) {
     fail(where, " must be ", choices, " (got ", n, ")");
 }
 
-// The model: exactly one of a preset or an HF directory; shape and architecture overrides only on a preset.
-void TrainConfig::validate_model() const {
-    SHARDLM_CHECK(init.empty() != model.empty(), "give exactly one of --init DIR or --model PRESET");
+// Exactly one of a preset or an HF directory; shape and architecture overrides only on a preset.
+void ModelSettings::validate() const {
+    SHARDLM_CHECK(init.empty() != preset.empty(), "give exactly one of --init DIR or --model PRESET");
     SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0 && vocab_size >= 0,
                   "--n-layer, --n-head, --n-embd, --n-ctx and --vocab-size must be >= 0 (0 = the preset's value)");
     SHARDLM_CHECK(init.empty() || (!norm && !position && !mlp && !bias && !tie_embeddings && n_kv_head == 0 && ffn_hidden == 0 && rope_theta == 0 &&
@@ -227,8 +241,8 @@ void TrainConfig::validate_model() const {
 }
 
 // The data, the batch and the schedule's length.
-void TrainConfig::validate_data() const {
-    SHARDLM_CHECK(!data.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
+void DataSettings::validate() const {
+    SHARDLM_CHECK(!train.empty(), "--data FILE is required\n---> HINT: prepare a token shard with `shardlm tokenize`");
     SHARDLM_CHECK(steps >= 0, "--steps must be >= 0 (got ", steps, ")");
     SHARDLM_CHECK(stop_after >= 0 && stop_after <= steps, "--stop-after must be between 0 (off) and --steps (", steps,
                   "), got ", stop_after);
@@ -239,7 +253,7 @@ void TrainConfig::validate_data() const {
 }
 
 // The optimiser, its schedule and the settings each optimiser takes.
-void TrainConfig::validate_optimiser() const {
+void OptimiserSettings::validate() const {
     SHARDLM_CHECK(lr >= 0 && std::isfinite(lr), "--lr must be a finite number >= 0 (got ", lr, ")");
     SHARDLM_CHECK(lr_min >= 0 && lr_min <= lr, "--lr-min ", lr_min, " must be in [0, --lr ", lr,
                   "]: the cosine and linear schedules decay from --lr down to --lr-min\n---> HINT: --lr-min ", lr / 10,
@@ -257,10 +271,6 @@ void TrainConfig::validate_optimiser() const {
     SHARDLM_CHECK(!adafactor || beta2 == -1.0f, "--beta2 does not apply to --optimizer adafactor: its second moment decays "
                   "with beta2_t = 1 - t^decay_rate\n---> HINT: drop --beta2 (--beta2 -1 over a --config that sets it, "
                   "as configs/sotu.json does), or set --decay-rate (default -0.8)");
-    SHARDLM_CHECK(!adafactor || tp == 1, "--optimizer adafactor needs --tp 1 (got --tp ", tp,
-                  "): its row and column statistics are sums over whole matrices, and a tensor-parallel rank holds a "
-                  "shard of each\n---> HINT: use data parallelism (--dp, any --zero) and pipeline stages with adafactor, "
-                  "or --optimizer adamw with --tp");
     SHARDLM_CHECK(adafactor || (!relative_step && !scale_parameter),
                   "--relative-step and --scale-parameter apply to --optimizer adafactor only");
     SHARDLM_CHECK(!relative_step || lr_schedule == optim::LrKind::Constant,
@@ -273,9 +283,6 @@ void TrainConfig::validate_optimiser() const {
                   "authors' default");
     SHARDLM_CHECK(optimizer != optim::Kind::Sophia || eps == -1.0f, "--eps does not apply to --optimizer sophia: its "
                   "denominator rho B h + 1e-15 has the authors' fixed 1e-15\n---> HINT: drop --eps");
-    SHARDLM_CHECK(optimizer != optim::Kind::Sophia || int64_t(global_batch) * seq < (int64_t(1) << 31),
-                  "--optimizer sophia samples a label per token of the step, numbered within the step: global_batch x "
-                  "seq (", int64_t(global_batch) * seq, ") must be below 2^31");
     SHARDLM_CHECK(clip_threshold >= 0 && std::isfinite(clip_threshold), "--clip-threshold must be >= 0 (0 = off; got ",
                   clip_threshold, ")");
     SHARDLM_CHECK(optim_block >= 16 && optim_block <= (1 << 20), "--optim-block must be in [16, 1048576] elements (got ",
@@ -284,15 +291,14 @@ void TrainConfig::validate_optimiser() const {
 }
 
 // The number formats and the loss scale.
-void TrainConfig::validate_precision() const {
-    SHARDLM_CHECK(!precision.mixed() || matmul_precision == kernels::MatmulPrecision::fp32, "--matmul-precision ",
-                  setting_text(matmul_precision), " applies to fp32 training; with --precision ", precision.name(),
-                  " every product is 16-bit already\n---> HINT: drop --matmul-precision");
+void PrecisionSettings::validate() const {
+    SHARDLM_CHECK(!matmul_precision, "--matmul-precision is folded into --precision when the settings are read "
+                  "(TrainConfig::fold_aliases)\n---> HINT: use --precision fp32-bf16-products");
     SHARDLM_CHECK(scale_window > 0, "--scale-window must be > 0 (got ", scale_window, ")");
 }
 
 // Validation, checkpoints, the run directory and the sample.
-void TrainConfig::validate_output() const {
+void OutputSettings::validate() const {
     SHARDLM_CHECK(val_every >= 0 && val_batches >= 0, "--val-every and --val-batches must be >= 0");
     SHARDLM_CHECK(ckpt_every >= 0, "--ckpt-every must be >= 0 (got ", ckpt_every, ")");
     SHARDLM_CHECK(ckpt_every_seconds >= 0 && std::isfinite(ckpt_every_seconds),
@@ -303,11 +309,8 @@ void TrainConfig::validate_output() const {
     SHARDLM_CHECK(!(resume && overwrite), "give one of --resume (continue the run in --out) and --overwrite (replace it)");
 }
 
-// Threads, the parallel layout and ZeRO.
-void TrainConfig::validate_parallel() const {
-    SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
-    SHARDLM_CHECK(thread_split != ThreadSplit::Batch || tp <= 1, "--thread-split batch runs whole sequences on each thread and "
-                  "needs --tp 1 (got --tp ", tp, ")\n---> HINT: use --thread-split kernel (or auto) with tensor parallelism");
+// The parallel layout.
+void ParallelSettings::validate() const {
     SHARDLM_CHECK(dp >= 0, "--dp must be >= 0 (got ", dp, ")");
     SHARDLM_CHECK(tp >= 1, "--tp must be >= 1 (got ", tp, ")");
     SHARDLM_CHECK(pp >= 1, "--pp must be >= 1 (got ", pp, ")");
@@ -318,22 +321,57 @@ void TrainConfig::validate_parallel() const {
     SHARDLM_CHECK(bucket_mb > 0, "--bucket-mb must be > 0 (got ", bucket_mb, ")");
 }
 
+// Threads.
+void RuntimeSettings::validate() const {
+    SHARDLM_CHECK(threads >= 0, "--threads must be >= 0 (got ", threads, ")");
+}
+
 // Loss spikes, replica checks and timeouts.
-void TrainConfig::validate_reliability() const {
+void ReliabilitySettings::validate() const {
     SHARDLM_CHECK(spike_sigma >= 0 && spike_window >= 2, "--spike-sigma must be >= 0 (0 = off) and --spike-window >= 2");
     SHARDLM_CHECK(check_replicas >= 0, "--check-replicas must be >= 0 (0 = off; got ", check_replicas, ")");
     SHARDLM_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0 seconds (0 = off; got ", comm_timeout, ")");
 }
 
+// The settings of different sections that must agree.
+void TrainConfig::validate_across() const {
+    const bool adafactor = optim.optimizer == optim::Kind::Adafactor;
+    const int tp = parallel.tp, seq = data.seq, global_batch = data.global_batch;
+    const ZeroStage zero = parallel.zero;
+    const optim::Kind optimizer = optim.optimizer;
+    const parallel::DpAlgo dp = dp_algo.algo;
+    const std::string algo = setting_text(dp);
+    SHARDLM_CHECK(!adafactor || tp == 1, "--optimizer adafactor needs --tp 1 (got --tp ", tp,
+                  "): its row and column statistics are sums over whole matrices, and a tensor-parallel rank holds a "
+                  "shard of each\n---> HINT: use data parallelism (--dp, any --zero) and pipeline stages with adafactor, "
+                  "or --optimizer adamw with --tp");
+    SHARDLM_CHECK(optimizer != optim::Kind::Sophia || int64_t(global_batch) * seq < (int64_t(1) << 31),
+                  "--optimizer sophia samples a label per token of the step, numbered within the step: global_batch x "
+                  "seq (", int64_t(global_batch) * seq, ") must be below 2^31");
+    SHARDLM_CHECK(runtime.thread_split != ThreadSplit::Batch || tp <= 1, "--thread-split batch runs whole sequences on each thread and "
+                  "needs --tp 1 (got --tp ", tp, ")\n---> HINT: use --thread-split kernel (or auto) with tensor parallelism");
+    const int z = stage_number(zero);
+    SHARDLM_CHECK(!parallel::replicas_differ(dp) || zero == ZeroStage::Replicate, "--dp-algo ", algo, " keeps a replica per data-parallel "
+                  "rank that differs from the others between synchronisations, and --zero ", z, " shards one replica "
+                  "over those ranks\n---> HINT: --zero 0 with --dp-algo ", algo, " (or --dp-algo compressed with --zero 1)");
+    SHARDLM_CHECK(dp == parallel::DpAlgo::AllReduce || !shards_gradients(zero), "--dp-algo ", algo, " with --zero ", z, ": ZeRO-", z,
+                  " keeps only this rank's slices of the reduced gradient, and a rank's error feedback, compressor and "
+                  "local step need its whole gradient\n---> HINT: --zero 1 (optimiser state sharded) or 0");
+    SHARDLM_CHECK(dp == parallel::DpAlgo::AllReduce || optimizer != optim::Kind::Sophia, "--optimizer sophia with --dp-algo ",
+                  algo, ": its Hessian pass reduces gradients by the all-reduce\n---> HINT: --dp-algo allreduce");
+}
+
 void TrainConfig::validate() const {
-    validate_model();
-    validate_data();
-    validate_optimiser();
-    validate_dp_algo();
-    validate_precision();
-    validate_output();
-    validate_parallel();
-    validate_reliability();
+    model.validate();
+    data.validate();
+    optim.validate();
+    output.validate();
+    parallel.validate();
+    dp_algo.validate();
+    precision.validate();
+    runtime.validate();
+    reliability.validate();
+    validate_across();
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -409,7 +447,7 @@ void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::strin
         bool found = false;
         std::string best;
         size_t best_d = SIZE_MAX;
-        for_each_field(c, [&](const char* name, auto& ref, const char*) {
+        for_each_input(c, [&](const char* name, auto& ref, const char*) {
             if (key == name) {
                 assign(ref, it.value(), source, key);
                 found = true;
@@ -425,6 +463,7 @@ void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::strin
                  "'? (`shardlm train --help` lists every key as a flag)");
         }
     }
+    c.fold_aliases();
 }
 
 TrainConfig load_config_file(const std::string& path) {
@@ -460,7 +499,7 @@ std::string value_text(const T& v) {
 std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
     std::map<std::string, std::string> r;
     try {
-        const model::GptConfig m = c.model_config();
+        const model::GptConfig m = c.model.config();
         const bool rope = m.position == model::Position::Rope;
         r = {{"n_layer", value_text(m.n_layer)}, {"n_head", value_text(m.n_head)}, {"n_embd", value_text(m.n_embd)},
              {"n_ctx", value_text(m.n_ctx)}, {"vocab_size", value_text(m.vocab_size)}, {"norm", value_text(m.norm)},
@@ -471,16 +510,16 @@ std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
     } catch (const std::exception&) {  // an HF directory no longer there: its shape is unknown here
     }
     const optim::OptimConfig o = c.optim_config();
-    r["beta1"] = c.optimizer == optim::Kind::Adafactor ? "(no first moment)" : value_text(o.beta1);
+    r["beta1"] = c.optim.optimizer == optim::Kind::Adafactor ? "(no first moment)" : value_text(o.beta1);
     r["beta2"] = value_text(o.beta2), r["eps"] = value_text(o.eps);
     r["dp"] = "world size / (tp x pp)";
     r["threads"] = "every CPU the process may use";
     r["val_batches"] = "the whole validation shard";
-    r["stop_after"] = value_text(c.steps);
+    r["stop_after"] = value_text(c.data.steps);
     r["reduce_dtype"] = "fp32 (the gradients')";
-    r["loss_scale"] = setting_text(c.precision) == "fp16" ? "dynamic" : "off";
-    r["metrics"] = c.out.empty() ? "(none)" : c.out + "/metrics.jsonl";
-    r["flight_dir"] = c.out.empty() ? "(none)" : c.out + "/flight";
+    r["loss_scale"] = setting_text(c.precision.policy) == "fp16" ? "dynamic" : "off";
+    r["metrics"] = c.output.out.empty() ? "(none)" : c.output.out + "/metrics.jsonl";
+    r["flight_dir"] = c.output.out.empty() ? "(none)" : c.output.out + "/flight";
     return r;
 }
 

@@ -1,9 +1,12 @@
-// train/train_config.h: everything `shardlm train` can be told. Each field is a key of the JSON
-// config file (configs/*.json) and, with '_' -> '-', a command-line flag; flags override the file.
-// A setting with a fixed set of names is held as its typed value (an enum, the precision policy,
-// the loss scale) and parsed once, where it is read (flag or JSON key); its names live in one table
-// beside its type (core/enum_names.h), so nothing below compares strings. An override of a preset is an
-// Override<T> (unset: the preset's); the ZeRO stage a ZeroStage, written as its number.
+// train/train_config.h: everything `shardlm train` can be told, in sections (the model, the data, the
+// optimiser, the output, the parallel layout, the data-parallel algorithm, the precision, the runtime,
+// reliability). Each field is a key of the JSON config file (configs/*.json) and, with '_' -> '-', a
+// command-line flag; flags override the file. The keys are flat: a section is how the code reads them.
+// Every setting is held typed and parsed once, where it is read (flag or JSON key): a name from a fixed
+// set as its enum (its names in one table beside its type, core/enum_names.h), the precision policy,
+// the loss scale, a compressor (parallel/compress.h), a pipeline split (parallel/stages.h); an override
+// of a preset is an Override<T> (unset: the preset's); the ZeRO stage a ZeroStage, written as its number.
+// Nothing below compares strings.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,6 +26,7 @@
 #include "shardlm/optim/loss_scaler.h"
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/dp_algo_config.h"
+#include "shardlm/parallel/stages.h"
 
 namespace shardlm::train {
 
@@ -52,9 +56,16 @@ constexpr const auto& enum_names(ReduceType) { return kReduceTypeNames; }
 // Parses `text` into a named setting, or fails naming `where` (a flag, or a file and its key), the
 // text and the names that are known.
 [[noreturn]] void fail_setting(const std::string& where, std::string_view text, const std::string& choices);
+[[noreturn]] void fail_setting(const std::string& where, std::string_view text, const std::string& problem,
+                               const std::string& choices);
+// A setting type may say why a text is not one of its values (setting_problem: a compressor's rank
+// out of range), which the failure then names.
 template <TextSetting T>
 void parse_setting(const std::string& where, std::string_view text, T* out) {
-    if (!setting_parse(text, out)) fail_setting(where, text, setting_choices(out));
+    if (setting_parse(text, out)) return;
+    if constexpr (requires { setting_problem(text, out); })
+        fail_setting(where, text, setting_problem(text, out), setting_choices(out));
+    fail_setting(where, text, setting_choices(out));
 }
 [[noreturn]] void fail_number_setting(const std::string& where, int64_t n, const std::string& choices);
 template <NumberSetting T>
@@ -62,21 +73,26 @@ void parse_number_setting(const std::string& where, int64_t n, T* out) {
     if (!setting_from_number(n, out)) fail_number_setting(where, n, setting_choices(out));
 }
 
-struct TrainConfig {
-    // model: exactly one of init (HF directory) or model (preset name)
+// The model: exactly one of init (an HF directory) or preset (key "model"), and the overrides of the
+// preset's shape and architecture (0 / unset: the preset's; model/config.h).
+struct ModelSettings {
     std::string init;
-    std::string model;
-    // shape overrides of the preset (0 = the preset's value); only with model
+    std::string preset;
     int n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0, vocab_size = 0;
-    // architecture overrides of the preset (unset / 0 = the preset's; model/config.h)
     Override<model::Norm> norm;
     Override<model::Position> position;
     Override<model::Mlp> mlp;
     Override<bool> bias, tie_embeddings;
     int n_kv_head = 0, ffn_hidden = 0;
     float rope_theta = 0.0f, rms_norm_eps = 0.0f;
-    // data
-    std::string data;
+    // The model to build: the HF directory's config (init) or the preset with the overrides.
+    model::GptConfig config() const;
+    void validate() const;  // throws a clear error for values out of range (as every section's validate())
+};
+
+// The token shards and the schedule's length.
+struct DataSettings {
+    std::string train;     // key "data": the shard trained on
     std::string val_data;
     data::Order data_order = data::Order::Sequential;
     int seq = 64;
@@ -84,14 +100,20 @@ struct TrainConfig {
     int micro_batch = 8;
     int steps = 10;
     int stop_after = 0;  // stop this process after this step of the schedule (0: at steps); resumable
-    // optimiser
+    // The step this process trains to: stop_after, else steps (the schedule runs over steps either way).
+    int last_step() const { return stop_after > 0 ? stop_after : steps; }
+    void validate() const;
+};
+
+// The optimiser and its learning-rate schedule.
+struct OptimiserSettings {
     optim::Kind optimizer = optim::Kind::AdamW;
     float lr = 3e-4f;
     optim::LrKind lr_schedule = optim::LrKind::Constant;
     int warmup = 0;
     float lr_min = 0.0f;
     float weight_decay = 0.0f;
-    float beta1 = -1.0f, beta2 = -1.0f;  // -1: the optimiser's own (optim_config())
+    float beta1 = -1.0f, beta2 = -1.0f;  // -1: the optimiser's own (TrainConfig::optim_config())
     float eps = -1.0f;  // -1: the optimiser's own (1e-8; adafactor's eps1 1e-30)
     float momentum = 0.9f;
     int optim_block = 2048;                              // adam8bit: elements per quantisation block
@@ -101,7 +123,13 @@ struct TrainConfig {
     float rho = 0.04f;                                   // sophia: the clip's rho
     int hess_interval = 10;                              // sophia: steps between Hessian estimates
     float grad_clip = 0.0f;  // 0 = off
-    // evaluation, output, checkpoints
+    // With the chosen optimiser's defaults where beta1/beta2/eps are -1; Sophia's batch is tokens_per_step.
+    optim::OptimConfig config(double tokens_per_step) const;
+    void validate() const;
+};
+
+// What a run writes: validation, the run directory, checkpoints, metrics, reports, the sample.
+struct OutputSettings {
     int val_every = 0;       // 0 = only at the end (if val_data is set)
     int val_batches = 8;     // micro-batches of val_data rows per evaluation (0 = the whole shard)
     std::string out;         // run directory: metrics, checkpoints, config, report
@@ -114,91 +142,124 @@ struct TrainConfig {
     int log_every = 10;      // plain log line every N steps when stdout is not a TTY
     int sample_tokens = 0;   // after training, print a sample of this many tokens (needs the GPT-2 vocab)
     std::string sample_prompt = "\n";
-    // parallelism
+    std::string metrics;     // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
+    std::string trace;       // Chrome trace / Perfetto timeline file (empty: none)
+    bool memory_report = false;
+    bool comm_report = false;
+    void validate() const;
+};
+
+// The parallel layout and ZeRO.
+struct ParallelSettings {
     int dp = 0;              // data-parallel size; 0 = world size / (tp * pp)
     int tp = 1;              // tensor-parallel size (Megatron)
     int pp = 1;              // pipeline stages
     cost::Schedule schedule = cost::Schedule::OneFOneB;
     int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
-    std::string pp_split;    // blocks per model chunk, e.g. "3,3,3,3" (empty: balanced by cost)
+    parallel::StageSplit pp_split;  // blocks per model chunk, e.g. 3,3,3,3 (empty: balanced by cost)
     bool sequence_parallel = false;
-    std::string trace;       // Chrome trace / Perfetto timeline file (empty: none)
     ZeroStage zero = ZeroStage::Replicate;  // core/zero_stage.h
-    // communication-efficient data parallelism (parallel/dp_algo.h)
-    parallel::DpAlgo dp_algo = parallel::DpAlgo::AllReduce;
+    float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
+    void validate() const;
+};
+
+// How the data-parallel replicas synchronise (parallel/dp_algo.h): every step, or less often, or less.
+struct DpAlgoSettings {
+    parallel::DpAlgo algo = parallel::DpAlgo::AllReduce;  // key "dp_algo"
     int local_steps = 4;              // local-sgd, diloco: H
     bool average_optimizer = false;   // local-sgd, diloco: average the optimiser state with the parameters
     float outer_lr = 0.7f, outer_momentum = 0.9f;  // diloco
     ReduceType outer_dtype = ReduceType::Default;  // diloco: the delta on the wire (default fp32)
     parallel::Topology topology = parallel::Topology::Ring;  // gossip
     int global_avg_every = 0;         // gossip
-    std::string compress;             // compressed: topk:F | randk:F | qsgd:S | sign | sign:vote | powersgd:R
-    std::string compress_embedding;   // compressed: the vocabulary's matrices by this compressor (empty: --compress)
+    Override<parallel::CompressSpec> compress;            // compressed: topk:F | randk:F | qsgd:S | sign | sign:vote | powersgd:R
+    Override<parallel::CompressSpec> compress_embedding;  // compressed: the vocabulary's matrices by this compressor (unset: compress)
     ReduceType compress_dtype = ReduceType::Default;  // compressed, powersgd: the factors on the wire (default fp32)
     parallel::ErrorFeedback error_feedback = parallel::ErrorFeedback::Auto;  // compressed
     float momentum_correction = 0.0f; // compressed, top-k + ef: DGC's momentum correction (0 = off)
     int consensus_every = 1;          // local-sgd, diloco, gossip: measure the consensus distance every N steps
-    float bucket_mb = 25.0f; // gradient all-reduce bucket (ZeRO-0)
-    bool memory_report = false;
-    bool comm_report = false;
-    // runtime
+    // The algorithm's settings, error feedback resolved (auto: ef when either compressor is biased); seed:
+    // the compressors' randomness.
+    parallel::DpAlgoConfig resolved(uint64_t seed) const;
+    void validate() const;
+    void validate_compression() const;  // validate()'s part for --dp-algo compressed
+};
+
+// What is stored, multiplied and reduced in what, and the loss scale.
+struct PrecisionSettings {
+    PrecisionPolicy policy;  // key "precision": fp32 | bf16 | fp16 | fp32-bf16-products
+    // read, never written: the older spelling --matmul-precision bf16 of fp32-bf16-products, folded into
+    // policy by fold_aliases() once the settings are read (alias_fields)
+    Override<kernels::MatmulPrecision> matmul_precision;
+    ReduceType reduce_dtype = ReduceType::Default;
+    optim::LossScale loss_scale;  // Default: dynamic for fp16, off otherwise
+    int scale_window = 1000;      // clean steps before a dynamic loss scale doubles
+    // The policy with reduce_dtype (core/precision.h).
+    PrecisionPolicy resolved() const;
+    // The loss scaler's mode: loss_scale, or by default dynamic for fp16 and none otherwise.
+    optim::LossScale loss_scale_mode() const {
+        return loss_scale.mode != optim::LossScale::Mode::Default ? loss_scale
+               : policy.activation == DType::F16                  ? optim::LossScale::dynamic()
+                                                                   : optim::LossScale{};
+    }
+    void validate() const;
+};
+
+// How the step runs on a rank: seed, threads, kernels and libraries.
+struct RuntimeSettings {
     uint64_t seed = 1337;
     int threads = 0;      // 0 = OpenMP default
     ThreadSplit thread_split = ThreadSplit::Auto;
-    kernels::MatmulPrecision matmul_precision = kernels::MatmulPrecision::fp32;
-    PrecisionPolicy precision;               // by name: fp32 | bf16 | fp16 | fp32-bf16-products
-    ReduceType reduce_dtype = ReduceType::Default;
-    optim::LossScale loss_scale;             // Default: dynamic for fp16, off otherwise
-    int scale_window = 1000;                 // clean steps before a dynamic loss scale doubles
     cost::Recompute recompute = cost::Recompute::None;
     AttentionKernel attention = AttentionKernel::Fused;
     comm::CollectivesBackend collectives = comm::CollectivesBackend::Ring;
     kernels::GemmBackend gemm = kernels::GemmBackend::Auto;
-    std::string metrics;  // JSONL file, one object per optimiser step (default: out/metrics.jsonl)
-    // reliability (train/numerics.h, train/rank_check.h)
+    void validate() const;
+};
+
+// What a failure does (train/numerics.h, train/rank_check.h, comm/flight.h).
+struct ReliabilitySettings {
     OnNan on_nan = OnNan::Stop;
     float spike_sigma = 6.0f;     // warn when the loss exceeds mean + spike_sigma x sigma of the window (0 = off)
     int spike_window = 50;        // steps of that window
     int check_replicas = 0;       // every N steps compare replicated parameters across ranks (0 = off)
     float comm_timeout = 0.0f;    // seconds a collective may wait before the job ends with a message (0 = off)
-    std::string flight_dir;       // flight recorder dumps (comm/flight.h); empty: <out>/flight, none without out
-
-    // The optimiser's settings, with the defaults of the chosen optimiser where beta1/beta2 are -1.
-    optim::OptimConfig optim_config() const;
-    // The data-parallel algorithm's settings (validated).
-    parallel::DpAlgoConfig dp_algo_config() const;
-    // The model to build: the HF directory's config (init) or the preset with the shape overrides.
-    model::GptConfig model_config() const;
-    // The step this process trains to: stop_after, else steps (the schedule runs over steps either way).
-    int last_step() const { return stop_after > 0 ? stop_after : steps; }
-    // Throws a clear error for values out of range.
+    std::string flight_dir;       // flight recorder dumps; empty: <out>/flight, none without out
     void validate() const;
-    // validate()'s parts, one per section of the settings
-    void validate_model() const;
-    void validate_data() const;
-    void validate_optimiser() const;
-    void validate_dp_algo() const;
-    void validate_compression() const;
-    void validate_precision() const;
-    void validate_output() const;
-    void validate_parallel() const;
-    void validate_reliability() const;
-    // What is stored and multiplied in what: --precision's policy, with --matmul-precision bf16 (the
-    // policy fp32-bf16-products) and --reduce-dtype (core/precision.h). Validated first.
-    PrecisionPolicy precision_policy() const;
-    // The loss scaler's mode: loss_scale, or by default dynamic for fp16 and none otherwise.
-    optim::LossScale loss_scale_mode() const {
-        return loss_scale.mode != optim::LossScale::Mode::Default ? loss_scale
-               : precision.activation == DType::F16                ? optim::LossScale::dynamic()
-                                                                   : optim::LossScale{};
-    }
 };
 
-// The model: a preset or an HF directory, and the overrides of its shape and architecture.
-template <typename Cfg, typename F>
-void model_fields(Cfg& c, F&& f) {
+// Everything `shardlm train` can be told, by section. The keys (flags, config.json) are flat: the
+// field tables below name each member's key.
+struct TrainConfig {
+    ModelSettings model;
+    DataSettings data;
+    OptimiserSettings optim;
+    OutputSettings output;
+    ParallelSettings parallel;
+    DpAlgoSettings dp_algo;
+    PrecisionSettings precision;
+    RuntimeSettings runtime;
+    ReliabilitySettings reliability;
+
+    // The optimiser's settings (OptimiserSettings::config over the step's tokens).
+    optim::OptimConfig optim_config() const;
+    // The data-parallel algorithm's settings with the run's seed (DpAlgoSettings::resolved).
+    parallel::DpAlgoConfig dp_algo_config() const;
+    // Folds the keys read under an older spelling (alias_fields) into the settings they spell, and
+    // unsets them: --matmul-precision bf16 makes the fp32 policy fp32-bf16-products (refused with a
+    // 16-bit policy, whose products are 16-bit already).
+    void fold_aliases();
+    // Throws a clear error for values out of range or settings that do not go together: each section's
+    // validate(), then the settings of different sections that must agree (validate_across).
+    void validate() const;
+    void validate_across() const;
+};
+
+// The model: a preset or an HF directory, and the overrides of its shape and architecture. (ModelSettings)
+template <typename S, typename F>
+void model_fields(S& c, F&& f) {
     f("init", c.init, "HF GPT-2 directory (config.json + model.safetensors) to start from");
-    f("model", c.model, "Model preset to initialise randomly (see `shardlm info --list`)");
+    f("model", c.preset, "Model preset to initialise randomly (see `shardlm info --list`)");
     f("n_layer", c.n_layer, "Override the preset's number of blocks (0 = the preset's)");
     f("n_head", c.n_head, "Override the preset's attention heads (0 = the preset's)");
     f("n_embd", c.n_embd, "Override the preset's width C (0 = the preset's)");
@@ -215,10 +276,10 @@ void model_fields(Cfg& c, F&& f) {
     f("rms_norm_eps", c.rms_norm_eps, "Override the norm's epsilon (0 = the preset's)");
 }
 
-// The data and the schedule's length.
-template <typename Cfg, typename F>
-void data_fields(Cfg& c, F&& f) {
-    f("data", c.data, "Token shard (llm.c format) to train on");
+// The data and the schedule's length. (DataSettings)
+template <typename S, typename F>
+void data_fields(S& c, F&& f) {
+    f("data", c.train, "Token shard (llm.c format) to train on");
     f("val_data", c.val_data, "Token shard for validation");
     f("data_order", c.data_order, "Order of the training rows");
     f("seq", c.seq, "Sequence length T");
@@ -228,9 +289,9 @@ void data_fields(Cfg& c, F&& f) {
     f("stop_after", c.stop_after, "Stop after this many steps of the --steps schedule, checkpointed; --resume with --stop-after 0 trains on (0 = at --steps)");
 }
 
-// The optimiser and its learning-rate schedule.
-template <typename Cfg, typename F>
-void optimiser_fields(Cfg& c, F&& f) {
+// The optimiser and its learning-rate schedule. (OptimiserSettings)
+template <typename S, typename F>
+void optimiser_fields(S& c, F&& f) {
     f("optimizer", c.optimizer, "Optimiser");
     f("lr", c.lr, "Peak learning rate");
     f("lr_schedule", c.lr_schedule,
@@ -267,9 +328,9 @@ void optimiser_fields(Cfg& c, F&& f) {
     f("grad_clip", c.grad_clip, "Clip the global gradient norm to this (0 = off)");
 }
 
-// Validation, the run directory, checkpoints and the sample.
-template <typename Cfg, typename F>
-void output_fields(Cfg& c, F&& f) {
+// Validation, the run directory, checkpoints, metrics, reports and the sample. (OutputSettings)
+template <typename S, typename F>
+void output_fields(S& c, F&& f) {
     f("val_every", c.val_every, "Validate every N steps (0 = only at the end)");
     f("val_batches", c.val_batches, "Micro-batches of validation rows per evaluation (0 = the whole shard)");
     f("out", c.out, "Run directory: metrics, checkpoints, config, report");
@@ -284,22 +345,31 @@ void output_fields(Cfg& c, F&& f) {
     f("log_every", c.log_every, "Log line every N steps when not on a TTY");
     f("sample_tokens", c.sample_tokens, "Print a sample of N tokens after training (0 = off)");
     f("sample_prompt", c.sample_prompt, "Prompt for that sample");
+    f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
+    f("trace", c.trace, "Write a Chrome trace / Perfetto timeline of the last step to this JSON file");
+    f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas (after the last step)");
+    f("comm_report", c.comm_report, "Print each rank's bytes sent in the last step beside the ring formulas, and how much was hidden");
 }
 
-// The parallel layout, ZeRO and the data-parallel algorithm.
-template <typename Cfg, typename F>
-void parallel_fields(Cfg& c, F&& f) {
+// The parallel layout and ZeRO. (ParallelSettings)
+template <typename S, typename F>
+void parallel_fields(S& c, F&& f) {
     f("dp", c.dp, "Data-parallel ranks (0 = world size / (tp x pp))");
     f("tp", c.tp, "Tensor-parallel ranks (Megatron: attention heads, MLP and vocabulary split)");
     f("pp", c.pp, "Pipeline stages");
     f("schedule", c.schedule, "Pipeline schedule (zb-h1, zbv: zero-bubble, weight gradients deferred)");
     f("virtual_stages", c.virtual_stages, "Model chunks per pipeline rank (interleaved schedule)");
-    f("pp_split", c.pp_split, "Blocks per pipeline chunk, e.g. 3,3,3,3 (default: balanced by cost)");
+    f("pp_split", c.pp_split, "Blocks per pipeline chunk (default: balanced by cost)");
     f("sequence_parallel", c.sequence_parallel,
       "Split LayerNorm/residual regions along the sequence over the tensor-parallel ranks (all-gather and reduce-scatter instead of all-reduce)");
-    f("trace", c.trace, "Write a Chrome trace / Perfetto timeline of the last step to this JSON file");
     f("zero", c.zero, "ZeRO stage (0 replicate, 1 shard optimiser state, 2 + gradients, 3 + parameters: FSDP)");
-    f("dp_algo", c.dp_algo,
+    f("bucket_mb", c.bucket_mb, "Gradient all-reduce bucket size in MiB (ZeRO-0)");
+}
+
+// The data-parallel algorithm. (DpAlgoSettings)
+template <typename S, typename F>
+void dp_algo_fields(S& c, F&& f) {
+    f("dp_algo", c.algo,
       "Data-parallel algorithm: allreduce (every step) | local-sgd (average every --local-steps) | diloco (outer Nesterov "
       "step every --local-steps) | gossip (neighbours on --topology) | compressed (--compress, --error-feedback)");
     f("local_steps", c.local_steps, "local-sgd, diloco: H, the local steps between synchronisations");
@@ -328,25 +398,25 @@ void parallel_fields(Cfg& c, F&& f) {
     f("consensus_every", c.consensus_every,
       "local-sgd, diloco, gossip: write the replicas' consensus distance to metrics.jsonl every N steps (an all-reduce "
       "of the parameters not counted in bytes_sent; 0 = never)");
-    f("bucket_mb", c.bucket_mb, "Gradient all-reduce bucket size in MiB (ZeRO-0)");
-    f("memory_report", c.memory_report, "Print each rank's allocated bytes beside the ZeRO formulas (after the last step)");
-    f("comm_report", c.comm_report, "Print each rank's bytes sent in the last step beside the ring formulas, and how much was hidden");
 }
 
-// How the step runs: seed, threads, number formats, kernels and libraries.
-template <typename Cfg, typename F>
-void runtime_fields(Cfg& c, F&& f) {
-    f("seed", c.seed, "Random seed (init and data order)");
-    f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
-    f("thread_split", c.thread_split,
-      "How a rank's threads share a micro-batch: batch (each thread runs whole sequences through every layer, meeting twice per block: robust when cores are shared) | kernel (every kernel split over all threads) | auto (batch with --tp 1 when the micro-batch makes at least two groups of ~256 rows per thread, else kernel)");
-    f("matmul_precision", c.matmul_precision,
-      "fp32 | bf16: operands of the linear layers' products rounded to bf16, fp32 accumulation (weights, grads, optimiser stay fp32); bf16 is --precision fp32-bf16-products");
-    f("precision", c.precision,
+// Number formats and the loss scale. (PrecisionSettings)
+template <typename S, typename F>
+void precision_fields(S& c, F&& f) {
+    f("precision", c.policy,
       "fp32 | bf16 | fp16 | fp32-bf16-products: the precision policy. bf16/fp16: mixed precision: 16-bit activations and parameter copy, 16-bit products with fp32 accumulation, fp32 master weights, optimiser state and gradients; fp32-bf16-products: fp32 storage, bf16 products");
     f("reduce_dtype", c.reduce_dtype, "Type of the gradient reduction (default: the gradients', fp32)");
     f("loss_scale", c.loss_scale, "Loss scaling (default: dynamic with --precision fp16, off otherwise)");
     f("scale_window", c.scale_window, "Clean steps before a dynamic loss scale doubles");
+}
+
+// How the step runs: seed, threads, kernels and libraries. (RuntimeSettings)
+template <typename S, typename F>
+void runtime_fields(S& c, F&& f) {
+    f("seed", c.seed, "Random seed (init and data order)");
+    f("threads", c.threads, "OpenMP/BLAS threads (0 = all cores)");
+    f("thread_split", c.thread_split,
+      "How a rank's threads share a micro-batch: batch (each thread runs whole sequences through every layer, meeting twice per block: robust when cores are shared) | kernel (every kernel split over all threads) | auto (batch with --tp 1 when the micro-batch makes at least two groups of ~256 rows per thread, else kernel)");
     f("recompute", c.recompute,
       "Activation recomputation: none | full (keep each block's input, re-run it in backward) | selective (recompute the attention probabilities; nothing with --attention fused, which keeps none)");
     f("attention", c.attention,
@@ -360,12 +430,11 @@ void runtime_fields(Cfg& c, F&& f) {
       "and cached per CPU model) | onednn (every product on oneDNN: no OPENBLAS_CORETYPE re-exec) | openblas (every "
       "product on OpenBLAS, bf16 operands widened to fp32) | native (every product on the native kernels, where the "
       "build has them)");
-    f("metrics", c.metrics, "Metrics JSONL file (default: <out>/metrics.jsonl)");
 }
 
-// What a failure does: non-finite values, spikes, replica checks, timeouts.
-template <typename Cfg, typename F>
-void reliability_fields(Cfg& c, F&& f) {
+// What a failure does: non-finite values, spikes, replica checks, timeouts. (ReliabilitySettings)
+template <typename S, typename F>
+void reliability_fields(S& c, F&& f) {
     f("on_nan", c.on_nan,
       "stop | skip: a non-finite loss or gradient stops the run (naming the tensor), or skips that step's update on every rank");
     f("spike_sigma", c.spike_sigma, "Warn when the loss exceeds the window's mean + this many standard deviations (0 = off)");
@@ -383,13 +452,31 @@ void reliability_fields(Cfg& c, F&& f) {
 // the JSON config reader, meta.json and config.json.
 template <typename Cfg, typename F>
 void for_each_field(Cfg& c, F&& f) {
-    model_fields(c, f);
-    data_fields(c, f);
-    optimiser_fields(c, f);
-    output_fields(c, f);
-    parallel_fields(c, f);
-    runtime_fields(c, f);
-    reliability_fields(c, f);
+    model_fields(c.model, f);
+    data_fields(c.data, f);
+    optimiser_fields(c.optim, f);
+    output_fields(c.output, f);
+    parallel_fields(c.parallel, f);
+    dp_algo_fields(c.dp_algo, f);
+    precision_fields(c.precision, f);
+    runtime_fields(c.runtime, f);
+    reliability_fields(c.reliability, f);
+}
+
+// Keys read (flags and JSON) but never written: older spellings of a setting, which fold_aliases()
+// folds into it (config.json of a run before the fold still loads).
+template <typename Cfg, typename F>
+void alias_fields(Cfg& c, F&& f) {
+    f("matmul_precision", c.precision.matmul_precision,
+      "Older spelling: --matmul-precision bf16 is --precision fp32-bf16-products (operands of the linear layers' "
+      "products rounded to bf16, fp32 accumulation; fp32 storage only)");
+}
+
+// Every key a reader accepts: the settings and the older spellings.
+template <typename Cfg, typename F>
+void for_each_input(Cfg& c, F&& f) {
+    for_each_field(c, f);
+    alias_fields(c, f);
 }
 
 nlohmann::json config_to_json(const TrainConfig& c);
@@ -403,8 +490,8 @@ struct SettingText {
     bool resolved = false;
 };
 std::vector<SettingText> settings_text(const TrainConfig& c);
-// Applies the keys of a JSON object to c. Unknown keys and wrong types are errors that name `source`,
-// the key, and the closest valid key or the expected type.
+// Applies the keys of a JSON object to c (then fold_aliases()). Unknown keys and wrong types are errors
+// that name `source`, the key, and the closest valid key or the expected type.
 void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source);
 TrainConfig load_config_file(const std::string& path);
 // Levenshtein distance, for "did you mean" suggestions.

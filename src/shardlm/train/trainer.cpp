@@ -39,7 +39,7 @@ namespace {
 
 std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const TrainConfig& cfg,
                                                const model::GptConfig& mc, data::Order order) {
-    auto l = std::make_unique<data::BatchLoader>(data::read_token_shard(path), cfg.seq, order, cfg.seed, path);
+    auto l = std::make_unique<data::BatchLoader>(data::read_token_shard(path), cfg.data.seq, order, cfg.runtime.seed, path);
     int mx = l->max_token();
     SHARDLM_CHECK(mx < mc.vocab_size, "token shard '", path, "' holds token id ", mx, " but the model's vocab_size is ",
                   mc.vocab_size, "\n---> HINT: tokenize with the model's tokenizer, or use a larger vocabulary");
@@ -74,26 +74,26 @@ void Trainer::init(comm::Group& world) {
     cfg_.validate();
     if (world.name().empty()) world.set_name("world");
     check_same_config(world, cfg_);  // before any collective the ranks could issue differently
-    comm::set_timeout(cfg_.comm_timeout);
-    comm::set_collectives(cfg_.collectives);
-    kernels::set_gemm_backend(cfg_.gemm);
+    comm::set_timeout(cfg_.reliability.comm_timeout);
+    comm::set_collectives(cfg_.runtime.collectives);
+    kernels::set_gemm_backend(cfg_.runtime.gemm);
     start_flight_recorder(cfg_, world);
-    set_threads(cfg_.threads);
+    set_threads(cfg_.runtime.threads);
     warn_oversubscribed_threads(world);
     bound_ = bind_threads();
-    model_cfg_ = cfg_.model_config();
-    loader_ = make_loader(cfg_.data, cfg_, model_cfg_, cfg_.data_order);
-    if (loader_->num_rows() < cfg_.global_batch && world.rank() == 0)
+    model_cfg_ = cfg_.model.config();
+    loader_ = make_loader(cfg_.data.train, cfg_, model_cfg_, cfg_.data.data_order);
+    if (loader_->num_rows() < cfg_.data.global_batch && world.rank() == 0)
         std::printf("warning: %s holds %lld rows of %d tokens, fewer than one global batch (%d rows): every step "
                     "trains on some rows twice\n---> HINT: more data, or a smaller --global-batch or --seq\n",
-                    cfg_.data.c_str(), (long long)loader_->num_rows(), cfg_.seq, cfg_.global_batch);
-    if (!cfg_.val_data.empty()) val_loader_ = make_loader(cfg_.val_data, cfg_, model_cfg_, data::Order::Sequential);
+                    cfg_.data.train.c_str(), (long long)loader_->num_rows(), cfg_.data.seq, cfg_.data.global_batch);
+    if (!cfg_.data.val_data.empty()) val_loader_ = make_loader(cfg_.data.val_data, cfg_, model_cfg_, data::Order::Sequential);
     e_ = build_engine(cfg_, model_cfg_, world);
     world.set_name("world");
-    scaler_ = optim::LossScaler(cfg_.loss_scale_mode(), cfg_.scale_window);
+    scaler_ = optim::LossScaler(cfg_.precision.loss_scale_mode(), cfg_.precision.scale_window);
     claim_run_dir(cfg_, world);
     load_or_init();
-    lr_schedule_ = {cfg_.lr_schedule, cfg_.lr, cfg_.lr_min, cfg_.warmup, cfg_.steps};
+    lr_schedule_ = {cfg_.optim.lr_schedule, cfg_.optim.lr, cfg_.optim.lr_min, cfg_.optim.warmup, cfg_.data.steps};
     // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
     // of mpirun's even when mpirun's own output goes to a file, so multi-process runs log lines.
     // (one rank under mpirun too: `shardlm launch` reads the output, and after restarts one rank may be left)
@@ -102,18 +102,18 @@ void Trainer::init(comm::Group& world) {
 
 void Trainer::load_or_init() {
     const model::Layout& layout = e_.part->layout();
-    if (cfg_.resume && resume_from_checkpoint()) {
+    if (cfg_.output.resume && resume_from_checkpoint()) {
         load_rank_state();
         e_.sync->params_loaded(/*start_algorithm=*/false);  // mixed precision: the 16-bit copy from the fp32 master
         return;
     }
-    if (cfg_.init.empty()) {
-        for (auto& [range, storage] : e_.sync->store().param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.seed);
+    if (cfg_.model.init.empty()) {
+        for (auto& [range, storage] : e_.sync->store().param_storage()) model::init_gpt2_weights(storage, layout, range, cfg_.runtime.seed);
     } else {
-        check_checkpoint_files(cfg_.init, world_);  // a checkpoint given as weights: its checksums
+        check_checkpoint_files(cfg_.model.init, world_);  // a checkpoint given as weights: its checksums
         model::PieceStore store;  // an HF directory or a checkpoint: this rank reads only its pieces
-        for (const std::string& f : model::model_files(cfg_.init)) store.add_file(f);
-        model::check_model_tensors(store, model_cfg_, cfg_.init);
+        for (const std::string& f : model::model_files(cfg_.model.init)) store.add_file(f);
+        model::check_model_tensors(store, model_cfg_, cfg_.model.init);
         for (auto& [range, storage] : e_.sync->store().param_storage()) store.load(storage, layout, range);
     }
     e_.sync->params_loaded();  // a dp algorithm's start, and mixed precision's 16-bit copy
@@ -121,7 +121,7 @@ void Trainer::load_or_init() {
 
 bool Trainer::resume_from_checkpoint() {
     // the newest checkpoint whose files match their checksums; damaged ones are set aside
-    const std::vector<std::string> all = checkpoints_newest_first(cfg_.out);
+    const std::vector<std::string> all = checkpoints_newest_first(cfg_.output.out);
     for (size_t i = 0; i < all.size(); i++) {
         const std::string problem = verify_checkpoint(all[i], world_);  // the same answer on every rank
         if (!problem.empty()) {
@@ -138,28 +138,28 @@ bool Trainer::resume_from_checkpoint() {
         start_step_ = meta["step"];
         if (meta.contains("loss_scaler"))
             scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
-        SHARDLM_CHECK(start_step_ <= cfg_.steps, "--steps ", cfg_.steps, " is below the step of the checkpoint to resume (",
+        SHARDLM_CHECK(start_step_ <= cfg_.data.steps, "--steps ", cfg_.data.steps, " is below the step of the checkpoint to resume (",
                       start_step_, ", ", all[i], "): resuming would train a negative number of steps",
-                      "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.out,
+                      "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.output.out,
                       "/config.json)");
-        nothing_to_do_ = start_step_ >= cfg_.last_step();
+        nothing_to_do_ = start_step_ >= cfg_.data.last_step();
         if (is_root())
             std::printf("resuming from %s%s (step %d of %d)\n", all[i].c_str(),
-                        i > 0 ? ", the newest good checkpoint" : "", start_step_, cfg_.steps);
+                        i > 0 ? ", the newest good checkpoint" : "", start_step_, cfg_.data.steps);
         return true;
     }
-    SHARDLM_CHECK(all.empty(), "every checkpoint in ", cfg_.out, " is damaged (set aside as *.damaged)",
+    SHARDLM_CHECK(all.empty(), "every checkpoint in ", cfg_.output.out, " is damaged (set aside as *.damaged)",
                   "\n---> HINT: start afresh with --overwrite, or repair the files");
     // A run whose checkpoints were all set aside earlier: starting at step 0 would throw it away (and
     // rewrite metrics.jsonl), as a scheduler's retry of the same command would.
     std::string damaged;
-    if (fs::is_directory(cfg_.out))
-        for (const auto& e : fs::directory_iterator(cfg_.out))
+    if (fs::is_directory(cfg_.output.out))
+        for (const auto& e : fs::directory_iterator(cfg_.output.out))
             if (e.is_directory() && e.path().extension() == ".damaged") damaged += (damaged.empty() ? "" : ", ") + e.path().filename().string();
-    SHARDLM_CHECK(damaged.empty(), "--resume: ", cfg_.out, " holds no good checkpoint, only damaged ones set aside earlier (",
+    SHARDLM_CHECK(damaged.empty(), "--resume: ", cfg_.output.out, " holds no good checkpoint, only damaged ones set aside earlier (",
                   damaged, "): resuming would start again from step 0 and rewrite the run's metrics",
                   "\n---> HINT: --overwrite to start afresh, or repair a checkpoint and rename it back (drop .damaged)");
-    if (is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.out.c_str());
+    if (is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.output.out.c_str());
     return false;
 }
 
@@ -183,7 +183,7 @@ bool Trainer::holds_head() const { return e_.part->has_head(e_.part->num_chunks(
 // micro-batches. label_keys: each target is the token's place in the global batch instead (Sophia's
 // sampled labels, kernels/sample_labels.h).
 parallel::PipelineExecutor::Batch Trainer::step_batch(int step, bool label_keys) {
-    const int G = cfg_.global_batch, M = cfg_.micro_batch, T = cfg_.seq;
+    const int G = cfg_.data.global_batch, M = cfg_.data.micro_batch, T = cfg_.data.seq;
     const int row0 = e_.grid->dp_rank() * (G / e_.grid->dp_size());
     parallel::PipelineExecutor::Batch batch;
     batch.rows = [M](int) { return M; };
@@ -221,17 +221,17 @@ StepStats Trainer::train_step(int step) {
     auto update = [&] { update_or_skip(s, clip_norm); };
     // the global mean (summing over ranks gives the full gradient), times the loss scale; where each
     // replica steps on its own gradient (--dp-algo other than allreduce), its own rows' mean
-    const float dloss = scaler_.scale() / float(cfg_.global_batch * cfg_.seq) * e_.sync->local_mean_factor();
+    const float dloss = scaler_.scale() / float(cfg_.data.global_batch * cfg_.data.seq) * e_.sync->local_mean_factor();
     const parallel::PipelineExecutor::Result r =
-        e_.exec->run(e_.schedule, step_batch(step), cfg_.micro_batch, cfg_.seq, dloss, reduce, update);
+        e_.exec->run(e_.schedule, step_batch(step), cfg_.data.micro_batch, cfg_.data.seq, dloss, reduce, update);
     if (!s.skipped && e_.optimizer->hessian_due(step)) s.hessian = hessian_pass(step) ? 1 : -1;
     s.bytes_sent = e_.grid->dp().stats().total_bytes_sent();
-    if (e_.sync->replicas_differ() && cfg_.consensus_every > 0 && (step + 1) % cfg_.consensus_every == 0)
+    if (e_.sync->replicas_differ() && cfg_.dp_algo.consensus_every > 0 && (step + 1) % cfg_.dp_algo.consensus_every == 0)
         s.consensus = consensus();
     if (faults_) faults_->after_update(step, owned(false));
     s.bubble = r.bubble();
     s.step_ms = (now_s() - t0) * 1e3;
-    s.tokens_per_s = double(cfg_.global_batch) * cfg_.seq / (s.step_ms / 1e3);
+    s.tokens_per_s = double(cfg_.data.global_batch) * cfg_.data.seq / (s.step_ms / 1e3);
     return s;
 }
 
@@ -248,7 +248,7 @@ double Trainer::sum_over_world(StepStats& s, const parallel::PipelineExecutor::R
         for (double x : r.loss_sum) sums[0] += x;
     world_->all_reduce_sum(sums.data(), sums.size());
     const parallel::GradNormsSq norms = e_.sync->norms_sq(sums[1], sums.data() + kStepSums);
-    s.loss = sums[0] / (double(cfg_.global_batch) * cfg_.seq);  // the losses of G rows of T tokens
+    s.loss = sums[0] / (double(cfg_.data.global_batch) * cfg_.data.seq);  // the losses of G rows of T tokens
     s.grad_norm = std::sqrt(norms.reported) / scaler_.scale();
     s.stop_signal = sums[3] > 0 ? int(sums[2] / sums[3] + 0.5) : 0;
     // With loss scaling, non-finite gradients under a finite loss are an overflow: the scaler
@@ -270,15 +270,15 @@ void Trainer::update_or_skip(StepStats& s, double clip_norm) {
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
     // applies the scale (and undoes the loss scale) as it reads each gradient.
     float grad_scale = 1.0f;
-    if (cfg_.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.grad_clip / (clip_norm + 1e-6)));
+    if (cfg_.optim.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.optim.grad_clip / (clip_norm + 1e-6)));
     e_.sync->step(*e_.optimizer, s.lr, grad_scale / used, s.step, /*touched_after=*/faults_ != nullptr);
 }
 
 double Trainer::evaluate() {
     SHARDLM_CHECK(val_loader_, "evaluate() without --val-data");
-    const int M = cfg_.micro_batch, T = cfg_.seq, dp = e_.grid->dp_size();
+    const int M = cfg_.data.micro_batch, T = cfg_.data.seq, dp = e_.grid->dp_size();
     // val_batches = 0: every row of the validation shard once (the last batch may be short)
-    const int64_t rows = cfg_.val_batches > 0 ? int64_t(cfg_.val_batches) * M : val_loader_->num_rows();
+    const int64_t rows = cfg_.output.val_batches > 0 ? int64_t(cfg_.output.val_batches) * M : val_loader_->num_rows();
     const int64_t batches = (rows + M - 1) / M;
     // Every data-parallel rank runs the same number of forwards (ZeRO-3 gathers inside them are
     // collective); a rank left without a batch in the last round recomputes batch 0 and does not count it.
@@ -308,24 +308,24 @@ double Trainer::evaluate() {
 int Trainer::run() {
     if (nothing_to_do_) {
         if (is_root())
-            std::printf("the run in %s is at step %d, %s %d: nothing to train\n---> HINT: %s\n", cfg_.out.c_str(),
-                        start_step_, cfg_.stop_after > 0 ? "--stop-after" : "its --steps", cfg_.last_step(),
-                        cfg_.stop_after > 0 ? "--stop-after 0 (or a later step) trains on to --steps"
+            std::printf("the run in %s is at step %d, %s %d: nothing to train\n---> HINT: %s\n", cfg_.output.out.c_str(),
+                        start_step_, cfg_.data.stop_after > 0 ? "--stop-after" : "its --steps", cfg_.data.last_step(),
+                        cfg_.data.stop_after > 0 ? "--stop-after 0 (or a later step) trains on to --steps"
                                             : "raise --steps to train further");
         return 0;
     }
     open_run_dir();
     print_header();
     StopSignals signals;  // SIGINT/SIGTERM: finish the step, checkpoint, return
-    LossSpikes spikes(cfg_.spike_sigma, cfg_.spike_window);
+    LossSpikes spikes(cfg_.reliability.spike_sigma, cfg_.reliability.spike_window);
     const double t_start = now_s();
     StepStats last;
     double bubble_mean = 0;
     int status = 0, done = start_step_;
     double t_last_ckpt = now_s();  // --ckpt-every-seconds counts from here (rank 0's clock decides)
-    for (int step = start_step_; step < cfg_.last_step(); step++) {
-        const bool final = step + 1 == cfg_.last_step();
-        if (final && !cfg_.trace.empty()) trace::enable(true);  // the timeline of the last step
+    for (int step = start_step_; step < cfg_.data.last_step(); step++) {
+        const bool final = step + 1 == cfg_.data.last_step();
+        if (final && !cfg_.output.trace.empty()) trace::enable(true);  // the timeline of the last step
         StepStats s = train_step(step);
         if (final) trace::enable(false);
         if (final) bubble_mean = report_last_step(s);
@@ -334,13 +334,13 @@ int Trainer::run() {
             break;
         }
         if (const std::string w = spikes.add(step, s.loss); !w.empty() && is_root()) std::printf("%s\n", w.c_str());
-        if (val_loader_ && !s.skipped && ((cfg_.val_every > 0 && (step + 1) % cfg_.val_every == 0) || final)) {
+        if (val_loader_ && !s.skipped && ((cfg_.output.val_every > 0 && (step + 1) % cfg_.output.val_every == 0) || final)) {
             s.val_loss = evaluate();
             last_val_ = s.val_loss;
         }
         if (!s.nonfinite) write_metrics(s);
         log_step(s, now_s() - t_start);
-        if (cfg_.check_replicas > 0 && (step + 1) % cfg_.check_replicas == 0)
+        if (cfg_.reliability.check_replicas > 0 && (step + 1) % cfg_.reliability.check_replicas == 0)
             check_replicas(*world_, *e_.grid, e_.part->layout(), e_.sync->store().whole_master(), step + 1,
                            e_.sync->replicas_differ());
         done = step + 1;
@@ -352,8 +352,8 @@ int Trainer::run() {
         if (s.stop_signal) {
             status = 128 + s.stop_signal;
             if (is_root())
-                std::printf("interrupted by %s after step %d of %d: %s\n", signal_name(s.stop_signal), step + 1, cfg_.steps,
-                            cfg_.out.empty() ? "no --out, so nothing was saved"
+                std::printf("interrupted by %s after step %d of %d: %s\n", signal_name(s.stop_signal), step + 1, cfg_.data.steps,
+                            cfg_.output.out.empty() ? "no --out, so nothing was saved"
                                              : "checkpoint saved; continue with the same command and --resume");
             break;
         }
@@ -365,8 +365,8 @@ int Trainer::run() {
 // The last step's reports: every rank's memory and communication report printed by rank 0 in order
 // (mpirun would interleave their output), the pipeline bubble's mean over ranks (returned), the trace.
 double Trainer::report_last_step(const StepStats& s) {
-    if (cfg_.memory_report || cfg_.comm_report) {
-        const std::string rep = (cfg_.memory_report ? memory_report() : "") + (cfg_.comm_report ? comm_report() : "");
+    if (cfg_.output.memory_report || cfg_.output.comm_report) {
+        const std::string rep = (cfg_.output.memory_report ? memory_report() : "") + (cfg_.output.comm_report ? comm_report() : "");
         const std::vector<std::string> all = gather_text(*world_, rep);
         if (is_root()) {
             for (const std::string& r : all) std::printf("%s", r.c_str());
@@ -379,7 +379,7 @@ double Trainer::report_last_step(const StepStats& s) {
         world_->all_reduce_sum(&b, 1);
         bubble_mean = b / world_->size();
     }
-    if (!cfg_.trace.empty()) write_trace(bubble_mean);
+    if (!cfg_.output.trace.empty()) write_trace(bubble_mean);
     return bubble_mean;
 }
 
@@ -389,14 +389,14 @@ double Trainer::report_last_step(const StepStats& s) {
 bool Trainer::checkpoint_if_due(const StepStats& s, bool final, double& t_last_ckpt) {
     if (async_ckpt_.pending()) publish_async_checkpoint(false);
     const int steps_done = s.step + 1;
-    bool due = (cfg_.ckpt_every > 0 && steps_done % cfg_.ckpt_every == 0) || final || s.stop_signal;
-    if (!due && cfg_.ckpt_every_seconds > 0 && !cfg_.out.empty()) {
-        float late = is_root() && now_s() - t_last_ckpt >= cfg_.ckpt_every_seconds ? 1.0f : 0.0f;
+    bool due = (cfg_.output.ckpt_every > 0 && steps_done % cfg_.output.ckpt_every == 0) || final || s.stop_signal;
+    if (!due && cfg_.output.ckpt_every_seconds > 0 && !cfg_.output.out.empty()) {
+        float late = is_root() && now_s() - t_last_ckpt >= cfg_.output.ckpt_every_seconds ? 1.0f : 0.0f;
         world_->broadcast(&late, 1, 0);
         due = late != 0;
     }
-    if (cfg_.out.empty() || !due) return true;
-    if (!save_finite_checkpoint(steps_done, cfg_.async_ckpt && !final && !s.stop_signal)) return false;
+    if (cfg_.output.out.empty() || !due) return true;
+    if (!save_finite_checkpoint(steps_done, cfg_.output.async_ckpt && !final && !s.stop_signal)) return false;
     t_last_ckpt = now_s();
     return true;
 }
@@ -410,20 +410,20 @@ int Trainer::finish_run(int status, int done, const StepStats& last, double bubb
         return status;
     }
     if (is_root() && last.val_loss >= 0) std::printf("final validation loss %.4f\n", last.val_loss);
-    if (is_root() && e_.grid->pp_size() > 1 && cfg_.last_step() > start_step_)
+    if (is_root() && e_.grid->pp_size() > 1 && cfg_.data.last_step() > start_step_)
         std::printf("pipeline bubble (last step, mean over ranks): measured %.3f, theory %s = %.3f\n", bubble_mean,
                     schedule::bubble_theory_formula(e_.schedule.kind),
                     schedule::bubble_fraction_theory(e_.schedule.kind, e_.grid->pp_size(), e_.micro, e_.schedule.virtual_stages));
-    if (is_root()) std::printf("trained %d steps in %s\n", cfg_.last_step() - start_step_, fmt_duration(train_s).c_str());
+    if (is_root()) std::printf("trained %d steps in %s\n", cfg_.data.last_step() - start_step_, fmt_duration(train_s).c_str());
     if (is_root()) std::printf("GEMMs: %s\n", kernels::gemm_summary().c_str());  // what --gemm chose
-    std::string sample = cfg_.sample_tokens > 0 ? sample_text() : "";
+    std::string sample = cfg_.output.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
     return 0;
 }
 
 bool Trainer::on_nonfinite(StepStats& s) {
     const NonFiniteReport rep = find_nonfinite(*world_, owned(true), std::isfinite(s.loss));
-    const bool go_on = cfg_.on_nan == OnNan::Skip && !rep.params;
+    const bool go_on = cfg_.reliability.on_nan == OnNan::Skip && !rep.params;
     write_metrics(s);
     if (is_root()) {
         std::fprintf(go_on ? stdout : stderr, "%s: step %d: non-finite loss (%g) or gradient norm (%g); %s\n",
@@ -431,7 +431,7 @@ bool Trainer::on_nonfinite(StepStats& s) {
         if (go_on) std::printf("  --on-nan skip: no optimiser update on any rank at this step\n");
         else
             std::fprintf(stderr, "  stopped without an update and without a checkpoint%s\n---> HINT: %s\n",
-                         cfg_.out.empty() ? "" : (" (the last one in " + cfg_.out + " is finite)").c_str(),
+                         cfg_.output.out.empty() ? "" : (" (the last one in " + cfg_.output.out + " is finite)").c_str(),
                          rep.params ? "the parameters themselves are non-finite: resume from the last checkpoint with a lower --lr"
                                     : "a lower --lr, --grad-clip 1.0, or --on-nan skip to skip such steps");
         std::fflush(stdout);
@@ -458,12 +458,12 @@ bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
     std::vector<AlignedBuffer<float>> replica;  // where replicas differ: this rank's own, while the mean is written
     const std::vector<RankTensor> rank = checkpoint_rank_tensors(replica);
     if (background) {
-        async_ckpt_.start(snapshot_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), e_.sync->store(),
-                                              *e_.optimizer, cfg_.keep_ckpts, *world_, writer_json(), extra, rank));
+        async_ckpt_.start(snapshot_checkpoint(cfg_.output.out, steps_done, cfg_, model_cfg_, e_.part->layout(), e_.sync->store(),
+                                              *e_.optimizer, cfg_.output.keep_ckpts, *world_, writer_json(), extra, rank));
         restore_replica(replica);
         return true;
     }
-    save_checkpoint(cfg_.out, steps_done, cfg_, model_cfg_, e_.part->layout(), e_.sync->store(), *e_.optimizer, cfg_.keep_ckpts, *world_,
+    save_checkpoint(cfg_.output.out, steps_done, cfg_, model_cfg_, e_.part->layout(), e_.sync->store(), *e_.optimizer, cfg_.output.keep_ckpts, *world_,
                     writer_json(), extra, faults_.get(), rank);
     restore_replica(replica);
     if (faults_) faults_->after_checkpoint(steps_done);

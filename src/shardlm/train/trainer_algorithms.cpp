@@ -28,9 +28,9 @@ bool Trainer::hessian_pass(int step) {
     auto update = [&] {
         if (finite) e_.optimizer->update_hessian(e_.sync->store().owned_grads(), 1.0f / scale);
     };
-    e_.part->set_label_sampling(true, kernels::label_sample_seed(cfg_.seed, step));
-    e_.exec->run(e_.schedule, step_batch(step, /*label_keys=*/true), cfg_.micro_batch, cfg_.seq,
-                 scale / float(cfg_.global_batch * cfg_.seq), reduce, update);
+    e_.part->set_label_sampling(true, kernels::label_sample_seed(cfg_.runtime.seed, step));
+    e_.exec->run(e_.schedule, step_batch(step, /*label_keys=*/true), cfg_.data.micro_batch, cfg_.data.seq,
+                 scale / float(cfg_.data.global_batch * cfg_.data.seq), reduce, update);
     e_.part->set_label_sampling(false);
     if (!finite && is_root())
         std::printf("warning: step %d: the Hessian estimate's gradient is not finite%s: the estimate keeps its last value\n",
@@ -78,7 +78,7 @@ void Trainer::load_rank_state() {
     if (algo.replicas_differ()) algo.start(e_.sync->store().whole_master());
     if (is_root())
         std::printf("warning: --dp-algo %s: %s, so each rank's own state (%s) starts afresh from the checkpoint's model\n",
-                    setting_text(cfg_.dp_algo).c_str(), why.c_str(),
+                    setting_text(cfg_.dp_algo.algo).c_str(), why.c_str(),
                     algo.replicas_differ() ? "its replica and optimiser state" : "error feedback and the like");
 }
 
