@@ -76,6 +76,17 @@ TEST_F(MixedPrecision, MatmulPrecisionIsANamedPolicy) {
     EXPECT_NE(shardlm::io::read_file(log).find("drop --matmul-precision"), std::string::npos);
     EXPECT_NE(std::system((train(adamw(), "--steps 1 --precision fp8") + " > " + log + " 2>&1").c_str()), 0);
     EXPECT_NE(shardlm::io::read_file(log).find("fp32-bf16-products"), std::string::npos);
+    // a config.json of a run before the two were one setting: its bf16 matmuls are the policy, written as
+    // one key; --matmul-precision fp32 on the command line still undoes them
+    const fs::path old = tmp / "old.json";
+    shardlm::io::write_file_atomic(old.string(), R"({"precision": "fp32", "matmul_precision": "bf16"})");
+    for (const auto& [flag, expect] : {std::pair{"", "fp32-bf16-products"}, std::pair{"--matmul-precision fp32", "fp32"}}) {
+        const fs::path dir = tmp / (std::string("old_") + expect);
+        run(train(adamw(), "--steps 1 --config " + old.string() + " " + flag + " --out " + dir.string()), "old");
+        const auto written = nlohmann::json::parse(shardlm::io::read_file((dir / "config.json").string()));
+        EXPECT_EQ(written["precision"], expect) << flag;
+        EXPECT_FALSE(written.contains("matmul_precision"));
+    }
 }
 
 TEST_F(MixedPrecision, RecomputationIsBitIdenticalInFp32) {

@@ -92,6 +92,8 @@ TEST(TrainConfig, CompressorsAndPipelineSplitsAreTyped) {
     EXPECT_EQ(j["compress"], "qsgd:8:128");
     EXPECT_EQ(j["compress_embedding"], "topk:0.05");
     EXPECT_EQ(j["pp_split"], "3,0,2");
+    train::apply_config_json(c, {{"pp_split", "3, 3,"}}, "c.json");  // as std::stoi and getline read it before
+    EXPECT_EQ(c.parallel.pp_split.blocks, (std::vector<int>{3, 3}));
     EXPECT_EQ(train::config_to_json(TrainConfig{})["compress"], "");  // unset
     EXPECT_EQ(train::config_to_json(TrainConfig{})["pp_split"], "");
     for (const auto& [key, bad, why] : {std::tuple{"compress", "topk:2", "the fraction F must be in (0, 1]"},

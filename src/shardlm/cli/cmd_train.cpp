@@ -64,6 +64,12 @@ train::TrainConfig TrainFlags::resolve() const {
                     if (std::string(k2) == key) ref = src;
             });
         });
+        // The file's older spelling was folded as it was read: --matmul-precision fp32 on the command line
+        // undoes its bf16 products, as it did before the two settings were one (unless --precision is given).
+        const auto& alias = cfg->precision.matmul_precision;
+        const bool fp32_products = alias && *alias == kernels::MatmulPrecision::fp32;
+        if (fp32_products && options->at("precision")->count() == 0 && !run.precision.policy.mixed())
+            run.precision.policy.products = DType::F32;
     }
     run.fold_aliases();
     return run;

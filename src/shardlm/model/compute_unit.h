@@ -79,6 +79,7 @@ private:
 struct ForwardPass {
     ActivationSlot& s;
     int slot;            // its index among the chunk's slots
+    int B, T;            // the micro-batch (s.B, s.T once its inputs are checked)
     const int* tokens;   // the embedding's inputs
     const int* targets;  // the head's: null computes logits only
     float dloss;         // != 0: the head prepares the backward of loss_sum * dloss
@@ -138,6 +139,9 @@ public:
     virtual bool reads_stream() const { return true; }
     virtual bool writes_stream() const { return true; }
 
+    // Throws a clear error for inputs it cannot take (a token or target outside the vocabulary); every
+    // unit of a chunk is asked before any runs.
+    virtual void check_inputs(const ForwardPass& p) const {}
     // x[in] -> x[in + 1] (the head: the loss sum with targets, else 0)
     virtual double forward(ForwardPass& p) = 0;
     // The backward's phases (p.phases): B (input gradients into p.dres, no parameter gradient touched),

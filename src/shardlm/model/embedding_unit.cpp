@@ -16,11 +16,15 @@ EmbeddingUnit::EmbeddingUnit(int in, const UnitEnv& env, bool head_here)
     }
 }
 
-double EmbeddingUnit::forward(ForwardPass& p) {
-    const int N = p.s.B * p.s.T, V = env_.config->vocab_size;
+void EmbeddingUnit::check_inputs(const ForwardPass& p) const {
+    const int N = p.B * p.T, V = env_.config->vocab_size;
     for (int i = 0; i < N; i++)
         SHARDLM_CHECK(p.tokens[i] >= 0 && p.tokens[i] < V, "token id ", p.tokens[i], " at position ", i,
                       " is outside the vocabulary [0, ", V, ")");
+}
+
+double EmbeddingUnit::forward(ForwardPass& p) {
+    const int N = p.s.B * p.s.T;
     int* tokens = slots_[size_t(p.slot)].tokens.data();
     std::memcpy(tokens, p.tokens, sizeof(int) * size_t(N));
     const ParamUnits& id = *env_.ids;

@@ -12,6 +12,7 @@ public:
     // head_here: the chunk holds the head too, which announces the tied wte first in a backward
     EmbeddingUnit(int in, const UnitEnv& env, bool head_here);
     bool reads_stream() const override { return false; }
+    void check_inputs(const ForwardPass& p) const override;
     double forward(ForwardPass& p) override;
     void backward(BackwardPass& p) override;
     void backward_units(std::vector<int>& order) const override;

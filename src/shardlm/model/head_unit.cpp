@@ -23,7 +23,10 @@ const void* HeadUnit::matrix() const {
     return id.head_wte >= 0 ? env_.params->param(id.head_wte, kTable) : env_.params->param(id.head, kLmHead);
 }
 
-void HeadUnit::check_targets(const int* targets, int N) const {
+void HeadUnit::check_inputs(const ForwardPass& p) const {
+    const int* targets = p.targets;
+    if (!targets) return;
+    const int N = p.B * p.T;
     if (env_.ctx->sample_labels) {
         for (int i = 0; i < N; i++)
             SHARDLM_CHECK(targets[i] >= 0, "label sampling: negative token key ", targets[i], " at position ", i);
@@ -38,7 +41,6 @@ void HeadUnit::check_targets(const int* targets, int N) const {
 double HeadUnit::forward(ForwardPass& p) {
     const int B = p.s.B, T = p.s.T;
     const int* targets = p.targets;
-    if (targets) check_targets(targets, B * T);
     const ParamUnits& id = *env_.ids;
     p.hooks.before(id.head);
     if (!embedding_here_) p.hooks.before(id.head_wte);  // the tied copy

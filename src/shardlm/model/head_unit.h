@@ -13,6 +13,7 @@ public:
     // embedding_here: the chunk starts with the embedding, whose wte the forward has announced already
     HeadUnit(int in, const UnitEnv& env, bool embedding_here);
     bool writes_stream() const override { return false; }
+    void check_inputs(const ForwardPass& p) const override;
     double forward(ForwardPass& p) override;
     void backward(BackwardPass& p) override;
     void backward_units(std::vector<int>& order) const override;
@@ -28,7 +29,6 @@ private:
     };
     const void* matrix() const;  // wte (tied) or lm_head
     HeadKeep& keep(int slot) { return env_.defer ? slots_[size_t(slot)].keep : env_.shared->head_keep; }
-    void check_targets(const int* targets, int N) const;
 
     std::vector<State> slots_;
     bool embedding_here_;

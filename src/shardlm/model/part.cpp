@@ -176,10 +176,11 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
     SHARDLM_CHECK(!s.has_w, "ModelPart::forward: chunk ", chunk, " slot ", slot, " still waits for its W");
     SHARDLM_CHECK(size_t(B) * size_t(T) <= scratch_.dln.size() / size_t(config_.n_embd) && T <= config_.n_ctx,
                   "micro-batch ", B, "x", T, " exceeds what the model part was built for");
+    ForwardHooks announce(hooks, ch.units);
+    ForwardPass pass{s, slot, B, T, inputs, targets, dloss, announce};
+    for (const auto& u : ch.compute) u->check_inputs(pass);
     s.B = B;
     s.T = T;
-    ForwardHooks announce(hooks, ch.units);
-    ForwardPass pass{s, slot, inputs, targets, dloss, announce};
     double loss = 0.0;
     for (auto& u : ch.compute) loss += u->forward(pass);
     s.has_grad = !ch.has_head || (targets && dloss != 0.0f);

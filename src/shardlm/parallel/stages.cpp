@@ -38,7 +38,10 @@ bool read_split(std::string_view text, StageSplit* out, std::string* why) {
     StageSplit s;
     for (size_t at = 0; !text.empty() && at <= text.size();) {
         const size_t comma = std::min(text.find(',', at), text.size());
-        const std::string_view tok = text.substr(at, comma - at);
+        std::string_view tok = text.substr(at, comma - at);
+        while (!tok.empty() && tok.front() == ' ') tok.remove_prefix(1);  // "3, 3"
+        while (!tok.empty() && tok.back() == ' ') tok.remove_suffix(1);
+        if (tok.empty() && comma == text.size() && !s.blocks.empty()) break;  // "3,3,": a trailing comma
         int n = -1;
         const auto r = std::from_chars(tok.data(), tok.data() + tok.size(), n);
         if (r.ec != std::errc() || r.ptr != tok.data() + tok.size() || n < 0) {

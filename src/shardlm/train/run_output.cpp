@@ -61,15 +61,30 @@ const char* const kTrajectoryKeys[] = {"data", "data_order", "seed", "global_bat
                                        "beta1", "beta2", "lr_schedule", "lr_min", "warmup", "weight_decay",
                                        "grad_clip", "precision", "model", "n_layer", "n_head", "n_embd",
                                        "vocab_size", "init"};
+
+// A config.json as this build writes it (an older build's with its older spellings folded: "precision"
+// "fp32" + "matmul_precision" "bf16" is "precision" "fp32-bf16-products"), or as it is where this build
+// cannot read it.
+nlohmann::json normalised_config(const nlohmann::json& j, const std::string& path) {
+    try {
+        TrainConfig c;
+        apply_config_json(c, j, path);
+        return config_to_json(c);
+    } catch (const std::exception&) {
+        return j;
+    }
+}
 }  // namespace
 
 void Trainer::keep_config_history(const std::string& path, const nlohmann::json& now) {
     const nlohmann::json old = nlohmann::json::parse(io::read_file(path), nullptr, false);
-    if (!old.is_object() || old == now) return;
+    if (!old.is_object()) return;
+    const nlohmann::json was = normalised_config(old, path);
+    if (was == now) return;
     std::string changed;
     for (const char* k : kTrajectoryKeys)
-        if (old.contains(k) && now.contains(k) && old[k] != now[k])
-            changed += std::string(changed.empty() ? "" : ", ") + k + " " + old[k].dump() + " -> " + now[k].dump();
+        if (was.contains(k) && now.contains(k) && was[k] != now[k])
+            changed += std::string(changed.empty() ? "" : ", ") + k + " " + was[k].dump() + " -> " + now[k].dump();
     if (!changed.empty())
         std::printf("warning: --resume with other settings than the run's (%s): from step %d on, this run trains "
                     "differently from its first part\n  the earlier settings are kept in %s\n", changed.c_str(),
