@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "shardlm/core/dtype_simd.h"
 #include "shardlm/core/scratch.h"
@@ -239,6 +240,182 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
                         // dQ += dS K ; dK += dS^T Q
                         kk.product(CblasNoTrans, M, c0, c1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dq + size_t(r0) * W, int(W));
                         qq.product(CblasTrans, N, r0, r1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dk + size_t(c0) * W, int(W));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---- by blocks ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Per query row, how many keys of the block it sees: with positions increasing in both blocks, a prefix
+// (causal: the keys at positions <= its own; else all).
+std::vector<int> visible_keys(const int* qpos, const int* kpos, int Tq, int Tk, bool causal) {
+    std::vector<int> n(size_t(Tq), Tk);
+    if (causal)
+        for (int i = 0, j = 0; i < Tq; i++) {
+            while (j < Tk && kpos[j] <= qpos[i]) j++;
+            n[size_t(i)] = j;
+        }
+    return n;
+}
+
+// of the tile of keys [c0, c1), how many a row that sees the block's first `n` keys sees
+inline int in_tile(int n, int c0, int c1) { return std::clamp(n - c0, 0, c1 - c0); }
+
+// A pair's widths and each query row's visible keys.
+struct PairDims {
+    Dims d;
+    std::vector<int> nk;
+    explicit PairDims(const FlashBlockPair& p)
+        : d(p.C, p.NH, p.NKV > 0 ? p.NKV : p.NH), nk(visible_keys(p.qpos, p.kpos, p.Tq, p.Tk, p.causal)) {}
+};
+
+}  // namespace
+
+void flash_state_reset(FlashState s, int B, int NH, int Tq, int HS) {
+    const size_t rows = size_t(B) * NH * Tq;
+    std::fill(s.o, s.o + rows * HS, 0.0f);
+    std::fill(s.m, s.m + rows, -INFINITY);
+    std::fill(s.l, s.l + rows, 0.0f);
+}
+
+void flash_block_forward(FlashState s, const FlashBlockPair& p) {
+    const PairDims pd(p);
+    const Dims& d = pd.d;
+    const std::vector<int>& nk = pd.nk;
+    const int HS = d.HS, B = p.B, NH = p.NH, Tq = p.Tq, Tk = p.Tk, ldq = p.ldq, ldkv = p.ldkv;
+    const DType t = p.t;
+    const void *q = p.q, *kv = p.kv;
+#pragma omp parallel
+    {
+        float* qb = thread_scratch(0, size_t(Tq + 2 * Tk) * HS + size_t(kFlashRows) * kFlashCols);
+        float *k = qb + size_t(Tq) * HS, *v = k + size_t(Tk) * HS, *sc = v + size_t(Tk) * HS;
+        TileOperand kt, vv;
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH, kvh = h / d.G;
+            widen(qb, q, t, size_t(b) * Tq * ldq, Tq, size_t(ldq), size_t(h) * HS, HS);
+            widen(k, kv, t, size_t(b) * Tk * ldkv, Tk, size_t(ldkv), size_t(kvh) * HS, HS);
+            widen(v, kv, t, size_t(b) * Tk * ldkv, Tk, size_t(ldkv), d.KVC + size_t(kvh) * HS, HS);
+            kt.set(3, k, 1, HS, HS, Tk);
+            vv.set(4, v, HS, 1, Tk, HS);
+            float *o = s.o + size_t(bh) * Tq * HS, *mx = s.m + size_t(bh) * Tq, *sum = s.l + size_t(bh) * Tq;
+            for (int r0 = 0; r0 < Tq; r0 += kFlashRows) {
+                const int r1 = std::min(r0 + kFlashRows, Tq), M = r1 - r0;
+                for (int c0 = 0; c0 < Tk; c0 += kFlashCols) {
+                    const int c1 = std::min(c0 + kFlashCols, Tk), N = c1 - c0;
+                    if (in_tile(nk[size_t(r1 - 1)], c0, c1) == 0) break;  // nor any later tile (positions increase)
+                    kt.product(CblasNoTrans, M, 0, HS, c0, c1, d.scale, qb + size_t(r0) * HS, HS, 0.0f, sc, kFlashCols);
+                    for (int i = 0; i < M; i++) {
+                        float* row = sc + size_t(i) * kFlashCols;
+                        const int n = in_tile(nk[size_t(r0 + i)], c0, c1);
+                        if (n <= 0) {
+                            std::fill(row, row + N, 0.0f);
+                            continue;
+                        }
+                        const int r = r0 + i;
+                        const float m_new = std::max(mx[r], row_max(row, n));
+                        const float alpha = std::exp(mx[r] - m_new);  // 0 on the row's first keys (mx = -inf)
+                        sum[r] = sum[r] * alpha + exp_row(row, row, n, N, m_new);
+                        if (alpha != 1.0f) scale_row(o + size_t(r) * HS, HS, alpha);
+                        mx[r] = m_new;
+                    }
+                    vv.product(CblasNoTrans, M, c0, c1, 0, HS, 1.0f, sc, kFlashCols, 1.0f, o + size_t(r0) * HS, HS);
+                }
+            }
+        }
+    }
+}
+
+void flash_state_finish(void* out, float* lse, FlashState s, DType t, int B, int Tq, int C, int NH) {
+    const int HS = C / NH;
+#pragma omp parallel for
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH;
+        for (int i = 0; i < Tq; i++) {
+            const size_t r = size_t(bh) * Tq + size_t(i);
+            float* o = s.o + r * HS;
+            // a row that saw no key (none visible in any block) is 0 with lse -inf
+            scale_row(o, HS, s.l[r] > 0.0f ? 1.0f / s.l[r] : 0.0f);
+            lse[r] = s.m[r] + std::log(s.l[r]);
+            store_row(at(out, t, (size_t(b) * Tq + size_t(i)) * C + size_t(h) * HS), t, o, size_t(HS));
+        }
+    }
+}
+
+void flash_block_delta(float* D, const float* dout, const void* out, DType t, int B, int Tq, int C, int NH) {
+    const int HS = C / NH;
+#pragma omp parallel
+    {
+        float* orow = thread_scratch(0, size_t(HS));
+#pragma omp for
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
+            for (int i = 0; i < Tq; i++) {
+                const size_t at_row = (size_t(b) * Tq + size_t(i)) * C + size_t(h) * HS;
+                load_row(orow, at(out, t, at_row), t, size_t(HS));
+                D[size_t(bh) * Tq + size_t(i)] = dot_row(dout + at_row, orow, HS);
+            }
+        }
+    }
+}
+
+void flash_block_backward(float* dq, int lddq, float* dkv, int lddkv, const float* dout, const float* lse, const float* D,
+                          const FlashBlockPair& p) {
+    const PairDims pd(p);
+    const Dims& d = pd.d;
+    const std::vector<int>& nk = pd.nk;
+    const int HS = d.HS, B = p.B, NH = p.NH, NKV = p.NH / d.G, Tq = p.Tq, Tk = p.Tk, C = p.C;
+    const int ldq = p.ldq, ldkv = p.ldkv;
+    const DType t = p.t;
+    const void *q = p.q, *kv = p.kv;
+#pragma omp parallel
+    {
+        const size_t tile = size_t(kFlashRows) * kFlashCols;
+        float* qb = thread_scratch(0, size_t(Tq + 2 * Tk) * HS + 2 * tile);
+        float *k = qb + size_t(Tq) * HS, *v = k + size_t(Tk) * HS, *p = v + size_t(Tk) * HS, *ds = p + tile;
+        TileOperand kt, kk, vt, qq, gg;  // K^T (scores), K (dQ), V^T (dP), Q (dK), dO (dV)
+        // one item per key/value head: the G query heads that share it add into its dk, dv in order
+#pragma omp for schedule(dynamic, 1)
+        for (int bg = 0; bg < B * NKV; bg++) {
+            const int b = bg / NKV, kvh = bg % NKV;
+            float* dk = dkv + size_t(b) * Tk * lddkv + size_t(kvh) * HS;
+            float* dv = dk + d.KVC;
+            widen(k, kv, t, size_t(b) * Tk * ldkv, Tk, size_t(ldkv), size_t(kvh) * HS, HS);
+            widen(v, kv, t, size_t(b) * Tk * ldkv, Tk, size_t(ldkv), d.KVC + size_t(kvh) * HS, HS);
+            kt.set(3, k, 1, HS, HS, Tk);
+            kk.set(4, k, HS, 1, Tk, HS);
+            vt.set(5, v, 1, HS, HS, Tk);
+            for (int h = kvh * d.G; h < (kvh + 1) * d.G; h++) {
+                const int bh = b * NH + h;
+                widen(qb, q, t, size_t(b) * Tq * ldq, Tq, size_t(ldq), size_t(h) * HS, HS);
+                float* dqh = dq + size_t(b) * Tq * lddq + size_t(h) * HS;
+                const float* dO = dout + size_t(b) * Tq * C + size_t(h) * HS;
+                const float *L = lse + size_t(bh) * Tq, *Dh = D + size_t(bh) * Tq;
+                qq.set(6, qb, HS, 1, Tq, HS);
+                gg.set(7, dO, C, 1, Tq, HS);
+                for (int c0 = 0; c0 < Tk; c0 += kFlashCols) {
+                    const int c1 = std::min(c0 + kFlashCols, Tk), N = c1 - c0;
+                    for (int r0 = 0; r0 < Tq; r0 += kFlashRows) {
+                        const int r1 = std::min(r0 + kFlashRows, Tq), M = r1 - r0;
+                        if (in_tile(nk[size_t(r1 - 1)], c0, c1) == 0) continue;  // no row of the tile sees a key
+                        kt.product(CblasNoTrans, M, 0, HS, c0, c1, d.scale, qb + size_t(r0) * HS, HS, 0.0f, p, kFlashCols);
+                        for (int i = 0; i < M; i++)
+                            exp_row(p + size_t(i) * kFlashCols, p + size_t(i) * kFlashCols,
+                                    in_tile(nk[size_t(r0 + i)], c0, c1), N, L[r0 + i]);
+                        // dV += P^T dO ; dP = dO V^T
+                        gg.product(CblasTrans, N, r0, r1, 0, HS, 1.0f, p, kFlashCols, 1.0f, dv + size_t(c0) * lddkv, lddkv);
+                        vt.product(CblasNoTrans, M, 0, HS, c0, c1, 1.0f, dO + size_t(r0) * C, C, 0.0f, ds, kFlashCols);
+                        for (int i = 0; i < M; i++)
+                            dscore_row(ds + size_t(i) * kFlashCols, ds + size_t(i) * kFlashCols, p + size_t(i) * kFlashCols,
+                                       in_tile(nk[size_t(r0 + i)], c0, c1), N, Dh[r0 + i], d.scale);
+                        // dQ += dS K ; dK += dS^T Q
+                        kk.product(CblasNoTrans, M, c0, c1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dqh + size_t(r0) * lddq, lddq);
+                        qq.product(CblasTrans, N, r0, r1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dk + size_t(c0) * lddkv, lddkv);
                     }
                 }
             }
