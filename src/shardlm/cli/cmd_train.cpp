@@ -12,6 +12,7 @@
 #include "shardlm/cli/train_flags.h"
 #include "shardlm/comm/flight.h"
 #include "shardlm/comm/mpi_env.h"
+#include "shardlm/io/json_file.h"
 #include "shardlm/core/check.h"
 #include "shardlm/train/trainer.h"
 
@@ -55,8 +56,10 @@ TrainFlags add_train_flags(CLI::App* c) {
 train::TrainConfig TrainFlags::resolve() const {
     train::TrainConfig run = *cfg;
     if (!config_file->empty()) {
-        run = train::load_config_file(*config_file);
-        // flags given on the command line win over the file
+        // the file's keys, then the flags given on the command line over them; older spellings folded once,
+        // when every source is in (--matmul-precision fp32 over a file's bf16 stays fp32 products)
+        run = train::TrainConfig{};
+        train::apply_config_keys(run, io::read_json_file(*config_file), *config_file);
         train::for_each_input(run, [&](const char* key, auto& ref, const char*) {
             if (options->at(key)->count() == 0) return;
             train::for_each_input(*cfg, [&](const char* k2, auto& src, const char*) {
@@ -64,12 +67,6 @@ train::TrainConfig TrainFlags::resolve() const {
                     if (std::string(k2) == key) ref = src;
             });
         });
-        // The file's older spelling was folded as it was read: --matmul-precision fp32 on the command line
-        // undoes its bf16 products, as it did before the two settings were one (unless --precision is given).
-        const auto& alias = cfg->precision.matmul_precision;
-        const bool fp32_products = alias && *alias == kernels::MatmulPrecision::fp32;
-        if (fp32_products && options->at("precision")->count() == 0 && !run.precision.policy.mixed())
-            run.precision.policy.products = DType::F32;
     }
     run.fold_aliases();
     return run;

@@ -62,8 +62,8 @@ private:
 // its gradient unless accumulating; after(unit): its gradient is final.
 class WeightHooks {
 public:
-    WeightHooks(ParamBinding& params, UnitHooks* hooks, bool weight, bool accumulate, std::vector<int> order)
-        : params_(params), hooks_(hooks), weight_(weight), accumulate_(accumulate), order_(std::move(order)) {}
+    WeightHooks(ParamBinding& params, UnitHooks* hooks, bool weight, bool accumulate, const std::vector<int>& order)
+        : params_(params), hooks_(hooks), weight_(weight), accumulate_(accumulate), order_(order) {}
     void before(int unit);
     void after(int unit);
     bool accumulate() const { return accumulate_; }
@@ -72,7 +72,7 @@ private:
     ParamBinding& params_;
     UnitHooks* hooks_;
     bool weight_, accumulate_;
-    std::vector<int> order_;
+    const std::vector<int>& order_;
     size_t at_ = 0;
 };
 

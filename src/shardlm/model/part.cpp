@@ -82,6 +82,7 @@ ModelPart::Chunk ModelPart::make_chunk(const Options& opt, size_t c, int B, int 
     SHARDLM_CHECK(nslots >= 1, "model part: chunk ", c, " needs at least one activation slot");
     UnitEnv env{&config_, &ctx_, &lanes_, params_.get(), &ids_, &shared_, defer_, B, T, nslots};
     add_units(ch, env);
+    ch.backward_units = backward_order(ch);
     // the residual stream: x[k] enters compute unit k, x.back() leaves the chunk
     const size_t n = size_t(ctx_.rows(B * T)) * size_t(config_.n_embd), eb = dtype_bytes(ctx_.prec.activation);
     ch.slots.resize(size_t(nslots));
@@ -214,7 +215,7 @@ void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumul
         SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);
     else
         SHARDLM_CHECK(s.has_w, "ModelPart::backward_weight before backward_input of chunk ", chunk, " slot ", slot);
-    WeightHooks wh(*params_, hooks, phases != Phases::Input, accumulate, backward_order(ch));
+    WeightHooks wh(*params_, hooks, phases != Phases::Input, accumulate, ch.backward_units);
     BackwardPass pass{s, slot, ch.dres.data(), phases, wh};
     for (auto u = ch.compute.rbegin(); u != ch.compute.rend(); ++u) (*u)->backward(pass);
     if (input) s.has_grad = false;

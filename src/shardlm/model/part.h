@@ -144,7 +144,8 @@ private:
         const HeadUnit* head = nullptr;  // the last of compute, if it is the head
         bool has_embedding = false, has_head = false;
         int blocks = 0;
-        std::vector<int> units;  // parameter units in forward order
+        std::vector<int> units;           // parameter units in forward order
+        std::vector<int> backward_units;  // and in the order a backward first uses them (backward_order)
         std::vector<ActivationSlot> slots;
         AlignedBuffer<float> dres;  // (Nl, C)
     };

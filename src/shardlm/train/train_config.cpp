@@ -10,7 +10,6 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/cost/memory.h"
-#include "shardlm/io/json_file.h"
 #include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/weights.h"
 
@@ -440,7 +439,7 @@ void assign(T& dst, const nlohmann::json& v, const std::string& source, const st
 
 }  // namespace
 
-void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source) {
+void apply_config_keys(TrainConfig& c, const nlohmann::json& j, const std::string& source) {
     SHARDLM_CHECK(j.is_object(), source, ": expected a JSON object of training settings");
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string& key = it.key();
@@ -463,15 +462,13 @@ void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::strin
                  "'? (`shardlm train --help` lists every key as a flag)");
         }
     }
+}
+
+void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source) {
+    apply_config_keys(c, j, source);
     c.fold_aliases();
 }
 
-TrainConfig load_config_file(const std::string& path) {
-    nlohmann::json j = io::read_json_file(path);
-    TrainConfig c;
-    apply_config_json(c, j, path);
-    return c;
-}
 
 }  // namespace shardlm::train
 

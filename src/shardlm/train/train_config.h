@@ -490,10 +490,12 @@ struct SettingText {
     bool resolved = false;
 };
 std::vector<SettingText> settings_text(const TrainConfig& c);
-// Applies the keys of a JSON object to c (then fold_aliases()). Unknown keys and wrong types are errors
-// that name `source`, the key, and the closest valid key or the expected type.
+// Applies the keys of a JSON object to c, older spellings as read (apply_config_keys), then folded
+// (fold_aliases). Unknown keys and wrong types are errors that name `source`, the key, and the closest
+// valid key or the expected type. A reader that merges more sources (flags over a file) applies the keys
+// of each and folds once, at the end.
 void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source);
-TrainConfig load_config_file(const std::string& path);
+void apply_config_keys(TrainConfig& c, const nlohmann::json& j, const std::string& source);
 // Levenshtein distance, for "did you mean" suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);
 
