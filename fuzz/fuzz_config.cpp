@@ -7,12 +7,14 @@
 
 #include "fuzz_input.h"
 #include "shardlm/core/check.h"
+#include "shardlm/io/json_file.h"
 #include "shardlm/train/train_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = shardlm::fuzz::as_file(data, size);
     try {
-        shardlm::train::TrainConfig c = shardlm::train::load_config_file(path);
+        shardlm::train::TrainConfig c;
+        shardlm::train::apply_config_json(c, shardlm::io::read_json_file(path), path);
         c.validate();
         (void)c.optim_config();
         (void)shardlm::train::config_to_json(c).dump();
