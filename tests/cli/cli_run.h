@@ -57,6 +57,19 @@ protected:
         std::filesystem::create_directories(tmp);
     }
     void TearDown() override { std::filesystem::remove_all(tmp); }
+
+    // Runs cmd (its output in tmp/<name>.log) and expects it to succeed; returns the output.
+    std::string run(const std::string& cmd, const std::string& name) {
+        const CmdResult r = sh(cmd, tmp / (name + ".log"));
+        EXPECT_EQ(r.code, 0) << cmd << "\n" << r.out;
+        return r.out;
+    }
+    // The command fails, and says `want`.
+    void fails(const std::string& cmd, const std::string& want) {
+        const CmdResult r = sh(cmd, tmp / "err.log");
+        EXPECT_NE(r.code, 0) << cmd;
+        EXPECT_NE(r.out.find(want), std::string::npos) << cmd << "\n" << r.out;
+    }
 };
 
 }  // namespace shardlm::test

@@ -1,7 +1,8 @@
 // LLaMA-style models through the binary (issue 22): a tiny LLaMA with grouped-query attention
 // (tests/fixtures/llama_tiny: RMSNorm, rotary embeddings, SwiGLU, no biases, untied head, 4 query
 // heads sharing 2 key/value heads) trains 10 AdamW steps equal to a float64 PyTorch reference
-// (tools/reference/llama_torch.py) in one process and in tp2, pp2, dp2 ZeRO-1 and tp2 x pp2; its
+// (tools/reference/llama_torch.py) in one process and in tp2, pp2, dp2 ZeRO-1, tp2 x pp2 and context-parallel
+// layouts (cp2, cp4 all-gather, dp2 x cp2 ZeRO-3, cp2 x tp2: rotary angles at the rows' global positions); its
 // checkpoints resume across layouts; an HF LLaMA directory round-trips through export bit-exact;
 // the architecture errors name the fix.
 #include <gtest/gtest.h>
@@ -77,6 +78,10 @@ TEST_F(Llama, TrainsEqualToFloat64PytorchInEveryLayout) {
         {"pp2", 2, "--pp 2 --micro-batch 1 --threads 1"},
         {"dp2 ZeRO-1", 2, "--dp 2 --zero 1 --micro-batch 1 --threads 1"},
         {"tp2 x pp2", 4, "--tp 2 --pp 2 --micro-batch 1 --threads 1"},
+        {"cp2", 2, "--cp 2 --micro-batch 2 --threads 1"},
+        {"cp4, all-gather", 4, "--cp 4 --cp-comm allgather --micro-batch 1 --threads 1"},
+        {"dp2 x cp2 ZeRO-3", 4, "--dp 2 --cp 2 --zero 3 --micro-batch 1 --threads 1"},
+        {"cp2 x tp2", 4, "--cp 2 --tp 2 --micro-batch 1 --threads 1"},
     };
     for (const L& l : layouts) {
         const fs::path out = tmp / "run";

@@ -119,5 +119,43 @@ TEST_F(GridTest, FourRanksDp4) {
     EXPECT_EQ(h.dp().members(), (std::vector<int>{rank() / 2 * 2, rank() / 2 * 2 + 1}));
 }
 
+// The worked example of grid.h: 8 ranks with dp = 2, cp = 2, tp = 2, as pure coordinates.
+TEST(GridCoordinates, ContextParallelSitsBetweenTensorAndData) {
+    const GridDims d{2, 2, 1, 2};
+    const int cp_rank[] = {0, 0, 1, 1, 0, 0, 1, 1}, dp_rank[] = {0, 0, 0, 0, 1, 1, 1, 1};
+    for (int r = 0; r < 8; r++) {
+        const GridCoords c = Grid::coords_of(d, r);
+        EXPECT_EQ(c.tp, r % 2);
+        EXPECT_EQ(c.cp, cp_rank[r]);
+        EXPECT_EQ(c.dp, dp_rank[r]);
+        EXPECT_EQ(c.pp, 0);
+        EXPECT_EQ(Grid::rank_of(d, c), r);
+    }
+    EXPECT_EQ(Grid::resolve({0, 2, 1, 2}, 8).dp, 2);
+    EXPECT_THROW(Grid::resolve({0, 1, 1, 2}, 3), shardlm::Error);
+}
+
+// dp = 2, cp = 2: the cp groups are neighbours, the gradients' group is all four, cp fastest.
+TEST_F(GridTest, FourRanksDp2Cp2) {
+    if (nranks() != 4) GTEST_SKIP() << "needs 4 ranks";
+    Grid g = Grid::create(world(), {2, 1, 1, 2});
+    const int r = rank();
+    EXPECT_EQ(g.cp_rank(), r % 2);
+    EXPECT_EQ(g.dp_rank(), r / 2);
+    EXPECT_EQ(g.cp().members(), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+    EXPECT_EQ(g.dp().members(), (std::vector<int>{r % 2, r % 2 + 2}));
+    EXPECT_EQ(g.dp_cp().members(), (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(g.dp_cp().rank(), g.dp_cp_rank());
+    EXPECT_EQ(g.dp_cp_size(), 4);
+    EXPECT_EQ(g.tp().size(), 1);
+    double x = r;
+    g.cp().all_reduce_sum(&x, 1);
+    EXPECT_EQ(x, double(r / 2 * 4 + 1));
+    // without cp the gradients' group is the dp group itself
+    Grid h = Grid::create(world(), {4, 1, 1});
+    EXPECT_EQ(&h.dp_cp(), &h.dp());
+    EXPECT_EQ(h.cp().size(), 1);
+}
+
 }  // namespace
 }  // namespace shardlm::comm::test

@@ -58,13 +58,17 @@ struct Result {
 
 // Every rank's forward over all ranks' key blocks (the ring's order: its own first), the backward the same,
 // each rank's dK/dV accumulated on the key block's owner; out, lse and dqkv put back in sequence order.
-Result by_blocks(const Shape& s, int cp, const Vec& qkv, const Vec& dout, bool causal) {
+// starts (B, T): each row's document start (packed documents), or empty.
+Result by_blocks(const Shape& s, int cp, const Vec& qkv, const Vec& dout, bool causal, const std::vector<int>& starts = {}) {
     const int B = s.B, T = s.T, C = s.C(), W = s.W(), NH = s.NH, Tl = T / cp, HS = s.HS;
     const size_t ranks = size_t(cp);
     std::vector<std::vector<int>> pos(ranks);
     std::vector<Vec> lq(ranks), ldo(ranks), lout(ranks), llse(ranks), lD(ranks), lg(ranks);
+    std::vector<std::vector<int>> lstart(ranks);
     for (int r = 0; r < cp; r++) {
         pos[size_t(r)] = cp == 1 ? zigzag(T, 1, 0) : zigzag(T, cp, r);
+        for (int b = 0; !starts.empty() && b < B; b++)
+            for (int p : pos[size_t(r)]) lstart[size_t(r)].push_back(starts[size_t(b) * T + size_t(p)]);
         lq[size_t(r)] = gather(qkv, B, T, W, pos[size_t(r)]);
         ldo[size_t(r)] = gather(dout, B, T, C, pos[size_t(r)]);
         lg[size_t(r)].assign(size_t(B) * Tl * W, 0.0f);
@@ -72,7 +76,8 @@ Result by_blocks(const Shape& s, int cp, const Vec& qkv, const Vec& dout, bool c
     // rank r's queries against rank src's keys, where both lie in their ranks' qkv
     auto pair = [&](int r, int src) {
         return FlashBlockPair{lq[size_t(r)].data(), W, lq[size_t(src)].data() + C, W, DType::F32, pos[size_t(r)].data(),
-                              pos[size_t(src)].data(), B, Tl, Tl, C, NH, s.NKV, causal};
+                              pos[size_t(src)].data(), B, Tl, Tl, C, NH, s.NKV, causal,
+                              starts.empty() ? nullptr : lstart[size_t(r)].data()};
     };
     for (int r = 0; r < cp; r++) {
         Vec o(size_t(B) * NH * Tl * HS), m(size_t(B) * NH * Tl), l(m.size());
@@ -157,6 +162,42 @@ TEST(FlashBlocks, WithoutTheMaskEveryQueryAttendsToEveryKey) {
                 }
             }
     EXPECT_LT(worst, 2e-6 * scale);
+}
+
+// Packed documents: with each row's document start, the blocks give what the whole-sequence kernel gives
+// on every document alone (each sequence cut at its documents' starts, run as sequences of their own).
+TEST(FlashBlocks, DocumentStartsEqualEachDocumentAlone) {
+    const Shape s{2, 48, 4, 2, 8};
+    const int C = s.C(), W = s.W(), NH = s.NH;
+    const Vec qkv = randn(size_t(s.B) * s.T * W, 23, 1.0f), dout = randn(size_t(s.B) * s.T * C, 29, 1.0f);
+    // documents: sequence 0 at 0, 5, 6 (a one-token document), 29; sequence 1 one document
+    const std::vector<std::vector<int>> docs = {{0, 5, 6, 29}, {0}};
+    std::vector<int> starts(size_t(s.B) * s.T);
+    Result alone{Vec(dout.size()), Vec(size_t(s.B) * NH * s.T), Vec(qkv.size())};
+    for (int b = 0; b < s.B; b++) {
+        const std::vector<int>& d = docs[size_t(b)];
+        for (size_t k = 0; k < d.size(); k++) {
+            const int t0 = d[k], t1 = k + 1 < d.size() ? d[k + 1] : s.T, n = t1 - t0;
+            for (int t = t0; t < t1; t++) starts[size_t(b) * s.T + size_t(t)] = t0;
+            Vec q(qkv.begin() + (ptrdiff_t(b) * s.T + t0) * W, qkv.begin() + (ptrdiff_t(b) * s.T + t1) * W);
+            Vec g(dout.begin() + (ptrdiff_t(b) * s.T + t0) * C, dout.begin() + (ptrdiff_t(b) * s.T + t1) * C);
+            Vec o(size_t(n) * C), l(size_t(NH) * n), dq(q.size());
+            flash_attention_forward(o.data(), l.data(), q.data(), DType::F32, 1, n, C, NH, s.NKV);
+            flash_attention_backward(dq.data(), g.data(), q.data(), o.data(), l.data(), DType::F32, 1, n, C, NH, s.NKV);
+            std::copy(o.begin(), o.end(), alone.out.begin() + (ptrdiff_t(b) * s.T + t0) * C);
+            std::copy(dq.begin(), dq.end(), alone.dqkv.begin() + (ptrdiff_t(b) * s.T + t0) * W);
+            for (int h = 0; h < NH; h++)
+                std::copy_n(l.begin() + ptrdiff_t(h) * n, n, alone.lse.begin() + (ptrdiff_t(b) * NH + h) * s.T + t0);
+        }
+    }
+    for (int cp : {1, 2, 3, 4}) {
+        const Result blocks = by_blocks(s, cp, qkv, dout, true, starts);
+        EXPECT_LT(rel_diff(blocks.out, alone.out), 2e-6f) << "cp " << cp;
+        EXPECT_LT(rel_diff(blocks.lse, alone.lse), 2e-6f) << "cp " << cp;
+        EXPECT_LT(rel_diff(blocks.dqkv, alone.dqkv), 1e-5f) << "cp " << cp;
+    }
+    // and the mask matters: without it the first document's rows see the others
+    EXPECT_GT(rel_diff(by_blocks(s, 2, qkv, dout, true).out, alone.out), 1e-2f);
 }
 
 }  // namespace

@@ -40,6 +40,13 @@ constexpr const auto& enum_names(Attention) { return kAttentionNames; }
 std::string attention_name(Attention a);  // "flash" | "naive"
 bool attention_from_name(const std::string& s, Attention* out);
 
+// How context parallelism's attention reaches the other ranks' keys and values: passed around the ring of
+// cp ranks, a block a step, overlapped with the attention tiles (ring attention: Megatron-Core's and
+// Transformer Engine's p2p, torchtitan's default), or all gathered once a layer (Llama 3's all-gather).
+enum class CpComm { Ring, AllGather };
+inline constexpr EnumName<CpComm> kCpCommNames[] = {{CpComm::Ring, "ring"}, {CpComm::AllGather, "allgather"}};
+constexpr const auto& enum_names(CpComm) { return kCpCommNames; }
+
 struct BlockFlops {
     double matmul = 0;     // weight matrices
     double attention = 0;  // Q K^T and P V

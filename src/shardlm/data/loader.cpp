@@ -52,6 +52,32 @@ void BatchLoader::fill(int64_t k, int G, int j, int* inputs, int* targets) {
 
 void BatchLoader::fill_row(int64_t i, int* inputs, int* targets) const { copy_row((i % rows_) * T_, inputs, targets); }
 
+void document_starts(const int* inputs, int T, int eot, int* starts) {
+    int start = 0;
+    for (int t = 0; t < T; t++) {
+        if (inputs[t] == eot) start = t;
+        starts[t] = start;
+    }
+}
+
+DocumentStats BatchLoader::document_stats(int eot) const {
+    DocumentStats s;
+    const size_t n = size_t(T_);
+    std::vector<int> in(n), tg(n), starts(n);
+    double skipped = 0, pairs = 0;
+    for (int64_t r = 0; r < rows_; r++) {
+        fill_row(r, in.data(), tg.data());
+        document_starts(in.data(), T_, eot, starts.data());
+        for (int t = 0; t < T_; t++) {
+            skipped += double(starts[size_t(t)]);  // keys 0 .. start - 1 of a causal row t
+            pairs += double(t + 1);
+            s.documents += in[size_t(t)] == eot;
+        }
+    }
+    s.skipped = pairs > 0 ? skipped / pairs : 0.0;
+    return s;
+}
+
 int BatchLoader::max_token() const {
     uint16_t m = 0;
     for (uint16_t t : tokens_) m = std::max(m, t);

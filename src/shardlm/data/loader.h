@@ -19,6 +19,18 @@ enum class Order { Sequential, Random };
 inline constexpr EnumName<Order> kOrderNames[] = {{Order::Sequential, "sequential"}, {Order::Random, "random"}};
 constexpr const auto& enum_names(Order) { return kOrderNames; }
 
+// Packed documents: each begins at an end-of-text token `eot` (llm.c's shards put one before every
+// document). starts[t] = the position of the last eot at or before t among a row's T inputs (0 if none):
+// the first key row t's attention sees under --doc-mask.
+void document_starts(const int* inputs, int T, int eot, int* starts);
+
+// What document masks do to a shard read in rows of T: how many documents begin in it, and the share of
+// the causal (query, key) pairs of its rows that lie across a document boundary (attention skips them).
+struct DocumentStats {
+    int64_t documents = 0;
+    double skipped = 0;
+};
+
 class BatchLoader {
 public:
     BatchLoader(std::vector<uint16_t> tokens, int T, Order order, uint64_t seed, std::string source);
@@ -31,6 +43,8 @@ public:
     // The i-th row of a fixed, ordered sweep (validation): row i mod num_rows.
     void fill_row(int64_t i, int* inputs, int* targets) const;
     int max_token() const;
+    // document masks on the fixed sweep's rows (fill_row's)
+    DocumentStats document_stats(int eot) const;
     // Entropy (nats) of the shard's unigram token distribution: the loss of the best context-free model.
     double unigram_entropy() const;
     // The same over the concatenation of several shards (e.g. train + validation: the whole corpus).

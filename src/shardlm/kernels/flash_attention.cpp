@@ -251,27 +251,64 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
 
 namespace {
 
-// Per query row, how many keys of the block it sees: with positions increasing in both blocks, a prefix
-// (causal: the keys at positions <= its own; else all).
-std::vector<int> visible_keys(const int* qpos, const int* kpos, int Tq, int Tk, bool causal) {
-    std::vector<int> n(size_t(Tq), Tk);
-    if (causal)
-        for (int i = 0, j = 0; i < Tq; i++) {
-            while (j < Tk && kpos[j] <= qpos[i]) j++;
-            n[size_t(i)] = j;
+// Per query row, the keys of the block it sees, [lo, hi): with positions increasing in both blocks a range
+// (causal: the keys at positions <= its own, else all; with document starts, none before its document's
+// start). Both ends grow with the row. One set for the batch, or one per sequence with document starts.
+class VisibleKeys {
+public:
+    explicit VisibleKeys(const FlashBlockPair& p) : Tq_(p.Tq), per_seq_(p.qstart != nullptr) {
+        const int n = per_seq_ ? p.B : 1;
+        lo_.assign(size_t(n) * size_t(p.Tq), 0), hi_.assign(lo_.size(), p.Tk);
+        for (int b = 0; b < n; b++) {
+            int* lo = lo_.data() + size_t(b) * size_t(p.Tq);
+            int* hi = hi_.data() + size_t(b) * size_t(p.Tq);
+            for (int i = 0, j = 0; p.causal && i < p.Tq; i++) {
+                while (j < p.Tk && p.kpos[j] <= p.qpos[i]) j++;
+                hi[i] = j;
+            }
+            const int* start = per_seq_ ? p.qstart + size_t(b) * size_t(p.Tq) : nullptr;
+            for (int i = 0, j = 0; start && i < p.Tq; i++) {
+                while (j < p.Tk && p.kpos[j] < start[i]) j++;
+                lo[i] = j;
+            }
         }
-    return n;
+    }
+    const int* lo(int b) const { return lo_.data() + (per_seq_ ? size_t(b) * size_t(Tq_) : 0); }
+    const int* hi(int b) const { return hi_.data() + (per_seq_ ? size_t(b) * size_t(Tq_) : 0); }
+
+private:
+    int Tq_;
+    bool per_seq_;
+    std::vector<int> lo_, hi_;
+};
+
+// Of the tile of keys [c0, c1): the columns [a, e) a row that sees keys [lo, hi) sees (a >= e: none).
+struct TileSpan {
+    int a, e;
+    TileSpan(int lo, int hi, int c0, int c1) : a(std::clamp(lo - c0, 0, c1 - c0)), e(std::clamp(hi - c0, 0, c1 - c0)) {}
+    bool empty() const { return e <= a; }
+};
+// Whether no row of rows [r0, r1) sees a key of the tile [c0, c1) (both ends grow with the row).
+inline bool tile_hidden(const int* lo, const int* hi, int r0, int r1, int c0, int c1) {
+    return c0 >= hi[r1 - 1] || c1 <= lo[r0];
 }
 
-// of the tile of keys [c0, c1), how many a row that sees the block's first `n` keys sees
-inline int in_tile(int n, int c0, int c1) { return std::clamp(n - c0, 0, c1 - c0); }
+// p[a, e) <- exp(s[a, e) - m), the rest of [0, end) <- 0; returns the sum of p[a, e).
+float exp_span(float* p, const float* s, TileSpan t, int end, float m) {
+    std::fill(p, p + t.a, 0.0f);
+    return exp_row(p + t.a, s + t.a, t.e - t.a, end - t.a, m);
+}
+// ds[a, e) <- scale * p * (dp - d), the rest <- 0 (ds may alias dp)
+void dscore_span(float* ds, const float* dp, const float* p, TileSpan t, int end, float d, float scale) {
+    std::fill(ds, ds + t.a, 0.0f);
+    dscore_row(ds + t.a, dp + t.a, p + t.a, t.e - t.a, end - t.a, d, scale);
+}
 
 // A pair's widths and each query row's visible keys.
 struct PairDims {
     Dims d;
-    std::vector<int> nk;
-    explicit PairDims(const FlashBlockPair& p)
-        : d(p.C, p.NH, p.NKV > 0 ? p.NKV : p.NH), nk(visible_keys(p.qpos, p.kpos, p.Tq, p.Tk, p.causal)) {}
+    VisibleKeys keys;
+    explicit PairDims(const FlashBlockPair& p) : d(p.C, p.NH, p.NKV > 0 ? p.NKV : p.NH), keys(p) {}
 };
 
 }  // namespace
@@ -286,7 +323,6 @@ void flash_state_reset(FlashState s, int B, int NH, int Tq, int HS) {
 void flash_block_forward(FlashState s, const FlashBlockPair& p) {
     const PairDims pd(p);
     const Dims& d = pd.d;
-    const std::vector<int>& nk = pd.nk;
     const int HS = d.HS, B = p.B, NH = p.NH, Tq = p.Tq, Tk = p.Tk, ldq = p.ldq, ldkv = p.ldkv;
     const DType t = p.t;
     const void *q = p.q, *kv = p.kv;
@@ -304,23 +340,25 @@ void flash_block_forward(FlashState s, const FlashBlockPair& p) {
             kt.set(3, k, 1, HS, HS, Tk);
             vv.set(4, v, HS, 1, Tk, HS);
             float *o = s.o + size_t(bh) * Tq * HS, *mx = s.m + size_t(bh) * Tq, *sum = s.l + size_t(bh) * Tq;
+            const int *lo = pd.keys.lo(b), *hi = pd.keys.hi(b);
             for (int r0 = 0; r0 < Tq; r0 += kFlashRows) {
                 const int r1 = std::min(r0 + kFlashRows, Tq), M = r1 - r0;
                 for (int c0 = 0; c0 < Tk; c0 += kFlashCols) {
                     const int c1 = std::min(c0 + kFlashCols, Tk), N = c1 - c0;
-                    if (in_tile(nk[size_t(r1 - 1)], c0, c1) == 0) break;  // nor any later tile (positions increase)
+                    if (c0 >= hi[r1 - 1]) break;  // nor any later tile (positions increase)
+                    if (tile_hidden(lo, hi, r0, r1, c0, c1)) continue;
                     kt.product(CblasNoTrans, M, 0, HS, c0, c1, d.scale, qb + size_t(r0) * HS, HS, 0.0f, sc, kFlashCols);
                     for (int i = 0; i < M; i++) {
                         float* row = sc + size_t(i) * kFlashCols;
-                        const int n = in_tile(nk[size_t(r0 + i)], c0, c1);
-                        if (n <= 0) {
+                        const int r = r0 + i;
+                        const TileSpan span(lo[r], hi[r], c0, c1);
+                        if (span.empty()) {
                             std::fill(row, row + N, 0.0f);
                             continue;
                         }
-                        const int r = r0 + i;
-                        const float m_new = std::max(mx[r], row_max(row, n));
+                        const float m_new = std::max(mx[r], row_max(row + span.a, span.e - span.a));
                         const float alpha = std::exp(mx[r] - m_new);  // 0 on the row's first keys (mx = -inf)
-                        sum[r] = sum[r] * alpha + exp_row(row, row, n, N, m_new);
+                        sum[r] = sum[r] * alpha + exp_span(row, row, span, N, m_new);
                         if (alpha != 1.0f) scale_row(o + size_t(r) * HS, HS, alpha);
                         mx[r] = m_new;
                     }
@@ -368,7 +406,6 @@ void flash_block_backward(float* dq, int lddq, float* dkv, int lddkv, const floa
                           const FlashBlockPair& p) {
     const PairDims pd(p);
     const Dims& d = pd.d;
-    const std::vector<int>& nk = pd.nk;
     const int HS = d.HS, B = p.B, NH = p.NH, NKV = p.NH / d.G, Tq = p.Tq, Tk = p.Tk, C = p.C;
     const int ldq = p.ldq, ldkv = p.ldkv;
     const DType t = p.t;
@@ -390,6 +427,7 @@ void flash_block_backward(float* dq, int lddq, float* dkv, int lddkv, const floa
             kt.set(3, k, 1, HS, HS, Tk);
             kk.set(4, k, HS, 1, Tk, HS);
             vt.set(5, v, 1, HS, HS, Tk);
+            const int *lo = pd.keys.lo(b), *hi = pd.keys.hi(b);
             for (int h = kvh * d.G; h < (kvh + 1) * d.G; h++) {
                 const int bh = b * NH + h;
                 widen(qb, q, t, size_t(b) * Tq * ldq, Tq, size_t(ldq), size_t(h) * HS, HS);
@@ -402,17 +440,17 @@ void flash_block_backward(float* dq, int lddq, float* dkv, int lddkv, const floa
                     const int c1 = std::min(c0 + kFlashCols, Tk), N = c1 - c0;
                     for (int r0 = 0; r0 < Tq; r0 += kFlashRows) {
                         const int r1 = std::min(r0 + kFlashRows, Tq), M = r1 - r0;
-                        if (in_tile(nk[size_t(r1 - 1)], c0, c1) == 0) continue;  // no row of the tile sees a key
+                        if (tile_hidden(lo, hi, r0, r1, c0, c1)) continue;  // no row of the tile sees a key
                         kt.product(CblasNoTrans, M, 0, HS, c0, c1, d.scale, qb + size_t(r0) * HS, HS, 0.0f, p, kFlashCols);
                         for (int i = 0; i < M; i++)
-                            exp_row(p + size_t(i) * kFlashCols, p + size_t(i) * kFlashCols,
-                                    in_tile(nk[size_t(r0 + i)], c0, c1), N, L[r0 + i]);
+                            exp_span(p + size_t(i) * kFlashCols, p + size_t(i) * kFlashCols,
+                                     TileSpan(lo[r0 + i], hi[r0 + i], c0, c1), N, L[r0 + i]);
                         // dV += P^T dO ; dP = dO V^T
                         gg.product(CblasTrans, N, r0, r1, 0, HS, 1.0f, p, kFlashCols, 1.0f, dv + size_t(c0) * lddkv, lddkv);
                         vt.product(CblasNoTrans, M, 0, HS, c0, c1, 1.0f, dO + size_t(r0) * C, C, 0.0f, ds, kFlashCols);
                         for (int i = 0; i < M; i++)
-                            dscore_row(ds + size_t(i) * kFlashCols, ds + size_t(i) * kFlashCols, p + size_t(i) * kFlashCols,
-                                       in_tile(nk[size_t(r0 + i)], c0, c1), N, Dh[r0 + i], d.scale);
+                            dscore_span(ds + size_t(i) * kFlashCols, ds + size_t(i) * kFlashCols, p + size_t(i) * kFlashCols,
+                                        TileSpan(lo[r0 + i], hi[r0 + i], c0, c1), N, Dh[r0 + i], d.scale);
                         // dQ += dS K ; dK += dS^T Q
                         kk.product(CblasNoTrans, M, c0, c1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dqh + size_t(r0) * lddq, lddq);
                         qq.product(CblasTrans, N, r0, r1, 0, HS, 1.0f, ds, kFlashCols, 1.0f, dk + size_t(c0) * lddkv, lddkv);

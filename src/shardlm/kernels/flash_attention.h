@@ -30,7 +30,8 @@ void flash_attention_backward(float* dqkv, const float* dout, const void* qkv, c
 // attention): each (query block, key block) pair is a product at global positions, merged into the query
 // block's running state, fp32. qpos (Tq) and kpos (Tk) are the rows' positions in the sequence, increasing
 // within each block (a zigzag block, chunks r and 2cp-1-r, is); causal: key j is visible to query i iff
-// kpos[j] <= qpos[i].
+// kpos[j] <= qpos[i]. Packed documents: with qstart, query i of sequence b sees no key before position
+// qstart[b Tq + i] (its document's first), which must not decrease along a sequence's rows.
 // Operands are strided so that the queries and keys can be read where they lie: q (B, Tq) rows ldq apart
 // (the block's qkv: C + 2 KVC), k and v from kv (B, Tk) rows ldkv apart (v KVC after k: the block's qkv
 // at column C, or a received (B, Tk, 2 KVC) buffer). Over all key blocks the result equals flash_attention_forward /
@@ -55,6 +56,7 @@ struct FlashBlockPair {
     const int* kpos;  // (Tk)
     int B, Tq, Tk, C, NH, NKV;
     bool causal = true;
+    const int* qstart = nullptr;  // (B, Tq) each query row's document start; null: no document mask
 };
 // The state takes one key block.
 void flash_block_forward(FlashState s, const FlashBlockPair& p);

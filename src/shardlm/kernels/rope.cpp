@@ -10,16 +10,16 @@ namespace shardlm::kernels {
 
 namespace {
 
-// cos and sin of positions pos0 .. pos0+T-1 (T x d/2 each), as HF's LlamaRotaryEmbedding computes
+// cos and sin of positions pos0 .. pos0+T-1, or pos[0 .. T-1] (T x d/2 each), as HF's LlamaRotaryEmbedding computes
 // them in fp32: inv_freq = 1 / theta^(2i/d), angle = position * inv_freq.
-void tables(std::vector<float>& cs, std::vector<float>& sn, int T, int pos0, int HS, float theta) {
+void tables(std::vector<float>& cs, std::vector<float>& sn, int T, int pos0, const int* pos, int HS, float theta) {
     const int h = HS / 2;
     cs.resize(size_t(T) * h), sn.resize(size_t(T) * h);
     std::vector<float> inv(static_cast<size_t>(h));
     for (int i = 0; i < h; i++) inv[size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(HS));
     for (int t = 0; t < T; t++)
         for (int i = 0; i < h; i++) {
-            const float a = float(pos0 + t) * inv[size_t(i)];
+            const float a = float(pos ? pos[t] : pos0 + t) * inv[size_t(i)];
             cs[size_t(t) * h + i] = float(std::cos(double(a)));
             sn[size_t(t) * h + i] = float(std::sin(double(a)));
         }
@@ -40,23 +40,23 @@ inline void rotate(float* x, const float* c, const float* s, int n_heads, int HS
     }
 }
 
-void apply(void* x, DType t, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta,
-           float sign) {
+void apply(void* x, DType t, int N, int T, int pos0, const int* positions, size_t stride, int col0, int n_heads, int HS,
+           float theta, float sign) {
     std::vector<float> cs, sn;
-    tables(cs, sn, T, pos0, HS, theta);
+    tables(cs, sn, T, pos0, positions, HS, theta);
     const int h = HS / 2, W = n_heads * HS;
 #pragma omp parallel if (!cpu_contended())
     {
         std::vector<float> buf(t == DType::F32 ? 0 : size_t(W));
 #pragma omp for schedule(static)
         for (int r = 0; r < N; r++) {
-            const int pos = r % T;
+            const int row = r % T;  // its row of the tables
             const size_t off = size_t(r) * stride + size_t(col0);
             if (t == DType::F32) {
-                rotate(static_cast<float*>(x) + off, &cs[size_t(pos) * h], &sn[size_t(pos) * h], n_heads, HS, sign);
+                rotate(static_cast<float*>(x) + off, &cs[size_t(row) * h], &sn[size_t(row) * h], n_heads, HS, sign);
             } else {
                 load_row(buf.data(), at(x, t, off), t, size_t(W));
-                rotate(buf.data(), &cs[size_t(pos) * h], &sn[size_t(pos) * h], n_heads, HS, sign);
+                rotate(buf.data(), &cs[size_t(row) * h], &sn[size_t(row) * h], n_heads, HS, sign);
                 store_row(at(x, t, off), t, buf.data(), size_t(W));
             }
         }
@@ -65,12 +65,14 @@ void apply(void* x, DType t, int N, int T, int pos0, size_t stride, int col0, in
 
 }  // namespace
 
-void rope_forward(void* x, DType t, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta) {
-    apply(x, t, N, T, pos0, stride, col0, n_heads, HS, theta, 1.0f);
+void rope_forward(void* x, DType t, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta,
+                  const int* pos) {
+    apply(x, t, N, T, pos0, pos, stride, col0, n_heads, HS, theta, 1.0f);
 }
 
-void rope_backward(float* dx, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta) {
-    apply(dx, DType::F32, N, T, pos0, stride, col0, n_heads, HS, theta, -1.0f);
+void rope_backward(float* dx, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta,
+                   const int* pos) {
+    apply(dx, DType::F32, N, T, pos0, pos, stride, col0, n_heads, HS, theta, -1.0f);
 }
 
 }  // namespace shardlm::kernels

@@ -11,12 +11,14 @@
 
 namespace shardlm::kernels {
 
-// x: N rows of `stride` elements (type t), row r at position pos0 + r % T; in each row the heads
-// [0, n_heads) of HS elements start at column col0. In place; 16-bit rows are rotated in fp32 and
-// rounded back.
-void rope_forward(void* x, DType t, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta);
+// x: N rows of `stride` elements (type t), row r at position pos0 + r % T, or pos[r % T] (a
+// context-parallel rank's slice of each sequence: T positions); in each row the heads [0, n_heads) of HS
+// elements start at column col0. In place; 16-bit rows are rotated in fp32 and rounded back.
+void rope_forward(void* x, DType t, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta,
+                  const int* pos = nullptr);
 // dx (fp32, same geometry): the gradient w.r.t. the rotated values becomes the gradient w.r.t. the
 // values before rotation. In place.
-void rope_backward(float* dx, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta);
+void rope_backward(float* dx, int N, int T, int pos0, size_t stride, int col0, int n_heads, int HS, float theta,
+                   const int* pos = nullptr);
 
 }  // namespace shardlm::kernels

@@ -21,9 +21,10 @@ namespace shardlm::launch {
 
 struct Layout {
     int dp = 1, tp = 1, pp = 1;
-    int ranks() const { return dp * tp * pp; }
+    int cp = 1;  // the run's, kept by every new layout (a sequence's split is the run's choice)
+    int ranks() const { return dp * tp * pp * cp; }
 };
-std::string describe(const Layout& l);  // "dp2 tp1 pp2"
+std::string describe(const Layout& l);  // "dp2 tp1 pp2" (and " cp2" with context parallelism)
 
 // The per-rank bytes the cost model predicts for cfg's model, batch, precision and ZeRO stage on l.
 double rank_bytes(const train::TrainConfig& cfg, const model::GptConfig& mc, const Layout& l);

@@ -288,7 +288,9 @@ std::string shrink_hostfile(const std::string& text, const std::vector<std::stri
 }
 
 Layout first_layout(const train::TrainConfig& cfg, int np) {
-    Layout l{cfg.parallel.dp > 0 ? cfg.parallel.dp : np / std::max(1, cfg.parallel.tp * cfg.parallel.pp), cfg.parallel.tp, cfg.parallel.pp};
+    const int cp = cfg.parallel.cp;
+    Layout l{cfg.parallel.dp > 0 ? cfg.parallel.dp : np / std::max(1, cfg.parallel.tp * cfg.parallel.pp * cp), cfg.parallel.tp,
+             cfg.parallel.pp, cp};
     return l;
 }
 
@@ -304,7 +306,7 @@ Layout checked_first_layout(const LaunchOptions& o, const train::TrainConfig& cf
     SHARDLM_CHECK(o.max_restarts >= 0, "launch: --max-restarts must be >= 0 (got ", o.max_restarts, ")");
     const Layout l0 = first_layout(cfg, o.np);
     SHARDLM_CHECK(l0.ranks() == o.np, "launch: -np ", o.np, " does not equal the train command's layout ", describe(l0), " (",
-                  l0.ranks(), " ranks)", "\n---> HINT: -np ", l0.ranks(), ", or --dp ", o.np / std::max(1, cfg.parallel.tp * cfg.parallel.pp));
+                  l0.ranks(), " ranks)", "\n---> HINT: -np ", l0.ranks(), ", or --dp ", o.np / std::max(1, cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp));
     return l0;
 }
 

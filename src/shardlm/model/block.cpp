@@ -48,15 +48,23 @@ BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
             a.lse.size() ? a.lse.data() + size_t(b0) * size_t(d.NHt) * size_t(T) : nullptr};
 }
 
-// Rotary embeddings on the q and k heads of n rows of [q | k | v] (positions pos0 + row % T); and
-// the inverse rotation of their gradients.
+// Rotary embeddings on the q and k heads of n rows of [q | k | v] (positions pos0 + row % T, or the
+// context-parallel slice's); and the inverse rotation of their gradients.
 void rope_qk(const UnitContext& u, const BlockDims& d, void* qkv, int n, int T, int pos0) {
     if (u.cfg->position == Position::Rope)
-        rope_forward(qkv, u.prec.activation, n, T, pos0, size_t(d.Wqkv), 0, d.NHt + d.KVt, d.HS, u.cfg->rope_theta);
+        rope_forward(qkv, u.prec.activation, n, T, pos0, size_t(d.Wqkv), 0, d.NHt + d.KVt, d.HS, u.cfg->rope_theta,
+                     u.positions());
 }
 void rope_qk_backward(const UnitContext& u, const BlockDims& d, float* dqkv, int n, int T) {
     if (u.cfg->position == Position::Rope)
-        rope_backward(dqkv, n, T, 0, size_t(d.Wqkv), 0, d.NHt + d.KVt, d.HS, u.cfg->rope_theta);
+        rope_backward(dqkv, n, T, 0, size_t(d.Wqkv), 0, d.NHt + d.KVt, d.HS, u.cfg->rope_theta, u.positions());
+}
+
+// Attention over the whole sequence from this context-parallel rank's rows (model/context_parallel.h), inside
+// documents where the rows have starts; b0: the first of the B sequences.
+CpAttention cp_attention(const UnitContext& u, const BlockDims& d, int b0, int B, int T) {
+    const int* starts = u.doc_start ? u.doc_start + size_t(b0) * size_t(T) : nullptr;
+    return {u.cp, u.split, u.cp_comm, &u.scratch->cp, u.prec.activation, B, d.Ct, d.NHt, d.KVt, true, starts};
 }
 
 // The MLP's activation: GELU of the first product, or SwiGLU of its [gate | up].
@@ -84,6 +92,8 @@ void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& 
         SHARDLM_CHECK(!u.mixed() && tp == 1, "decoding runs in fp32 on one rank");
         attention_forward_cached(static_cast<float*>(a.atty), static_cast<float*>(a.qkv), kv->k, kv->v, pos, T, d.Ct,
                                  d.NHt, kv->scores, d.KVt);
+    } else if (u.attention_by_blocks()) {
+        cp_attention_forward(cp_attention(u, d, sq.begin, B, T), a.atty, a.lse, a.qkv);
     } else if (u.fused_attention) {
         flash_attention_forward(a.atty, a.lse, a.qkv, t, B, T, d.Ct, d.NHt, d.KVt);
     } else {
@@ -155,7 +165,9 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
         // attention: resid2 = x + attention(norm1(x)) @ Wp^T + bp
         row_parallel_dout(u, dy_p, dr, n);
         linear_backward(u, datty, nullptr, nullptr, dy_p, a.atty, w.w[kAttnProjW], n, Ct, C, false, rows16(k.dy_proj16, C));
-        if (u.fused_attention) {  // the tiles' probabilities again, from the kept output and row statistics
+        if (u.attention_by_blocks()) {
+            cp_attention_backward(cp_attention(u, d, sq.begin, sq.count, T), dqkv, datty, a.qkv, a.atty, a.lse);
+        } else if (u.fused_attention) {  // the tiles' probabilities again, from the kept output and row statistics
             flash_attention_backward(dqkv, datty, a.qkv, a.atty, a.lse, t, sq.count, T, Ct, NHt, d.KVt);
         } else {
             const void* att = a.att;

@@ -38,6 +38,7 @@ struct UnitHooks {
 // k-th unit, x.back() leaves the chunk), in the activations' type, and where its passes stand.
 struct ActivationSlot {
     std::vector<TypedBuffer> x;
+    std::vector<int> doc_start;  // document masks: each row's document's first position (B x T)
     int B = 0, T = 0;
     bool has_grad = false;  // a training forward waits for its backward (B)
     bool has_w = false;     // B ran, W waits

@@ -14,13 +14,16 @@ namespace shardlm::model {
 
 ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std::move(config)) {
     config_.validate("model '" + config_.name + "'");
-    SHARDLM_CHECK(T <= config_.n_ctx, "sequence length ", T, " exceeds the model's n_ctx ", config_.n_ctx,
+    const int cp = opt.cp ? opt.cp->size() : 1;
+    SHARDLM_CHECK(T * cp <= config_.n_ctx, "sequence length ", T * cp, " exceeds the model's n_ctx ", config_.n_ctx,
                   "\n---> HINT: use --seq <= ", config_.n_ctx);
+    if (cp > 1 || opt.doc_mask) split_ = std::make_unique<SequenceSplit>(T * cp, cp);
+    doc_mask_ = opt.doc_mask;
     TensorParallel* tp = opt.tp ? opt.tp : &no_tensor_parallel();
     const int t = tp->size();
     if (opt.sequence_parallel && t > 1)
-        SHARDLM_CHECK(T % t == 0, "--sequence-parallel splits the sequence over the ", t,
-                      " tensor-parallel ranks: --seq ", T, " must be a multiple of ", t);
+        SHARDLM_CHECK(T % t == 0, "--sequence-parallel splits the sequence over the ", t, " tensor-parallel ranks: --seq ",
+                      T * cp, cp > 1 ? cat(" / --cp ", cp, " = ", T) : std::string(), " must be a multiple of ", t);
     if (opt.chunks.empty()) opt.chunks.push_back({0, head_compute_unit(config_.n_layer)});
     LayoutSpec spec;
     spec.chunks = opt.chunks;
@@ -38,7 +41,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                   " --recompute full keeps only the block's input\n---> HINT: use --recompute selective or none,"
                   " or --schedule 1f1b");
     if (opt.recompute == Recompute::Full)
-        shared_.recompute.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true, opt.fused_attention);
+        shared_.recompute.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true, ctx_.fused_attention);
     maxB_ = B;
     maxT_ = T;
     bool any_block = false, any_head = false;
@@ -61,14 +64,21 @@ void ModelPart::make_context(const Options& opt, TensorParallel* tp, int B, int 
     ctx_.sp = opt.sequence_parallel && t > 1;
     ctx_.prec = opt.precision;
     ctx_.recompute = opt.recompute;
-    ctx_.fused_attention = opt.fused_attention;
+    ctx_.fused_attention = opt.fused_attention || split_;
     ctx_.scratch = &scratch_;
+    if (split_) ctx_.cp = split_->cp() > 1 ? opt.cp : nullptr, ctx_.split = split_.get(), ctx_.cp_comm = opt.cp_comm;
     SHARDLM_CHECK(opt.lanes >= 1 && (opt.lanes == 1 || t == 1), "model part: ", opt.lanes,
                   " lanes need one tensor-parallel rank (got --tp ", t, ")");
+    SHARDLM_CHECK(opt.lanes == 1 || !split_, "model part: ", opt.lanes, " lanes need one context-parallel rank and no ",
+                  "document masks (attention by blocks runs on all threads; got --cp ", split_ ? split_->cp() : 1, ")");
     lanes_ = LaneRunner(std::min(opt.lanes, B));
     // per-thread attention scratch: for the lanes, or for every thread OpenMP may run a kernel on
     const int threads = std::max({opt.threads, lanes_.lanes(), omp_get_max_threads()});
-    scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp, opt.fused_attention);
+    scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp, ctx_.fused_attention);
+    if (split_) {
+        const BlockDims d = block_dims(config_, t);
+        scratch_.cp.allocate(opt.cp_comm, split_->cp(), B, T, d.NHt, d.HS, d.KVt * d.HS, ctx_.prec.activation);
+    }
 }
 
 // Model chunk c of this part (compute units first..last) with its activation slots.
@@ -170,18 +180,23 @@ const float* ModelPart::losses(int chunk, int slot) const {
 }
 
 double ModelPart::forward(int chunk, int slot, const int* inputs, const int* targets, int B, int T, float dloss,
-                          UnitHooks* hooks) {
+                          UnitHooks* hooks, const int* doc_start) {
     SHARDLM_CHECK(params_->bound(), "ModelPart::forward before bind()");
     Chunk& ch = chunks_[size_t(chunk)];
     ActivationSlot& s = ch.slots[size_t(slot)];
     SHARDLM_CHECK(!s.has_w, "ModelPart::forward: chunk ", chunk, " slot ", slot, " still waits for its W");
     SHARDLM_CHECK(size_t(B) * size_t(T) <= scratch_.dln.size() / size_t(config_.n_embd) && T <= config_.n_ctx,
                   "micro-batch ", B, "x", T, " exceeds what the model part was built for");
+    SHARDLM_CHECK(!ctx_.cp || (T == maxT_ && B <= maxB_), "micro-batch ", B, "x", T, ": with context parallelism every ",
+                  "micro-batch holds ", split_->local(), " rows of each sequence (--seq / --cp)");
+    SHARDLM_CHECK(!doc_mask_ || ch.blocks == 0 || doc_start, "ModelPart::forward: a document-masked part needs each row's document start");
+    if (doc_mask_ && ch.blocks > 0) s.doc_start.assign(doc_start, doc_start + size_t(B) * size_t(T));
     ForwardHooks announce(hooks, ch.units);
     ForwardPass pass{s, slot, B, T, inputs, targets, dloss, announce};
     for (const auto& u : ch.compute) u->check_inputs(pass);
     s.B = B;
     s.T = T;
+    ctx_.doc_start = s.doc_start.empty() ? nullptr : s.doc_start.data();  // this pass's (attention reads it)
     double loss = 0.0;
     for (auto& u : ch.compute) loss += u->forward(pass);
     s.has_grad = !ch.has_head || (targets && dloss != 0.0f);
@@ -210,6 +225,7 @@ std::vector<int> ModelPart::backward_order(const Chunk& ch) const {
 void ModelPart::run_backward(int chunk, int slot, UnitHooks* hooks, bool accumulate, Phases phases) {
     Chunk& ch = chunks_[size_t(chunk)];
     ActivationSlot& s = ch.slots[size_t(slot)];
+    ctx_.doc_start = s.doc_start.empty() ? nullptr : s.doc_start.data();  // the forward's (recomputation, attention)
     const bool input = phases != Phases::Weight;
     if (input)
         SHARDLM_CHECK(s.has_grad, "ModelPart::backward without a training forward of chunk ", chunk, " slot ", slot);

@@ -20,6 +20,7 @@
 #include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/compute_unit.h"
 #include "shardlm/model/config.h"
+#include "shardlm/model/context_parallel.h"
 #include "shardlm/model/head_unit.h"
 #include "shardlm/model/lanes.h"
 #include "shardlm/model/layout.h"
@@ -48,8 +49,16 @@ public:
         // The schedule runs a chunk's W (weight gradients) apart from its B (input gradients): each
         // activation slot keeps what its W needs until backward_weight (zero-bubble pipelines).
         bool defer_weight_grads = false;
+        // Context parallelism (model/context_parallel.h): each sequence is cut over this group's ranks
+        // and T is a rank's rows of it (every micro-batch's: the whole sequence is T x cp). Null or a
+        // group of one: the whole sequence. Attention is then the fused kernel by blocks.
+        ContextParallel* cp = nullptr;
+        CpComm cp_comm = CpComm::Ring;
+        // Packed documents: attention stays inside each row's document (forward's doc_start), by the
+        // fused kernel by blocks
+        bool doc_mask = false;
     };
-    // B, T: the largest micro-batch that will be run.
+    // B, T: the largest micro-batch that will be run (T: its rows of a sequence on this rank).
     ModelPart(GptConfig config, Options opt, int B, int T);
     // its units point into it (context, lanes, bindings): it stays where it was built
     ModelPart(const ModelPart&) = delete;
@@ -101,9 +110,10 @@ public:
     // Forward of a chunk for the B x T micro-batch in slot. inputs: token ids (the embedding's chunk);
     // targets: the head's chunk computes the loss with them (null: logits only). Returns the sum of
     // the B*T losses (head chunk with targets) or 0. dloss != 0 prepares the backward of
-    // loss_sum * dloss.
+    // loss_sum * dloss. doc_start (Options::doc_mask, chunks with blocks): each row's document's first position
+    // (B x T), which its attention sees no key before.
     double forward(int chunk, int slot, const int* inputs, const int* targets, int B, int T, float dloss,
-                   UnitHooks* hooks = nullptr);
+                   UnitHooks* hooks = nullptr, const int* doc_start = nullptr);
     // Backward of the slot's last forward: gradients += (GEMM weights = unless accumulate). Each unit
     // runs its B then its W (units.h), with the hooks around it.
     void backward(int chunk, int slot, UnitHooks* hooks, bool accumulate);
@@ -136,6 +146,10 @@ public:
     // What B keeps for W (units.h: BlockKeep, HeadKeep) in all: one set, or with deferred W one per
     // slot (these are inside activation_bytes()).
     size_t keep_bytes() const;
+    // Context parallelism: the bytes this rank sends to its cp group per micro-batch (a forward, under
+    // full recomputation a second one, and a backward of every block it holds); zero without.
+    CpBytes cp_bytes() const;
+    const SequenceSplit* sequence_split() const { return split_.get(); }
 
 private:
     struct Chunk {
@@ -158,6 +172,8 @@ private:
     void size_head_scratch();  // the chunked head's logits tiles: per lane, head_tile_floats (model/units.h)
     bool head_in_part_ = false;
     int maxB_ = 0, maxT_ = 0;
+    std::unique_ptr<SequenceSplit> split_;  // context parallelism or document masks only
+    bool doc_mask_ = false;
     bool defer_ = false;  // Options::defer_weight_grads
 
     GptConfig config_;

@@ -36,6 +36,18 @@ size_t ModelPart::keep_bytes() const {
     return n;
 }
 
+CpBytes ModelPart::cp_bytes() const {
+    if (!split_) return {};
+    const BlockDims d = block_dims(config_, ctx_.tp_size());
+    int blocks = 0;
+    for (const Chunk& ch : chunks_) blocks += ch.blocks;
+    const size_t block_elems = size_t(maxB_) * size_t(maxT_) * 2 * size_t(d.KVt) * size_t(d.HS);
+    CpBytes b = cp_attention_bytes(ctx_.cp_comm, split_->cp(), block_elems, ctx_.prec.activation);
+    if (ctx_.recompute == Recompute::Full) b.kv_forward *= 2;  // the block's forward again before its backward
+    b *= size_t(blocks);
+    return b;
+}
+
 size_t ModelPart::activation_bytes() const {
     size_t n = scratch_.bytes() + params_->widened_bytes() + shared_.recompute.bytes() + shared_.keep.bytes() +
                shared_.head_keep.bytes();

@@ -43,7 +43,7 @@ void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DT
 
 size_t Scratch::bytes() const {
     return gathered.bytes() + dln.bytes() + reduced.bytes() + datty.bytes() + attn.bytes() + ce.bytes() + att.bytes() +
-           atty.bytes() + logits.bytes() + recomputed.bytes() + dh.bytes();
+           atty.bytes() + logits.bytes() + recomputed.bytes() + dh.bytes() + cp.bytes();
 }
 
 void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products) {

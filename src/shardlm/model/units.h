@@ -39,6 +39,7 @@
 #include "shardlm/cost/flops.h"
 #include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/config.h"
+#include "shardlm/model/context_parallel.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/model/tensor_parallel.h"
 
@@ -72,6 +73,7 @@ struct Scratch {
     AlignedBuffer<float> ce;        // (3N): vocabulary-parallel cross-entropy statistics
     TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
     TypedBuffer recomputed;         // full recomputation: the block output its forward computes again
+    CpBuffers cp;                   // context parallelism: one layer's ring (model/context_parallel.h)
     AlignedBuffer<float> logits;    // head_tile_floats per lane: the chunked head's logits tile
     // threads: at least the lanes (each takes its own attention scratch)
     // fused: the fused attention kernel (no probabilities to recompute, no materialized scratch)
@@ -113,6 +115,18 @@ struct UnitContext {
     // the attention kernel: fused (kernels/flash_attention.h: each row's log-sum-exp kept, no
     // probabilities) or materialized (kernels/attention.h: the (B, NH, T, T) probabilities kept)
     bool fused_attention = false;
+    // context parallelism (model/context_parallel.h): each sequence's rows here are this rank's slice
+    // (null: the whole sequence); attention is then the fused kernel by blocks over the cp group
+    ContextParallel* cp = nullptr;
+    const SequenceSplit* split = nullptr;
+    CpComm cp_comm = CpComm::Ring;
+    // each sequence's rows' positions (null: 0, 1, ...)
+    const int* positions() const { return cp ? split->positions(cp->rank()) : nullptr; }
+    // packed documents: the pass's rows' document starts (B x T positions: attention sees no key before
+    // its row's; null: no mask), set by the part for each pass
+    const int* doc_start = nullptr;
+    // attention by the fused kernel's block pairs (model/context_parallel.h): over cp ranks, or masked by documents
+    bool attention_by_blocks() const { return cp || doc_start; }
     Scratch* scratch = nullptr;
     int lane = 0, lanes = 1;  // this call's lane and how many run the unit (lanes > 1: tp 1)
     LaneWork* work = nullptr;  // lanes > 1: the items they share

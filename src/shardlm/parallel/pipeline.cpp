@@ -93,6 +93,7 @@ PipelineExecutor::Result PipelineExecutor::run(const Schedule& s, const Batch& b
                   " chunks per rank for a model part of ", part_.num_chunks());
     const size_t n = size_t(max_rows) * size_t(T);
     if (inputs_.size() < n) inputs_.resize(n), targets_.resize(n);
+    if (batch.doc_starts && doc_starts_.size() < n) doc_starts_.resize(n);
     const size_t chunks = size_t(part_.num_chunks());
     Pass p{s, batch, T, dloss, {}, std::vector<int>(chunks, 0), std::vector<int>(chunks, 0), std::vector<int>(chunks, 0)};
     p.res.loss_sum.assign(size_t(s.micro), 0.0);
@@ -180,6 +181,8 @@ void PipelineExecutor::forward(Pass& p, const Action& a, int slot) {
     const int c = a.chunk, rows = p.batch.rows(a.micro);
     // only the chunks that look the tokens up or compute the loss read them
     if (part_.has_embedding(c) || part_.has_head(c)) p.batch.fill(a.micro, inputs_.data(), targets_.data());
+    const bool starts = p.batch.doc_starts && part_.blocks(c) > 0;  // attention inside documents
+    if (starts) p.batch.doc_starts(a.micro, doc_starts_.data());
     act_sends_[size_t(c)][size_t(slot)].wait();  // the slot's output is written again
     const double t0 = now_s();
     {
@@ -188,7 +191,7 @@ void PipelineExecutor::forward(Pass& p, const Action& a, int slot) {
         p.fwd_count[size_t(c)]++;
         p.res.loss_sum[size_t(a.micro)] += part_.forward(c, slot, part_.has_embedding(c) ? inputs_.data() : nullptr,
                                                          part_.has_head(c) ? targets_.data() : nullptr, rows, p.T,
-                                                         p.dloss, &dp_);
+                                                         p.dloss, &dp_, starts ? doc_starts_.data() : nullptr);
         dp_.end_pass(c, true);
     }
     p.t_last_pass = now_s();

@@ -37,6 +37,8 @@ public:
     struct Batch {
         std::function<int(int micro)> rows;
         std::function<void(int micro, int* inputs, int* targets)> fill;
+        // packed documents (the part's Options::doc_mask): each row's document start, for the chunks with blocks
+        std::function<void(int micro, int* doc_start)> doc_starts;
     };
 
     struct Result {
@@ -72,7 +74,7 @@ private:
     StepHooks& dp_;
     std::vector<std::vector<comm::Request>> act_sends_;  // [chunk][slot]
     std::vector<comm::Request> grad_sends_;              // [chunk]
-    std::vector<int> inputs_, targets_;
+    std::vector<int> inputs_, targets_, doc_starts_;
 };
 
 }  // namespace shardlm::parallel

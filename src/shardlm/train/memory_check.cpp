@@ -24,9 +24,10 @@ std::string human(double bytes) {
 }  // namespace
 
 MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& mc, const model::Layout& layout,
-                                int dp, int tp, const std::vector<std::pair<int, int>>& chunks,
+                                int dp, int tp, int cp, const std::vector<std::pair<int, int>>& chunks,
                                 const std::vector<int>& slots) {
     const double total = double(layout.total) * sizeof(float);
+    dp *= cp;  // the ranks that share one replica's state: ZeRO shards over dp x cp
     MemoryNeed m;
     m.params = shards_parameters(cfg.parallel.zero) ? total / dp : total;
     m.grads = shards_gradients(cfg.parallel.zero) ? total / dp : total;
@@ -36,13 +37,13 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
     shape.dropout = false;  // the engine has no dropout: no masks, no dropped copies of the probabilities
     cost::ActivationSpec a;
     a.micro_batch = cfg.data.micro_batch;
-    a.seq = cfg.data.seq;
+    a.seq = cfg.data.seq / cp;  // this rank's rows of each sequence
     a.tp = tp;
     a.sequence_parallel = cfg.parallel.sequence_parallel;
     a.value_bytes = 4;
     a.attention = cfg.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
     const double block = cost::block_activation_bytes(shape, a);
-    const double tokens = double(cfg.data.micro_batch) * cfg.data.seq;
+    const double tokens = double(cfg.data.micro_batch) * a.seq;
     const double padded_vocab = double((mc.vocab_size + 127) / 128 * 128);
     for (size_t c = 0; c < chunks.size(); c++) {
         const auto [first, last] = chunks[c];

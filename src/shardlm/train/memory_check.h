@@ -26,7 +26,7 @@ struct MemoryNeed {
 // layout: this rank's (model::ModelPart's); chunks and slots: its model chunks and the activation
 // slots its schedule keeps for each.
 MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& mc, const model::Layout& layout,
-                                int dp, int tp, const std::vector<std::pair<int, int>>& chunks,
+                                int dp, int tp, int cp, const std::vector<std::pair<int, int>>& chunks,
                                 const std::vector<int>& slots);
 
 // MemAvailable and MemTotal of /proc/meminfo in bytes; {0, 0} if it cannot be read.

@@ -79,7 +79,7 @@ void check_replicas(comm::Group& world, comm::Grid& grid, const model::Layout& l
     std::string problem;
     if (full_params) {
         if (!dp_differ)
-            problem = compare(grid.dp(), layout, param_hashes(layout, full_params, false), "data-parallel", step);
+            problem = compare(grid.dp_cp(), layout, param_hashes(layout, full_params, false), grid.cp_size() > 1 ? "data- and context-parallel" : "data-parallel", step);
         const std::string tp = compare(grid.tp(), layout, param_hashes(layout, full_params, true), "tensor-parallel", step);
         if (problem.empty()) problem = tp;
     }

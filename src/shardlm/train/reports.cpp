@@ -30,12 +30,35 @@ std::string json_escape(const std::string& s) {
     return o;
 }
 
+// A group's operation of one kind in the last step: calls and bytes sent beside the formula's bytes.
+void comm_row(std::string& out, const char* group, const comm::Group& grp, comm::OpKind k, size_t theory) {
+    const comm::OpStats& o = grp.stats()[k];
+    if (o.calls == 0 && theory == 0) return;
+    out += shardlm::format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  busy %.3f s\n", group,
+                           std::string(comm::op_name(k)).c_str(), (unsigned long long)o.calls,
+                           (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
+}
+
+// Context parallelism's keys and values (and their gradients): per block and micro-batch (the part's
+// cp_bytes), times the step's micro-batches and passes.
+void cp_rows(std::string& out, const comm::Grid& g, const model::ModelPart& part, model::CpComm mode, size_t passes) {
+    if (g.cp_size() == 1) return;
+    const model::CpBytes b = part.cp_bytes();
+    if (mode == model::CpComm::Ring) {
+        comm_row(out, "cp", g.cp(), comm::OpKind::SendRecv, passes * (b.kv_forward + b.kv_backward + b.dkv_backward));
+    } else {
+        comm_row(out, "cp", g.cp(), comm::OpKind::AllGather, passes * (b.kv_forward + b.kv_backward));
+        comm_row(out, "cp", g.cp(), comm::OpKind::ReduceScatter, passes * b.dkv_backward);
+    }
+}
+
 }  // namespace
 
 std::string Trainer::memory_report() const {
     const comm::Grid& g = *e_.grid;
-    std::string out = shardlm::format("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d)\n", g.world_rank(),
-                          g.world_size(), g.dp_rank(), g.dp_size(), g.tp_rank(), g.tp_size(), g.pp_rank(), g.pp_size());
+    std::string out = shardlm::format("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d%s)\n", g.world_rank(),
+                          g.world_size(), g.dp_rank(), g.dp_size(), g.tp_rank(), g.tp_size(), g.pp_rank(), g.pp_size(),
+                          g.cp_size() > 1 ? shardlm::format(", cp %d/%d", g.cp_rank(), g.cp_size()).c_str() : "");
     out += e_.sync->memory_report(*e_.optimizer);
     // tensor parallelism: the matrices are cut in tp, the LayerNorms and row-parallel biases replicated
     size_t sharded = 0, replicated = 0, sharded_full = 0;
@@ -77,11 +100,13 @@ std::string Trainer::memory_report() const {
     // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
     const model::ModelPart::BlockBytes bb = e_.part->block_bytes();
     if (bb.values >= 0) {
-        cost::ModelShape shape = model::cost_shape(model_cfg_, cfg_.data.seq);
+        // a context-parallel rank holds seq / cp rows of each sequence (and with the fused kernel no term in seq^2)
+        const int s = e_.seq_local;
+        cost::ModelShape shape = model::cost_shape(model_cfg_, s);
         shape.dropout = false;
         cost::ActivationSpec spec;
         spec.micro_batch = cfg_.data.micro_batch;
-        spec.seq = cfg_.data.seq;
+        spec.seq = s;
         spec.tp = g.tp_size();
         spec.sequence_parallel = cfg_.parallel.sequence_parallel && g.tp_size() > 1;
         spec.attention = cfg_.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
@@ -95,7 +120,7 @@ std::string Trainer::memory_report() const {
                    "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
                    "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
                    "block activations", bb.values, f, setting_text(cfg_.runtime.recompute).c_str(), int(spec.value_bytes),
-                   4.0 * cfg_.data.micro_batch * (2.0 * model_cfg_.n_head * cfg_.data.seq * cfg_.data.seq + 14.0 * cfg_.data.seq * model_cfg_.n_embd));
+                   4.0 * cfg_.data.micro_batch * (2.0 * model_cfg_.n_head * s * s + 14.0 * s * model_cfg_.n_embd));
         if (bb.stats > 0)
             out += shardlm::format("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
                        "norm statistics", bb.stats,
@@ -119,11 +144,7 @@ std::string Trainer::comm_report() const {
                           "all-reduces of B T C per block; B T C per micro-batch per pipeline boundary)\n",
                           g.world_rank(), g.world_size());
     auto row = [&](const char* group, const comm::Group& grp, comm::OpKind k, size_t theory) {
-        const comm::OpStats& o = grp.stats()[k];
-        if (o.calls == 0 && theory == 0) return;
-        out += shardlm::format("  %-9s %-15s calls %5llu  sent %14llu  theory %14zu  busy %.3f s\n", group,
-                   std::string(comm::op_name(k)).c_str(), (unsigned long long)o.calls,
-                   (unsigned long long)o.bytes_sent, theory, o.busy_seconds);
+        comm_row(out, group, grp, k, theory);
     };
     const parallel::DpAlgorithm& algo = *e_.sync->algorithm();
     const int last = cfg_.data.last_step() - 1;
@@ -131,9 +152,10 @@ std::string Trainer::comm_report() const {
     if (algo.algo() == parallel::DpAlgo::AllReduce) {
         // Sophia's Hessian pass after this step: its backward's reductions again (and ZeRO-3's gathers)
         const size_t passes = e_.optimizer->hessian_due(last) ? 2 : 1;
-        row("dp", g.dp(), comm::OpKind::AllReduce, dpb[0] * passes);
-        row("dp", g.dp(), comm::OpKind::ReduceScatter, dpb[1] * passes);
-        row("dp", g.dp(), comm::OpKind::AllGather, dpb[2] * (shards_parameters(cfg_.parallel.zero) ? passes : 1));
+        const comm::Group& dpg = g.dp_cp();  // the gradients' group: dp, or dp x cp
+        row(dpg.name().c_str(), dpg, comm::OpKind::AllReduce, dpb[0] * passes);
+        row(dpg.name().c_str(), dpg, comm::OpKind::ReduceScatter, dpb[1] * passes);
+        row(dpg.name().c_str(), dpg, comm::OpKind::AllGather, dpb[2] * (shards_parameters(cfg_.parallel.zero) ? passes : 1));
     } else {  // the algorithm's own traffic (and ZeRO-1's gather of the updated slices), beside its formula
         const comm::CommStats& st = g.dp().stats();
         const size_t gather = cfg_.parallel.zero == ZeroStage::Optimizer ? dpb[2] : 0;
@@ -147,18 +169,19 @@ std::string Trainer::comm_report() const {
             row("dp-metric", *e_.dp_metrics, comm::OpKind::AllReduce,
                 comm::ring_bytes_rank(comm::OpKind::AllReduce, e_.part->layout().total, 4, g.dp_size(), g.dp_rank()));
     }
-    const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.data.micro_batch, cfg_.data.seq, cfg_.parallel.zero);
+    const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.data.micro_batch, e_.seq_local, cfg_.parallel.zero);
     row("tp", g.tp(), comm::OpKind::AllReduce, tpb[0]);
     row("tp", g.tp(), comm::OpKind::ReduceScatter, tpb[1]);
     row("tp", g.tp(), comm::OpKind::AllGather, tpb[2]);
     row("pp", g.pp(), comm::OpKind::SendRecv,
-        parallel::pp_step_bytes(*e_.part, e_.schedule, g.pp_rank(), cfg_.data.micro_batch, cfg_.data.seq));
+        parallel::pp_step_bytes(*e_.part, e_.schedule, g.pp_rank(), cfg_.data.micro_batch, e_.seq_local));
+    cp_rows(out, g, *e_.part, cfg_.parallel.cp_comm, size_t(e_.micro) * (e_.optimizer->hessian_due(last) ? 2 : 1));
     if (const comm::Group* emb = e_.sync->tied().group()) {
         const int wte = e_.part->layout().unit_of(model::UnitKind::TokenEmbedding);
         size_t n = 0;
         if (wte >= 0 && emb->size() > 1) {
             const size_t unit = e_.part->layout().units[size_t(wte)].numel;
-            n = cfg_.parallel.zero == ZeroStage::Replicate ? unit : unit / size_t(g.dp_size());
+            n = cfg_.parallel.zero == ZeroStage::Replicate ? unit : unit / size_t(g.dp_cp_size());
         }
         row("embedding", *emb, comm::OpKind::AllReduce,
             comm::ring_bytes_rank(comm::OpKind::AllReduce, n, 4, emb->size(), emb->rank()));
@@ -174,7 +197,7 @@ std::string Trainer::comm_report() const {
         world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, size_t(g.dp_size() + 1), 8, world_->size(),
                                                     world_->rank());
     row("world", *world_, comm::OpKind::AllReduce, world_bytes);
-    const comm::CommStats& st = g.dp().stats();
+    const comm::CommStats& st = g.dp_cp().stats();
     double busy = 0;
     for (auto k : {comm::OpKind::AllReduce, comm::OpKind::ReduceScatter, comm::OpKind::AllGather})
         busy += st[k].busy_seconds;

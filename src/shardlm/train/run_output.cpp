@@ -158,6 +158,7 @@ void Trainer::write_summary(const StepStats& last, double train_s, const std::st
                         {"tokens", double(cfg_.data.global_batch) * cfg_.data.seq * (cfg_.data.last_step() - start_step_)}};
     if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;
     j["train_unigram_entropy"] = unigram_;
+    if (cfg_.data.doc_mask) j["doc_mask_skipped"] = doc_stats_.skipped;
     if (val_loader_) j["corpus_unigram_entropy"] = corpus_unigram_;
     if (!sample.empty()) j["sample"] = sample;
     io::write_file_atomic((fs::path(cfg_.output.out) / "summary.json").string(), j.dump(2) + "\n");
@@ -172,6 +173,7 @@ nlohmann::json Trainer::writer_json() const {
             {"optimizer", setting_text(cfg_.optim.optimizer)}};
     if (cfg_.dp_algo.compress_embedding) w["compress_embedding"] = setting_text(cfg_.dp_algo.compress_embedding);  // PowerSGD's Q sizes
     if (cfg_.dp_algo.momentum_correction > 0) w["momentum_correction"] = cfg_.dp_algo.momentum_correction;  // a dgc_momentum buffer
+    if (e_.grid->cp_size() > 1) w["cp"] = e_.grid->cp_size();  // (absent at 1: the checkpoints of runs before cp still match)
     return w;
 }
 
@@ -229,6 +231,7 @@ std::string wait_policy_text() {
 
 void Trainer::print_header() {
     unigram_ = loader_->unigram_entropy();
+    if (cfg_.data.doc_mask) doc_stats_ = loader_->document_stats(cfg_.data.eot_token);
     if (val_loader_) corpus_unigram_ = data::BatchLoader::unigram_entropy({loader_.get(), val_loader_.get()});
     if (is_root()) {
         std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats", model_cfg_.name.c_str(),
@@ -240,11 +243,18 @@ void Trainer::print_header() {
             std::printf(", %s x %d micro-batches%s", setting_text(cfg_.parallel.schedule).c_str(), e_.micro,
                         cfg_.parallel.virtual_stages > 1 ? (", " + std::to_string(cfg_.parallel.virtual_stages) + " virtual stages").c_str() : "");
         if (cfg_.parallel.sequence_parallel && e_.grid->tp_size() > 1) std::printf(", sequence parallel");
+        if (e_.grid->cp_size() > 1)
+            std::printf(", cp %d (%s, %d rows of each sequence a rank)", e_.grid->cp_size(),
+                        setting_text(cfg_.parallel.cp_comm).c_str(), e_.seq_local);
         const PrecisionPolicy prec = cfg_.precision.resolved();
         if (prec.mixed()) std::printf(" | precision %s", prec.name().c_str());
         else std::printf(" | matmuls %s", prec.bf16_products() ? "bf16" : "fp32");
         if (cfg_.runtime.recompute != cost::Recompute::None) std::printf(" | recompute %s", setting_text(cfg_.runtime.recompute).c_str());
         std::printf("\n");
+        if (cfg_.data.doc_mask)
+            std::printf("doc mask: %lld documents begin at token %d in %s; attention skips %.1f %% of its rows' causal "
+                        "(query, key) pairs (those across a document boundary)\n",
+                        (long long)doc_stats_.documents, cfg_.data.eot_token, cfg_.data.train.c_str(), 100.0 * doc_stats_.skipped);
         // what runs: the CPU, its peaks measured now, the GEMM kernels, the threads and how ranks wait
         const int threads = get_threads();
         const kernels::MachineInfo m = kernels::machine_info(threads, 0.1);

@@ -313,6 +313,7 @@ void ParallelSettings::validate() const {
     SHARDLM_CHECK(dp >= 0, "--dp must be >= 0 (got ", dp, ")");
     SHARDLM_CHECK(tp >= 1, "--tp must be >= 1 (got ", tp, ")");
     SHARDLM_CHECK(pp >= 1, "--pp must be >= 1 (got ", pp, ")");
+    SHARDLM_CHECK(cp >= 1, "--cp must be >= 1 (got ", cp, ")");
     SHARDLM_CHECK(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
     SHARDLM_CHECK(virtual_stages == 1 || schedule == cost::Schedule::Interleaved ||
                       (schedule == cost::Schedule::ZeroBubbleV && virtual_stages == 2),
@@ -358,6 +359,26 @@ void TrainConfig::validate_across() const {
                   "local step need its whole gradient\n---> HINT: --zero 1 (optimiser state sharded) or 0");
     SHARDLM_CHECK(dp == parallel::DpAlgo::AllReduce || optimizer != optim::Kind::Sophia, "--optimizer sophia with --dp-algo ",
                   algo, ": its Hessian pass reduces gradients by the all-reduce\n---> HINT: --dp-algo allreduce");
+    validate_context_parallel();
+    SHARDLM_CHECK(!data.doc_mask || runtime.attention == AttentionKernel::Fused, "--doc-mask with --attention materialized: "
+                  "document masks are the fused kernel's (by blocks)\n---> HINT: --attention fused");
+    SHARDLM_CHECK(!data.doc_mask || runtime.thread_split != ThreadSplit::Batch, "--doc-mask with --thread-split batch: "
+                  "attention inside documents runs on all threads, one lane\n---> HINT: --thread-split kernel (or auto)");
+}
+
+// --cp with the rest: whole chunks of each sequence, one replica per cp group.
+void TrainConfig::validate_context_parallel() const {
+    const int cp = parallel.cp;
+    if (cp == 1) return;
+    (void)model::SequenceSplit(data.seq, cp);  // --seq a multiple of 2 cp
+    SHARDLM_CHECK(dp_algo.algo == parallel::DpAlgo::AllReduce, "--cp ", cp, " with --dp-algo ", setting_text(dp_algo.algo),
+                  ": the ranks of a cp group hold one replica (each computes the gradient of its slice of the same "
+                  "sequences), so their gradients are summed every step\n---> HINT: --dp-algo allreduce with --cp");
+    SHARDLM_CHECK(runtime.attention == AttentionKernel::Fused, "--cp ", cp, " with --attention materialized: context "
+                  "parallelism's attention is the fused kernel by blocks (no T x T probabilities)\n---> HINT: --attention fused");
+    SHARDLM_CHECK(runtime.thread_split != ThreadSplit::Batch, "--thread-split batch with --cp ", cp, ": every layer's "
+                  "attention exchanges keys and values with the other cp ranks, so one lane runs the batch\n---> HINT: "
+                  "--thread-split kernel (or auto)");
 }
 
 void TrainConfig::validate() const {

@@ -23,6 +23,7 @@
 #include "shardlm/data/loader.h"
 #include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/model/config.h"
+#include "shardlm/model/context_parallel.h"
 #include "shardlm/optim/loss_scaler.h"
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/dp_algo_config.h"
@@ -100,6 +101,8 @@ struct DataSettings {
     int micro_batch = 8;
     int steps = 10;
     int stop_after = 0;  // stop this process after this step of the schedule (0: at steps); resumable
+    bool doc_mask = false;  // packed documents: attention stays inside each document
+    int eot_token = 50256;  // the token that begins each document (GPT-2's <|endoftext|>)
     // The step this process trains to: stop_after, else steps (the schedule runs over steps either way).
     int last_step() const { return stop_after > 0 ? stop_after : steps; }
     void validate() const;
@@ -151,9 +154,11 @@ struct OutputSettings {
 
 // The parallel layout and ZeRO.
 struct ParallelSettings {
-    int dp = 0;              // data-parallel size; 0 = world size / (tp * pp)
+    int dp = 0;              // data-parallel size; 0 = world size / (cp * tp * pp)
     int tp = 1;              // tensor-parallel size (Megatron)
     int pp = 1;              // pipeline stages
+    int cp = 1;              // context-parallel size: each sequence split over cp ranks
+    model::CpComm cp_comm = model::CpComm::Ring;  // how attention reaches the other ranks' keys and values
     cost::Schedule schedule = cost::Schedule::OneFOneB;
     int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
     parallel::StageSplit pp_split;  // blocks per model chunk, e.g. 3,3,3,3 (empty: balanced by cost)
@@ -253,6 +258,7 @@ struct TrainConfig {
     // validate(), then the settings of different sections that must agree (validate_across).
     void validate() const;
     void validate_across() const;
+    void validate_context_parallel() const;  // validate_across's part for --cp
 };
 
 // The model: a preset or an HF directory, and the overrides of its shape and architecture. (ModelSettings)
@@ -287,6 +293,9 @@ void data_fields(S& c, F&& f) {
     f("micro_batch", c.micro_batch, "Rows per forward/backward (M; G % M == 0)");
     f("steps", c.steps, "Total optimiser steps");
     f("stop_after", c.stop_after, "Stop after this many steps of the --steps schedule, checkpointed; --resume with --stop-after 0 trains on (0 = at --steps)");
+    f("doc_mask", c.doc_mask, "Packed documents: attention stays inside each document (each begins at --eot-token), "
+      "in one process and under --cp; the run header says how many (query, key) pairs it skips");
+    f("eot_token", c.eot_token, "The token that begins each packed document (--doc-mask; GPT-2's <|endoftext|> 50256)");
 }
 
 // The optimiser and its learning-rate schedule. (OptimiserSettings)
@@ -354,9 +363,13 @@ void output_fields(S& c, F&& f) {
 // The parallel layout and ZeRO. (ParallelSettings)
 template <typename S, typename F>
 void parallel_fields(S& c, F&& f) {
-    f("dp", c.dp, "Data-parallel ranks (0 = world size / (tp x pp))");
+    f("dp", c.dp, "Data-parallel ranks (0 = world size / (cp x tp x pp))");
     f("tp", c.tp, "Tensor-parallel ranks (Megatron: attention heads, MLP and vocabulary split)");
     f("pp", c.pp, "Pipeline stages");
+    f("cp", c.cp, "Context-parallel ranks: each sequence cut into 2 cp chunks, rank r keeping chunks r and 2cp-1-r "
+      "(load-balanced for causal attention); --seq must be a multiple of 2 cp");
+    f("cp_comm", c.cp_comm, "Context parallelism's keys and values: ring (passed around the cp ranks, overlapped with "
+      "the attention tiles) | allgather (gathered once a layer)");
     f("schedule", c.schedule, "Pipeline schedule (zb-h1, zbv: zero-bubble, weight gradients deferred)");
     f("virtual_stages", c.virtual_stages, "Model chunks per pipeline rank (interleaved schedule)");
     f("pp_split", c.pp_split, "Blocks per pipeline chunk (default: balanced by cost)");

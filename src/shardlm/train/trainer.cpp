@@ -179,28 +179,61 @@ Trainer::~Trainer() {
 
 bool Trainer::holds_head() const { return e_.part->has_head(e_.part->num_chunks() - 1); }
 
+// A batch of micro-batches as this rank runs them, from `read` (row j of micro-batch i: T inputs and targets):
+// whole rows, or under context parallelism this rank's positions of each; with document masks each row's
+// document starts too (from the whole row: a document may begin on another rank's chunk).
+parallel::PipelineExecutor::Batch Trainer::make_batch(std::function<int(int)> rows, RowReader read) {
+    parallel::PipelineExecutor::Batch batch;
+    batch.rows = rows;
+    batch.fill = [this, rows, read](int i, int* inputs, int* targets) {
+        const int* pos = e_.part->context().positions();
+        const size_t L = size_t(e_.seq_local);
+        for (int j = 0; j < rows(i); j++) {
+            if (!pos) {
+                read(i, j, inputs + j * L, targets + j * L);
+                continue;
+            }
+            read(i, j, whole_row(0), whole_row(1));
+            for (size_t k = 0; k < L; k++)
+                inputs[j * L + k] = whole_row(0)[pos[k]], targets[j * L + k] = whole_row(1)[pos[k]];
+        }
+    };
+    if (cfg_.data.doc_mask)
+        batch.doc_starts = [this, rows, read](int i, int* starts) {
+            const int* pos = e_.part->context().positions();
+            const size_t L = size_t(e_.seq_local);
+            for (int j = 0; j < rows(i); j++) {
+                read(i, j, whole_row(0), whole_row(1));
+                data::document_starts(whole_row(0), cfg_.data.seq, cfg_.data.eot_token, whole_row(2));
+                for (size_t k = 0; k < L; k++) starts[j * L + k] = whole_row(2)[pos ? size_t(pos[k]) : k];
+            }
+        };
+    return batch;
+}
+
+int* Trainer::whole_row(int which) {
+    std::vector<int>& v = row_buffers_[size_t(which)];
+    v.resize(size_t(cfg_.data.seq));
+    return v.data();
+}
+
 // The step's rows on this data-parallel rank: rows [r G/dp, (r+1) G/dp) of global batch `step`, in
 // micro-batches. label_keys: each target is the token's place in the global batch instead (Sophia's
 // sampled labels, kernels/sample_labels.h).
 parallel::PipelineExecutor::Batch Trainer::step_batch(int step, bool label_keys) {
     const int G = cfg_.data.global_batch, M = cfg_.data.micro_batch, T = cfg_.data.seq;
     const int row0 = e_.grid->dp_rank() * (G / e_.grid->dp_size());
-    parallel::PipelineExecutor::Batch batch;
-    batch.rows = [M](int) { return M; };
-    batch.fill = [this, step, G, M, T, row0, label_keys](int i, int* inputs, int* targets) {
-        for (int j = 0; j < M; j++) {
-            const int row = row0 + i * M + j;
-            int* t = targets + size_t(j) * T;
-            loader_->fill(step, G, row, inputs + size_t(j) * T, t);
-            if (label_keys)
-                for (int k = 0; k < T; k++) t[k] = row * T + k;
-        }
-    };
-    return batch;
+    return make_batch([M](int) { return M; }, [this, step, G, M, T, row0, label_keys](int i, int j, int* in, int* t) {
+        const int row = row0 + i * M + j;
+        loader_->fill(step, G, row, in, t);
+        if (label_keys)
+            for (int k = 0; k < T; k++) t[k] = row * T + k;
+    });
 }
 
 void Trainer::reset_step_counters() {
-    for (comm::Group* g : {&e_.grid->dp(), &e_.grid->tp(), &e_.grid->pp(), world_}) g->reset_stats();
+    comm::Grid& g = *e_.grid;
+    for (comm::Group* x : {&g.dp(), &g.tp(), &g.pp(), &g.cp(), &g.dp_cp(), world_}) x->reset_stats();
     if (e_.dp_metrics) e_.dp_metrics->reset_stats();
     e_.sync->begin_step();
 }
@@ -223,9 +256,9 @@ StepStats Trainer::train_step(int step) {
     // replica steps on its own gradient (--dp-algo other than allreduce), its own rows' mean
     const float dloss = scaler_.scale() / float(cfg_.data.global_batch * cfg_.data.seq) * e_.sync->local_mean_factor();
     const parallel::PipelineExecutor::Result r =
-        e_.exec->run(e_.schedule, step_batch(step), cfg_.data.micro_batch, cfg_.data.seq, dloss, reduce, update);
+        e_.exec->run(e_.schedule, step_batch(step), cfg_.data.micro_batch, e_.seq_local, dloss, reduce, update);
     if (!s.skipped && e_.optimizer->hessian_due(step)) s.hessian = hessian_pass(step) ? 1 : -1;
-    s.bytes_sent = e_.grid->dp().stats().total_bytes_sent();
+    s.bytes_sent = e_.grid->dp_cp().stats().total_bytes_sent();
     if (e_.sync->replicas_differ() && cfg_.dp_algo.consensus_every > 0 && (step + 1) % cfg_.dp_algo.consensus_every == 0)
         s.consensus = consensus();
     if (faults_) faults_->after_update(step, owned(false));
@@ -285,18 +318,13 @@ double Trainer::evaluate() {
     const int rounds = int((batches + dp - 1) / dp);
     auto mine = [&](int round) { return int64_t(round) * dp + e_.grid->dp_rank(); };
     auto batch_of = [&](int round) { return mine(round) < batches ? mine(round) : 0; };
-    parallel::PipelineExecutor::Batch batch;
-    batch.rows = [&](int round) { return int(std::min<int64_t>(M, rows - batch_of(round) * M)); };
-    batch.fill = [&](int round, int* inputs, int* targets) {
-        const int64_t b = batch_of(round);
-        const int n = batch.rows(round);
-        for (int j = 0; j < n; j++)
-            val_loader_->fill_row(b * M + j, inputs + size_t(j) * T, targets + size_t(j) * T);
-    };
+    const parallel::PipelineExecutor::Batch batch =
+        make_batch([&](int round) { return int(std::min<int64_t>(M, rows - batch_of(round) * M)); },
+                   [&](int round, int j, int* in, int* t) { val_loader_->fill_row(batch_of(round) * M + j, in, t); });
     schedule::Schedule fwd = schedule::make_forward_schedule(e_.grid->pp_size(), rounds, e_.schedule.virtual_stages,
                                                              e_.schedule.placement);
     e_.sync->prepare(fwd);
-    const parallel::PipelineExecutor::Result r = e_.exec->run(fwd, batch, M, T, 0.0f);
+    const parallel::PipelineExecutor::Result r = e_.exec->run(fwd, batch, M, e_.seq_local, 0.0f);
     double sum = 0;  // loss summed over every token of the counted rows
     if (holds_head() && e_.grid->tp_rank() == 0)
         for (int i = 0; i < rounds; i++)

@@ -3,6 +3,7 @@
 // clipping, the optimiser step, validation, metrics, progress, checkpoints and resume.
 #pragma once
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,9 @@ private:
     void init(comm::Group& world);
     // the step, cut where it reads: its rows, the counters at zero, the one world sum, the update
     parallel::PipelineExecutor::Batch step_batch(int step, bool label_keys = false);
+    using RowReader = std::function<void(int micro, int j, int* inputs, int* targets)>;
+    parallel::PipelineExecutor::Batch make_batch(std::function<int(int)> rows, RowReader read);
+    int* whole_row(int which);  // a buffer of --seq ints: 0 inputs, 1 targets, 2 document starts
     void reset_step_counters();
     double sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r);
     void update_or_skip(StepStats& s, double clip_norm);
@@ -135,6 +139,8 @@ private:
     double last_val_ = -1;
     double unigram_ = 0;          // of the training shard
     double corpus_unigram_ = 0;   // of training + validation shards
+    data::DocumentStats doc_stats_;  // --doc-mask: of the training shard
+    std::vector<int> row_buffers_[3];  // whole_row's
     bool bound_ = false;  // bind_threads bound one thread per CPU (the run header says so)
 };
 

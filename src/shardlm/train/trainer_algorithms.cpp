@@ -29,7 +29,7 @@ bool Trainer::hessian_pass(int step) {
         if (finite) e_.optimizer->update_hessian(e_.sync->store().owned_grads(), 1.0f / scale);
     };
     e_.part->set_label_sampling(true, kernels::label_sample_seed(cfg_.runtime.seed, step));
-    e_.exec->run(e_.schedule, step_batch(step, /*label_keys=*/true), cfg_.data.micro_batch, cfg_.data.seq,
+    e_.exec->run(e_.schedule, step_batch(step, /*label_keys=*/true), cfg_.data.micro_batch, e_.seq_local,
                  scale / float(cfg_.data.global_batch * cfg_.data.seq), reduce, update);
     e_.part->set_label_sampling(false);
     if (!finite && is_root())
