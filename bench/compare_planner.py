@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/compare_planner.py: the planner's predictions against the engine's own runs on this machine.
 
-  python3 bench/compare_planner.py [--build build] [--steps 8] [--out runs/plancheck]
+  python3 bench/compare_planner.py [--build build] [--steps 8] [--out runs/plancheck] [--only NAME]
   (hold /tmp/shardlm-build.lock around it; the machine should be quiet)
 
 1. `shardlm calibrate` measures the machine once per rank count, as the runs will use it
@@ -45,6 +45,12 @@ LAYOUTS = [
     ("dp2 x tp2", 4, 1, "--micro-batch 4 --tp 2", {"dp": 2, "tp": 2, "micro_batch": 4}),
     ("tp2 x pp2, m = 4", 4, 1, "--micro-batch 2 --tp 2 --pp 2 --schedule 1f1b", {"tp": 2, "pp": 2, "micro_batch": 2}),
     ("dp4 ZeRO-1", 4, 1, "--micro-batch 2 --zero 1", {"dp": 4, "micro_batch": 2, "zero_stage": 1}),
+    # context parallelism: its attention is the fused kernel by blocks
+    ("cp2 ring", 2, 1, "--micro-batch 8 --cp 2", {"cp": 2, "micro_batch": 8, "cp_comm": "ring", "attention": "flash"}),
+    ("cp2 all-gather", 2, 1, "--micro-batch 8 --cp 2 --cp-comm allgather",
+     {"cp": 2, "micro_batch": 8, "cp_comm": "allgather", "attention": "flash"}),
+    ("dp2 x cp2 ZeRO-1", 4, 1, "--micro-batch 4 --cp 2 --zero 1",
+     {"dp": 2, "cp": 2, "micro_batch": 4, "zero_stage": 1, "cp_comm": "ring", "attention": "flash"}),
 ]
 
 
@@ -67,6 +73,7 @@ def main():
     ap.add_argument("--out", default="runs/plancheck")
     ap.add_argument("--calibration", default="bench/calibration")
     ap.add_argument("--skip-calibrate", action="store_true", help="reuse the cluster files already written")
+    ap.add_argument("--only", default="", help="only the layouts whose name contains this")
     a = ap.parse_args()
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     os.environ.pop("OPENBLAS_CORETYPE", None)
@@ -76,8 +83,9 @@ def main():
     model_file = f"{a.out}/model.json"
     json.dump(MODEL, open(model_file, "w"))
 
+    layouts = [l for l in LAYOUTS if a.only in l[0]]
     clusters = {}
-    for ranks, threads in sorted({(l[1], l[2]) for l in LAYOUTS}):
+    for ranks, threads in sorted({(l[1], l[2]) for l in layouts}):
         path = f"{a.calibration}/cpu-{ranks}x{threads}.json"
         if not a.skip_calibrate:
             # one rank runs without mpirun, as its training run does (mpirun would bind it to one core)
@@ -86,11 +94,11 @@ def main():
         clusters[(ranks, threads)] = path
 
     rows = []
-    for name, ranks, threads, flags, policy in LAYOUTS:
+    for name, ranks, threads, flags, policy in layouts:
         run = f"{a.out}/" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         pfile = run + ".policy.json"
         # the engine's attention keeps its probabilities (materialized); its own framework constants
-        json.dump(dict(policy, precision="fp32", attention="naive", framework="shardlm"), open(pfile, "w"))
+        json.dump(dict(dict(precision="fp32", attention="naive", framework="shardlm"), **policy), open(pfile, "w"))
         pred = json.loads(sh(f"{binary} plan --model {model_file} --cluster {clusters[(ranks, threads)]} "
                              f"--policy {pfile} --global-batch {GLOBAL_BATCH} --seq {SEQ} --json"))
         if not pred["feasible"]:

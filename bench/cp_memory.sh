@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; T=${2:-32768}; STEPS=${3:-2}; DATA=${4:-data/sotu/sotu_train.bin}; CPS=${5:-"1 2 4"}
 [ -f "$DATA" ] || { echo "cp_memory: $DATA missing: run tools/quickstart.sh or shardlm tokenize first" >&2; exit 1; }
+unset OPENBLAS_CORETYPE  # shardlm picks the SkylakeX kernels itself (a preset Haswell would halve its GEMMs)
 OUT=$(mktemp -d)
 COMMON="train --model gpt2 --n-layer 4 --n-embd 256 --n-head 4 --n-ctx $T --data $DATA --data-order sequential
         --seq $T --global-batch 1 --micro-batch 1 --steps $STEPS --threads 1 --optimizer adamw --lr 3e-4

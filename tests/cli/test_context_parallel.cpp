@@ -132,11 +132,19 @@ TEST_F(ContextParallel, Bf16StaysWithinNoise) {
 }
 
 // The cp rows of --comm-report (the keys and values sent per step, and their gradients) equal the
-// formula on every rank, ring and all-gather, beside the gradients' dp x cp reduction.
-TEST_F(ContextParallel, CommReportCountsTheKeysAndValues) {
+// formula on every rank, ring and all-gather, beside the gradients' dp x cp reduction; --memory-report's
+// model states (ZeRO over dp x cp) and one block's activations (seq / cp rows) equal theirs.
+TEST_F(ContextParallel, ReportsMatchTheFormulas) {
     for (const Layout& l : {Layout{"ring", 2, "--cp 2"}, Layout{"ring_full", 4, "--cp 4 --recompute full"},
-                            Layout{"allgather", 4, "--dp 2 --cp 2 --cp-comm allgather --zero 2"}}) {
-        const std::string out = run(mpirun(l.np) + train(std::string("--steps 1 --comm-report ") + l.flags), l.name);
+                            Layout{"allgather", 4, "--dp 2 --cp 2 --cp-comm allgather --zero 2"},
+                            Layout{"tp2_sp_bf16", 4, "--cp 2 --tp 2 --sequence-parallel --precision bf16 --zero 1"}}) {
+        const std::string out =
+            run(mpirun(l.np) + train(std::string("--steps 1 --comm-report --memory-report ") + l.flags), l.name);
+        const std::regex mem(R"(\n  (parameters|gradients|master weights|optimizer state|model states total|block activations)\s+([0-9.]+)\s+([0-9.]+))");
+        int mem_rows = 0;
+        for (auto it = std::sregex_iterator(out.begin(), out.end(), mem); it != std::sregex_iterator(); ++it, mem_rows++)
+            EXPECT_EQ((*it)[2].str(), (*it)[3].str()) << l.name << ": " << (*it)[1].str() << "\n" << out;
+        EXPECT_GE(mem_rows, 5 * l.np) << l.name << "\n" << out;
         const std::regex row(R"(\n  (\S+)\s+(\w+)\s+calls\s+\d+\s+sent\s+(\d+)\s+theory\s+(\d+))");
         int cp_rows = 0;
         for (auto it = std::sregex_iterator(out.begin(), out.end(), row); it != std::sregex_iterator(); ++it) {

@@ -215,4 +215,35 @@ TEST(Simulator, DataParallelCommunicationHidesBehindBackward) {
     EXPECT_LT(e.time.dp_comm, 0.1 * e.time.compute);
 }
 
+// Context parallelism's two exchanges: the all-gather moves the whole sequence's keys and values a layer,
+// the ring one block a step behind 1/cp of the attention each. On a long sequence the attention hides
+// the ring's steps; the search tries both where cp > 1, and a restriction to one is honoured.
+TEST(Simulator, ContextParallelRingHidesBehindTheAttentionTiles) {
+    const cost::ModelShape m = *planner::find_model_preset("llama-7b");
+    const planner::Cluster c = planner::make_cluster(planner::find_gpu("A100-80GB"), 8, 2);
+    planner::Policy p;
+    p.tp = 2, p.cp = 8, p.zero_stage = 1, p.recompute = cost::Recompute::Full;
+    double exposed[2];
+    for (cost::CpComm cc : {cost::CpComm::AllGather, cost::CpComm::Ring}) {
+        p.cp_comm = cc;
+        const planner::Estimate e = planner::evaluate(m, c, {8, 65536}, p);
+        ASSERT_TRUE(e.consistent) << e.reason;
+        exposed[int(cc)] = e.time.cp_comm;
+        EXPECT_GT(e.time.cp_comm, 0.0) << "the ring's last dK/dV always goes home after the tiles";
+    }
+    EXPECT_LT(exposed[int(cost::CpComm::Ring)], exposed[int(cost::CpComm::AllGather)]);
+    p.cp = 1;
+    EXPECT_EQ(planner::evaluate(m, c, {8, 65536}, p).time.cp_comm, 0.0);
+
+    planner::SearchSpace s;
+    s.tp = {2}, s.cp = {8}, s.recompute = {cost::Recompute::Full};
+    const planner::SearchResult both = planner::search(m, c, {8, 65536}, s, 1000);
+    bool ring = false, gather = false;
+    for (const planner::Estimate& e : both.top) (e.policy.cp_comm == cost::CpComm::Ring ? ring : gather) = true;
+    EXPECT_TRUE(ring && gather);
+    s.cp_comm = {cost::CpComm::Ring};
+    for (const planner::Estimate& e : planner::search(m, c, {8, 65536}, s, 1000).top)
+        EXPECT_EQ(e.policy.cp_comm, cost::CpComm::Ring);
+}
+
 }  // namespace

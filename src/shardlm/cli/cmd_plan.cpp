@@ -24,7 +24,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
-    std::string attention = "flash", framework = "megatron", compile = "none";
+    std::string attention = "flash", framework = "megatron", compile = "none", cp_comm;
     optim::Kind optimizer = optim::Kind::AdamW;
     int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
@@ -115,6 +115,12 @@ planner::SearchSpace resolve_space(const PlanArgs& a) {
     if (a.tp) s.tp = {a.tp};
     if (a.pp) s.pp = {a.pp};
     if (a.cp) s.cp = {a.cp};
+    if (!a.cp_comm.empty()) {
+        cost::CpComm cc;
+        SHARDLM_CHECK(enum_from_name(cost::kCpCommNames, a.cp_comm, &cc), "--cp-comm '", a.cp_comm,
+                      "' is not known\n---> HINT: use ", names_list(cost::kCpCommNames));
+        s.cp_comm = {cc};
+    }
     if (a.zero >= 0) s.zero_stage = {a.zero};
     if (a.micro_batch) s.micro_batch = {a.micro_batch};
     if (a.virtual_stages) s.virtual_stages = {a.virtual_stages};
@@ -305,6 +311,9 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--tp", a->tp, "Search only this tensor-parallel size");
     c->add_option("--pp", a->pp, "Search only this pipeline size");
     c->add_option("--cp", a->cp, "Search only this context-parallel size");
+    c->add_option("--cp-comm", a->cp_comm,
+                  "Search only this context-parallel exchange: ring (a block a step, overlapped with the attention "
+                  "tiles) or allgather (default: both)");
     c->add_option("--zero", a->zero, "Search only this ZeRO stage");
     c->add_option("--micro-batch", a->micro_batch, "Search only this micro-batch");
     c->add_option("--virtual-stages", a->virtual_stages, "Search only this number of virtual stages");

@@ -145,7 +145,7 @@ Policy policy_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "policy",
                    {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
                     "sequence_parallel", "precision", "schedule", "attention", "grad_accum_fp32", "framework",
-                    "compile"});
+                    "compile", "cp_comm"});
     Policy p;
     p.tp = f.get<int>("tp", 1), p.pp = f.get<int>("pp", 1), p.dp = f.get<int>("dp", 0), p.cp = f.get<int>("cp", 1);
     p.zero_stage = f.get<int>("zero_stage", 0);
@@ -168,6 +168,8 @@ Policy policy_from_json(const json& j, const std::string& source) {
         f.bad_value("framework", fw, "\"megatron\", \"megatron-deepspeed\", \"megatron-core\", \"pytorch\", \"shardlm\"");
     const std::string att = f.get<std::string>("attention", "flash");
     if (!cost::attention_from_name(att, &p.attention)) f.bad_value("attention", att, "\"flash\", \"naive\"");
+    const std::string cpc = f.get<std::string>("cp_comm", "allgather");
+    if (!enum_from_name(cost::kCpCommNames, cpc, &p.cp_comm)) f.bad_value("cp_comm", cpc, "\"ring\", \"allgather\"");
     const std::string comp = f.get<std::string>("compile", "none");
     if (!enum_from_name(kCompileNames, comp, &p.compile))
         f.bad_value("compile", comp, "\"none\", \"blocks\", \"blocks_and_loss\"");
@@ -222,6 +224,7 @@ json policy_to_json(const Policy& p) {
             {"pp", p.pp},
             {"dp", p.dp},
             {"cp", p.cp},
+            {"cp_comm", enum_name(cost::kCpCommNames, p.cp_comm)},
             {"zero_stage", p.zero_stage},
             {"micro_batch", p.micro_batch},
             {"virtual_stages", p.virtual_stages},

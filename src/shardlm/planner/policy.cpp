@@ -42,6 +42,7 @@ std::string describe(const Policy& p) {
                    ? cat(" ", cost::schedule_name(p.schedule))
                    : std::string(),
                p.attention == cost::Attention::Naive ? " naive-attention" : "",
+               p.cp > 1 && p.cp_comm == cost::CpComm::Ring ? " cp-ring" : "",
                p.framework == Framework::Megatron ? std::string() : cat(" ", framework_name(p.framework)),
                p.compile == Compile::None ? "" : " compile=" + enum_name(kCompileNames, p.compile));
 }

@@ -46,6 +46,9 @@ struct Policy {
     int pp = 1;
     int dp = 0;  // 0: num_gpus / (tp * pp * cp)
     int cp = 1;  // context parallelism: the sequence split cp ways
+    // how attention reaches the other cp ranks' keys and values (cost/flops.h); all-gather: the model the
+    // published runs were fitted with (Llama 3's); ring: this engine's default, Megatron-Core's p2p
+    cost::CpComm cp_comm = cost::CpComm::AllGather;
     int zero_stage = 0;
     int64_t micro_batch = 1;  // sequences
     int virtual_stages = 1;   // > 1: interleaved 1F1B, each stage holds this many model chunks

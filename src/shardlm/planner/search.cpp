@@ -83,6 +83,14 @@ struct Searcher {
     }
 
     void policies_of_grid(Policy p) {
+        const std::vector<cost::CpComm> both{cost::CpComm::AllGather, cost::CpComm::Ring};
+        for (cost::CpComm cc : p.cp > 1 ? or_default(space.cp_comm, both) : std::vector<cost::CpComm>{cost::CpComm::AllGather}) {
+            p.cp_comm = cc;
+            policies_of_grid_cp(p);
+        }
+    }
+
+    void policies_of_grid_cp(Policy p) {
         // layers that divide evenly: the divisors of a stage's layers; otherwise (explicit pp) any v with
         // a layer per chunk (the fullest chunk paces: stage_model.h)
         std::vector<int> vs{1};

@@ -2,7 +2,8 @@
 //
 // Every factorisation num_gpus = tp x cp x pp x dp (tp dividing the heads, KV heads and MLP; pp and
 // pp x virtual_stages dividing the layers) x micro-batch (dividing global_batch / dp) x virtual
-// stages x ZeRO stage x recomputation x sequence parallelism is evaluated (evaluate.h), except
+// stages x ZeRO stage x recomputation x sequence parallelism (x with cp > 1 the all-gather and the
+// ring) is evaluated (evaluate.h), except
 // that micro-batches are tried from small to large and the first one that does not fit in memory
 // ends that series (a larger micro-batch only needs more memory). Feasible policies are ranked by
 // predicted tokens/s; ties go to the one using less memory.
@@ -21,6 +22,7 @@ struct SearchSpace {
     std::vector<int64_t> micro_batch;
     std::vector<cost::Recompute> recompute;
     std::vector<bool> sequence_parallel;
+    std::vector<cost::CpComm> cp_comm;  // with cp > 1; empty: the all-gather and the ring
     // empty: 1F1B and its interleaving (Megatron's); the zero-bubble ones when named
     std::vector<cost::Schedule> schedule;
     Precision precision = Precision::Bf16;

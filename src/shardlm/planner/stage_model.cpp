@@ -219,17 +219,32 @@ StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
     if (p.framework == Framework::MegatronCore && p.tp > 1)
         t.tp = std::max(0.0, t.tp - L * (p.recompute == Recompute::Full ? 4 : 3) * block_gemm_s());
 
-    if (p.cp > 1) {
-        // K and V of the whole sequence: gathered forward, gathered again and reduce-scattered backward
-        const double kv = double(p.micro_batch) * job.seq * 2 * double(m.kv_dim()) / p.tp * value_bytes();
-        const cost::Link cp_link = group_link(c, p.tp * p.cp);
-        const double ag = cost::collective_time_s(Collective::AllGather, kv, p.cp, cp_link);
-        const double rs = cost::collective_time_s(Collective::ReduceScatter, kv, p.cp, cp_link);
-        auto left = [&](double x, double window) { return x - std::min(window, c.comm_overlap * x); };
-        const double per_layer = left(ag, attn) + left(ag + rs, 2 * attn);
-        t.cp = L * per_layer;
-    }
+    t.cp = L * cp_layer_s(attn);
     return t;
+}
+
+// Context parallelism's exposed communication per layer and micro-batch. A rank's block of keys and values
+// is micro_batch x seq/cp rows of 2 kv_dim / tp values. All-gather: the whole sequence's gathered forward
+// (overlapping the attention), gathered again and its gradient reduce-scattered backward. Ring: cp - 1
+// steps, each a block to the next rank while the tiles of the block in hand run (1/cp of the attention);
+// backward the keys again and the dK/dV beside them (fp32 in this engine, the values' type elsewhere),
+// the last dK/dV going home after the last tiles, exposed.
+double StageModel::cp_layer_s(double attn) const {
+    if (p.cp == 1) return 0.0;
+    const double elems = double(p.micro_batch) * job.seq / p.cp * 2 * double(m.kv_dim()) / p.tp;
+    const double kv = elems * value_bytes(), dkv = elems * (p.framework == Framework::Shardlm ? 4.0 : value_bytes());
+    const cost::Link cp_link = group_link(c, p.tp * p.cp);
+    auto left = [&](double x, double window) { return x - std::min(window, c.comm_overlap * x); };
+    if (p.cp_comm == cost::CpComm::AllGather) {
+        // only the local block's tiles can run while the gather moves the others'
+        const double ag = cost::collective_time_s(Collective::AllGather, kv * p.cp, p.cp, cp_link);
+        const double rs = cost::collective_time_s(Collective::ReduceScatter, dkv * p.cp, p.cp, cp_link);
+        return left(ag, attn / p.cp) + left(ag + rs, 2 * attn / p.cp);
+    }
+    const double step_kv = cost::collective_time_s(Collective::SendRecv, kv, 2, cp_link);
+    const double step_dkv = cost::collective_time_s(Collective::SendRecv, dkv, 2, cp_link);
+    const double steps = p.cp - 1, window = attn / p.cp;
+    return steps * (left(step_kv, window) + left(step_kv + step_dkv, 2 * window)) + step_dkv;
 }
 
 double StageModel::dp_exposed_s(int stage, const MicroBatch& mb) const {

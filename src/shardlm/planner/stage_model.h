@@ -66,6 +66,7 @@ private:
     double attention_gemm_s() const;
     double block_memory_bound_s() const;                // forward memory-bound work of one block
     double attention_memory_bound_s() const;            // its attention-core part
+    double cp_layer_s(double attn) const;                // context parallelism's exposed messages a layer
     double head_forward_s() const;                      // logits GEMM + softmax/cross-entropy
 };
 

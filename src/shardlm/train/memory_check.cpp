@@ -37,13 +37,14 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
     shape.dropout = false;  // the engine has no dropout: no masks, no dropped copies of the probabilities
     cost::ActivationSpec a;
     a.micro_batch = cfg.data.micro_batch;
-    a.seq = cfg.data.seq / cp;  // this rank's rows of each sequence
+    a.seq = cfg.data.seq;
+    a.cp = cp;  // this rank holds seq / cp rows of each sequence
     a.tp = tp;
     a.sequence_parallel = cfg.parallel.sequence_parallel;
     a.value_bytes = 4;
     a.attention = cfg.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
     const double block = cost::block_activation_bytes(shape, a);
-    const double tokens = double(cfg.data.micro_batch) * a.seq;
+    const double tokens = double(cfg.data.micro_batch) * a.seq / cp;
     const double padded_vocab = double((mc.vocab_size + 127) / 128 * 128);
     for (size_t c = 0; c < chunks.size(); c++) {
         const auto [first, last] = chunks[c];

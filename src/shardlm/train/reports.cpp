@@ -100,13 +100,14 @@ std::string Trainer::memory_report() const {
     // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
     const model::ModelPart::BlockBytes bb = e_.part->block_bytes();
     if (bb.values >= 0) {
-        // a context-parallel rank holds seq / cp rows of each sequence (and with the fused kernel no term in seq^2)
+        // a context-parallel rank holds seq / cp rows of each sequence (the formula's cp)
         const int s = e_.seq_local;
-        cost::ModelShape shape = model::cost_shape(model_cfg_, s);
+        cost::ModelShape shape = model::cost_shape(model_cfg_, cfg_.data.seq);
         shape.dropout = false;
         cost::ActivationSpec spec;
         spec.micro_batch = cfg_.data.micro_batch;
-        spec.seq = s;
+        spec.seq = cfg_.data.seq;
+        spec.cp = g.cp_size();
         spec.tp = g.tp_size();
         spec.sequence_parallel = cfg_.parallel.sequence_parallel && g.tp_size() > 1;
         spec.attention = cfg_.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
@@ -120,7 +121,7 @@ std::string Trainer::memory_report() const {
                    "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
                    "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
                    "block activations", bb.values, f, setting_text(cfg_.runtime.recompute).c_str(), int(spec.value_bytes),
-                   4.0 * cfg_.data.micro_batch * (2.0 * model_cfg_.n_head * s * s + 14.0 * s * model_cfg_.n_embd));
+                   4.0 * cfg_.data.micro_batch * (2.0 * model_cfg_.n_head * s * cfg_.data.seq + 14.0 * s * model_cfg_.n_embd));
         if (bb.stats > 0)
             out += shardlm::format("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
                        "norm statistics", bb.stats,
