@@ -246,7 +246,9 @@ TEST_P(CpPartTest, RanksOfASequenceEqualOneRankOnTheWholeBatch) {
     std::vector<test::ThreadCp> groups;
     for (int r = 0; r < cp; r++) groups.emplace_back(post, r);
     std::vector<PartRun> ranks(static_cast<size_t>(cp));
-    test::run_ranks(cp, [&](int r) { run_part(ranks[size_t(r)], cfg, &groups[size_t(r)], mode, rc); });
+    const CpComm m = mode;  // (clang 14 captures no structured binding)
+    const model::Recompute recompute = rc;
+    test::run_ranks(cp, [&](int r) { run_part(ranks[size_t(r)], cfg, &groups[size_t(r)], m, recompute); });
     for (size_t m = 0; m < one.losses.size(); m++) {
         double sum = 0;
         for (const PartRun& r : ranks) sum += r.losses[m];

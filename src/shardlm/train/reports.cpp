@@ -54,6 +54,40 @@ void cp_rows(std::string& out, const comm::Grid& g, const model::ModelPart& part
 
 }  // namespace
 
+// One block's activations per micro-batch beside the shared cost model's count (no dropout here), and the
+// norms' statistics outside it.
+std::string Trainer::block_activation_report() const {
+    const model::ModelPart::BlockBytes bb = e_.part->block_bytes();
+    if (bb.values < 0) return "";
+    // a context-parallel rank holds seq / cp rows of each sequence (the formula's cp)
+    const int s = e_.seq_local;
+    cost::ModelShape shape = model::cost_shape(model_cfg_, cfg_.data.seq);
+    shape.dropout = false;
+    cost::ActivationSpec spec;
+    spec.micro_batch = cfg_.data.micro_batch;
+    spec.seq = cfg_.data.seq;
+    spec.cp = e_.grid->cp_size();
+    spec.tp = e_.grid->tp_size();
+    spec.sequence_parallel = cfg_.parallel.sequence_parallel && spec.tp > 1;
+    spec.attention = cfg_.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
+    // the engine's selective recomputation is the attention probabilities': with the fused kernel
+    // there are none, and it keeps what no recomputation keeps (not the planner's op-level kind)
+    const bool fused_selective = spec.attention == cost::Attention::Flash && cfg_.runtime.recompute == cost::Recompute::Selective;
+    spec.recompute = fused_selective ? cost::Recompute::None : cfg_.runtime.recompute;
+    spec.value_bytes = double(dtype_bytes(e_.part->precision().activation));
+    const double f = cost::block_activation_bytes(shape, spec);
+    std::string out = shardlm::format(
+        "  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
+        "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
+        "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
+        "block activations", bb.values, f, setting_text(cfg_.runtime.recompute).c_str(), int(spec.value_bytes),
+        4.0 * cfg_.data.micro_batch * (2.0 * model_cfg_.n_head * s * cfg_.data.seq + 14.0 * s * model_cfg_.n_embd));
+    if (bb.stats > 0)
+        out += shardlm::format("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
+                               "norm statistics", bb.stats, model_cfg_.norm == model::Norm::RMSNorm ? "1/rms" : "means and 1/std");
+    return out;
+}
+
 std::string Trainer::memory_report() const {
     const comm::Grid& g = *e_.grid;
     std::string out = shardlm::format("memory report, rank %d of %d (dp %d/%d, tp %d/%d, pp %d/%d%s)\n", g.world_rank(),
@@ -97,36 +131,7 @@ std::string Trainer::memory_report() const {
                mib(double(e_.part->keep_bytes())), "-",
                e_.part->defers_weight_grads() ? "W deferred: one set per slot, inside the slots above"
                                             : "W follows B: one set, reused");
-    // one block's activations per micro-batch beside the shared cost model's count (no dropout here)
-    const model::ModelPart::BlockBytes bb = e_.part->block_bytes();
-    if (bb.values >= 0) {
-        // a context-parallel rank holds seq / cp rows of each sequence (the formula's cp)
-        const int s = e_.seq_local;
-        cost::ModelShape shape = model::cost_shape(model_cfg_, cfg_.data.seq);
-        shape.dropout = false;
-        cost::ActivationSpec spec;
-        spec.micro_batch = cfg_.data.micro_batch;
-        spec.seq = cfg_.data.seq;
-        spec.cp = g.cp_size();
-        spec.tp = g.tp_size();
-        spec.sequence_parallel = cfg_.parallel.sequence_parallel && g.tp_size() > 1;
-        spec.attention = cfg_.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
-        // the engine's selective recomputation is the attention probabilities': with the fused kernel
-        // there are none, and it keeps what no recomputation keeps (not the planner's op-level kind)
-        const bool fused_selective = spec.attention == cost::Attention::Flash && cfg_.runtime.recompute == cost::Recompute::Selective;
-        spec.recompute = fused_selective ? cost::Recompute::None : cfg_.runtime.recompute;
-        spec.value_bytes = double(dtype_bytes(e_.part->precision().activation));
-        const double f = cost::block_activation_bytes(shape, spec);
-        out += shardlm::format("  %-22s %12lld %12.0f   bytes per block and micro-batch (recompute %s, %d-byte values): "
-                   "Korthikanti et al.'s count without dropout, s b h (32 + 2 a s / h) at 16 bits; seed 002's "
-                   "b (2 a s^2 + 14 s h) at 4 bytes would be %.0f\n",
-                   "block activations", bb.values, f, setting_text(cfg_.runtime.recompute).c_str(), int(spec.value_bytes),
-                   4.0 * cfg_.data.micro_batch * (2.0 * model_cfg_.n_head * s * cfg_.data.seq + 14.0 * s * model_cfg_.n_embd));
-        if (bb.stats > 0)
-            out += shardlm::format("  %-22s %12lld   bytes per block: the norms' %s (fp32, outside the formulas)\n",
-                       "norm statistics", bb.stats,
-                       model_cfg_.norm == model::Norm::RMSNorm ? "1/rms" : "means and 1/std");
-    }
+    out += block_activation_report();
     if (e_.part->recompute_bytes() > 0)
         out += shardlm::format("  %-22s %12.2f   (held once: the recomputed block or attention probabilities)\n", "recompute MiB",
                    mib(double(e_.part->recompute_bytes())));

@@ -115,6 +115,7 @@ private:
     void write_summary(const StepStats& last, double train_s, const std::string& sample);
     bool holds_head() const;
     std::string memory_report() const;
+    std::string block_activation_report() const;  // memory_report's line of one block's activations
     std::string comm_report() const;
     void write_trace(double bubble_mean);
     std::string sample_text();
