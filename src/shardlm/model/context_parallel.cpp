@@ -31,6 +31,7 @@ void CpBuffers::allocate(CpComm mode, int cp, int B, int local, int NH, int HS, 
     const size_t rows = size_t(B) * size_t(NH) * size_t(local), block = size_t(B) * size_t(local) * 2 * size_t(KVC);
     o.resize(rows * size_t(HS));
     m.resize(rows), l.resize(rows), D.resize(rows);
+    if (cp == 1) return;  // one rank reads its keys and values where they lie
     const size_t blocks = mode == CpComm::Ring ? 1 : size_t(cp);
     kv[0].resize(blocks * block * dtype_bytes(t));
     kv[1].resize(mode == CpComm::Ring ? block * dtype_bytes(t) : 0);
@@ -81,24 +82,33 @@ void add_kv_grad(float* dqkv, const float* dkv, const Shape& s) {
     }
 }
 
-// this rank's queries against the keys and values of rank `src`, lying in kv (B, L, 2 KVC) rows
-FlashBlockPair pair_with(const CpAttention& a, const Shape& s, const void* qkv, const void* kv, int src) {
-    return FlashBlockPair{qkv, s.W, kv, s.KVW, a.t, a.split->positions(s.r), a.split->positions(src),
+// this rank's queries against the keys and values of rank `src`, lying in kv (B, L) rows ldkv apart
+FlashBlockPair pair_with(const CpAttention& a, const Shape& s, const void* qkv, const void* kv, int ldkv, int src) {
+    return FlashBlockPair{qkv, s.W, kv, ldkv, a.t, a.split->positions(s.r), a.split->positions(src),
                           s.B, s.L, s.L, s.C, s.NH, a.NKV, a.causal, a.doc_start};
+}
+// ... of a block received: (B, L, 2 KVC)
+FlashBlockPair pair_with(const CpAttention& a, const Shape& s, const void* qkv, const void* kv, int src) {
+    return pair_with(a, s, qkv, kv, s.KVW, src);
+}
+// ... of its own rows, where they lie in qkv (from column C)
+FlashBlockPair own_pair(const CpAttention& a, const Shape& s, const void* qkv) {
+    return pair_with(a, s, qkv, static_cast<const char*>(qkv) + size_t(s.C) * dtype_bytes(a.t), s.W, s.r);
 }
 
 // the ring step's source: at step k a rank holds the keys of the rank k places before it
 int source(const Shape& s, int k) { return (s.r - k + s.cp) % s.cp; }
 
-// ring: step k computes with the block in hand while the next one arrives
+// ring: step k computes with the block in hand while the next one arrives (step 0: this rank's own, read
+// where it lies; packed only to be sent)
 void ring_forward(const CpAttention& a, const Shape& s, FlashState st, const void* qkv) {
     CpBuffers& b = *a.buffers;
     const size_t bytes = s.block() * dtype_bytes(a.t);
-    pack_kv(b.kv[0].data(), qkv, a.t, s);
+    if (s.cp > 1) pack_kv(b.kv[0].data(), qkv, a.t, s);
     int cur = 0;
     for (int k = 0; k < s.cp; k++) {
         const int ticket = k + 1 < s.cp ? a.group->ring_start(b.kv[cur].data(), b.kv[1 - cur].data(), bytes, kTagKv) : -1;
-        kernels::flash_block_forward(st, pair_with(a, s, qkv, b.kv[cur].data(), source(s, k)));
+        kernels::flash_block_forward(st, k == 0 ? own_pair(a, s, qkv) : pair_with(a, s, qkv, b.kv[cur].data(), source(s, k)));
         if (ticket >= 0) a.group->ring_wait(ticket), cur = 1 - cur;
     }
 }
@@ -119,6 +129,10 @@ void gathered_forward(const CpAttention& a, const Shape& s, FlashState st, const
 // queries added theirs, travels on behind it and, after the last step, reaches its owner
 void ring_backward(const CpAttention& a, const Shape& s, float* dqkv, const float* dout, const void* qkv,
                    const float* lse) {
+    if (s.cp == 1) {  // one rank (document masks alone): its dK/dV straight into dqkv's columns
+        kernels::flash_block_backward(dqkv, s.W, dqkv + s.C, s.W, dout, lse, a.buffers->D.data(), own_pair(a, s, qkv));
+        return;
+    }
     CpBuffers& b = *a.buffers;
     const size_t bytes = s.block() * dtype_bytes(a.t), dbytes = s.block() * sizeof(float);
     pack_kv(b.kv[0].data(), qkv, a.t, s);
@@ -128,12 +142,12 @@ void ring_backward(const CpAttention& a, const Shape& s, float* dqkv, const floa
         const int ticket = k + 1 < s.cp ? a.group->ring_start(b.kv[cur].data(), b.kv[1 - cur].data(), bytes, kTagKv) : -1;
         if (dticket >= 0) a.group->ring_wait(dticket), dcur = 1 - dcur;  // the dK/dV of this step's block
         kernels::flash_block_backward(dqkv, s.W, b.dkv[dcur].data(), s.KVW, dout, lse, b.D.data(),
-                                      pair_with(a, s, qkv, b.kv[cur].data(), source(s, k)));
-        if (s.cp > 1) dticket = a.group->ring_start(b.dkv[dcur].data(), b.dkv[1 - dcur].data(), dbytes, kTagDkv);
+                                      k == 0 ? own_pair(a, s, qkv) : pair_with(a, s, qkv, b.kv[cur].data(), source(s, k)));
+        dticket = a.group->ring_start(b.dkv[dcur].data(), b.dkv[1 - dcur].data(), dbytes, kTagDkv);
         if (ticket >= 0) a.group->ring_wait(ticket), cur = 1 - cur;
     }
-    if (dticket >= 0) a.group->ring_wait(dticket), dcur = 1 - dcur;  // this rank's own block, every rank's queries in it
-    add_kv_grad(dqkv, b.dkv[dcur].data(), s);
+    a.group->ring_wait(dticket);  // this rank's own block, every rank's queries in it
+    add_kv_grad(dqkv, b.dkv[1 - dcur].data(), s);
 }
 
 void gathered_backward(const CpAttention& a, const Shape& s, float* dqkv, const float* dout, const void* qkv,

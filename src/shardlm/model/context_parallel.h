@@ -67,7 +67,7 @@ public:
 };
 
 // The buffers of one rank's context-parallel attention (one layer at a time), sized for a micro-batch of
-// B sequences of `local` rows with KVC key (and value) columns and NH query heads of HS.
+// B sequences of `local` rows with KVC key (and value) columns and NH query heads of HS (cp 1: the state alone).
 struct CpBuffers {
     std::vector<float> o, m, l, D;  // the running state (B, NH, local, HS) and (B, NH, local); D: dO.O
     std::vector<char> kv[2];        // ring: the block in hand and the one arriving (B, local, 2 KVC) of t;

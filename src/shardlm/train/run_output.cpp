@@ -231,7 +231,7 @@ std::string wait_policy_text() {
 
 void Trainer::print_header() {
     unigram_ = loader_->unigram_entropy();
-    if (cfg_.data.doc_mask) doc_stats_ = loader_->document_stats(cfg_.data.eot_token);
+    if (cfg_.data.doc_mask && is_root()) doc_stats_ = loader_->document_stats(cfg_.data.eot_token);  // printed, summarised
     if (val_loader_) corpus_unigram_ = data::BatchLoader::unigram_entropy({loader_.get(), val_loader_.get()});
     if (is_root()) {
         std::printf("model %s: %.2fM parameters | data %s: %lld tokens, unigram entropy %.3f nats", model_cfg_.name.c_str(),
