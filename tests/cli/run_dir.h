@@ -99,4 +99,15 @@ inline void expect_same_params(const std::filesystem::path& a, const std::filesy
     }
 }
 
+// A float64 reference fixture's final parameters (fixture/final.safetensors, rounded to fp32) against a run's
+// checkpoint, through a scratch HF directory `scratch` (created or overwritten).
+inline void expect_reference_params(const std::filesystem::path& ckpt, const std::string& fixture,
+                                    const std::filesystem::path& scratch, const std::string& what, float rel = 1e-4f) {
+    namespace fs = std::filesystem;
+    fs::create_directories(scratch);
+    fs::copy_file(fixture + "/config.json", scratch / "config.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(fixture + "/final.safetensors", scratch / "model.safetensors", fs::copy_options::overwrite_existing);
+    expect_same_params(ckpt, scratch, what, rel);
+}
+
 }  // namespace shardlm::test

@@ -152,6 +152,38 @@ TEST_F(AllGather, OutOfPlaceAndInPlace) {
         for (int i = 0; i < 7; i++) EXPECT_EQ(all[size_t(r) * 7 + size_t(i)], r + 1);
 }
 
+// All-to-all with counts (expert parallelism's exchange): rank r sends rank j a block of (r + 1)(j + 2) - 2 bytes
+// (rank 0 to itself an empty one) valued by (sender, receiver, index), placed after a gap; every block lands
+// where the receiver's offsets say, and the bytes sent are every block but the rank's own.
+using AllToAll = CommTest;
+TEST_F(AllToAll, BlocksOfEveryCountLandInPlace) {
+    const int n = nranks(), r = rank();
+    auto len = [](int from, int to) { return size_t((from + 1) * (to + 2) - 2); };
+    auto value = [](int from, int to, size_t i) { return (unsigned char)(from * 31 + to * 7 + int(i % 13)); };
+    const size_t ranks = size_t(n);
+    std::vector<size_t> send(ranks), send_off(ranks), recv(ranks), recv_off(ranks);
+    size_t s_at = 0, r_at = 3;
+    for (int j = 0; j < n; j++) {
+        send[size_t(j)] = len(r, j), send_off[size_t(j)] = s_at, s_at += send[size_t(j)];
+        recv[size_t(j)] = len(j, r), recv_off[size_t(j)] = r_at, r_at += recv[size_t(j)] + 1;  // a byte's gap after each
+    }
+    std::vector<unsigned char> in(s_at), out(r_at, 0xEE);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < send[size_t(j)]; i++) in[send_off[size_t(j)] + i] = value(r, j, i);
+    world().reset_stats();
+    world().all_to_all_bytes(in.data(), send.data(), send_off.data(), out.data(), recv.data(), recv_off.data());
+    size_t bad = 0, others = 0;
+    for (int j = 0; j < n; j++) {
+        for (size_t i = 0; i < recv[size_t(j)]; i++) bad += out[recv_off[size_t(j)] + i] != value(j, r, i);
+        bad += out[recv_off[size_t(j)] + recv[size_t(j)]] != 0xEE;  // the gap untouched
+        if (j != r) others += send[size_t(j)];
+    }
+    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(out[0], 0xEE);
+    EXPECT_EQ(world().stats()[OpKind::AllToAll].bytes_sent, others);
+    EXPECT_EQ(world().stats()[OpKind::AllToAll].calls, 1u);
+}
+
 TEST_F(Broadcast, FromEveryRoot) {
     const int n = nranks();
     for (int root = 0; root < n; root++) {

@@ -157,5 +157,23 @@ TEST_F(GridTest, FourRanksDp2Cp2) {
     EXPECT_EQ(h.cp().size(), 1);
 }
 
+// Expert parallelism carved out of dp 4 (ep 2): the ep groups are consecutive dp ranks {0, 1}, {2, 3}; the
+// ranks holding the same experts are {0, 2} and {1, 3}; without ep the experts' group is dp itself; an ep
+// that does not divide dp is refused.
+TEST_F(GridTest, FourRanksDp4Ep2) {
+    if (nranks() != 4) GTEST_SKIP() << "needs 4 ranks";
+    Grid g = Grid::create(world(), {4, 1, 1, 1, 2});
+    const int r = rank();
+    EXPECT_EQ(g.ep_size(), 2);
+    EXPECT_EQ(g.ep_rank(), r % 2);
+    EXPECT_EQ(g.ep().members(), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+    EXPECT_EQ(g.edp().members(), (std::vector<int>{r % 2, r % 2 + 2}));
+    EXPECT_EQ(g.ep().rank(), g.ep_rank());
+    Grid h = Grid::create(world(), {4, 1, 1});
+    EXPECT_EQ(&h.edp(), &h.dp());
+    EXPECT_EQ(h.ep().size(), 1);
+    EXPECT_THROW(Grid::resolve({4, 1, 1, 1, 3}, 4), Error);
+}
+
 }  // namespace
 }  // namespace shardlm::comm::test

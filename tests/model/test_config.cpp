@@ -15,7 +15,18 @@ TEST(Presets, ParameterCountsMatchTheLayoutAndTheFormula) {
         c.validate(c.name);
         const int64_t l = c.n_layer, h = c.n_embd, v = c.vocab_size;
         ParamCount p = count_params(c);
-        if (c.family() == Family::Gpt2) {
+        if (c.has_moe()) {  // attention, norms, the router, the routed experts (and shared ones); embedding, head
+            const int64_t kv = int64_t(c.kv_heads()) * c.head_dim(), F = c.expert_ffn(), E = c.moe.n_experts;
+            const int64_t mats = c.mlp == Mlp::SwiGLU ? 3 : 2, norm = c.norm == Norm::LayerNorm && c.bias ? 2 * h : h;
+            const int64_t attn = 2 * h * h + 2 * h * kv + (c.bias ? 2 * h + 2 * kv : 0);
+            const int64_t shared = c.moe.n_shared > 0 ? mats * h * F * c.moe.n_shared + (c.bias ? h : 0) : 0;
+            const int64_t experts = l * E * mats * h * F;
+            const int64_t emb = v * h + (c.position == Position::Learned ? int64_t(c.n_ctx) * h : 0);
+            EXPECT_EQ(p.total, l * (attn + 2 * norm + E * h + shared) + experts + emb + (c.tie_embeddings ? 0 : v * h) + norm)
+                << c.name;
+            EXPECT_EQ(p.experts, experts) << c.name;
+            EXPECT_EQ(p.active, p.total - experts + experts / E * c.moe.top_k) << c.name;
+        } else if (c.family() == Family::Gpt2) {
             EXPECT_EQ(p.total, 12 * l * h * h + 13 * l * h + v * h + int64_t(c.n_ctx) * h + 2 * h) << c.name;
             EXPECT_EQ(estimate_params_12lh2_2vh(c) - v * h + 13 * l * h + int64_t(c.n_ctx) * h + 2 * h, p.total) << c.name;
         } else {  // q, o (h^2 each), k, v (h g d each), three MLP matrices, two RMSNorms; embedding and head

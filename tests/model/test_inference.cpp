@@ -53,6 +53,19 @@ TEST(Generator, MatchesFullForwardForLlamaAndGqa) {
     expect_generator_matches_forward(gqa, 7);
 }
 
+// And for mixtures of experts: Mixtral's (every layer, softmax, top 2 renormalised), and a dense layer beside an
+// MoE one with a shared expert and a sigmoid router (each position routes its one token alike).
+TEST(Generator, MatchesFullForwardWithExperts) {
+    model::GptConfig mixtral = model::find_preset("llama-tiny");
+    mixtral.n_layer = 2, mixtral.n_embd = 48, mixtral.vocab_size = 101, mixtral.n_ctx = 32;
+    mixtral.moe.n_experts = 4, mixtral.moe.top_k = 2, mixtral.moe.ffn = 32;
+    expect_generator_matches_forward(mixtral, 11);
+    model::GptConfig gpt{"moe", 2, 4, 32, 101, 32};
+    gpt.moe.n_experts = 4, gpt.moe.top_k = 1, gpt.moe.n_shared = 1, gpt.moe.router = model::Router::Sigmoid;
+    gpt.moe.layers = "1";
+    expect_generator_matches_forward(gpt, 13);
+}
+
 TEST(Generator, SamplingIsDeterministicAndRespectsTopK) {
     model::GptConfig c{"t", 2, 2, 32, 50, 16};
     model::Layout layout = model::make_gpt2_layout(c);

@@ -25,8 +25,47 @@ class LlamaConfig:
     eps: float = 1e-5
     theta: float = 10000.0
     tie: bool = False
+    # mixture of experts (Mixtral's block_sparse_moe in every layer): 0 experts = dense
+    n_experts: int = 0
+    top_k: int = 2
+    aux_coef: float = 0.0
+    z_coef: float = 0.0
+    # beyond Mixtral (shardlm's keys in config.json): shared experts, a sigmoid router, the top k not
+    # renormalised, a capacity factor, MoE in some layers only (the others dense, of dense_ffn)
+    n_shared: int = 0
+    router: str = "softmax"
+    norm_topk: bool = True
+    capacity: float = 0.0
+    moe_layers: tuple = ()
+    dense_ffn: int = 0
+
+    def is_moe(self, layer):
+        return self.n_experts > 0 and (not self.moe_layers or layer in self.moe_layers)
 
     def hf_json(self):
+        if self.n_experts:
+            j = self.llama_json()
+            j.update({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+                      "num_local_experts": self.n_experts, "num_experts_per_tok": self.top_k,
+                      "router_aux_loss_coef": self.aux_coef, "output_router_logits": False})
+            if self.z_coef:
+                j["shardlm_router_z_loss_coef"] = self.z_coef
+            if self.n_shared:
+                j["shardlm_shared_experts"] = self.n_shared
+            if self.router != "softmax":
+                j["shardlm_router"] = self.router
+            if not self.norm_topk:
+                j["shardlm_norm_topk"] = False
+            if self.capacity:
+                j["shardlm_capacity_factor"] = self.capacity
+            if self.moe_layers:
+                j["shardlm_moe_layers"] = ",".join(str(x) for x in self.moe_layers)
+            if self.dense_ffn:
+                j["shardlm_dense_ffn"] = self.dense_ffn
+            return j
+        return self.llama_json()
+
+    def llama_json(self):
         return {
             "model_type": "llama", "architectures": ["LlamaForCausalLM"],
             "hidden_size": self.n_embd, "intermediate_size": self.ffn,
@@ -92,27 +131,99 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, width=None):
         super().__init__()
-        self.gate_proj = nn.Linear(c.n_embd, c.ffn, bias=False)
-        self.up_proj = nn.Linear(c.n_embd, c.ffn, bias=False)
-        self.down_proj = nn.Linear(c.ffn, c.n_embd, bias=False)
+        width = width or c.ffn
+        self.gate_proj = nn.Linear(c.n_embd, width, bias=False)
+        self.up_proj = nn.Linear(c.n_embd, width, bias=False)
+        self.down_proj = nn.Linear(width, c.n_embd, bias=False)
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class Layer(nn.Module):
+class Expert(nn.Module):
+    """Mixtral's expert: w2(silu(w1 x) * w3 x)."""
     def __init__(self, c):
+        super().__init__()
+        self.w1 = nn.Linear(c.n_embd, c.ffn, bias=False)
+        self.w2 = nn.Linear(c.ffn, c.n_embd, bias=False)
+        self.w3 = nn.Linear(c.n_embd, c.ffn, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SparseMoe(nn.Module):
+    """Mixtral's block_sparse_moe: softmax router, top k renormalised, each expert over its tokens. The
+    objective's terms (Megatron's per-layer form, over the tokens of one forward = one micro-batch):
+    aux_coef * E * sum_e f_e P_e (f_e: the share of the N k choices expert e got, no gradient; P_e: its mean
+    probability) + z_coef * mean_t logsumexp(logits_t)^2, left in self.extra."""
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.gate = nn.Linear(c.n_embd, c.n_experts, bias=False)
+        self.experts = nn.ModuleList([Expert(c) for _ in range(c.n_experts)])
+        if c.n_shared:
+            self.shared_experts = MLP(c, c.n_shared * c.ffn)
+        self.extra = None
+
+    def keep_mask(self, p, top_i):
+        """Which of the N x K choices the capacity keeps: per expert the ceil(F K N / E) of largest
+        probability (the earlier choice, token-major, on a tie)."""
+        c = self.c
+        N, K, E = top_i.shape[0], top_i.shape[1], c.n_experts
+        keep = torch.ones(N, K, dtype=torch.bool)
+        if not c.capacity:
+            return keep
+        cap = math.ceil(c.capacity * N * K / E)
+        for e in range(E):
+            js = [j for j in range(N * K) if top_i[j // K, j % K] == e]
+            js.sort(key=lambda j: -p[j // K, e].item())  # stable: ties keep index order
+            for j in js[cap:]:
+                keep[j // K, j % K] = False
+        return keep
+
+    def forward(self, x):
+        c = self.c
+        h = x.reshape(-1, x.shape[-1])
+        N, E, K = h.shape[0], c.n_experts, c.top_k
+        z = self.gate(h)
+        p = z.softmax(dim=-1) if c.router == "softmax" else torch.sigmoid(z)
+        top_p, top_i = torch.topk(p, K, dim=-1)
+        g = top_p / top_p.sum(dim=-1, keepdim=True) if c.norm_topk else top_p
+        g = g * self.keep_mask(p, top_i).to(g.dtype)
+        out = self.shared_experts(h) if c.n_shared else torch.zeros_like(h)
+        for e in range(E):
+            rows, ks = (top_i == e).nonzero(as_tuple=True)
+            if rows.numel():
+                out = out.index_add(0, rows, g[rows, ks].unsqueeze(-1) * self.experts[e](h[rows]))
+        f = F.one_hot(top_i, E).sum(dim=(0, 1)).to(h.dtype) / (N * K)
+        P = p if c.router == "softmax" else p / p.sum(dim=-1, keepdim=True)
+        balance = E * (f * P.mean(dim=0)).sum()
+        zsq = (torch.logsumexp(z, dim=-1) ** 2).mean()
+        self.extra = c.aux_coef * balance + c.z_coef * zsq
+        return out.view_as(x)
+
+
+class Layer(nn.Module):
+    def __init__(self, c, index=0):
         super().__init__()
         self.input_layernorm = RMSNorm(c.n_embd, c.eps)
         self.self_attn = Attention(c)
         self.post_attention_layernorm = RMSNorm(c.n_embd, c.eps)
-        self.mlp = MLP(c)
+        if c.is_moe(index):
+            self.block_sparse_moe = SparseMoe(c)
+        else:
+            self.mlp = MLP(c, c.dense_ffn or c.ffn)
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        ffn = self.block_sparse_moe if self.c_moe() else self.mlp
+        return x + ffn(self.post_attention_layernorm(x))
+
+    def c_moe(self):
+        return hasattr(self, "block_sparse_moe")
 
 
 class Llama(nn.Module):
@@ -120,7 +231,7 @@ class Llama(nn.Module):
         super().__init__()
         self.c = c
         self.embed_tokens = nn.Embedding(c.vocab_size, c.n_embd)
-        self.layers = nn.ModuleList([Layer(c) for _ in range(c.n_layer)])
+        self.layers = nn.ModuleList([Layer(c, i) for i in range(c.n_layer)])
         self.norm = RMSNorm(c.n_embd, c.eps)
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
 
@@ -135,6 +246,11 @@ class Llama(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def moe_extra(self):
+        """The mixture of experts' objective terms of the last forward, summed over the layers."""
+        terms = [layer.block_sparse_moe.extra for layer in self.layers if layer.c_moe()]
+        return sum(terms) if terms else 0.0
 
     def hf_tensors(self):
         """name -> float32 numpy, HF LlamaForCausalLM names (nn.Linear [out, in])."""

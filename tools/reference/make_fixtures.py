@@ -14,6 +14,10 @@ Fixture A  tests/fixtures/gpt2_tiny/  : forward/backward/optimiser unit referenc
 Fixture B  tests/fixtures/gpt2_e2e/   : 10-step AdamW end-to-end training reference.
 Fixture C  tests/fixtures/llama_tiny/ : a LLaMA with grouped-query attention (RMSNorm, RoPE, SwiGLU,
                                         untied head) trained 10 AdamW steps in float64.
+Fixture D  tests/fixtures/mixtral_tiny/: the same with HF Mixtral's mixture of experts in every layer (4
+                                        experts, top 2, the balance and z-losses), 2 micro-batches a step.
+Fixture E  tests/fixtures/moe_variants/: what Mixtral lacks: a dense layer, then an MoE layer with a shared
+                                        expert, a sigmoid router, the top k not renormalised, a capacity factor.
 """
 import argparse
 import json
@@ -391,36 +395,77 @@ LLAMA_HYPER = dict(E2E_HYPER, eps=1e-6, model_seed=LLAMA_SEED,
                    grad_clip_mode="global L2 norm over all params")
 
 
-def fixture_llama(outdir):
-    cfg = LLAMA_CFG
-    model = LT.Llama(cfg)
-    LT.init_weights(model, LLAMA_SEED)
-    LT.save_dir(outdir, cfg, model, G.save_safetensors)  # float32 values, exactly the float64 model's
-    model = model.to(torch.float64)
+def train_reference(outdir, name, model, cfg, h, micro=None):
+    """10 AdamW steps of the float64 model on the e2e data, micro-batches of `micro` rows (each micro-batch's
+    loss and MoE terms weighted by its share of the step); writes data.bin, final.safetensors, expected.json."""
     toks = markov_tokens(cfg.vocab_size, E2E_NTOK, E2E_DATA_SEED)
     write_shard(os.path.join(outdir, "data.bin"), toks)
     toks_t = torch.from_numpy(toks)
-    h = LLAMA_HYPER
     opt = torch.optim.AdamW(LT.param_groups(model, h["weight_decay"]), lr=h["lr"], betas=tuple(h["betas"]),
                             eps=h["eps"], foreach=False)
     Gr, T = E2E_G, E2E_T
+    M = micro or Gr
     losses, norms = [], []
     for k in range(E2E_STEPS):
         batch = torch.stack([toks_t[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
-        x, y = batch[:, :T], batch[:, 1:]
         opt.zero_grad(set_to_none=True)
-        _, loss = model(x, y)
-        loss.backward()
+        step_loss = 0.0
+        for m in range(Gr // M):
+            x, y = batch[m * M:(m + 1) * M, :T], batch[m * M:(m + 1) * M, 1:]
+            _, loss = model(x, y)
+            if M == Gr:
+                (loss + model.moe_extra()).backward()
+                step_loss = loss.item()
+            else:
+                (((loss + model.moe_extra()) * M) / Gr).backward()
+                step_loss += loss.item() * M / Gr
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), h["grad_clip"])
         opt.step()
-        losses.append(loss.item())
+        losses.append(step_loss)
         norms.append(norm.item())
-        print(f"[llama_tiny] step {k}: loss={losses[-1]:.8f} grad_norm={norms[-1]:.8f}")
+        print(f"[{name}] step {k}: loss={losses[-1]:.8f} grad_norm={norms[-1]:.8f}")
     G.save_safetensors(os.path.join(outdir, "final.safetensors"), model.hf_tensors())
     write_json(os.path.join(outdir, "expected.json"),
                {"losses": losses, "grad_norms": norms, "hyper": h, "torch_version": torch.__version__})
     for f in ("config.json", "model.safetensors", "data.bin", "final.safetensors", "expected.json"):
         report(os.path.join(outdir, f))
+
+
+def fixture_llama(outdir):
+    cfg = LLAMA_CFG
+    model = LT.Llama(cfg)
+    LT.init_weights(model, LLAMA_SEED)
+    LT.save_dir(outdir, cfg, model, G.save_safetensors)  # float32 values, exactly the float64 model's
+    train_reference(outdir, "llama_tiny", model.to(torch.float64), cfg, LLAMA_HYPER)
+
+
+# ---------------------------------------------------------------------------
+# Fixture D
+
+MIXTRAL_CFG = LT.LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=48, ffn=32, vocab_size=211, n_ctx=64,
+                             eps=1e-5, theta=10000.0, n_experts=4, top_k=2, aux_coef=0.01, z_coef=0.001)
+MIXTRAL_SEED = 1357
+MIXTRAL_MICRO = 2  # rows per micro-batch: the balance and z-losses are per micro-batch
+MIXTRAL_HYPER = dict(LLAMA_HYPER, model_seed=MIXTRAL_SEED, micro_batch_rows=MIXTRAL_MICRO,
+                     objective="mean cross-entropy + per layer and micro-batch (mean over the step's micro-batches): "
+                               "aux_coef E sum_e f_e P_e + z_coef mean logsumexp^2",
+                     reference="float64 (tools/reference/llama_torch.py: SparseMoe)")
+
+
+# Fixture E: what Mixtral lacks: a dense layer then an MoE layer with a shared expert, a sigmoid router whose top k
+# are not renormalised, and a capacity factor that drops choices.
+MOE_VARIANTS_CFG = LT.LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=48, ffn=32, vocab_size=211, n_ctx=64,
+                                  eps=1e-5, theta=10000.0, n_experts=4, top_k=2, aux_coef=0.01, z_coef=0.001,
+                                  n_shared=1, router="sigmoid", norm_topk=False, capacity=0.75, moe_layers=(1,),
+                                  dense_ffn=64)
+MOE_VARIANTS_SEED = 8642
+
+
+def fixture_mixtral(outdir, cfg=MIXTRAL_CFG, seed=MIXTRAL_SEED, name="mixtral_tiny"):
+    model = LT.Llama(cfg)
+    LT.init_weights(model, seed)
+    LT.save_dir(outdir, cfg, model, G.save_safetensors)
+    train_reference(outdir, name, model.to(torch.float64), cfg, dict(MIXTRAL_HYPER, model_seed=seed), MIXTRAL_MICRO)
 
 
 def main():
@@ -432,6 +477,8 @@ def main():
     fixture_optimizers_ext(tiny, *fixture_tiny(tiny))
     fixture_e2e(os.path.join(args.out, "gpt2_e2e"))
     fixture_llama(os.path.join(args.out, "llama_tiny"))
+    fixture_mixtral(os.path.join(args.out, "mixtral_tiny"))
+    fixture_mixtral(os.path.join(args.out, "moe_variants"), MOE_VARIANTS_CFG, MOE_VARIANTS_SEED, "moe_variants")
 
 
 if __name__ == "__main__":

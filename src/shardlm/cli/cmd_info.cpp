@@ -47,6 +47,16 @@ void print_model(const model::GptConfig& c) {
     if (p.head) std::printf("  %-34s %15lld  (%s)\n", "lm_head (untied, V*C)", (long long)p.head, human(p.head).c_str());
     std::printf("  %-34s %15lld  (%s)  %s\n", "total", (long long)p.total, human(p.total).c_str(),
                 c.tie_embeddings ? "LM head tied to wte" : "untied LM head");
+    if (c.has_moe()) {
+        const model::MoeConfig& m = c.moe;
+        std::printf("  mixture of experts: %d experts, top %d, %d shared, expert width %d, router %s, layers %s\n",
+                    m.n_experts, m.top_k, m.n_shared, c.expert_ffn(), enum_name(model::kRouterNames, m.router).c_str(),
+                    m.layers.c_str());
+        std::printf("  %-34s %15lld  (%s)\n", "routed experts (in blocks)", (long long)p.experts, human(p.experts).c_str());
+        std::printf("  %-34s %15lld  (%s)  %.1f %% of the total\n", "active per token", (long long)p.active,
+                    human(p.active).c_str(), 100.0 * double(p.active) / double(p.total));
+        return;  // the dense estimate below has no MoE term
+    }
     std::printf("  %-34s %15lld  (%s)\n", "estimate 12 l h^2", (long long)lh2, human(lh2).c_str());
     std::printf("  %-34s %15lld  (%s)  untied head, as seed 002; ratio to total %.4f\n", "estimate 12 l h^2 + 2 v h",
                 (long long)est, human(est).c_str(), double(est) / double(p.total));

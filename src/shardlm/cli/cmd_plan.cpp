@@ -63,8 +63,12 @@ cost::ModelShape base_model(const PlanArgs& a) {
     }
     if (a.model.ends_with(".json") || std::filesystem::is_regular_file(a.model)) return planner::load_model_file(a.model);
     if (const cost::ModelShape* m = planner::find_model_preset(a.model)) return *m;
-    if (const model::GptConfig* g = engine_preset(a.model))
+    if (const model::GptConfig* g = engine_preset(a.model)) {
+        SHARDLM_CHECK(!g->has_moe(), "--model ", a.model, " is a mixture of experts, which the planner does not model "
+                      "yet (its total and active parameters, the all-to-all, the experts' memory per rank)\n---> HINT: "
+                      "plan a dense model, or measure the MoE run itself (--memory-report, --comm-report)");
         return cost::gpt_shape(g->name, g->n_layer, g->n_embd, g->n_head, g->vocab_size, g->n_ctx);
+    }
     fail("unknown model '", a.model, "'\n---> HINT: use a JSON model file or one of ", preset_names());
 }
 

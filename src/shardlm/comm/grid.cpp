@@ -17,6 +17,9 @@ GridDims Grid::resolve(GridDims d, int world_size) {
                       others, " does not divide world size ", world_size);
         d.dp = world_size / others;
     }
+    SHARDLM_CHECK(d.ep >= 1 && d.dp % d.ep == 0, "invalid parallel layout: ep(", d.ep, ") must divide dp(", d.dp,
+                  "): expert parallelism splits the experts over groups of ep data-parallel ranks\n---> HINT: use an "
+                  "--ep that divides the data-parallel size");
     const long prod = long(d.dp) * others;
     SHARDLM_CHECK(prod == world_size, "invalid parallel layout: dp(", d.dp, ") * tp(", d.tp, ") * pp(", d.pp, ")", cp,
                   " = ", prod, " != world size ", world_size);
@@ -31,10 +34,14 @@ Grid Grid::create(const Group& world, GridDims dims) {
     Groups g{world.split(c.tp + d.tp * (c.cp + d.cp * c.pp), c.dp),  // dp: same tp, cp, pp
              world.split(c.cp + d.cp * (c.dp + d.dp * c.pp), c.tp),  // tp: same cp, dp, pp
              world.split(c.tp + d.tp * (c.cp + d.cp * c.dp), c.pp),  // pp: same tp, cp, dp
-             Group::self(), Group::self()};
+             Group::self(), Group::self(), Group::self(), Group::self()};
     if (d.cp > 1) {
         g.cp = world.split(c.tp + d.tp * (c.dp + d.dp * c.pp), c.cp);        // same tp, dp, pp
         g.dp_cp = world.split(c.tp + d.tp * c.pp, c.cp + d.cp * c.dp);      // same tp, pp
+    }
+    if (d.ep > 1) {
+        g.ep = g.dp.split(c.dp / d.ep, c.dp % d.ep);   // within the dp group: consecutive dp ranks
+        g.edp = g.dp.split(c.dp % d.ep, c.dp / d.ep);  // the same experts
     }
     return Grid(d, world.rank(), std::move(g));
 }
@@ -50,6 +57,7 @@ Group Grid::tied_embedding_group(const Group& world, int embedding_stage, int he
 
 Grid::Grid(GridDims d, int world_rank, Groups g)
     : dims_(d), world_rank_(world_rank), coords_(coords_of(d, world_rank)), dp_(std::move(g.dp)), tp_(std::move(g.tp)),
-      pp_(std::move(g.pp)), cp_(std::move(g.cp)), dp_cp_(std::move(g.dp_cp)) {}
+      pp_(std::move(g.pp)), cp_(std::move(g.cp)), dp_cp_(std::move(g.dp_cp)), ep_(std::move(g.ep)),
+      edp_(std::move(g.edp)) {}
 
 }  // namespace shardlm::comm

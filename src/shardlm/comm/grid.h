@@ -35,6 +35,9 @@ struct GridDims {
     int tp = 1;
     int pp = 1;
     int cp = 1;
+    // expert parallelism (model/moe.h): the dp ranks in groups of ep consecutive ones, each holding 1/ep
+    // of every MoE layer's experts; not a factor of the world (it divides dp)
+    int ep = 1;
 };
 
 struct GridCoords {
@@ -86,16 +89,25 @@ public:
     // the dp x cp group's size and this rank's place in it
     int dp_cp_size() const { return dims_.dp * dims_.cp; }
     int dp_cp_rank() const { return coords_.cp + dims_.cp * coords_.dp; }
+    // Expert parallelism: the ep group (dp ranks ep r .. ep r + ep - 1: their tokens meet their experts
+    // in all-to-alls) and the expert-data-parallel group (the dp / ep ranks holding the same experts:
+    // their gradients are summed and ZeRO shards them there). With ep = 1: a self group, and dp.
+    Group& ep() { return ep_; }
+    const Group& ep() const { return ep_; }
+    Group& edp() { return dims_.ep > 1 ? edp_ : dp_; }
+    const Group& edp() const { return dims_.ep > 1 ? edp_ : dp_; }
+    int ep_size() const { return dims_.ep; }
+    int ep_rank() const { return coords_.dp % dims_.ep; }
 
 private:
     struct Groups {
-        Group dp, tp, pp, cp, dp_cp;
+        Group dp, tp, pp, cp, dp_cp, ep, edp;
     };
     Grid(GridDims d, int world_rank, Groups g);
     GridDims dims_;
     int world_rank_;
     GridCoords coords_;
-    Group dp_, tp_, pp_, cp_, dp_cp_;
+    Group dp_, tp_, pp_, cp_, dp_cp_, ep_, edp_;
 };
 
 }  // namespace shardlm::comm

@@ -377,6 +377,22 @@ void Group::all_gather(const float* in, float* out, size_t n_per_rank) {
 void Group::all_gather_bytes(const void* in, void* out, size_t bytes_per_rank) {
     run(make_op(OpKind::AllGather, bytes_per_rank * size_t(s_->size), all_gather_body(*s_, in, out, bytes_per_rank)));
 }
+void Group::all_to_all_bytes(const void* in, const size_t* send, const size_t* send_off, void* out, const size_t* recv,
+                             const size_t* recv_off) {
+    const GroupState& s = *s_;
+    MPI_Comm c = s.coll;
+    const int r = s.rank, n = s.size;
+    // the counts live in the caller's arrays until the blocking call returns; payloads differ between ranks,
+    // so the flight recorder is given none to compare
+    run(make_op(OpKind::AllToAll, 0, [=](Op& op) {
+        if (n == 1) {
+            if (send[0]) std::memmove(static_cast<char*>(out) + recv_off[0], static_cast<const char*>(in) + send_off[0], send[0]);
+            return;
+        }
+        pairwise_all_to_all(op, c, r, n, in, send, send_off, out, recv, recv_off);
+    }));
+}
+
 void Group::broadcast(float* data, size_t n, int root) {
     run(make_op(OpKind::Broadcast, n * 4, broadcast_body(*s_, data, n * sizeof(float), root)));
 }

@@ -122,6 +122,11 @@ public:
     void send(const void* data, size_t bytes, int dst, int tag);
     void recv(void* data, size_t bytes, int src, int tag) override;
     void barrier();
+    // All-to-all with counts (MPI_Alltoallv, in bytes): send[j] bytes from send_off[j] of in go to rank j,
+    // which receives recv[r] of them at recv_off[r] of out (its counts agreed beforehand: exchange them
+    // with an all-gather). Pairwise messages; bytes sent: every block but this rank's own.
+    void all_to_all_bytes(const void* in, const size_t* send, const size_t* send_off, void* out, const size_t* recv,
+                          const size_t* recv_off);
 
     // ---- non-blocking (executed in order on the communication thread) ------------------------
     Request iall_reduce_sum(float* data, size_t n);

@@ -12,6 +12,7 @@ std::string_view op_name(OpKind k) {
     case OpKind::Broadcast: return "broadcast";
     case OpKind::SendRecv: return "send_recv";
     case OpKind::Barrier: return "barrier";
+    case OpKind::AllToAll: return "all_to_all";
     }
     return "?";
 }
@@ -44,6 +45,7 @@ size_t ring_bytes(OpKind kind, size_t bytes_total, int n) {
     case OpKind::Broadcast: return (N - 1) * bytes_total / N;
     case OpKind::SendRecv: return bytes_total;
     case OpKind::Barrier: return 0;
+    case OpKind::AllToAll: return (N - 1) * bytes_total / N;  // an even exchange: all but one's own block
     }
     return 0;
 }
@@ -62,6 +64,7 @@ size_t ring_bytes_rank(OpKind kind, size_t count, size_t elem_bytes, int n, int 
     case OpKind::Broadcast: return mod(rank - root, n) < n - 1 ? total : 0;
     case OpKind::SendRecv: return total;
     case OpKind::Barrier: return 0;
+    case OpKind::AllToAll: return total - total / size_t(n);
     }
     return 0;
 }

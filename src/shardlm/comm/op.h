@@ -17,8 +17,8 @@
 
 namespace shardlm::comm {
 
-enum class OpKind { AllReduce, ReduceScatter, AllGather, Broadcast, SendRecv, Barrier };
-inline constexpr int kNumOpKinds = 6;
+enum class OpKind { AllReduce, ReduceScatter, AllGather, Broadcast, SendRecv, Barrier, AllToAll };
+inline constexpr int kNumOpKinds = 7;
 std::string_view op_name(OpKind k);  // "all_reduce", "reduce_scatter", ...
 
 struct OpStats {

@@ -34,6 +34,12 @@ void post_send(const void* p, size_t bytes, int dst, int tag, MPI_Comm c, std::v
 void post_recv(void* p, size_t bytes, int src, int tag, MPI_Comm c, std::vector<MPI_Request>& reqs,
                bool allow_empty = false);
 
+// All-to-all with counts: block j of `in` (send[j] bytes from send_off[j]) goes to rank j, which
+// receives it at recv_off[r] of its `out` (recv[r] bytes); rank r's own block is copied. Pairwise:
+// step s sends to r + s and receives from r - s.
+void pairwise_all_to_all(Op& op, MPI_Comm c, int r, int n, const void* in, const size_t* send, const size_t* send_off,
+                         void* out, const size_t* recv, const size_t* recv_off);
+
 struct Sum {
     template <typename T>
     T operator()(T acc, T x) const { return acc + x; }

@@ -28,9 +28,8 @@ struct BlockRows {
     float* lse;  // fused attention's row statistics
 };
 
-BlockRows block_rows(const UnitContext& u, BlockActs& a, int b0, int T) {
+BlockRows block_rows(const UnitContext& u, const BlockDims& d, BlockActs& a, int b0, int T) {
     const size_t r = size_t(b0) * size_t(T), C = size_t(u.cfg->n_embd);
-    const BlockDims d = block_dims(*u.cfg, u.tp_size());
     const DType t = u.prec.activation;
     auto rows = [&](TypedBuffer& b, size_t width) -> void* { return b.size() ? at(b.data(), t, r * width) : nullptr; };
     return {rows(a.ln1, C),
@@ -73,13 +72,30 @@ void mlp_act(const UnitContext& u, const BlockDims& d, void* h, const void* fc, 
     else gelu_forward(h, fc, u.prec.activation, size_t(n) * d.F);
 }
 
+// A mixture-of-experts feed-forward (model/moe.h): its shared experts (if any) as the MLP, the experts' combination
+// added onto their partial output, and the sum onto the residual stream.
+void moe_ffn_forward(const UnitContext& u, const BlockWeights& w, const BlockDims& d, const BlockRows& a, BlockActs& acts,
+                     void* y, float* partial, int N) {
+    const DType t = u.prec.activation;
+    const void* in = gather_input(u, a.ln2, N, t);
+    if (d.F > 0) {
+        linear(u, a.fch, t, in, w.w[kFcW], w.vec(kFcB), N, u.cfg->n_embd, d.Ffc);
+        mlp_act(u, d, a.fch_gelu, a.fch, N);
+        linear(u, partial, DType::F32, a.fch_gelu, w.w[kFcProjW], nullptr, N, d.F, u.cfg->n_embd);
+    } else {
+        std::fill(partial, partial + size_t(N) * u.cfg->n_embd, 0.0f);
+    }
+    moe_forward(u, w.experts, acts.moe, u.scratch->moe, in, partial, N);
+    reduce_onto_residual(u, y, partial, w.vec(kFcProjB), a.resid2, N);
+}
+
 // block_forward on sequences sq of the micro-batch (their rows of every buffer).
 void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& acts, const void* x, void* y, Span sq,
                         int T, KvLayer* kv, int pos) {
     const int C = u.cfg->n_embd, tp = u.tp_size();
-    const BlockDims d = block_dims(*u.cfg, tp);
+    const BlockDims d = block_dims(*u.cfg, tp, w.moe);
     const DType t = u.prec.activation;
-    const BlockRows a = block_rows(u, acts, sq.begin, T);
+    const BlockRows a = block_rows(u, d, acts, sq.begin, T);
     const size_t off = size_t(sq.begin) * size_t(T) * size_t(C);  // more than one group: tp 1, Nl = N
     x = at(x, t, off);
     y = at(y, t, off);
@@ -103,6 +119,7 @@ void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& 
     }
     row_parallel_residual(u, a.resid2, partial, a.atty, w.w[kAttnProjW], w.vec(kAttnProjB), x, N, d.Ct);
     norm_forward(u, a.ln2, a.ln2_mean, a.ln2_rstd, a.resid2, w.vec(kLn2W), w.vec(kLn2B), Nl);
+    if (w.moe) return moe_ffn_forward(u, w, d, a, acts, y, partial, N);
     linear(u, a.fch, t, gather_input(u, a.ln2, N, t), w.w[kFcW], w.vec(kFcB), N, C, d.Ffc);
     mlp_act(u, d, a.fch_gelu, a.fch, N);
     row_parallel_residual(u, y, partial, a.fch_gelu, w.w[kFcProjW], w.vec(kFcProjB), a.resid2, N, d.F);
@@ -119,12 +136,35 @@ void block_forward(const UnitContext& u, const BlockWeights& w, BlockActs& acts,
 
 // ---- backward: B (input gradients) --------------------------------------------------------------
 
+namespace {
+
+// The MLP's input gradient (=, into dln: partial under tensor parallelism) for the n rows from r0, from its
+// output gradient dy (all n rows), keeping its first product's output gradient (and the bf16 copies) for W.
+void mlp_backward_input(const UnitContext& u, const BlockWeights& w, const BlockDims& d, const BlockRows& a, BlockKeep& k,
+                        size_t r0, const float* dy, float* dln, int n) {
+    const int C = u.cfg->n_embd, F = d.F;
+    const DType t = u.prec.activation;
+    auto rows16 = [&](AlignedBuffer<uint16_t>& b, int width) { return b.size() ? b.data() + r0 * size_t(width) : nullptr; };
+    float* dfch = k.dfch.data() + r0 * size_t(d.Ffc);
+    if (u.cfg->mlp == Mlp::SwiGLU) {
+        float* dh = u.scratch->dh.data() + r0 * size_t(F);
+        linear_backward(u, dh, nullptr, nullptr, dy, a.fch_gelu, w.w[kFcProjW], n, F, C, false, rows16(k.dy_fcproj16, C));
+        swiglu_backward(dfch, dh, a.fch, t, n, F);
+    } else {
+        linear_backward(u, dfch, nullptr, nullptr, dy, a.fch_gelu, w.w[kFcProjW], n, F, C, false, rows16(k.dy_fcproj16, C));
+        gelu_backward(dfch, a.fch, t, dfch, size_t(n) * F);
+    }
+    linear_backward(u, dln, nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, d.Ffc, false, rows16(k.dfch16, d.Ffc));
+}
+
+}  // namespace
+
 void block_backward_input(const UnitContext& u, const BlockWeights& w, const BlockActs& acts, BlockKeep& k,
                           const void* x, float* dres, int B, int T) {
     Scratch& s = *u.scratch;
     const int C = u.cfg->n_embd, tp = u.tp_size();
-    const BlockDims d = block_dims(*u.cfg, tp);
-    const int Ct = d.Ct, NHt = d.NHt, F = d.F;
+    const BlockDims d = block_dims(*u.cfg, tp, w.moe);
+    const int Ct = d.Ct, NHt = d.NHt;
     const DType t = u.prec.activation;
     BlockActs& mut = const_cast<BlockActs&>(acts);  // rows are read only (but for recomputation)
     // a group of sequences at a time (more than one group: one tensor-parallel rank, Nl = N)
@@ -134,13 +174,13 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
         const Span sq = groups(i, B);
         if (u.recompute == Recompute::Full)  // this group's activations again, from its kept input
             block_forward_rows(u, w, mut, x, s.recomputed.data(), sq, T, nullptr, 0);
-        const BlockRows a = block_rows(u, mut, sq.begin, T);
+        const BlockRows a = block_rows(u, d, mut, sq.begin, T);
         const size_t r0 = size_t(sq.begin) * size_t(T);
         const int n = sq.count * T, nl = u.rows(n);
         auto rows = [&](AlignedBuffer<float>& b, int width) { return b.data() + r0 * size_t(width); };
         // the bf16 copy a linear's output gradient is rounded into for the W phase (none without bf16 products)
         auto rows16 = [&](AlignedBuffer<uint16_t>& b, int width) { return b.size() ? b.data() + r0 * size_t(width) : nullptr; };
-        float *dr = dres + r0 * C, *dy_fp = rows(k.dy_fcproj, C), *dy_p = rows(k.dy_proj, C), *dfch = rows(k.dfch, d.Ffc);
+        float *dr = dres + r0 * C, *dy_fp = rows(k.dy_fcproj, C), *dy_p = rows(k.dy_proj, C);
         float *datty = rows(s.datty, Ct), *dqkv = rows(k.dqkv, d.Wqkv), *dln2 = rows(k.dln2, C), *dln1 = rows(k.dln1, C);
         // A column-parallel linear's input gradient: on one rank straight into the kept LayerNorm
         // gradient; else partial in scratch, then summed over the group (f's backward) and kept.
@@ -148,19 +188,14 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
         auto reduce_into = [&](float* kept) {
             if (tp > 1) std::memcpy(kept, reduce_input_grad(u, n), sizeof(float) * size_t(nl) * C);
         };
-        // MLP: y = resid2 + act(norm2(resid2) @ Wfc^T + bfc) @ Wfp^T + bfp (act: GELU, or SwiGLU of [gate | up])
+        // MLP: y = resid2 + act(norm2(resid2) @ Wfc^T + bfc) @ Wfp^T + bfp (act: GELU, or SwiGLU of [gate | up]),
+        // or a mixture of experts beside its shared experts' MLP (if any)
         row_parallel_dout(u, dy_fp, dr, n);
-        if (u.cfg->mlp == Mlp::SwiGLU) {
-            float* dh = rows(s.dh, F);
-            linear_backward(u, dh, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false, rows16(k.dy_fcproj16, C));
-            swiglu_backward(dfch, dh, a.fch, t, n, F);
-        } else {
-            linear_backward(u, dfch, nullptr, nullptr, dy_fp, a.fch_gelu, w.w[kFcProjW], n, F, C, false,
-                            rows16(k.dy_fcproj16, C));
-            gelu_backward(dfch, a.fch, t, dfch, size_t(n) * F);
-        }
-        linear_backward(u, partial(dln2), nullptr, nullptr, dfch, a.ln2, w.w[kFcW], n, C, d.Ffc, false, rows16(k.dfch16, d.Ffc));
+        if (d.F > 0) mlp_backward_input(u, w, d, a, k, r0, dy_fp, partial(dln2), n);
+        else std::fill(partial(dln2), partial(dln2) + size_t(n) * C, 0.0f);
+        if (w.moe) moe_backward_input(u, w.experts, acts.moe, k.moe, s.moe, dy_fp, partial(dln2), n);
         reduce_into(dln2);
+        if (w.moe) moe_router_input_grad(u, w.experts, k.moe, s.moe, dln2, u.sp ? u.tp->rank() * nl : 0, nl);
         norm_backward_input(u, dr, dln2, a.resid2, w.vec(kLn2W), a.ln2_mean, a.ln2_rstd, nl);
         // attention: resid2 = x + attention(norm1(x)) @ Wp^T + bp
         row_parallel_dout(u, dy_p, dr, n);
@@ -199,9 +234,12 @@ struct BlockW {
     const void* x;
     int N;
     bool acc;
+    BlockDims d;  // the layer's (an MoE layer's MLP: its shared experts')
 };
 
-int n_embd(const UnitContext& u) { return u.cfg->n_embd; }
+int n_embd(const UnitContext& u, const BlockW&) { return u.cfg->n_embd; }
+int mlp_rows(const UnitContext& u, const BlockW& w) { return w.d.F > 0 ? u.cfg->n_embd : 0; }
+int expert_rows(const UnitContext& u, int per) { return u.cfg->moe.n_experts / u.ep_size() * per; }
 
 // A column-parallel linear's weight gradient: its input is the LayerNorm's output, all-gathered under
 // sequence parallelism (one lane: every task is one item).
@@ -226,30 +264,30 @@ void row_parallel_w(const UnitContext& u, float* dw, float* db, const float* dou
     }
 }
 
-// In the order the one-process backward has always summed them (the tasks write disjoint gradients).
-BlockDims dims(const UnitContext& u) { return block_dims(*u.cfg, u.tp_size()); }
+// In the order the one-process backward has always summed them (the tasks write disjoint gradients); an MoE
+// layer's after them.
 const uint16_t* kept16(const AlignedBuffer<uint16_t>& b) { return b.size() ? b.data() : nullptr; }
 
 const WeightTask<BlockW> kBlockWeightTasks[] = {
-    {"mlp.c_fc", [](const UnitContext& u) { return dims(u).Ffc; },
+    {"mlp.c_fc", [](const UnitContext&, const BlockW& w) { return w.d.Ffc; },
      [](const UnitContext& u, const BlockW& w, int b, int e) {
-         column_parallel_w(u, w.g.g[kFcW], w.g.g[kFcB], w.k.dfch.data(), kept16(w.k.dfch16), w.a.ln2, w.N, dims(u).Ffc, b,
+         column_parallel_w(u, w.g.g[kFcW], w.g.g[kFcB], w.k.dfch.data(), kept16(w.k.dfch16), w.a.ln2, w.N, w.d.Ffc, b, e,
+                           w.acc);
+     }},
+    {"attn.c_attn", [](const UnitContext&, const BlockW& w) { return w.d.Wqkv; },
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         column_parallel_w(u, w.g.g[kQkvW], w.g.g[kQkvB], w.k.dqkv.data(), kept16(w.k.dqkv16), w.a.ln1, w.N, w.d.Wqkv, b,
                            e, w.acc);
      }},
-    {"attn.c_attn", [](const UnitContext& u) { return dims(u).Wqkv; },
-     [](const UnitContext& u, const BlockW& w, int b, int e) {
-         column_parallel_w(u, w.g.g[kQkvW], w.g.g[kQkvB], w.k.dqkv.data(), kept16(w.k.dqkv16), w.a.ln1, w.N, dims(u).Wqkv,
-                           b, e, w.acc);
-     }},
-    {"mlp.c_proj", n_embd,
+    {"mlp.c_proj", mlp_rows,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
          row_parallel_w(u, w.g.g[kFcProjW], w.g.g[kFcProjB], w.k.dy_fcproj.data(), kept16(w.k.dy_fcproj16), w.a.fch_gelu,
-                        w.N, dims(u).F, b, e, w.acc);
+                        w.N, w.d.F, b, e, w.acc);
      }},
     {"attn.c_proj", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
          row_parallel_w(u, w.g.g[kAttnProjW], w.g.g[kAttnProjB], w.k.dy_proj.data(), kept16(w.k.dy_proj16), w.a.atty, w.N,
-                        dims(u).Ct, b, e, w.acc);
+                        w.d.Ct, b, e, w.acc);
      }},
     {"ln_2", n_embd,
      [](const UnitContext& u, const BlockW& w, int b, int e) {
@@ -261,13 +299,23 @@ const WeightTask<BlockW> kBlockWeightTasks[] = {
          norm_backward_params(u, w.g.g[kLn1W], w.g.g[kLn1B], w.k.dln1.data(), w.x, stat_rows(w.a.ln1_mean, 0),
                               w.a.ln1_rstd.data(), u.rows(w.N), b, e);
      }},
+    {"experts.w1", [](const UnitContext& u, const BlockW& w) { return w.g.moe ? expert_rows(u, moe_dims(*u.cfg, u.tp_size()).Ffc) : 0; },
+     [](const UnitContext& u, const BlockW& w, int b, int e) { moe_fc_grad(u, w.g.experts, w.a.moe, w.k.moe, b, e, w.acc); }},
+    {"experts.w2", [](const UnitContext& u, const BlockW& w) { return w.g.moe ? expert_rows(u, u.cfg->n_embd) : 0; },
+     [](const UnitContext& u, const BlockW& w, int b, int e) { moe_proj_grad(u, w.g.experts, w.a.moe, w.k.moe, b, e, w.acc); }},
+    {"gate", [](const UnitContext& u, const BlockW& w) { return w.g.moe ? u.cfg->moe.n_experts : 0; },
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         // this rank's rows of the normalised input (under sequence parallelism: summed over the group later)
+         const int nl = u.rows(w.N);
+         moe_router_grad(u, w.g.experts, w.k.moe, w.a.ln2.data(), u.sp ? u.tp->rank() * nl : 0, nl, b, e);
+     }},
 };
 
 }  // namespace
 
 void block_backward_weight(const UnitContext& u, const BlockGrads& g, const BlockActs& a, const BlockKeep& k,
                            const void* x, int B, int T, bool acc) {
-    run_weight_tasks(u, kBlockWeightTasks, BlockW{g, a, k, x, B * T, acc});
+    run_weight_tasks(u, kBlockWeightTasks, BlockW{g, a, k, x, B * T, acc, block_dims(*u.cfg, u.tp_size(), g.moe)});
 }
 
 void block_backward(const UnitContext& u, const BlockWeights& w, const BlockGrads& g, const BlockActs& a, BlockKeep& k,

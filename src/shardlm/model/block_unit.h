@@ -15,7 +15,11 @@ public:
     int layer() const { return layer_; }
     double forward(ForwardPass& p) override;
     void backward(BackwardPass& p) override;
-    void backward_units(std::vector<int>& order) const override { order.push_back(unit()); }
+    // an MoE layer's experts first: the backward finishes units in descending memory order
+    void backward_units(std::vector<int>& order) const override {
+        if (moe_) order.push_back(experts_unit());
+        order.push_back(unit());
+    }
     SlotBytes bytes(int slot) const override;
     void products_changed() override;
 
@@ -23,14 +27,17 @@ private:
     struct State {
         BlockActs acts;  // empty under full recomputation
         BlockKeep keep;  // deferred W only
+        float objective_scale = 0;  // an MoE layer's: its forward's factor on the balance and z-losses
     };
     int unit() const { return env_.ids->block[size_t(layer_)]; }
-    BlockWeights weights();
+    int experts_unit() const { return env_.ids->experts[size_t(layer_)]; }
+    BlockWeights weights(float objective_scale);
     BlockGrads grads() const;
     BlockActs& acts(int slot);
     BlockKeep& keep(int slot) { return env_.defer ? slots_[size_t(slot)].keep : env_.shared->keep; }
 
     int layer_;
+    bool moe_;  // the feed-forward is a mixture of experts
     std::vector<State> slots_;
 };
 

@@ -117,6 +117,7 @@ struct UnitEnv {
     bool defer = false;  // W runs apart from B: each slot keeps what its W reads
     int B = 0, T = 0;    // the largest micro-batch
     int slots = 1;
+    MoeStats* moe_stats = nullptr;  // what the training forwards of MoE layers add to
 };
 
 // A unit's buffers per activation slot: saved activations (values and fp32 statistics) and what its

@@ -1,5 +1,8 @@
 #include "shardlm/model/config.h"
 
+#include <cstdlib>
+#include <sstream>
+
 #include "shardlm/core/check.h"
 #include "shardlm/cost/shape.h"
 
@@ -8,6 +11,58 @@ namespace shardlm::model {
 int GptConfig::ffn() const {
     if (ffn_hidden > 0) return ffn_hidden;
     return mlp == Mlp::SwiGLU ? cost::llama_default_ffn(n_embd) : 4 * n_embd;
+}
+
+namespace {
+
+// The layers a MoeConfig::layers text names (whether each of n is an MoE layer); why not, in *error.
+std::vector<bool> moe_layer_set(const std::string& text, int n, std::string* error) {
+    std::vector<bool> on(size_t(n > 0 ? n : 0), false);
+    if (text == "all") {
+        on.assign(on.size(), true);
+        return on;
+    }
+    if (text.rfind("every:", 0) == 0) {
+        const int k = std::atoi(text.c_str() + 6);
+        if (k <= 0) *error = "every:K needs K >= 1";
+        for (int l = 0; k > 0 && l < n; l += k) on[size_t(l)] = true;
+        return on;
+    }
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        char* end = nullptr;
+        const long l = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || l < 0 || l >= n) {
+            *error = "'" + item + "' is not a layer in 0.." + std::to_string(n - 1);
+            return on;
+        }
+        on[size_t(l)] = true;
+    }
+    return on;
+}
+
+}  // namespace
+
+bool GptConfig::is_moe(int layer) const {
+    if (!has_moe()) return false;
+    std::string error;
+    const std::vector<bool> on = moe_layer_set(moe.layers, n_layer, &error);
+    return layer >= 0 && layer < int(on.size()) && on[size_t(layer)];
+}
+
+void GptConfig::validate_moe(const std::string& where) const {
+    if (!has_moe()) return;
+    const MoeConfig& m = moe;
+    SHARDLM_CHECK(m.n_experts >= 1 && m.top_k >= 1 && m.top_k <= m.n_experts, where, ": top_k (", m.top_k,
+                  ") must be between 1 and n_experts (", m.n_experts, ")");
+    SHARDLM_CHECK(m.n_shared >= 0 && m.ffn >= 0, where, ": shared_experts and moe_ffn must be >= 0");
+    SHARDLM_CHECK(m.aux_coef >= 0 && m.z_coef >= 0 && m.capacity_factor >= 0, where,
+                  ": aux_loss_coef, z_loss_coef and capacity_factor must be >= 0 (0 = off / dropless)");
+    std::string error;
+    (void)moe_layer_set(m.layers, n_layer, &error);
+    SHARDLM_CHECK(error.empty(), where, ": moe_layers '", m.layers, "': ", error,
+                  "\n---> HINT: \"all\", \"every:K\" (layers 0, K, 2K, ...) or a list of layers such as \"1,3\"");
 }
 
 void GptConfig::validate(const std::string& where) const {
@@ -27,6 +82,7 @@ void GptConfig::validate(const std::string& where) const {
                   "dimension (n_embd / n_head = ", head_dim(), ")");
     SHARDLM_CHECK(position != Position::Rope || rope_theta > 0, where, ": rope_theta must be > 0 (got ", rope_theta, ")");
     SHARDLM_CHECK(ln_eps > 0, where, ": the norm's epsilon must be > 0 (got ", ln_eps, ")");
+    validate_moe(where);
 }
 
 namespace {
@@ -37,6 +93,13 @@ GptConfig llama(std::string name, int L, int NH, int C, int KV, int F, int V, in
     c.n_layer = L, c.n_head = NH, c.n_embd = C, c.vocab_size = V, c.n_ctx = ctx, c.ln_eps = eps;
     c.norm = Norm::RMSNorm, c.position = Position::Rope, c.rope_theta = theta, c.mlp = Mlp::SwiGLU;
     c.ffn_hidden = F, c.bias = false, c.tie_embeddings = false, c.n_kv_head = KV;
+    return c;
+}
+
+// A mixture of experts on a preset's shape: E experts of width F, top k (every layer).
+GptConfig moe(GptConfig c, std::string name, int E, int k, int F) {
+    c.name = std::move(name);
+    c.moe.n_experts = E, c.moe.top_k = k, c.moe.ffn = F;
     return c;
 }
 
@@ -77,6 +140,10 @@ const std::vector<GptConfig>& presets() {
         llama("llama3-70b", 80, 64, 8192,  8, 28672, 128256, 8192, 1e-5f, 500000.0f),
         // tests and small runs: GQA (2 query heads per key/value head), the GPT-2 vocabulary
         llama("llama-tiny",  2,  4,   64,  2,   176, 50257,  256, 1e-5f, 10000.0f),
+        // mixtures of experts: GPT-2's knobs on the quick start's shape with 8 experts of width 2C, top 2 (the
+        // dense 4C MLP's active FLOPs per token); an OLMoE-like mini (LLaMA's knobs, 64 experts of width 64, top 8)
+        moe(GptConfig{"", 6, 4, 64, 50257, 256}, "moe-small", 8, 2, 128),
+        moe(llama("", 4, 4, 128, 4, 256, 50257, 256, 1e-5f, 10000.0f), "olmoe-mini", 64, 8, 64),
     };
     return p;
 }

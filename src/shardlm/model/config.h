@@ -23,6 +23,31 @@ inline constexpr EnumName<Mlp> kMlpNames[] = {{Mlp::Gelu, "gelu"}, {Mlp::SwiGLU,
 constexpr const auto& enum_names(Norm) { return kNormNames; }
 constexpr const auto& enum_names(Position) { return kPositionNames; }
 constexpr const auto& enum_names(Mlp) { return kMlpNames; }
+// A mixture of experts' router: softmax over the experts' logits (Mixtral, OLMoE) or each expert's own
+// sigmoid (DeepSeek-V3).
+enum class Router { Softmax, Sigmoid };
+inline constexpr EnumName<Router> kRouterNames[] = {{Router::Softmax, "softmax"}, {Router::Sigmoid, "sigmoid"}};
+constexpr const auto& enum_names(Router) { return kRouterNames; }
+
+// The mixture-of-experts feed-forward of chosen layers (model/moe.h): n_experts = 0 is a dense model.
+struct MoeConfig {
+    int n_experts = 0;
+    int top_k = 2;
+    int n_shared = 0;  // shared experts (DeepSeek-MoE): one dense MLP of n_shared x ffn every token passes
+    int ffn = 0;       // an expert's inner width; 0: the dense MLP's (GptConfig::ffn())
+    Router router = Router::Softmax;
+    bool norm_topk = true;  // the k chosen weights renormalised to sum to 1
+    // which layers: "all", "every:K" (layers 0, K, 2K, ...: Megatron's moe_layer_freq) or a list "1,3"
+    std::string layers = "all";
+    // the objective adds, per MoE layer and micro-batch, aux_coef E sum_i f_i P_i (f_i: the share of the
+    // k N choices that went to expert i, P_i: its mean router probability; 1 when balanced) and
+    // z_coef mean_t logsumexp(logits_t)^2
+    float aux_coef = 0.01f;
+    float z_coef = 0.0f;
+    // 0: dropless; else each expert takes at most ceil(F k N / E) of a micro-batch's N tokens, those of
+    // the largest router probability
+    float capacity_factor = 0.0f;
+};
 
 // Whose parameter names (and HF config.json) a model uses.
 enum class Family { Gpt2, Llama };
@@ -44,6 +69,11 @@ struct GptConfig {
     bool bias = true;    // biases of the linear layers and of LayerNorm
     bool tie_embeddings = true;  // the head reads wte (else its own lm_head matrix)
     int n_kv_head = 0;   // key/value heads (grouped-query attention); 0: n_head
+    MoeConfig moe = {};
+
+    bool has_moe() const { return moe.n_experts > 0; }
+    bool is_moe(int layer) const;  // layer's feed-forward is a mixture of experts
+    int expert_ffn() const { return moe.ffn > 0 ? moe.ffn : ffn(); }
 
     int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
     int ffn() const;
@@ -51,7 +81,7 @@ struct GptConfig {
     int qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
     bool gpt2_arch() const {
         return norm == Norm::LayerNorm && position == Position::Learned && mlp == Mlp::Gelu && bias &&
-               tie_embeddings && kv_heads() == n_head && (ffn_hidden == 0 || ffn_hidden == 4 * n_embd);
+               tie_embeddings && !has_moe() && kv_heads() == n_head && (ffn_hidden == 0 || ffn_hidden == 4 * n_embd);
     }
     Family family() const { return gpt2_arch() ? Family::Gpt2 : Family::Llama; }
 
@@ -65,6 +95,7 @@ struct GptConfig {
     int head_dim() const { return n_embd / n_head; }
     // Throws shardlm::Error naming `where` (a file or "--model NAME") if the numbers are inconsistent.
     void validate(const std::string& where) const;
+    void validate_moe(const std::string& where) const;
 };
 
 // Presets: gpt2, gpt2-medium, gpt2-large, gpt2-xl; the eight GPT-3 sizes of seed 002's table

@@ -16,6 +16,7 @@ Generator::Generator(GptConfig config, const Layout& layout, const float* params
     : cfg_(std::move(config)), layout_(layout), params_(params) {
     const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), T = size_t(cfg_.n_ctx);
     blocks_.assign(L, -1);
+    experts_.assign(L, -1);
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const Unit& un = layout_.units[u];
         switch (un.kind) {
@@ -23,6 +24,7 @@ Generator::Generator(GptConfig config, const Layout& layout, const float* params
         case UnitKind::PositionEmbedding: wpe_ = int(u); break;
         case UnitKind::Head: head_ = int(u); break;
         case UnitKind::Block: blocks_[size_t(un.block)] = int(u); break;
+        case UnitKind::Experts: experts_[size_t(un.block)] = int(u); break;
         }
     }
     SHARDLM_CHECK(wte_ >= 0 && (wpe_ >= 0 || cfg_.position == Position::Rope) && head_ >= 0 &&
@@ -32,7 +34,7 @@ Generator::Generator(GptConfig config, const Layout& layout, const float* params
     ctx_.cfg = &cfg_;
     ctx_.tp = &no_tensor_parallel();
     ctx_.scratch = &scratch_;
-    acts_.allocate(cfg_, 1, 1, 1, false, DType::F32, /*keep_att=*/false);
+    acts_.allocate(cfg_, 1, 1, 1, false, DType::F32, /*keep_att=*/false, false, cfg_.has_moe());
     // grouped-query attention caches n_kv_head heads: n_kv_head / n_head of multi-head attention's cache
     const size_t KVC = size_t(cfg_.kv_heads()) * size_t(cfg_.head_dim());
     k_cache_.resize(L * T * KVC);
@@ -59,6 +61,10 @@ const float* Generator::step(int token) {
     for (int l = 0; l < cfg_.n_layer; l++) {
         BlockWeights w;
         for (int i = 0; i < kNumBlockParams; i++) w.w[i] = param(blocks_[size_t(l)], i);
+        if (const int x = experts_[size_t(l)]; x >= 0) {
+            w.moe = true;
+            w.experts = {w.w[kRouterW], param(x, kExpertFcW), param(x, kExpertProjW), layout_.expert_stride(x), 0.0f};
+        }
         KvLayer kv{k_cache_.data() + size_t(l) * T * KVC, v_cache_.data() + size_t(l) * T * KVC, scores_.data()};
         block_forward(ctx_, w, acts_, x_.data(), y_.data(), 1, 1, &kv, pos_);
         std::swap(x_, y_);

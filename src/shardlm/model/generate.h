@@ -33,7 +33,7 @@ private:
     const float* params_;
     int pos_ = 0;
     int wte_ = -1, wpe_ = -1, head_ = -1;
-    std::vector<int> blocks_;
+    std::vector<int> blocks_, experts_;
     Scratch scratch_;
     UnitContext ctx_;
     BlockActs acts_;                          // one row, reused by every block

@@ -182,7 +182,7 @@ struct HeadW {
 };
 
 const WeightTask<HeadW> kHeadWeightTasks[] = {
-    {"wte (tied head) or lm_head", [](const UnitContext& u) { return u.cfg->padded_vocab(u.tp_size()) / u.tp_size(); },
+    {"wte (tied head) or lm_head", [](const UnitContext& u, const HeadW&) { return u.cfg->padded_vocab(u.tp_size()) / u.tp_size(); },
      [](const UnitContext& u, const HeadW& h, int b, int e) {
          // this rank's vocabulary rows of d(wte) over every row
          const int C = u.cfg->n_embd, Vt = u.cfg->padded_vocab(u.tp_size()) / u.tp_size();
@@ -195,7 +195,7 @@ const WeightTask<HeadW> kHeadWeightTasks[] = {
              matmul_backward_weight(h.dwte, nullptr, h.a.logits.data(), h.lnf, u.prec.activation, h.N, C, Vt, b, e, h.acc,
                                     u.matmul());
      }},
-    {"ln_f", [](const UnitContext& u) { return u.cfg->n_embd; },
+    {"ln_f", [](const UnitContext& u, const HeadW&) { return u.cfg->n_embd; },
      [](const UnitContext& u, const HeadW& h, int b, int e) {
          norm_backward_params(u, h.dlnf_w, h.dlnf_b, h.k.dlnf.data(), h.xL, stat_rows(h.a.lnf_mean, 0),
                               h.a.lnf_rstd.data(), u.rows(h.N), b, e);

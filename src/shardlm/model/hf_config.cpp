@@ -120,6 +120,38 @@ GptConfig load_llama_config(const std::string& path, const nlohmann::json& j) {
     return c;
 }
 
+// HF Mixtral's config.json: LLaMA's keys, and its experts (intermediate_size is an expert's width), with
+// shardlm's keys for the mixture-of-experts knobs Mixtral lacks.
+GptConfig load_mixtral_config(const std::string& path, const nlohmann::json& j) {
+    GptConfig c = load_llama_config(path, j);
+    c.name = "hf-mixtral";
+    auto integer = [&](const char* key, int def) -> int {
+        if (!j.contains(key)) return def;
+        SHARDLM_CHECK(j[key].is_number_integer(), path, ": key '", key, "' must be an integer (got ", j[key].dump(), ")");
+        return j[key].get<int>();
+    };
+    auto number = [&](const char* key, float def) -> float {
+        if (!j.contains(key) || j[key].is_null()) return def;
+        SHARDLM_CHECK(j[key].is_number(), path, ": key '", key, "' must be a number (got ", j[key].dump(), ")");
+        return j[key].get<float>();
+    };
+    MoeConfig& m = c.moe;
+    SHARDLM_CHECK(j.contains("num_local_experts"), path, ": missing key 'num_local_experts'\n---> HINT: an HF Mixtral ",
+                  "config.json has num_local_experts and num_experts_per_tok");
+    m.n_experts = integer("num_local_experts", 0);
+    m.top_k = integer("num_experts_per_tok", 2);
+    m.aux_coef = number("router_aux_loss_coef", 0.001f);
+    m.n_shared = integer("shardlm_shared_experts", 0);
+    if (j.contains("shardlm_dense_ffn")) m.ffn = c.ffn_hidden, c.ffn_hidden = integer("shardlm_dense_ffn", 0);
+    m.z_coef = number("shardlm_router_z_loss_coef", 0.0f);
+    m.capacity_factor = number("shardlm_capacity_factor", 0.0f);
+    read_knob(j, path, "shardlm_router", &m.router);
+    if (j.contains("shardlm_norm_topk")) m.norm_topk = j["shardlm_norm_topk"].get<bool>();
+    if (j.contains("shardlm_moe_layers")) m.layers = j["shardlm_moe_layers"].get<std::string>();
+    c.validate(path);
+    return c;
+}
+
 }  // namespace
 
 GptConfig load_hf_config(const std::string& path) {
@@ -128,8 +160,9 @@ GptConfig load_hf_config(const std::string& path) {
     const std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>()
                                                                                       : "gpt2";
     if (type == "llama") return load_llama_config(path, j);
+    if (type == "mixtral") return load_mixtral_config(path, j);
     SHARDLM_CHECK(type == "gpt2", path, ": model_type \"", type, "\" is not supported\n---> HINT: shardlm reads HF ",
-                  "GPT-2 (\"gpt2\") and LLaMA (\"llama\") directories");
+                  "GPT-2 (\"gpt2\"), LLaMA (\"llama\") and Mixtral (\"mixtral\") directories");
     return load_gpt2_config(path, j);
 }
 
@@ -140,8 +173,38 @@ std::string hf_unsupported(const GptConfig& c) {
     if (c.norm != Norm::RMSNorm) add("norm is layernorm (HF LLaMA has RMSNorm)");
     if (c.position != Position::Rope) add("position is learned (HF LLaMA has rotary embeddings)");
     if (c.mlp != Mlp::SwiGLU) add("mlp is gelu (HF LLaMA has SwiGLU)");
+    if (!c.has_moe()) return why;
+    const MoeConfig& m = c.moe;
+    if (m.n_shared > 0) add("shared experts (HF Mixtral has none)");
+    if (m.ffn > 0 && m.ffn != c.ffn()) add("moe_ffn differs from the dense MLP's width (HF Mixtral has one intermediate_size)");
+    if (m.router != Router::Softmax) add("a sigmoid router (HF Mixtral's is softmax)");
+    if (!m.norm_topk) add("norm_topk false (HF Mixtral renormalises the top k)");
+    if (m.layers != "all") add("MoE in some layers only (HF Mixtral has experts in every layer)");
     return why;
 }
+
+namespace {
+
+// A mixture of experts as HF Mixtral's config.json has it, and shardlm's keys for what it lacks.
+void add_mixtral_keys(const GptConfig& c, nlohmann::json& j) {
+    const MoeConfig& m = c.moe;
+    j["model_type"] = "mixtral";
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["intermediate_size"] = c.expert_ffn();
+    j["num_local_experts"] = m.n_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["router_aux_loss_coef"] = short_float(m.aux_coef);
+    j["output_router_logits"] = false;
+    if (m.ffn > 0 && m.ffn != c.ffn()) j["shardlm_dense_ffn"] = c.ffn();
+    if (m.n_shared > 0) j["shardlm_shared_experts"] = m.n_shared;
+    if (m.z_coef > 0) j["shardlm_router_z_loss_coef"] = short_float(m.z_coef);
+    if (m.capacity_factor > 0) j["shardlm_capacity_factor"] = short_float(m.capacity_factor);
+    if (m.router != Router::Softmax) j["shardlm_router"] = enum_name(kRouterNames, m.router);
+    if (!m.norm_topk) j["shardlm_norm_topk"] = false;
+    if (m.layers != "all") j["shardlm_moe_layers"] = m.layers;
+}
+
+}  // namespace
 
 std::string hf_config_json(const GptConfig& c) {
     if (c.family() == Family::Llama) {
@@ -169,6 +232,7 @@ std::string hf_config_json(const GptConfig& c) {
         if (c.norm != Norm::RMSNorm) j[kNormKey] = enum_name(kNormNames, c.norm);
         if (c.position != Position::Rope) j[kPositionKey] = enum_name(kPositionNames, c.position);
         if (c.mlp != Mlp::SwiGLU) j[kMlpKey] = enum_name(kMlpNames, c.mlp);
+        if (c.has_moe()) add_mixtral_keys(c, j);
         return j.dump(2) + "\n";
     }
     nlohmann::json j = {

@@ -32,6 +32,13 @@ int Layout::unit_of(UnitKind kind) const {
     return -1;
 }
 
+size_t Layout::expert_stride(int unit) const {
+    const Unit& u = units[size_t(unit)];
+    if (local_experts < 2) return 0;
+    const int per_expert = u.num_params / local_experts;
+    return params[size_t(u.first_param + per_expert)].offset - params[size_t(u.first_param)].offset;
+}
+
 int Layout::unit_index(const std::string& name) const {
     for (size_t u = 0; u < units.size(); u++)
         if (units[u].name == name) return int(u);
@@ -141,6 +148,35 @@ void add_fused(Builder& b, const GptConfig& c, int w_role, int b_role, const std
     }
 }
 
+// A mixture of experts' feed-forward, by HF Mixtral's names: the router (and the shared experts, as a dense MLP
+// of n_shared times an expert's width: DeepSeek-MoE's names) in the block's unit; then a unit of this rank's
+// experts, each expert's [w1 | w3] (gate, up; w1 alone for GELU) and w2, one after the other at equal distances.
+void add_moe(Builder& b, const GptConfig& c, const std::string& h, int l) {
+    const int64_t C = c.n_embd, F = c.expert_ffn(), S = int64_t(c.moe.n_shared) * F;
+    const std::string m = h + "block_sparse_moe.";
+    b.add(kRouterW, m + "gate.weight", {c.moe.n_experts, C}, Init::Normal);
+    if (S > 0) {
+        const std::string s = m + "shared_experts.";
+        if (c.mlp == Mlp::SwiGLU)
+            add_fused(b, c, kFcW, kFcB, s, {{"gate_proj", S}, {"up_proj", S}});
+        else
+            add_fused(b, c, kFcW, kFcB, s, {{"up_proj", S}});
+        b.add(kFcProjW, s + "down_proj.weight", {C, S}, Init::ResidNormal, kRow, false, -1, true);
+        if (c.bias) b.add(kFcProjB, s + "down_proj.bias", {C}, Init::Zero);
+    }
+    const Unit& block = b.L.units.back();
+    const int compute = block.compute;
+    b.end_unit();
+    b.begin_unit("h." + std::to_string(l) + ".experts", UnitKind::Experts, compute, l);
+    for (int e = b.L.first_expert; e < b.L.first_expert + b.L.local_experts; e++) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        const bool first = e == b.L.first_expert;
+        b.add(first ? kExpertFcW : -1, x + "w1.weight", {F, C}, Init::Normal, kColumn, false, -1, true);
+        if (c.mlp == Mlp::SwiGLU) b.add(-1, x + "w3.weight", {F, C}, Init::Normal, kColumn, false, -1, true, true);
+        b.add(first ? kExpertProjW : -1, x + "w2.weight", {C, F}, Init::ResidNormal, kRow, false, -1, true);
+    }
+}
+
 // HF LLaMA's names (nn.Linear [out, in], as stored internally).
 void add_llama_block(Builder& b, const GptConfig& c, int l) {
     const int64_t C = c.n_embd, hd = c.head_dim(), F = c.ffn();
@@ -151,6 +187,7 @@ void add_llama_block(Builder& b, const GptConfig& c, int l) {
     b.add(kAttnProjW, h + "self_attn.o_proj.weight", {C, c.n_head * hd}, Init::ResidNormal, kRow, false, -1, true);
     if (c.bias) b.add(kAttnProjB, h + "self_attn.o_proj.bias", {C}, Init::Zero);
     add_norm(b, c, kLn2W, kLn2B, h + "post_attention_layernorm");
+    if (c.is_moe(l)) return add_moe(b, c, h, l);
     if (c.mlp == Mlp::SwiGLU)
         add_fused(b, c, kFcW, kFcB, h + "mlp.", {{"gate_proj", F}, {"up_proj", F}});
     else
@@ -182,10 +219,19 @@ Layout make_gpt2_layout(const GptConfig& c, const LayoutSpec& spec) {
     SHARDLM_CHECK(c.kv_heads() % spec.tp_size == 0, "n_kv_head = ", c.kv_heads(), " does not split into ", spec.tp_size,
                   " tensor-parallel ranks: each rank holds whole key/value heads and the query heads that share them",
                   "\n---> HINT: use a --tp that divides n_kv_head (", c.kv_heads(), ")");
+    SHARDLM_CHECK(!c.has_moe() || (c.expert_ffn() % spec.tp_size == 0),
+                  "an expert's inner size ", c.expert_ffn(), " does not split into ", spec.tp_size,
+                  " tensor-parallel ranks\n---> HINT: use a --tp that divides moe_ffn");
     SHARDLM_CHECK(c.ffn() % spec.tp_size == 0, "the MLP's inner size ", c.ffn(), " does not split into ", spec.tp_size,
                   " tensor-parallel ranks\n---> HINT: use a --tp that divides ffn_hidden");
+    SHARDLM_CHECK(spec.ep_size >= 1 && spec.ep_rank >= 0 && spec.ep_rank < spec.ep_size &&
+                      (!c.has_moe() || c.moe.n_experts % spec.ep_size == 0),
+                  "n_experts = ", c.moe.n_experts, " does not split into ", spec.ep_size, " expert-parallel ranks",
+                  "\n---> HINT: use an --ep that divides the number of experts");
     Builder b;
     b.L.n_layer = L;
+    b.L.local_experts = c.has_moe() ? c.moe.n_experts / spec.ep_size : 0;
+    b.L.first_expert = spec.ep_rank * b.L.local_experts;
     b.tp_size = spec.tp_size;
     b.tp_rank = spec.tp_rank;
     b.unit_align = kAlignElems * size_t(spec.unit_multiple > 0 ? spec.unit_multiple : 1);
@@ -241,11 +287,13 @@ ParamCount count_params(const GptConfig& c) {
                 case UnitKind::TokenEmbedding:
                 case UnitKind::PositionEmbedding: p.embedding += n; break;
                 case UnitKind::Block: p.blocks += n; break;
+                case UnitKind::Experts: p.blocks += n, p.experts += n; break;
                 case UnitKind::Head: (s.shape.size() == 2 ? p.head : p.final_norm) += n; break;
             }
         }
     p.per_block = c.n_layer > 0 ? p.blocks / c.n_layer : 0;
     p.total = p.embedding + p.blocks + p.final_norm + p.head;
+    p.active = p.total - (c.has_moe() ? p.experts - p.experts / c.moe.n_experts * c.moe.top_k : 0);
     return p;
 }
 

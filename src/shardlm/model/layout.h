@@ -17,7 +17,8 @@
 //   "wpe"    the position embedding [n_ctx, C] (replicated across tensor-parallel ranks)
 //   "h.<l>"  block l: ln_1, c_attn (column-parallel, heads split), c_proj (row-parallel), ln_2, c_fc
 //            (column-parallel), mlp.c_proj (row-parallel); LayerNorms and row-parallel biases are
-//            replicated
+//            replicated. A mixture-of-experts layer (config.h: MoeConfig) has its router (replicated) and
+//            its experts (each cut as the dense MLP is) in place of the MLP, and its shared experts as an MLP
 //   "head"   ln_f (replicated), and an untied model's lm_head [Vp/tp, C] (vocabulary-parallel)
 // Names are HF GPT-2's when every architecture knob is GPT-2's, else HF LLaMA's (config.h: Family):
 // model.embed_tokens, model.layers.<l>.{input_layernorm, self_attn.{q,k,v,o}_proj,
@@ -78,9 +79,11 @@ inline ComputeKind compute_kind(int n_layer, int cu) {
 inline int compute_layer(int cu) { return cu - 1; }  // a block's layer
 inline int block_compute_unit(int layer) { return layer + 1; }
 
-enum class UnitKind { TokenEmbedding, PositionEmbedding, Block, Head };
+// Experts: an MoE layer's experts held here (expert parallelism: 1/ep of them), a unit of their own after
+// the block's, since their gradients are reduced over another group (the ranks holding the same experts).
+enum class UnitKind { TokenEmbedding, PositionEmbedding, Block, Head, Experts };
 
-inline constexpr int kMaxRoles = 12;
+inline constexpr int kMaxRoles = 16;
 
 struct Unit {
     std::string name;  // "wte", "wpe", "h.0", ..., "head" (for people: code tells units by kind)
@@ -91,7 +94,7 @@ struct Unit {
     int first_param = 0, num_params = 0;  // index range into Layout::params
     // role (BlockParam, HeadParam, EmbeddingParam) -> index into Layout::params, -1 if the model has
     // none (no biases, no lm_head when tied); a fused role (kQkvW: q, k, v) names its first tensor
-    int role[kMaxRoles] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    int role[kMaxRoles] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 };
 
 struct Layout {
@@ -99,16 +102,23 @@ struct Layout {
     std::vector<Unit> units;
     size_t total = 0;  // elements in the flat buffer, including alignment padding
     int n_layer = 0;   // of the whole model (a pipeline stage holds only some of its blocks)
+    int first_expert = 0, local_experts = 0;  // the experts each MoE layer's Experts unit holds
     const ParamSpec* find(const std::string& name) const;
     int unit_index(const std::string& name) const;  // -1 if absent
+    // An Experts unit's distance from one expert's first matrix to the next's (elements; 0 with one expert)
+    size_t expert_stride(int unit) const;
     int unit_of(UnitKind kind) const;  // the first unit of a kind (the token embedding: one), -1 if absent
 };
 
 // The roles of a unit's parameters: a block's, the head's, and the embeddings' (one tensor). kQkvW is
 // the fused [q | k | v] (GPT-2's c_attn, or LLaMA's q, k, v packed), kFcW the MLP's first matrix
-// (c_fc, up_proj, or [gate | up] packed for SwiGLU), kFcProjW its second (down_proj).
+// (c_fc, up_proj, or [gate | up] packed for SwiGLU), kFcProjW its second (down_proj). A mixture-of-experts
+// layer's router [E, C] is kRouterW; kExpertFcW and kExpertProjW name expert 0's two matrices (Mixtral's
+// w1 | w3 packed, and w2), and expert e's lie e times the distance between expert 0's and expert 1's
+// further on; its shared experts (if any) are the dense MLP's roles.
 enum BlockParam : int {
-    kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kNumBlockParams
+    kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB,
+    kRouterW, kExpertFcW, kExpertProjW, kNumBlockParams
 };
 enum HeadParam : int { kLnfW, kLnfB, kLmHead };
 enum EmbeddingParam : int { kTable };  // wte [Vp/tp, C], wpe [n_ctx, C], the tied copy
@@ -120,6 +130,7 @@ struct LayoutSpec {
     // stage, in order); empty: the whole model.
     std::vector<std::pair<int, int>> chunks;
     int tp_size = 1, tp_rank = 0;
+    int ep_size = 1, ep_rank = 0;  // expert parallelism: this rank holds experts [ep_rank E / ep, (ep_rank + 1) E / ep)
     int unit_multiple = 1;  // every unit is padded to a multiple of 16 * unit_multiple floats, so
                             // that it splits into unit_multiple equal, 64-byte aligned ZeRO slices
 };
@@ -136,6 +147,10 @@ struct ParamCount {
     int64_t final_norm = 0;
     int64_t head = 0;       // an untied lm_head (V x C)
     int64_t total = 0;
+    // a mixture of experts: the routed experts' parameters (counted in blocks), and what one token passes
+    // through (the total less the experts it is not sent to: top_k of n_experts in each MoE layer)
+    int64_t experts = 0;
+    int64_t active = 0;
 };
 ParamCount count_params(const GptConfig& c);
 

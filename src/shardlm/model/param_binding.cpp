@@ -9,6 +9,7 @@ namespace shardlm::model {
 
 ParamUnits::ParamUnits(const Layout& layout, const GptConfig& config) {
     block.assign(size_t(config.n_layer), -1);
+    experts.assign(size_t(config.n_layer), -1);
     for (size_t u = 0; u < layout.units.size(); u++) {
         const Unit& un = layout.units[u];
         switch (un.kind) {
@@ -16,6 +17,7 @@ ParamUnits::ParamUnits(const Layout& layout, const GptConfig& config) {
         case UnitKind::PositionEmbedding: wpe = int(u); break;
         case UnitKind::Head: head = int(u); break;
         case UnitKind::Block: block[size_t(un.block)] = int(u); break;
+        case UnitKind::Experts: experts[size_t(un.block)] = int(u); break;
         }
     }
     // the head's chunk starts with the embedding; an untied head reads its own lm_head

@@ -19,7 +19,8 @@ struct ParamUnits {
     int wte = -1, wpe = -1, head = -1;
     // the wte the head reads: the embedding's where they share a chunk, else the tied copy (-1: untied)
     int head_wte = -1;
-    std::vector<int> block;  // block l -> its parameter unit
+    std::vector<int> block;    // block l -> its parameter unit
+    std::vector<int> experts;  // block l -> its experts' unit (-1: a dense layer)
     ParamUnits(const Layout& layout, const GptConfig& config);
     ParamUnits() = default;
 };
@@ -35,6 +36,7 @@ public:
     // one unit at its own storage (the same layout as its range of the flat buffer); null keeps
     void bind_unit(int unit, void* params, float* grads);
     bool bound() const { return !params_.empty(); }
+    const Layout& layout() const { return layout_; }
 
     // Parameter i (a role) of unit as bound (matrices: the stored type); null for a role the model
     // lacks (a bias of a model without biases, a position table under rotary embeddings).

@@ -12,7 +12,7 @@
 
 namespace shardlm::model {
 
-ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std::move(config)) {
+ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std::move(config)), moe_stats_(config_) {
     config_.validate("model '" + config_.name + "'");
     const int cp = opt.cp ? opt.cp->size() : 1;
     SHARDLM_CHECK(T * cp <= config_.n_ctx, "sequence length ", T * cp, " exceeds the model's n_ctx ", config_.n_ctx,
@@ -30,6 +30,7 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
     spec.tp_size = t;
     spec.tp_rank = tp->rank();
     spec.unit_multiple = opt.unit_multiple;
+    if (opt.ep) spec.ep_size = opt.ep->size(), spec.ep_rank = opt.ep->rank();
     layout_ = make_gpt2_layout(config_, spec);
     ids_ = ParamUnits(layout_, config_);
     params_ = std::make_unique<ParamBinding>(layout_, opt.precision.activation, opt.precision.mixed());
@@ -41,7 +42,8 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
                   " --recompute full keeps only the block's input\n---> HINT: use --recompute selective or none,"
                   " or --schedule 1f1b");
     if (opt.recompute == Recompute::Full)
-        shared_.recompute.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true, ctx_.fused_attention);
+        shared_.recompute.allocate(config_, B, T, t, ctx_.sp, ctx_.prec.activation, true, ctx_.fused_attention,
+                                   config_.has_moe(), true, ctx_.ep_size());
     maxB_ = B;
     maxT_ = T;
     bool any_block = false, any_head = false;
@@ -50,7 +52,8 @@ ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std:
         any_block = any_block || chunks_.back().blocks > 0;
         any_head = any_head || chunks_.back().has_head;
     }
-    if (!defer_ && any_block) shared_.keep.allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products());
+    if (!defer_ && any_block)
+        shared_.keep.allocate(config_, B, T, t, ctx_.sp, ctx_.bf16_products(), config_.has_moe(), ctx_.ep_size());
     if (!defer_ && any_head) shared_.head_keep.allocate(config_, B, T, t, ctx_.sp);
     head_in_part_ = any_head;
     size_head_scratch();
@@ -66,6 +69,7 @@ void ModelPart::make_context(const Options& opt, TensorParallel* tp, int B, int 
     ctx_.recompute = opt.recompute;
     ctx_.fused_attention = opt.fused_attention || split_;
     ctx_.scratch = &scratch_;
+    ctx_.ep = opt.ep && opt.ep->size() > 1 ? opt.ep : nullptr;
     if (split_) ctx_.cp = split_->cp() > 1 ? opt.cp : nullptr, ctx_.split = split_.get(), ctx_.cp_comm = opt.cp_comm;
     SHARDLM_CHECK(opt.lanes >= 1 && (opt.lanes == 1 || t == 1), "model part: ", opt.lanes,
                   " lanes need one tensor-parallel rank (got --tp ", t, ")");
@@ -74,7 +78,8 @@ void ModelPart::make_context(const Options& opt, TensorParallel* tp, int B, int 
     lanes_ = LaneRunner(std::min(opt.lanes, B));
     // per-thread attention scratch: for the lanes, or for every thread OpenMP may run a kernel on
     const int threads = std::max({opt.threads, lanes_.lanes(), omp_get_max_threads()});
-    scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp, ctx_.fused_attention);
+    scratch_.allocate(config_, B, T, t, threads, ctx_.prec.activation, opt.recompute, ctx_.sp, ctx_.fused_attention,
+                      ctx_.ep_size());
     if (split_) {
         const BlockDims d = block_dims(config_, t);
         scratch_.cp.allocate(opt.cp_comm, split_->cp(), B, T, d.NHt, d.HS, d.KVt * d.HS, ctx_.prec.activation);
@@ -90,7 +95,7 @@ ModelPart::Chunk ModelPart::make_chunk(const Options& opt, size_t c, int B, int 
         if (layout_.units[u].compute >= ch.first && layout_.units[u].compute <= ch.last) ch.units.push_back(int(u));
     const int nslots = c < opt.slots.size() ? opt.slots[c] : 1;
     SHARDLM_CHECK(nslots >= 1, "model part: chunk ", c, " needs at least one activation slot");
-    UnitEnv env{&config_, &ctx_, &lanes_, params_.get(), &ids_, &shared_, defer_, B, T, nslots};
+    UnitEnv env{&config_, &ctx_, &lanes_, params_.get(), &ids_, &shared_, defer_, B, T, nslots, &moe_stats_};
     add_units(ch, env);
     ch.backward_units = backward_order(ch);
     // the residual stream: x[k] enters compute unit k, x.back() leaves the chunk

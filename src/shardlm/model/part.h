@@ -53,6 +53,9 @@ public:
         // and T is a rank's rows of it (every micro-batch's: the whole sequence is T x cp). Null or a
         // group of one: the whole sequence. Attention is then the fused kernel by blocks.
         ContextParallel* cp = nullptr;
+        // expert parallelism (model/moe.h): this rank holds 1/ep of every MoE layer's experts, and its
+        // tokens reach the others' through this group (null: every expert here)
+        ExpertParallel* ep = nullptr;
         CpComm cp_comm = CpComm::Ring;
         // Packed documents: attention stays inside each row's document (forward's doc_start), by the
         // fused kernel by blocks
@@ -66,6 +69,11 @@ public:
 
     const GptConfig& config() const { return config_; }
     const Layout& layout() const { return layout_; }
+    // The MoE layers' loads and objective terms of this rank's training forwards since the last reset.
+    MoeStats& moe_stats() { return moe_stats_; }
+    // expert parallelism's traffic since the last reset (MoeScratch::exchanged_bytes, count_gathers)
+    MoeScratch& moe_traffic() { return scratch_.moe; }
+    const MoeScratch& moe_traffic() const { return scratch_.moe; }
     const UnitContext& context() const { return ctx_; }
     int num_chunks() const { return int(chunks_.size()); }
     int first_unit(int chunk) const { return chunks_[size_t(chunk)].first; }
@@ -184,6 +192,7 @@ private:
     UnitContext ctx_;
     LaneRunner lanes_;  // how a unit's pass runs on this rank's threads (model/lanes.h)
     SharedActivations shared_;
+    MoeStats moe_stats_;
     std::vector<Chunk> chunks_;
 };
 

@@ -66,7 +66,11 @@ void row_parallel_residual(const UnitContext& u, void* out, float* partial, cons
         return;
     }
     linear(u, partial, DType::F32, in, W, nullptr, N, K, C);
-    const int Nl = u.rows(N);
+    reduce_onto_residual(u, out, partial, b, resid, N);
+}
+
+void reduce_onto_residual(const UnitContext& u, void* out, float* partial, const float* b, const void* resid, int N) {
+    const int C = u.cfg->n_embd, Nl = u.rows(N);
     if (u.sp) {
         u.tp->reduce_scatter_sum(partial, u.scratch->reduced.data(), size_t(Nl) * C);
         partial = u.scratch->reduced.data();

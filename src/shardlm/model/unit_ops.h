@@ -32,6 +32,8 @@ const float* reduce_input_grad(const UnitContext& u, int N);
 // rank keeps the one-process order: out = (resid + b) + in @ W^T in one GEMM.
 void row_parallel_residual(const UnitContext& u, void* out, float* partial, const void* in, const void* W,
                            const float* b, const void* resid, int N, int K);
+// Its second half: out (Nl, C) = resid + b + the reduction of partial (N, C) fp32 over the group.
+void reduce_onto_residual(const UnitContext& u, void* out, float* partial, const float* b, const void* resid, int N);
 // d(output) of a row-parallel linear as its GEMMs need it, into dst: the full (N, C) gradient (g's
 // backward is the identity: a copy; under sequence parallelism the conjugate all-gather of this
 // rank's rows).
@@ -98,7 +100,7 @@ struct OutputItem {
 };
 class OutputItems {
 public:
-    static constexpr int kMaxTasks = 8;
+    static constexpr int kMaxTasks = 12;
     OutputItems(const UnitContext& u, const int* sizes, int n_tasks);
     int count() const { return count_; }
     OutputItem operator[](int i) const;
@@ -114,14 +116,14 @@ private:
 template <class Args>
 struct WeightTask {
     const char* name;
-    int (*outputs)(const UnitContext& u);
+    int (*outputs)(const UnitContext& u, const Args& a);  // 0: the task has nothing to do here
     void (*run)(const UnitContext& u, const Args& a, int begin, int end);
 };
 
 template <class Args, int K>
 void run_weight_tasks(const UnitContext& u, const WeightTask<Args> (&tasks)[K], const Args& args) {
     int sizes[K];
-    for (int k = 0; k < K; k++) sizes[k] = tasks[k].outputs(u);
+    for (int k = 0; k < K; k++) sizes[k] = tasks[k].outputs(u, args);
     const OutputItems out(u, sizes, K);
     Items items(u, kOutputPhase, out.count());
     for (int i; items.next(&i);) {

@@ -15,22 +15,38 @@ using namespace shardlm::kernels;
 
 // ---- buffers ----------------------------------------------------------------------------------
 
-BlockDims block_dims(const GptConfig& c, int tp) {
+namespace {
+
+// The dims of the layers a buffer serves: a dense layer's MLP, an MoE layer's shared experts, or the wider.
+BlockDims serving_dims(const GptConfig& c, int tp, bool dense, bool moe) {
+    BlockDims d = block_dims(c, tp, moe && !dense);
+    if (dense && moe && c.has_moe()) {
+        const BlockDims s = block_dims(c, tp, true);
+        d.F = std::max(d.F, s.F), d.Ffc = std::max(d.Ffc, s.Ffc);
+    }
+    return d;
+}
+
+}  // namespace
+
+BlockDims block_dims(const GptConfig& c, int tp, bool moe) {
     BlockDims d;
     d.C = c.n_embd, d.HS = c.head_dim(), d.NHt = c.n_head / tp, d.KVt = c.kv_heads() / tp;
     d.Ct = d.NHt * d.HS, d.Wqkv = (d.NHt + 2 * d.KVt) * d.HS;
-    d.F = c.ffn() / tp, d.Ffc = c.mlp == Mlp::SwiGLU ? 2 * d.F : d.F;
+    d.F = (moe ? c.moe.n_shared * c.expert_ffn() : c.ffn()) / tp, d.Ffc = c.mlp == Mlp::SwiGLU ? 2 * d.F : d.F;
     return d;
 }
 
 void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp,
-                       bool fused) {
+                       bool fused, int ep) {
     const size_t N = size_t(B) * T, C = size_t(c.n_embd), Ct = C / size_t(tp);
     gathered.resize(tp > 1 ? N * C : 0);
     dln.resize(N * C);
     reduced.resize(tp > 1 ? N * C / size_t(tp) : 0);
     datty.resize(N * Ct);
-    dh.resize(c.mlp == Mlp::SwiGLU ? N * size_t(block_dims(c, tp).F) : 0);
+    const int F = std::max(block_dims(c, tp).F, c.has_moe() ? block_dims(c, tp, true).F : 0);
+    dh.resize(c.mlp == Mlp::SwiGLU ? N * size_t(F) : 0);
+    if (c.has_moe()) moe.allocate(c, B, T, tp, ep);
     attn.resize(fused ? 0 : attention_scratch_floats(T, threads > 0 ? threads : 1));
     ce.resize(tp > 1 ? 3 * N : 0);
     const size_t eb = dtype_bytes(act);
@@ -43,12 +59,13 @@ void Scratch::allocate(const GptConfig& c, int B, int T, int tp, int threads, DT
 
 size_t Scratch::bytes() const {
     return gathered.bytes() + dln.bytes() + reduced.bytes() + datty.bytes() + attn.bytes() + ce.bytes() + att.bytes() +
-           atty.bytes() + logits.bytes() + recomputed.bytes() + dh.bytes() + cp.bytes();
+           atty.bytes() + logits.bytes() + recomputed.bytes() + dh.bytes() + cp.bytes() + moe.bytes();
 }
 
-void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products) {
+void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products, bool with_moe, int ep) {
     const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
-    const BlockDims d = block_dims(c, tp);
+    const BlockDims d = serving_dims(c, tp, true, with_moe);
+    if (with_moe) moe.allocate(c, B, T, tp, ep);
     dy_fcproj.resize(N * C), dy_proj.resize(N * C);
     dfch.resize(N * size_t(d.Ffc)), dqkv.resize(N * size_t(d.Wqkv));
     dln2.resize(Nl * C), dln1.resize(Nl * C);
@@ -56,15 +73,15 @@ void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool
 }
 
 void BlockKeep::size_copies(const GptConfig& c, int B, int T, int tp, bool bf16_products) {
-    const size_t C = size_t(c.n_embd), b = bf16_products && dfch.size() ? size_t(B) * T : 0;
-    const BlockDims d = block_dims(c, tp);
+    const size_t C = size_t(c.n_embd), b = bf16_products && dqkv.size() ? size_t(B) * T : 0;
+    const BlockDims d = serving_dims(c, tp, true, moe.dz.size() > 0);
     dy_fcproj16.resize(b * C), dy_proj16.resize(b * C);
     dfch16.resize(b * size_t(d.Ffc)), dqkv16.resize(b * size_t(d.Wqkv));
 }
 
 size_t BlockKeep::bytes() const {
     return dy_fcproj.bytes() + dy_proj.bytes() + dfch.bytes() + dqkv.bytes() + dln2.bytes() + dln1.bytes() +
-           dy_fcproj16.bytes() + dy_proj16.bytes() + dfch16.bytes() + dqkv16.bytes();
+           dy_fcproj16.bytes() + dy_proj16.bytes() + dfch16.bytes() + dqkv16.bytes() + moe.bytes();
 }
 
 void HeadKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
@@ -72,9 +89,11 @@ void HeadKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
     dlnf.resize(Nl * size_t(c.n_embd));
 }
 
-void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att, bool fused) {
+void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att, bool fused,
+                         bool with_moe, bool dense, int ep) {
     const size_t N = size_t(B) * T, Nl = sp ? N / size_t(tp) : N, C = size_t(c.n_embd);
-    const BlockDims d = block_dims(c, tp);
+    const BlockDims d = serving_dims(c, tp, dense, with_moe);
+    if (with_moe) moe.allocate(c, B, T, tp, act, ep);
     const size_t eb = dtype_bytes(act), nm = c.norm == Norm::LayerNorm ? Nl : 0;  // RMSNorm keeps no mean
     ln1.resize(Nl * C, eb), ln1_mean.resize(nm), ln1_rstd.resize(Nl);
     qkv.resize(N * size_t(d.Wqkv), eb);
@@ -92,7 +111,7 @@ size_t BlockActs::stats_bytes() const {
 
 size_t BlockActs::bytes() const {
     return ln1.bytes() + qkv.bytes() + att.bytes() + lse.bytes() + atty.bytes() + resid2.bytes() + ln2.bytes() +
-           fch.bytes() + fch_gelu.bytes() + stats_bytes();
+           fch.bytes() + fch_gelu.bytes() + stats_bytes() + moe.bytes();
 }
 
 void HeadActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad, bool chunked) {

@@ -41,6 +41,7 @@
 #include "shardlm/model/config.h"
 #include "shardlm/model/context_parallel.h"
 #include "shardlm/model/layout.h"
+#include "shardlm/model/moe.h"
 #include "shardlm/model/tensor_parallel.h"
 
 namespace shardlm::model {
@@ -57,10 +58,10 @@ struct BlockDims {
     int KVt;   // this rank's key/value heads
     int Ct;    // NHt HS: the attention output's width
     int Wqkv;  // (NHt + 2 KVt) HS: a row of [q | k | v]
-    int F;     // the MLP's inner width on this rank
+    int F;     // the MLP's inner width on this rank (an MoE layer's: its shared experts', 0 without)
     int Ffc;   // its first product's width: F, or 2F for SwiGLU's [gate | up]
 };
-BlockDims block_dims(const GptConfig& c, int tp);
+BlockDims block_dims(const GptConfig& c, int tp, bool moe = false);
 
 // Buffers shared by all units of a rank (used within one unit's forward or backward only).
 struct Scratch {
@@ -74,11 +75,12 @@ struct Scratch {
     TypedBuffer att, atty;          // selective recomputation: one block's probabilities and output
     TypedBuffer recomputed;         // full recomputation: the block output its forward computes again
     CpBuffers cp;                   // context parallelism: one layer's ring (model/context_parallel.h)
+    MoeScratch moe;                 // a mixture-of-experts layer's pass (model/moe.h)
     AlignedBuffer<float> logits;    // head_tile_floats per lane: the chunked head's logits tile
     // threads: at least the lanes (each takes its own attention scratch)
     // fused: the fused attention kernel (no probabilities to recompute, no materialized scratch)
     void allocate(const GptConfig& c, int B, int T, int tp, int threads, DType act, Recompute r, bool sp = false,
-                  bool fused = false);
+                  bool fused = false, int ep = 1);
     size_t bytes() const;
 };
 
@@ -120,6 +122,9 @@ struct UnitContext {
     ContextParallel* cp = nullptr;
     const SequenceSplit* split = nullptr;
     CpComm cp_comm = CpComm::Ring;
+    // expert parallelism (model/moe.h): the ranks an MoE layer's tokens and experts are spread over (null: one)
+    ExpertParallel* ep = nullptr;
+    int ep_size() const { return ep ? ep->size() : 1; }
     // each sequence's rows' positions (null: 0, 1, ...)
     const int* positions() const { return cp ? split->positions(cp->rank()) : nullptr; }
     // packed documents: the pass's rows' document starts (B x T positions: attention sees no key before
@@ -158,10 +163,13 @@ struct BlockActs {
                                                                   // (Nl,C) (Nl,C) (N,Ffc) (N,F)
     AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (Nl); RMSNorm: only the rstd
     AlignedBuffer<float> lse;  // fused attention: (B, NH/tp, T) each query row's log-sum-exp
+    MoeActs moe;               // an MoE layer's routing and experts (model/moe.h); empty in a dense layer
     // keep_att: the probabilities are kept (false under selective recomputation, and for decoding:
     // one sequence at a time, attending to the KV cache); fused: the fused kernel's row statistics
     // instead (always: they are NH/tp T floats a sequence).
-    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att, bool fused = false);
+    // moe: it serves a mixture-of-experts layer; dense: a dense one (a part's shared set: both)
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool keep_att, bool fused = false,
+                  bool moe = false, bool dense = true, int ep = 1);
     size_t bytes() const;        // everything
     size_t stats_bytes() const;  // the LayerNorm statistics alone (the attention's lse counts as a value)
 };
@@ -179,7 +187,8 @@ struct BlockKeep {
     AlignedBuffer<float> dfch, dqkv;          // (N, Ffc), (N, Wqkv)
     AlignedBuffer<float> dln2, dln1;          // (Nl, C)
     AlignedBuffer<uint16_t> dy_fcproj16, dy_proj16, dfch16, dqkv16;  // bf16 products only (else empty)
-    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products);
+    MoeKeep moe;                                                     // an MoE layer's (model/moe.h)
+    void allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products, bool moe = false, int ep = 1);
     // the bf16 copies alone, for products that become bf16 (or fp32) after allocate (a keep never allocated
     // stays empty)
     void size_copies(const GptConfig& c, int B, int T, int tp, bool bf16_products);
@@ -194,12 +203,17 @@ struct KvLayer {
 };
 
 // Parameters of a block: matrices as the context's wt, vectors (LayerNorms, biases) as fp32.
+// An MoE layer's also as MoeWeights / MoeGrads (moe: whether the layer is one).
 struct BlockWeights {
     const void* w[kNumBlockParams];
+    bool moe = false;
+    MoeWeights experts;
     const float* vec(int i) const { return static_cast<const float*>(w[i]); }
 };
 struct BlockGrads {
     float* g[kNumBlockParams];
+    bool moe = false;
+    MoeGrads experts;
 };
 
 // y (Nl, C) = block(x (Nl, C)), both act. With kv (decoding, fp32, tp 1): the T rows are positions

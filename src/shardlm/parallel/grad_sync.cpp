@@ -11,6 +11,11 @@ namespace shardlm::parallel {
 
 namespace {
 
+ShardGroups shard_groups(const comm::Collectives& dp, const comm::Collectives* experts) {
+    const comm::Collectives& e = experts ? *experts : dp;
+    return {dp.rank(), dp.size(), e.rank(), e.size()};
+}
+
 // Whether the dp algorithm reduces the gradients in backward (allreduce, or none given).
 bool reduces_in_backward(const DpAlgorithm* a) { return !a || !a->local_gradients(); }
 
@@ -18,15 +23,16 @@ bool reduces_in_backward(const DpAlgorithm* a) { return !a || !a->local_gradient
 
 GradSync::GradSync(comm::Collectives& dp, model::ModelPart& part, Options o)
     : dp_(dp),
+      edp_(o.experts ? o.experts : &dp),
       part_(part),
-      store_(part.layout(), dp.rank(), dp.size(), residency(o.zero, part.precision().param != DType::F32),
+      store_(part.layout(), shard_groups(dp, o.experts), residency(o.zero, part.precision().param != DType::F32),
              part.precision().param, o.reduce_dtype),
       algo_(std::move(o.algorithm)),
       tied_(std::move(o.embedding_group), store_, reduces_in_backward(algo_.get())),
       local_(!reduces_in_backward(algo_.get())),
       differ_(algo_ && algo_->replicas_differ()),
       resync_tied_(tied_.active() && algo_ && algo_->may_desync_tied()) {
-    zero_ = make_zero_strategy(o.zero, {dp, part, store_, o.bucket_mb, o.single_stage, o.split_backward, !local_});
+    zero_ = make_zero_strategy(o.zero, {dp, part, store_, o.bucket_mb, o.single_stage, o.split_backward, !local_, o.experts});
     if (o.pre_reduce) zero_->set_pre_reduce(std::move(o.pre_reduce));
     // stage 3 binds gathered units as they run; stages 2-3 bind a gradient slot per unit's backward
     part_.bind(store_.model_params(), store_.whole_grads());
@@ -50,8 +56,9 @@ void GradSync::gather_params(float* out) {
     }
     const auto& units = store_.units();
     for (size_t u = 0; u < units.size(); u++)
-        dp_.iall_gather_bytes(store_.master() + store_.shard_offset(int(u)), out + units[u].offset,
-                              store_.shard_elems(int(u)) * sizeof(float))
+        (store_.expert_unit(int(u)) ? *edp_ : dp_)
+            .iall_gather_bytes(store_.master() + store_.shard_offset(int(u)), out + units[u].offset,
+                               store_.shard_elems(int(u)) * sizeof(float))
             .wait();
 }
 

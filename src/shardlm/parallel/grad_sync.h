@@ -55,6 +55,9 @@ public:
         // Before a unit's gradient is reduced over the group (sequence parallelism sums its replicated
         // parameters' gradients over the tensor-parallel group here).
         std::function<void(int unit, float* grad)> pre_reduce;
+        // Expert parallelism: the ranks holding the same experts (comm/grid.h: edp), over which an MoE
+        // layer's experts are reduced and ZeRO slices them (null: the dp group).
+        comm::Collectives* experts = nullptr;
     };
     // dp: the data-parallel group. part: built with unit_multiple = dp.size().
     GradSync(comm::Collectives& dp, model::ModelPart& part, Options o);
@@ -112,7 +115,9 @@ public:
     std::string memory_report(const optim::Optimizer& opt) const;
     // Bytes this rank is expected to send per step on the group, {all_reduce, reduce_scatter,
     // all_gather}, for `micro` micro-batches per chunk.
-    std::array<size_t, 3> expected_step_bytes(int micro) const { return zero_->expected_step_bytes(micro); }
+    std::array<size_t, 3> expected_step_bytes(int micro, UnitGroup group = UnitGroup::All) const {
+        return zero_->expected_step_bytes(micro, group);
+    }
     // Seconds the training thread waited for communication since begin_step (not hidden by compute).
     double exposed_comm_s() const { return zero_->exposed_comm_s(); }
 
@@ -120,6 +125,7 @@ private:
     void after_update(optim::Optimizer& opt, int step);
 
     comm::Collectives& dp_;
+    comm::Collectives* edp_;
     model::ModelPart& part_;
     ParamStore store_;
     std::unique_ptr<ZeroStrategy> zero_;

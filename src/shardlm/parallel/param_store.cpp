@@ -9,23 +9,25 @@
 
 namespace shardlm::parallel {
 
-ParamStore::ParamStore(const model::Layout& layout, int dp_rank, int dp_size, Residency where, DType param,
-                       DType reduce)
-    : layout_(layout), rank_(dp_rank), n_(dp_size), where_(where), pt_(param), rt_(reduce) {
+ParamStore::ParamStore(const model::Layout& layout, ShardGroups groups, Residency where, DType param, DType reduce)
+    : layout_(layout), rank_(groups.dp_rank), n_(groups.dp_size), groups_(groups), where_(where), pt_(param), rt_(reduce) {
     const auto& units = layout.units;
     const size_t total = layout.total, n = size_t(n_);
+    SHARDLM_CHECK(groups_.edp_size >= 1 && n % size_t(groups_.edp_size) == 0, "ParamStore: the experts' group (",
+                  groups_.edp_size, " ranks) must divide dp (", n, ")");
     size_t off = 0;
     for (size_t u = 0; u < units.size(); u++) {
         SHARDLM_CHECK(units[u].numel % (16 * n) == 0, "unit ", units[u].name, " (", units[u].numel,
                       " floats) is not padded to a multiple of 16 x dp = ", 16 * n,
                       ": build the model part with unit_multiple = dp");
         shard_off_.push_back(off);
-        off += units[u].numel / n;
+        off += shard_elems(int(u));
     }
-    master_.resize(where_.master_whole ? total : total / n);
-    if (mixed()) model16_.resize(where_.model16_whole ? total : total / n);
+    const size_t sliced = off;  // every unit's slice, packed
+    master_.resize(where_.master_whole ? total : sliced);
+    if (mixed()) model16_.resize(where_.model16_whole ? total : sliced);
     if (where_.grads_whole) grads_.resize(total);
-    else grad_shards_.resize(total / n);
+    else grad_shards_.resize(sliced);
     if (where_.grads_whole && rt_ != DType::F32) grads16_.resize(total);
     // alignment padding inside each unit (local coordinates)
     const auto& params = layout.params;
@@ -41,10 +43,16 @@ ParamStore::ParamStore(const model::Layout& layout, int dp_rank, int dp_size, Re
     }
 }
 
+bool ParamStore::expert_unit(int unit) const { return layout_.units[size_t(unit)].kind == model::UnitKind::Experts; }
+
+int ParamStore::shard_count(int unit) const { return expert_unit(unit) ? groups_.edp_size : n_; }
+
+int ParamStore::shard_rank(int unit) const { return expert_unit(unit) ? groups_.edp_rank : rank_; }
+
 optim::Range ParamStore::shard(int unit) const {
     const model::Unit& u = layout_.units[size_t(unit)];
-    const size_t s = u.numel / size_t(n_);
-    return {u.offset + s * size_t(rank_), u.offset + s * size_t(rank_ + 1)};
+    const size_t s = shard_elems(unit), r = size_t(shard_rank(unit));
+    return {u.offset + s * r, u.offset + s * (r + 1)};
 }
 
 float* ParamStore::master_slice(int unit) {

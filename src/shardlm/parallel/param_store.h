@@ -24,11 +24,22 @@
 
 namespace shardlm::parallel {
 
+// Over which ranks the units are sliced: the data-parallel group, and for an MoE layer's experts
+// (model::UnitKind::Experts) the expert-data-parallel group (the dp / ep ranks that hold the same experts;
+// the dp group without expert parallelism).
+struct ShardGroups {
+    int dp_rank = 0, dp_size = 1;
+    int edp_rank = 0, edp_size = 1;
+    static ShardGroups data_parallel(int rank, int size) { return {rank, size, rank, size}; }
+};
+
 class ParamStore {
 public:
     // param: the type the model reads (F32, or BF16/F16: a 16-bit copy of the fp32 master);
     // reduce: the gradients' type on the wire (a 16-bit one stages whole gradients).
-    ParamStore(const model::Layout& layout, int dp_rank, int dp_size, Residency where, DType param, DType reduce);
+    ParamStore(const model::Layout& layout, ShardGroups groups, Residency where, DType param, DType reduce);
+    ParamStore(const model::Layout& layout, int dp_rank, int dp_size, Residency where, DType param, DType reduce)
+        : ParamStore(layout, ShardGroups::data_parallel(dp_rank, dp_size), where, param, reduce) {}
 
     const model::Layout& layout() const { return layout_; }
     const std::vector<model::Unit>& units() const { return layout_.units; }
@@ -39,8 +50,11 @@ public:
     int dp_size() const { return n_; }
 
     // ---- sharding ----------------------------------------------------------------------------
+    bool expert_unit(int unit) const;   // sliced over the experts' group
+    int shard_count(int unit) const;    // the slices of unit: the size of its group
+    int shard_rank(int unit) const;     // which of them is this rank's
     optim::Range shard(int unit) const;  // this rank's slice of unit, flat coordinates
-    size_t shard_elems(int unit) const { return layout_.units[size_t(unit)].numel / size_t(n_); }
+    size_t shard_elems(int unit) const { return layout_.units[size_t(unit)].numel / size_t(shard_count(unit)); }
     size_t shard_offset(int unit) const { return shard_off_[size_t(unit)]; }  // in the slice buffers
     // alignment padding inside unit, [begin, end) in the unit's own coordinates
     const std::vector<std::pair<size_t, size_t>>& gaps(int unit) const { return gaps_[size_t(unit)]; }
@@ -104,6 +118,7 @@ private:
 
     const model::Layout& layout_;
     int rank_, n_;
+    ShardGroups groups_;
     Residency where_;
     DType pt_, rt_;
     AlignedBuffer<float> master_;

@@ -11,7 +11,8 @@ namespace shardlm::parallel {
 // ---- the common part ----------------------------------------------------------------------------
 
 ZeroStrategy::ZeroStrategy(const Setup& s)
-    : dp_(s.dp), part_(s.part), store_(s.store), units_(s.store.units()), pt_(s.store.param_type()),
+    : dp_(s.dp), edp_(s.edp ? *s.edp : s.dp), part_(s.part), store_(s.store), units_(s.store.units()),
+      pt_(s.store.param_type()),
       rt_(s.store.reduce_type()), reduce_(s.reduce) {
     SHARDLM_CHECK(s.reduce || s.store.residency().grads_whole, "a data-parallel algorithm without gradient reduction "
                   "needs whole gradients (ZeRO-0 or 1)");
@@ -61,15 +62,16 @@ void ZeroStrategy::gather_updated_slices() {
     const size_t eb = dtype_bytes(pt_);
     std::vector<comm::Request> pending;
     for (size_t u = 0; u < units_.size(); u++)
-        pending.push_back(dp_.iall_gather_bytes(model + store_.shard(int(u)).begin * eb, model + units_[u].offset * eb,
-                                                store_.shard_elems(int(u)) * eb));
+        pending.push_back(group(int(u)).iall_gather_bytes(model + store_.shard(int(u)).begin * eb,
+                                                          model + units_[u].offset * eb, store_.shard_elems(int(u)) * eb));
     const double t0 = now_s();
     for (auto& r : pending) r.wait();  // nothing to overlap with: the next step needs the parameters
     exposed_s_ += now_s() - t0;
 }
 
-size_t ZeroStrategy::ring_bytes(comm::OpKind k, size_t elems, DType t) const {
-    return comm::ring_bytes_rank(k, elems, dtype_bytes(t), dp_.size(), dp_.rank());
+size_t ZeroStrategy::ring_bytes(comm::OpKind k, size_t elems, DType t, int unit) const {
+    const comm::Collectives& g = unit >= 0 ? group(unit) : dp_;
+    return comm::ring_bytes_rank(k, elems, dtype_bytes(t), g.size(), g.rank());
 }
 
 // ---- stage 0 ------------------------------------------------------------------------------------
@@ -81,15 +83,20 @@ Replicated::Replicated(const Setup& s) : ZeroStrategy(s) {
     for (int c = 0; c < part_.num_chunks(); c++) {
         const std::vector<int>& us = part_.chunk_units(c);
         size_t lo = 0, hi = 0;
+        auto close = [&](int unit) {
+            closes_bucket_[size_t(unit)] = int(buckets_.size());
+            bucket_group_.push_back(store_.expert_unit(unit));
+            buckets_.push_back({lo, hi});
+            lo = hi = 0;
+        };
         for (size_t i = us.size(); i-- > 0;) {
             const model::Unit& u = units_[size_t(us[i])];
+            // an MoE layer's experts are reduced over their own group: a bucket of their own
+            const bool experts = store_.expert_unit(us[i]);
+            if (experts && hi != lo) close(us[i + 1]);
             if (hi == lo) hi = u.offset + u.numel;
             lo = u.offset;
-            if (hi - lo >= bucket_elems || i == 0) {
-                closes_bucket_[size_t(us[i])] = int(buckets_.size());
-                buckets_.push_back({lo, hi});
-                lo = hi = 0;
-            }
+            if (hi - lo >= bucket_elems || i == 0 || experts) close(us[i]);
         }
     }
 }
@@ -102,12 +109,13 @@ void Replicated::after_backward(int unit) {
     const int b = closes_bucket_[size_t(unit)];
     if (b < 0) return;
     const optim::Range range = buckets_[size_t(b)];
+    comm::Collectives& g = bucket_group_[size_t(b)] ? edp_ : dp_;
     if (rt_ == DType::F32) {
-        reduces_.push_back({dp_.iall_reduce_sum(store_.grads() + range.begin, range.size(), DType::F32), {}});
+        reduces_.push_back({g.iall_reduce_sum(store_.grads() + range.begin, range.size(), DType::F32), {}});
         return;
     }
     convert_from_f32(store_.grads16() + range.begin, rt_, store_.grads() + range.begin, range.size());
-    reduces_.push_back({dp_.iall_reduce_sum(store_.grads16() + range.begin, range.size(), rt_), range});
+    reduces_.push_back({g.iall_reduce_sum(store_.grads16() + range.begin, range.size(), rt_), range});
 }
 
 void Replicated::after_step() {
@@ -115,9 +123,13 @@ void Replicated::after_step() {
     rounded_ = false;
 }
 
-std::array<size_t, 3> Replicated::expected_step_bytes(int) const {
+std::array<size_t, 3> Replicated::expected_step_bytes(int, UnitGroup group) const {
     std::array<size_t, 3> b{0, 0, 0};
-    for (const optim::Range& r : buckets_) b[0] += ring_bytes(comm::OpKind::AllReduce, r.size(), rt_);
+    for (size_t i = 0; i < buckets_.size(); i++) {
+        if (group != UnitGroup::All && bucket_group_[i] != (group == UnitGroup::Experts)) continue;
+        const comm::Collectives& g = bucket_group_[i] ? edp_ : dp_;
+        b[0] += comm::ring_bytes_rank(comm::OpKind::AllReduce, buckets_[i].size(), dtype_bytes(rt_), g.size(), g.rank());
+    }
     return b;
 }
 
@@ -132,23 +144,28 @@ void ShardedOptimizer::after_backward(int unit) {
     const size_t n = store_.shard_elems(unit);
     if (rt_ == DType::F32) {
         reduces_.push_back(
-            {dp_.ireduce_scatter_sum(store_.grads() + u.offset, store_.grads() + mine.begin, n, DType::F32), {}});
+            {group(unit).ireduce_scatter_sum(store_.grads() + u.offset, store_.grads() + mine.begin, n, DType::F32), {}});
         return;
     }
     convert_from_f32(store_.grads16() + u.offset, rt_, store_.grads() + u.offset, u.numel);
-    reduces_.push_back({dp_.ireduce_scatter_sum(store_.grads16() + u.offset, store_.grads16() + mine.begin, n, rt_), mine});
+    reduces_.push_back(
+        {group(unit).ireduce_scatter_sum(store_.grads16() + u.offset, store_.grads16() + mine.begin, n, rt_), mine});
 }
 
-std::array<size_t, 3> ZeroStrategy::sharded_step_bytes(int reductions) const {
+std::array<size_t, 3> ZeroStrategy::sharded_step_bytes(int reductions, UnitGroup group) const {
     std::array<size_t, 3> b{0, 0, 0};  // every unit reduce-scattered `reductions` times, gathered once
-    for (const model::Unit& u : units_) {
-        b[1] += ring_bytes(comm::OpKind::ReduceScatter, u.numel, rt_) * size_t(reductions);
-        b[2] += ring_bytes(comm::OpKind::AllGather, u.numel, pt_);
+    for (size_t i = 0; i < units_.size(); i++) {
+        if (!in_group(int(i), group)) continue;
+        const size_t e = units_[i].numel;
+        b[1] += ring_bytes(comm::OpKind::ReduceScatter, e, rt_, int(i)) * size_t(reductions);
+        b[2] += ring_bytes(comm::OpKind::AllGather, e, pt_, int(i));
     }
     return b;
 }
 
-std::array<size_t, 3> ShardedOptimizer::expected_step_bytes(int) const { return sharded_step_bytes(1); }
+std::array<size_t, 3> ShardedOptimizer::expected_step_bytes(int, UnitGroup group) const {
+    return sharded_step_bytes(1, group);
+}
 
 // ---- stage 2 ------------------------------------------------------------------------------------
 
@@ -170,20 +187,24 @@ ShardedGradients::~ShardedGradients() {
 }
 
 std::vector<std::unique_ptr<ShardedGradients::Slot>> ShardedGradients::make_slots(size_t elem_bytes, bool grad) const {
-    // slot 0 holds the embedding (used at both ends of the step), slots 1-2 any other unit
+    // slot 0 holds the embedding (used at both ends of the step), slots 1-2 any other unit; a third for
+    // parameters where a block reads two units (an MoE layer's block and experts) while the next is prefetched
     const size_t n = size_t(dp_.size());
-    size_t max_unit = 0;
+    size_t max_unit = 0, max_slice = 0;
     for (size_t u = 0; u < units_.size(); u++)
-        if (int(u) != wte_unit_) max_unit = std::max(max_unit, units_[u].numel);
+        if (int(u) != wte_unit_)
+            max_unit = std::max(max_unit, units_[u].numel), max_slice = std::max(max_slice, store_.shard_elems(int(u)));
     const size_t wte_numel = wte_unit_ >= 0 ? units_[size_t(wte_unit_)].numel : 0;
-    std::vector<std::unique_ptr<Slot>> slots(3);
-    for (size_t i = 0; i < 3; i++) {
+    const bool experts = store_.layout().unit_of(model::UnitKind::Experts) >= 0;
+    std::vector<std::unique_ptr<Slot>> slots(!grad && experts ? 4 : 3);
+    for (size_t i = 0; i < slots.size(); i++) {
         slots[i] = std::make_unique<Slot>();
         const size_t numel = i == 0 ? wte_numel : max_unit;
         slots[i]->buf.resize(numel * elem_bytes);
         if (!grad) continue;
-        slots[i]->scratch.resize(numel / n);
-        if (rt_ != DType::F32) slots[i]->buf16.resize(numel), slots[i]->scratch16.resize(numel / n);
+        const size_t slice = i == 0 ? numel / n : max_slice;
+        slots[i]->scratch.resize(slice);
+        if (rt_ != DType::F32) slots[i]->buf16.resize(numel), slots[i]->scratch16.resize(slice);
     }
     return slots;
 }
@@ -194,11 +215,16 @@ size_t ShardedGradients::comm_buffer_bytes() const {
     return n;
 }
 
-int ShardedGradients::pick_slot(const std::vector<std::unique_ptr<Slot>>& slots, int unit, int keep) const {
+int ShardedGradients::pick_slot(const std::vector<std::unique_ptr<Slot>>& slots, int unit, int keep, int keep2) const {
     if (unit == wte_unit_) return 0;
-    if (slots[1]->unit == keep && keep >= 0) return 2;
-    if (slots[2]->unit == keep && keep >= 0) return 1;
-    return slots[1]->used <= slots[2]->used ? 1 : 2;
+    int best = -1;
+    for (size_t i = 1; i < slots.size(); i++) {
+        const int held = slots[i]->unit;
+        if (held >= 0 && (held == keep || held == keep2)) continue;
+        if (best < 0 || slots[i]->used < slots[size_t(best)]->used) best = int(i);
+    }
+    SHARDLM_CHECK(best > 0, "ZeRO: no free buffer for unit ", units_[size_t(unit)].name);
+    return best;
 }
 
 float* ShardedGradients::take_grad_slot(int unit) {
@@ -242,10 +268,10 @@ void ShardedGradients::after_backward(int unit) {
         if (pre_reduce_) pre_reduce_(unit, s.f32());
         const size_t n = store_.shard_elems(unit);
         if (rt_ == DType::F32) {
-            s.req = dp_.ireduce_scatter_sum(s.f32(), s.scratch.data(), n, DType::F32);
+            s.req = group(unit).ireduce_scatter_sum(s.f32(), s.scratch.data(), n, DType::F32);
         } else {
             convert_from_f32(s.buf16.data(), rt_, s.f32(), units_[size_t(unit)].numel);
-            s.req = dp_.ireduce_scatter_sum(s.buf16.data(), s.scratch16.data(), n, rt_);
+            s.req = group(unit).ireduce_scatter_sum(s.buf16.data(), s.scratch16.data(), n, rt_);
         }
         return;
     }
@@ -257,7 +283,9 @@ void ShardedGradients::end_pass(int, bool forward) {
     for (auto& s : grad_slots_) finish_grad_slot(*s);
 }
 
-std::array<size_t, 3> ShardedGradients::expected_step_bytes(int micro) const { return sharded_step_bytes(micro); }
+std::array<size_t, 3> ShardedGradients::expected_step_bytes(int micro, UnitGroup group) const {
+    return sharded_step_bytes(micro, group);
+}
 
 // ---- stage 3 ------------------------------------------------------------------------------------
 
@@ -284,7 +312,7 @@ void ShardedParameters::unshard(int chunk) {
         const size_t off = store_.shard_offset(u);
         const void* mine = pt_ == DType::F32 ? static_cast<const void*>(store_.master() + off)
                                              : static_cast<const void*>(store_.model16() + off);
-        gathers.push_back(dp_.iall_gather_bytes(mine, buf.data() + at * eb, store_.shard_elems(u) * eb));
+        gathers.push_back(group(u).iall_gather_bytes(mine, buf.data() + at * eb, store_.shard_elems(u) * eb));
         part_.bind_unit(u, buf.data() + at * eb, nullptr);
         at += units_[size_t(u)].numel;
     }
@@ -308,13 +336,15 @@ size_t ShardedParameters::comm_buffer_bytes() const {
 void ShardedParameters::prefetch(int unit) {
     for (auto& s : param_slots_)
         if (s->unit == unit) return;
-    Slot& s = *param_slots_[size_t(pick_slot(param_slots_, unit, last_unit_))];
+    // two units stay in use only where a third slot exists for them (MoE layers)
+    const int keep2 = param_slots_.size() > 3 ? prev_unit_ : -1;
+    Slot& s = *param_slots_[size_t(pick_slot(param_slots_, unit, last_unit_, keep2))];
     s.req.wait();
     s.unit = unit;
     const size_t eb = dtype_bytes(pt_), at = store_.shard_offset(unit);
     const void* mine = pt_ == DType::F32 ? static_cast<const void*>(store_.master() + at)
                                          : static_cast<const void*>(store_.model16() + at);
-    s.req = dp_.iall_gather_bytes(mine, s.buf.data(), store_.shard_elems(unit) * eb);
+    s.req = group(unit).iall_gather_bytes(mine, s.buf.data(), store_.shard_elems(unit) * eb);
 }
 
 void* ShardedParameters::gathered(int unit) {
@@ -338,7 +368,7 @@ void ShardedParameters::reset_residency() {
 
 void ShardedParameters::begin_pass(int chunk, bool forward, int micro, int count) {
     ZeroStrategy::begin_pass(chunk, forward, micro, count);
-    last_unit_ = -1;
+    last_unit_ = prev_unit_ = -1;
     // Every micro-batch gathers afresh (the parameters do not change within a step, but keeping this
     // simple makes the communication volume a plain formula). With one stage a micro-batch's backward
     // follows its forward, so what the forward left gathered is used.
@@ -348,7 +378,7 @@ void ShardedParameters::begin_pass(int chunk, bool forward, int micro, int count
 void ShardedParameters::before_forward(int unit, int next) {
     if (per_chunk_) return;  // the chunk is unsharded for the step
     void* p = gathered(unit);
-    if (unit != wte_unit_) last_unit_ = unit;
+    in_use(unit);
     part_.bind_unit(unit, p, nullptr);
     if (next >= 0) prefetch(next);
 }
@@ -359,33 +389,40 @@ void ShardedParameters::before_backward(int unit, int next) {
         return;
     }
     void* p = gathered(unit);
-    if (unit != wte_unit_) last_unit_ = unit;
+    in_use(unit);
     part_.bind_unit(unit, p, take_grad_slot(unit));
     if (next >= 0) prefetch(next);
+}
+
+void ShardedParameters::in_use(int unit) {
+    if (unit == wte_unit_ || unit == last_unit_) return;
+    prev_unit_ = last_unit_;
+    last_unit_ = unit;
 }
 
 void ShardedParameters::after_step() {
     round_slices_to_model();  // fp32: the optimiser stepped the master slices the gathers read
 }
 
-std::array<size_t, 3> ShardedParameters::expected_step_bytes(int micro) const {
-    if (per_chunk_) return sharded_step_bytes(micro);  // every unit gathered once a step
+std::array<size_t, 3> ShardedParameters::expected_step_bytes(int micro, UnitGroup group) const {
+    if (per_chunk_) return sharded_step_bytes(micro, group);  // every unit gathered once a step
     // With one stage the backward starts with what the forward left gathered: wte (its own slot) and
-    // the last two other units (the last block and the head).
+    // the last units in the other slots (the last block, its experts, and the head).
     std::vector<bool> resident(units_.size(), false);
     if (single_stage_) {
         int seen = 0;
         for (size_t u = units_.size(); u-- > 0;) {
             if (int(u) == wte_unit_) resident[u] = true;
-            else if (seen < 2) resident[u] = true, seen++;
+            else if (seen < int(param_slots_.size()) - 1) resident[u] = true, seen++;
         }
     }
     std::array<size_t, 3> b{0, 0, 0};
     for (size_t u = 0; u < units_.size(); u++) {
+        if (!in_group(int(u), group)) continue;
         const size_t e = units_[u].numel;
-        b[1] += ring_bytes(comm::OpKind::ReduceScatter, e, rt_) * size_t(micro);
-        b[2] += ring_bytes(comm::OpKind::AllGather, e, pt_) * size_t(micro);            // forward
-        if (!resident[u]) b[2] += ring_bytes(comm::OpKind::AllGather, e, pt_) * size_t(micro);  // backward
+        b[1] += ring_bytes(comm::OpKind::ReduceScatter, e, rt_, int(u)) * size_t(micro);
+        b[2] += ring_bytes(comm::OpKind::AllGather, e, pt_, int(u)) * size_t(micro);            // forward
+        if (!resident[u]) b[2] += ring_bytes(comm::OpKind::AllGather, e, pt_, int(u)) * size_t(micro);  // backward
     }
     return b;
 }

@@ -59,6 +59,9 @@ public:
     virtual void reshard(int chunk) {}
 };
 
+// Which units' traffic: every unit's, those reduced over the dp group, or an MoE layer's experts (over theirs).
+enum class UnitGroup { All, Data, Experts };
+
 class ZeroStrategy : public StepHooks {
 public:
     struct Setup {
@@ -74,6 +77,8 @@ public:
         // stages 0-1: reduce the gradients over the group (false: each rank keeps its own, for a
         // data-parallel algorithm that combines them otherwise, parallel/dp_algo.h)
         bool reduce = true;
+        // the expert-data-parallel group an MoE layer's experts are reduced and sliced over (null: dp)
+        comm::Collectives* edp = nullptr;
     };
     explicit ZeroStrategy(const Setup& s);
     ~ZeroStrategy() override;
@@ -93,8 +98,8 @@ public:
     void params_rounded() { rounded_ = true; }
     virtual size_t comm_buffer_bytes() const;  // slots and 16-bit staging
     // Bytes this rank should send per step, {all_reduce, reduce_scatter, all_gather}, for `micro`
-    // micro-batches per chunk.
-    virtual std::array<size_t, 3> expected_step_bytes(int micro) const = 0;
+    // micro-batches per chunk, over the units of `group` (UnitGroup: all, the dp group's or the experts').
+    virtual std::array<size_t, 3> expected_step_bytes(int micro, UnitGroup group = UnitGroup::All) const = 0;
 
     // Seconds the training thread waited for communication since the last reset.
     double exposed_comm_s() const { return exposed_s_; }
@@ -107,11 +112,16 @@ protected:
     void wait(comm::Request& r);  // counted as exposed communication
     // stages 1-2: every rank's updated slices to every rank (16-bit copy, or the fp32 master)
     void gather_updated_slices();
-    size_t ring_bytes(comm::OpKind k, size_t elems, DType t) const;
+    // bytes this rank sends in op k of elems elements over unit's group (-1: the dp group)
+    size_t ring_bytes(comm::OpKind k, size_t elems, DType t, int unit = -1) const;
+    // the group a unit's gradient is reduced over and its slices gathered in: the dp group, or the experts'
+    comm::Collectives& group(int unit) const { return store_.expert_unit(unit) ? edp_ : dp_; }
     // stages 1-3's bytes: every unit reduce-scattered `reductions` times and all-gathered once
-    std::array<size_t, 3> sharded_step_bytes(int reductions) const;
+    std::array<size_t, 3> sharded_step_bytes(int reductions, UnitGroup group) const;
+    bool in_group(int unit, UnitGroup g) const { return g == UnitGroup::All || store_.expert_unit(unit) == (g == UnitGroup::Experts); }
 
     comm::Collectives& dp_;
+    comm::Collectives& edp_;
     model::ModelPart& part_;
     ParamStore& store_;
     const std::vector<model::Unit>& units_;
@@ -141,13 +151,14 @@ public:
     void end_pass(int, bool) override {}
     void after_backward(int unit) override;
     void after_step() override;
-    std::array<size_t, 3> expected_step_bytes(int micro) const override;
+    std::array<size_t, 3> expected_step_bytes(int micro, UnitGroup group) const override;
 
 private:
     // buckets, per chunk: a chunk's units finish in descending memory order (the head and the tied
     // copy, the last block, ..., the embedding), so a bucket is one contiguous range, closed by its
     // lowest unit once it reaches the bucket size (or at the chunk's first unit)
     std::vector<optim::Range> buckets_;
+    std::vector<bool> bucket_group_;  // the bucket holds an MoE layer's experts (reduced over their group)
     std::vector<int> closes_bucket_;  // unit -> index of the bucket it completes, or -1
 };
 
@@ -160,7 +171,7 @@ public:
     void end_pass(int, bool) override {}
     void after_backward(int unit) override;
     void after_step() override { gather_updated_slices(); }
-    std::array<size_t, 3> expected_step_bytes(int micro) const override;
+    std::array<size_t, 3> expected_step_bytes(int micro, UnitGroup group) const override;
 };
 
 // stage 2 (and the gradient half of stage 3)
@@ -175,13 +186,13 @@ public:
     void after_backward(int unit) override;
     void after_step() override { gather_updated_slices(); }
     size_t comm_buffer_bytes() const override;
-    std::array<size_t, 3> expected_step_bytes(int micro) const override;
+    std::array<size_t, 3> expected_step_bytes(int micro, UnitGroup group) const override;
 
 protected:
     struct Slot;  // a unit-sized buffer and the request using it
-    // The slot for unit: 0 for wte; else whichever of 1, 2 does not hold `keep` (in use), the least
-    // recently used if neither does.
-    int pick_slot(const std::vector<std::unique_ptr<Slot>>& slots, int unit, int keep) const;
+    // The slot for unit: 0 for wte; else the least recently used of the others that holds neither `keep`
+    // nor `keep2` (in use).
+    int pick_slot(const std::vector<std::unique_ptr<Slot>>& slots, int unit, int keep, int keep2 = -1) const;
     std::vector<std::unique_ptr<Slot>> make_slots(size_t elem_bytes, bool grad) const;
     float* take_grad_slot(int unit);  // the unit's micro-batch gradient, zeroed where nothing writes
     void finish_grad_slot(Slot& s);   // the reduced slice added into the gradient slices
@@ -203,15 +214,18 @@ public:
     void reshard(int chunk) override;
     void after_step() override;  // round this rank's slices; nothing to gather
     size_t comm_buffer_bytes() const override;
-    std::array<size_t, 3> expected_step_bytes(int micro) const override;
+    std::array<size_t, 3> expected_step_bytes(int micro, UnitGroup group) const override;
     bool needs_unshard_actions() const override { return per_chunk_; }
 
 private:
     void* gathered(int unit);  // wait for / start unit's gather
     void prefetch(int unit);   // start gathering unit into a free slot
     void reset_residency();    // forget every gathered unit
+    void in_use(int unit);     // a hook handed unit's parameters out
     bool single_stage_;
-    int last_unit_ = -1;  // the latest non-wte unit handed to a hook: its slot is in use
+    // the latest two non-wte units handed to a hook: their slots are in use (an MoE layer's block reads its
+    // own unit and its experts')
+    int last_unit_ = -1, prev_unit_ = -1;
     std::vector<std::unique_ptr<Slot>> param_slots_;
     bool per_chunk_ = false;
     std::vector<AlignedBuffer<unsigned char>> chunk_params_;  // per local chunk, while unsharded

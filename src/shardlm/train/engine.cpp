@@ -14,10 +14,10 @@ namespace shardlm::train {
 namespace {
 
 // Lanes (--thread-split): auto takes them where they can balance their work (docs/DESIGN.md).
-int lanes_of(const TrainConfig& cfg, int threads, int tp) {
+int lanes_of(const TrainConfig& cfg, const model::GptConfig& model, int threads, int tp) {
     const bool batch = cfg.runtime.thread_split == ThreadSplit::Batch ||
                        (cfg.runtime.thread_split == ThreadSplit::Auto && model::lane_groups(cfg.data.micro_batch, cfg.data.seq, threads) >= 2 * threads);
-    return tp == 1 && cfg.parallel.cp == 1 && !cfg.data.doc_mask && batch ? threads : 1;
+    return tp == 1 && cfg.parallel.cp == 1 && !cfg.data.doc_mask && !model.has_moe() && batch ? threads : 1;
 }
 
 // The data-parallel seam over this rank's part: the ZeRO stage, the dp algorithm, the tied embedding's
@@ -34,6 +34,7 @@ std::unique_ptr<parallel::GradSync> make_grad_sync(const TrainConfig& cfg, const
     o.split_backward = s.splits_backward();
     o.reduce_dtype = cfg.precision.resolved().reduce;
     o.algorithm = parallel::DpAlgorithm::make(cfg.dp_algo_config(), g.dp_cp(), e.part->layout());
+    if (g.ep_size() > 1) o.experts = &g.edp();
     if (g.pp_size() > 1 && model.tie_embeddings) {
         const int embedding_stage = s.rank_of(0), head_stage = s.rank_of(s.num_model_chunks() - 1);
         o.embedding_group = std::make_unique<comm::Group>(g.tied_embedding_group(world, embedding_stage, head_stage));
@@ -50,13 +51,16 @@ std::unique_ptr<parallel::GradSync> make_grad_sync(const TrainConfig& cfg, const
 // The dp x cp x tp x pp grid and its groups' names; the layout checked against the batch and the model.
 void make_grid(Engine& e, const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world) {
     e.grid = std::make_unique<comm::Grid>(
-        comm::Grid::create(world, {cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.cp}));
+        comm::Grid::create(world, {cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.cp, cfg.parallel.ep}));
     comm::Grid& g = *e.grid;
     g.dp().set_name("dp");
     g.tp().set_name("tp");
     g.pp().set_name("pp");
     g.cp().set_name("cp");
     if (g.cp_size() > 1) g.dp_cp().set_name("dp-cp");
+    if (g.ep_size() > 1) g.ep().set_name("ep"), g.edp().set_name("edp");
+    SHARDLM_CHECK(g.ep_size() == 1 || model.has_moe(), "--ep ", g.ep_size(), " with a dense model: expert parallelism "
+                  "splits the experts of MoE layers\n---> HINT: --n-experts N (or an MoE preset), or --ep 1");
     const int dp = g.dp_size(), tp = g.tp_size();
     e.seq_local = cfg.data.seq / g.cp_size();
     SHARDLM_CHECK(cfg.data.global_batch % (dp * cfg.data.micro_batch) == 0, "--global-batch (", cfg.data.global_batch,
@@ -75,7 +79,7 @@ void make_grid(Engine& e, const TrainConfig& cfg, const model::GptConfig& model,
 
 // This rank's part: its chunks and slots of the schedule, tensor and context parallelism (their groups
 // made here), precision, recomputation, attention, lanes.
-model::ModelPart::Options part_options(Engine& e, const TrainConfig& cfg) {
+model::ModelPart::Options part_options(Engine& e, const TrainConfig& cfg, const model::GptConfig& model) {
     comm::Grid& g = *e.grid;
     const schedule::Schedule& s = e.schedule;
     model::ModelPart::Options po;
@@ -95,14 +99,24 @@ model::ModelPart::Options part_options(Engine& e, const TrainConfig& cfg) {
         po.cp = e.cp.get();
         po.cp_comm = cfg.parallel.cp_comm;
     }
+    if (g.ep_size() > 1) {
+        e.ep = std::make_unique<parallel::GroupExpertParallel>(g.ep());
+        po.ep = e.ep.get();
+    }
     po.threads = get_threads();
-    po.lanes = lanes_of(cfg, po.threads, g.tp_size());
+    po.lanes = lanes_of(cfg, model, po.threads, g.tp_size());
     return po;
 }
 
 }  // namespace
 
 Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world) {
+    SHARDLM_CHECK(!model.has_moe() || cfg.parallel.cp == 1, "--cp ", cfg.parallel.cp, " with a mixture of experts: the "
+                  "balance loss and the capacity count a micro-batch's tokens, which context parallelism splits over "
+                  "its ranks\n---> HINT: --cp 1 with --n-experts");
+    SHARDLM_CHECK(!model.has_moe() || cfg.runtime.thread_split != ThreadSplit::Batch, "--thread-split batch with a mixture "
+                  "of experts: the experts' products run over the whole micro-batch's tokens, one lane\n---> HINT: "
+                  "--thread-split kernel (or auto)");
     Engine e;
     make_grid(e, cfg, model, world);
     comm::Grid& g = *e.grid;
@@ -110,7 +124,7 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     // the pipeline: the step's schedule, and which model chunks this rank holds
     e.schedule = schedule::make_schedule(cfg.parallel.schedule, pp, e.micro, cfg.parallel.virtual_stages);
     e.all_chunks = parallel::split_stages(model, cfg.data.seq, pp * e.schedule.virtual_stages, cfg.parallel.pp_split);
-    const model::ModelPart::Options po = part_options(e, cfg);
+    const model::ModelPart::Options po = part_options(e, cfg, model);
     {  // will it fit? (before anything large is allocated)
         model::LayoutSpec spec{po.chunks, tp, g.tp_rank(), po.unit_multiple};
         const MemoryNeed need =

@@ -13,6 +13,7 @@
 #include "shardlm/model/part.h"
 #include "shardlm/optim/optimizer.h"
 #include "shardlm/parallel/context_parallel.h"
+#include "shardlm/parallel/expert_parallel.h"
 #include "shardlm/parallel/grad_sync.h"
 #include "shardlm/parallel/pipeline.h"
 #include "shardlm/schedule/schedule.h"
@@ -29,6 +30,7 @@ struct Engine {
     int seq_local = 0;                            // rows of each sequence on this rank (--seq / --cp)
     std::unique_ptr<parallel::GroupTensorParallel> tp;
     std::unique_ptr<parallel::GroupContextParallel> cp;  // --cp > 1 only
+    std::unique_ptr<parallel::GroupExpertParallel> ep;   // --ep > 1 only
     std::unique_ptr<model::ModelPart> part;
     std::unique_ptr<parallel::GradSync> sync;  // the data-parallel seam (parallel/grad_sync.h)
     std::unique_ptr<parallel::PipelineExecutor> exec;

@@ -48,11 +48,23 @@ void check_same_config(comm::Group& world, const TrainConfig& cfg) {
 
 namespace {
 
-// Per-parameter hashes of this rank's copy; `only_replicated`: tensor-parallel replicated ones only.
-std::vector<uint64_t> param_hashes(const model::Layout& layout, const float* params, bool only_replicated) {
-    std::vector<uint64_t> h;
-    for (const model::ParamSpec& p : layout.params)
-        h.push_back(only_replicated && p.tp_axis >= 0 ? 0 : io::xxh64(params + p.offset, p.numel * sizeof(float), 0));
+// Which parameters a group's replicas share: all (tensor parallelism's replicated ones), or, between data-parallel
+// ranks, those outside the MoE layers' experts (expert parallelism gives each ep rank its own) or only the experts
+// (between the ranks that hold the same ones).
+enum class Shared { All, TpReplicated, NotExperts, Experts };
+
+// Per-parameter hashes of this rank's copy of the parameters `which` covers (0 for the others).
+std::vector<uint64_t> param_hashes(const model::Layout& layout, const float* params, Shared which) {
+    std::vector<uint64_t> h(layout.params.size(), 0);
+    for (const model::Unit& u : layout.units) {
+        const bool experts = u.kind == model::UnitKind::Experts;
+        if ((which == Shared::NotExperts && experts) || (which == Shared::Experts && !experts)) continue;
+        for (int i = u.first_param; i < u.first_param + u.num_params; i++) {
+            const model::ParamSpec& p = layout.params[size_t(i)];
+            if (which != Shared::TpReplicated || p.tp_axis < 0)
+                h[size_t(i)] = io::xxh64(params + p.offset, p.numel * sizeof(float), 0);
+        }
+    }
     return h;
 }
 
@@ -78,9 +90,13 @@ void check_replicas(comm::Group& world, comm::Grid& grid, const model::Layout& l
                     int step, bool dp_differ) {
     std::string problem;
     if (full_params) {
+        const bool ep = grid.ep_size() > 1;
         if (!dp_differ)
-            problem = compare(grid.dp_cp(), layout, param_hashes(layout, full_params, false), grid.cp_size() > 1 ? "data- and context-parallel" : "data-parallel", step);
-        const std::string tp = compare(grid.tp(), layout, param_hashes(layout, full_params, true), "tensor-parallel", step);
+            problem = compare(grid.dp_cp(), layout, param_hashes(layout, full_params, ep ? Shared::NotExperts : Shared::All),
+                              grid.cp_size() > 1 ? "data- and context-parallel" : "data-parallel", step);
+        if (!dp_differ && ep && problem.empty())
+            problem = compare(grid.edp(), layout, param_hashes(layout, full_params, Shared::Experts), "expert-data-parallel", step);
+        const std::string tp = compare(grid.tp(), layout, param_hashes(layout, full_params, Shared::TpReplicated), "tensor-parallel", step);
         if (problem.empty()) problem = tp;
     }
     for (const std::string& p : all_gather_text(world, problem))

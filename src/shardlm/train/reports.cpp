@@ -52,6 +52,17 @@ void cp_rows(std::string& out, const comm::Grid& g, const model::ModelPart& part
     }
 }
 
+// Expert parallelism's exchanges: the rows each all-to-all sent to the other ep ranks (times C and the row's
+// type), and the all-gathers of E counts of 4 bytes.
+void ep_rows(std::string& out, const comm::Grid& g, model::ModelPart& part, int experts) {
+    if (g.ep_size() == 1) return;
+    const model::MoeScratch& t = part.moe_traffic();
+    comm_row(out, "ep", g.ep(), comm::OpKind::AllToAll, t.exchanged_bytes);
+    comm_row(out, "ep", g.ep(), comm::OpKind::AllGather,
+             t.count_gathers * comm::ring_bytes_rank(comm::OpKind::AllGather, size_t(g.ep_size()) * size_t(experts), 4,
+                                                     g.ep_size(), g.ep().rank()));
+}
+
 }  // namespace
 
 // One block's activations per micro-batch beside the shared cost model's count (no dropout here), and the
@@ -143,12 +154,10 @@ std::string Trainer::memory_report() const {
     return out;
 }
 
-std::string Trainer::comm_report() const {
+// The data-parallel group's rows of the communication report (and the experts' group's, with --ep): the ZeRO
+// stage's reductions and gathers beside their formulas, or a dp algorithm's own traffic beside its formula.
+void Trainer::dp_comm_rows(std::string& out) const {
     const comm::Grid& g = *e_.grid;
-    std::string out = shardlm::format("communication, rank %d of %d (bytes sent by this rank in the last step beside the formulas: "
-                          "ring all-reduce 2(N-1)/N B, reduce-scatter and all-gather (N-1)/N B; Megatron's 2 + 2 "
-                          "all-reduces of B T C per block; B T C per micro-batch per pipeline boundary)\n",
-                          g.world_rank(), g.world_size());
     auto row = [&](const char* group, const comm::Group& grp, comm::OpKind k, size_t theory) {
         comm_row(out, group, grp, k, theory);
     };
@@ -159,9 +168,19 @@ std::string Trainer::comm_report() const {
         // Sophia's Hessian pass after this step: its backward's reductions again (and ZeRO-3's gathers)
         const size_t passes = e_.optimizer->hessian_due(last) ? 2 : 1;
         const comm::Group& dpg = g.dp_cp();  // the gradients' group: dp, or dp x cp
-        row(dpg.name().c_str(), dpg, comm::OpKind::AllReduce, dpb[0] * passes);
-        row(dpg.name().c_str(), dpg, comm::OpKind::ReduceScatter, dpb[1] * passes);
-        row(dpg.name().c_str(), dpg, comm::OpKind::AllGather, dpb[2] * (shards_parameters(cfg_.parallel.zero) ? passes : 1));
+        const size_t gathers = shards_parameters(cfg_.parallel.zero) ? passes : 1;
+        // with expert parallelism the experts' own group (the ranks holding the same experts) beside it
+        const bool ep = g.ep_size() > 1;
+        const auto own = ep ? e_.sync->expected_step_bytes(e_.micro, parallel::UnitGroup::Data) : dpb;
+        row(dpg.name().c_str(), dpg, comm::OpKind::AllReduce, own[0] * passes);
+        row(dpg.name().c_str(), dpg, comm::OpKind::ReduceScatter, own[1] * passes);
+        row(dpg.name().c_str(), dpg, comm::OpKind::AllGather, own[2] * gathers);
+        if (ep) {
+            const auto x = e_.sync->expected_step_bytes(e_.micro, parallel::UnitGroup::Experts);
+            row("edp", g.edp(), comm::OpKind::AllReduce, x[0] * passes);
+            row("edp", g.edp(), comm::OpKind::ReduceScatter, x[1] * passes);
+            row("edp", g.edp(), comm::OpKind::AllGather, x[2] * gathers);
+        }
     } else {  // the algorithm's own traffic (and ZeRO-1's gather of the updated slices), beside its formula
         const comm::CommStats& st = g.dp().stats();
         const size_t gather = cfg_.parallel.zero == ZeroStage::Optimizer ? dpb[2] : 0;
@@ -175,6 +194,20 @@ std::string Trainer::comm_report() const {
             row("dp-metric", *e_.dp_metrics, comm::OpKind::AllReduce,
                 comm::ring_bytes_rank(comm::OpKind::AllReduce, e_.part->layout().total, 4, g.dp_size(), g.dp_rank()));
     }
+}
+
+std::string Trainer::comm_report() const {
+    const comm::Grid& g = *e_.grid;
+    std::string out = shardlm::format("communication, rank %d of %d (bytes sent by this rank in the last step beside the formulas: "
+                          "ring all-reduce 2(N-1)/N B, reduce-scatter and all-gather (N-1)/N B; Megatron's 2 + 2 "
+                          "all-reduces of B T C per block; B T C per micro-batch per pipeline boundary)\n",
+                          g.world_rank(), g.world_size());
+    auto row = [&](const char* group, const comm::Group& grp, comm::OpKind k, size_t theory) {
+        comm_row(out, group, grp, k, theory);
+    };
+    const parallel::DpAlgorithm& algo = *e_.sync->algorithm();
+    const int last = cfg_.data.last_step() - 1;
+    dp_comm_rows(out);
     const auto tpb = parallel::tp_step_bytes(*e_.part, e_.micro, cfg_.data.micro_batch, e_.seq_local, cfg_.parallel.zero);
     row("tp", g.tp(), comm::OpKind::AllReduce, tpb[0]);
     row("tp", g.tp(), comm::OpKind::ReduceScatter, tpb[1]);
@@ -182,6 +215,7 @@ std::string Trainer::comm_report() const {
     row("pp", g.pp(), comm::OpKind::SendRecv,
         parallel::pp_step_bytes(*e_.part, e_.schedule, g.pp_rank(), cfg_.data.micro_batch, e_.seq_local));
     cp_rows(out, g, *e_.part, cfg_.parallel.cp_comm, size_t(e_.micro) * (e_.optimizer->hessian_due(last) ? 2 : 1));
+    ep_rows(out, g, *e_.part, model_cfg_.moe.n_experts);
     if (const comm::Group* emb = e_.sync->tied().group()) {
         const int wte = e_.part->layout().unit_of(model::UnitKind::TokenEmbedding);
         size_t n = 0;
@@ -195,8 +229,9 @@ std::string Trainer::comm_report() const {
     // the loss, the squared gradient norm (each replica's where they differ) and the stop signals: one
     // all-reduce of doubles over every rank; and the consensus distance's parts, where measured
     const bool differ = algo.replicas_differ();
-    size_t world_bytes = comm::ring_bytes_rank(comm::OpKind::AllReduce, size_t(kStepSums + (differ ? g.dp_size() : 0)),
-                                                      8, world_->size(), world_->rank());
+    // (and the MoE layers' loads and objective terms)
+    const size_t sums = size_t(kStepSums + (differ ? g.dp_size() : 0)) + e_.part->moe_stats().sums().size();
+    size_t world_bytes = comm::ring_bytes_rank(comm::OpKind::AllReduce, sums, 8, world_->size(), world_->rank());
     if (algo.local_gradients() && !differ)  // compressed: the finiteness check before compressing
         world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, world_->size(), world_->rank());
     if (differ && cfg_.dp_algo.consensus_every > 0 && (last + 1) % cfg_.dp_algo.consensus_every == 0)

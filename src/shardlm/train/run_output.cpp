@@ -51,6 +51,17 @@ std::string stats_json(const StepStats& s) {
     if (s.hessian != 0) j += std::string(", \"hessian\": ") + (s.hessian > 0 ? "true" : "false");
     j += ", \"bytes_sent\": " + std::to_string(s.bytes_sent);  // this rank's, in its data-parallel group
     if (s.consensus >= 0) j += ", \"consensus\": " + json_number(s.consensus, "%.6g");
+    if (s.aux_loss >= 0) {
+        j += ", \"aux_loss\": " + json_number(s.aux_loss) + ", \"z_loss\": " + json_number(s.z_loss) +
+             ", \"moe_dropped\": " + json_number(s.moe_dropped, "%.6g") + ", \"moe_load\": [";
+        for (size_t i = 0; i < s.moe_load.size(); i++) {
+            const StepStats::MoeLoad& l = s.moe_load[i];
+            j += std::string(i ? ", " : "") + "{\"layer\": " + std::to_string(l.layer) + ", \"min\": " +
+                 json_number(l.min, "%.6g") + ", \"median\": " + json_number(l.median, "%.6g") + ", \"max\": " +
+                 json_number(l.max, "%.6g") + ", \"dropped\": " + json_number(l.dropped, "%.6g") + "}";
+        }
+        j += "]";
+    }
     return j + "}";
 }
 

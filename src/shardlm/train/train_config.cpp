@@ -154,8 +154,32 @@ void DpAlgoSettings::validate_compression() const {
                   "all-reduced factors\n---> HINT: --error-feedback ef (Vogels et al.'s) with powersgd");
 }
 
+// The mixture-of-experts settings onto c: the architecture's (a preset only), the objective's and capacity's.
+void ModelSettings::apply_moe(model::GptConfig& c,
+                              const std::function<void(const std::string&, const std::string&)>& knob) const {
+    model::MoeConfig& m = c.moe;
+    auto set = [&](int v, const char* flag, int* out) {
+        if (v) *out = v, knob(flag, std::to_string(v));
+    };
+    set(n_experts, "n-experts", &m.n_experts);
+    set(top_k, "top-k", &m.top_k);
+    set(shared_experts, "shared-experts", &m.n_shared);
+    set(moe_ffn, "moe-ffn", &m.ffn);
+    if (router) m.router = *router, knob("router", setting_text(router));
+    if (norm_topk) m.norm_topk = *norm_topk, knob("norm-topk", setting_text(norm_topk));
+    if (!moe_layers.empty()) m.layers = moe_layers, knob("moe-layers", moe_layers);
+    if (aux_loss_coef >= 0) m.aux_coef = aux_loss_coef;
+    if (z_loss_coef >= 0) m.z_coef = z_loss_coef;
+    if (capacity_factor >= 0) m.capacity_factor = capacity_factor;
+}
+
 model::GptConfig ModelSettings::config() const {
-    if (!init.empty()) return model::load_hf_dir_config(init);
+    if (!init.empty()) {
+        model::GptConfig c = model::load_hf_dir_config(init);
+        apply_moe(c, [](const std::string&, const std::string&) {});
+        c.validate("'" + init + "/config.json' with the mixture-of-experts settings");
+        return c;
+    }
     model::GptConfig c = model::find_preset(preset);
     if (n_layer || n_head || n_embd || n_ctx || vocab_size) {
         if (vocab_size) c.vocab_size = vocab_size;
@@ -183,6 +207,7 @@ model::GptConfig ModelSettings::config() const {
     if (ffn_hidden) c.ffn_hidden = ffn_hidden, knob("ffn-hidden", std::to_string(ffn_hidden));
     if (rope_theta > 0) c.rope_theta = rope_theta, knob("rope-theta", std::to_string(rope_theta));
     if (rms_norm_eps > 0) c.ln_eps = rms_norm_eps, knob("rms-norm-eps", std::to_string(rms_norm_eps));
+    apply_moe(c, knob);
     if (!knobs.empty()) {
         if (c.name.back() == ')') c.name.pop_back(), c.name += knobs + ")";
         else c.name = preset + " (" + knobs.substr(2) + ")";
@@ -234,6 +259,12 @@ void ModelSettings::validate() const {
                   "/config.json'\n---> HINT: drop them, or use --model");
     SHARDLM_CHECK(n_kv_head >= 0 && ffn_hidden >= 0 && rope_theta >= 0 && rms_norm_eps >= 0,
                   "--n-kv-head, --ffn-hidden, --rope-theta and --rms-norm-eps must be >= 0 (0 = the preset's)");
+    SHARDLM_CHECK(init.empty() || (n_experts == 0 && top_k == 0 && shared_experts == 0 && moe_ffn == 0 && !router &&
+                                   !norm_topk && moe_layers.empty()),
+                  "--n-experts/--top-k/--shared-experts/--moe-ffn/--router/--norm-topk/--moe-layers change a --model "
+                  "preset; with --init the experts come from '", init, "/config.json'\n---> HINT: drop them, or use --model");
+    SHARDLM_CHECK(n_experts >= 0 && top_k >= 0 && shared_experts >= 0 && moe_ffn >= 0,
+                  "--n-experts, --top-k, --shared-experts and --moe-ffn must be >= 0 (0 = the preset's)");
     SHARDLM_CHECK(init.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0),
                   "--n-layer/--n-head/--n-embd/--n-ctx/--vocab-size reshape a --model preset; with --init the shape comes from '",
                   init, "/config.json'\n---> HINT: drop them, or use --model");
@@ -360,6 +391,10 @@ void TrainConfig::validate_across() const {
     SHARDLM_CHECK(dp == parallel::DpAlgo::AllReduce || optimizer != optim::Kind::Sophia, "--optimizer sophia with --dp-algo ",
                   algo, ": its Hessian pass reduces gradients by the all-reduce\n---> HINT: --dp-algo allreduce");
     validate_context_parallel();
+    SHARDLM_CHECK(parallel.ep >= 1, "--ep must be >= 1 (got ", parallel.ep, ")");
+    SHARDLM_CHECK(parallel.ep == 1 || dp == parallel::DpAlgo::AllReduce, "--ep ", parallel.ep, " with --dp-algo ", algo,
+                  ": the experts' replicas are the dp / ep ranks that hold them, and the algorithm's replicas are all dp "
+                  "ranks\n---> HINT: --dp-algo allreduce with --ep");
     SHARDLM_CHECK(!data.doc_mask || runtime.attention == AttentionKernel::Fused, "--doc-mask with --attention materialized: "
                   "document masks are the fused kernel's (by blocks)\n---> HINT: --attention fused");
     SHARDLM_CHECK(!data.doc_mask || runtime.thread_split != ThreadSplit::Batch, "--doc-mask with --thread-split batch: "
@@ -524,7 +559,12 @@ std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
              {"position", value_text(m.position)}, {"mlp", value_text(m.mlp)}, {"bias", value_text(m.bias)},
              {"tie_embeddings", value_text(m.tie_embeddings)}, {"n_kv_head", value_text(m.kv_heads())},
              {"ffn_hidden", value_text(m.ffn())}, {"rope_theta", rope ? value_text(m.rope_theta) : "none (learned positions)"},
-             {"rms_norm_eps", value_text(m.ln_eps)}};
+             {"rms_norm_eps", value_text(m.ln_eps)}, {"n_experts", value_text(m.moe.n_experts)},
+             {"top_k", value_text(m.moe.top_k)}, {"shared_experts", value_text(m.moe.n_shared)},
+             {"moe_ffn", value_text(m.expert_ffn())}, {"router", value_text(m.moe.router)},
+             {"norm_topk", value_text(m.moe.norm_topk)}, {"moe_layers", m.moe.layers},
+             {"aux_loss_coef", value_text(m.moe.aux_coef)}, {"z_loss_coef", value_text(m.moe.z_coef)},
+             {"capacity_factor", value_text(m.moe.capacity_factor)}};
     } catch (const std::exception&) {  // an HF directory no longer there: its shape is unknown here
     }
     const optim::OptimConfig o = c.optim_config();
@@ -546,7 +586,7 @@ template <typename T>
 bool is_default_sentinel(const char* key, const T& v) {
     static const std::set<std::string> zero = {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size", "n_kv_head", "ffn_hidden",
                                                "rope_theta", "rms_norm_eps", "dp", "threads", "val_batches",
-                                               "stop_after"};
+                                               "stop_after", "n_experts", "top_k", "shared_experts", "moe_ffn"};
     if constexpr (TextSetting<T> || std::is_same_v<T, std::string>) return value_text(v).empty();
     else if constexpr (std::is_same_v<T, bool>) return false;
     else if constexpr (std::is_arithmetic_v<T>) return (zero.count(key) && v == 0) || (v == T(-1) && std::is_signed_v<T>);

@@ -9,6 +9,7 @@
 // Nothing below compares strings.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,6 +87,14 @@ struct ModelSettings {
     Override<bool> bias, tie_embeddings;
     int n_kv_head = 0, ffn_hidden = 0;
     float rope_theta = 0.0f, rms_norm_eps = 0.0f;
+    // mixture of experts (model/moe.h): the architecture's overrides (0 / unset: the preset's), and the
+    // objective's and capacity's settings, which apply to --init too (< 0: the model's)
+    int n_experts = 0, top_k = 0, shared_experts = 0, moe_ffn = 0;
+    Override<model::Router> router;
+    Override<bool> norm_topk;
+    std::string moe_layers;
+    float aux_loss_coef = -1.0f, z_loss_coef = -1.0f, capacity_factor = -1.0f;
+    void apply_moe(model::GptConfig& c, const std::function<void(const std::string&, const std::string&)>& knob) const;
     // The model to build: the HF directory's config (init) or the preset with the overrides.
     model::GptConfig config() const;
     void validate() const;  // throws a clear error for values out of range (as every section's validate())
@@ -158,6 +167,7 @@ struct ParallelSettings {
     int tp = 1;              // tensor-parallel size (Megatron)
     int pp = 1;              // pipeline stages
     int cp = 1;              // context-parallel size: each sequence split over cp ranks
+    int ep = 1;              // expert-parallel size: the experts split over groups of ep dp ranks (divides dp)
     model::CpComm cp_comm = model::CpComm::Ring;  // how attention reaches the other ranks' keys and values
     cost::Schedule schedule = cost::Schedule::OneFOneB;
     int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
@@ -280,6 +290,18 @@ void model_fields(S& c, F&& f) {
     f("ffn_hidden", c.ffn_hidden, "Override the MLP's inner size (0 = the preset's: 4 C for gelu, 8C/3 rounded up to 256 for swiglu)");
     f("rope_theta", c.rope_theta, "Override the rotary embeddings' base (0 = the preset's)");
     f("rms_norm_eps", c.rms_norm_eps, "Override the norm's epsilon (0 = the preset's)");
+    f("n_experts", c.n_experts, "Mixture of experts: experts in each MoE layer (0 = the preset's; a dense preset has none)");
+    f("top_k", c.top_k, "Mixture of experts: experts each token is sent to (0 = the preset's, 2 by default)");
+    f("shared_experts", c.shared_experts, "Mixture of experts: shared experts every token passes (DeepSeek-MoE; 0 = the preset's)");
+    f("moe_ffn", c.moe_ffn, "Mixture of experts: an expert's inner width (0 = the preset's, else the MLP's)");
+    f("router", c.router, "Mixture of experts: the router's probabilities (softmax: Mixtral, OLMoE; sigmoid: DeepSeek-V3)");
+    f("norm_topk", c.norm_topk, "Mixture of experts: renormalise a token's k gate weights to sum to 1");
+    f("moe_layers", c.moe_layers, "Mixture of experts: which layers (all, every:K for layers 0, K, 2K..., or a list such as 1,3)");
+    f("aux_loss_coef", c.aux_loss_coef, "Mixture of experts: the load-balancing loss's coefficient, per MoE layer and micro-batch "
+      "(-1 = the model's: 0.01, or config.json's router_aux_loss_coef)");
+    f("z_loss_coef", c.z_loss_coef, "Mixture of experts: the router z-loss's coefficient (-1 = the model's: 0, off)");
+    f("capacity_factor", c.capacity_factor, "Mixture of experts: each expert takes at most ceil(F k N / E) of a micro-batch's N "
+      "tokens, dropping the choices of lowest router probability (-1 = the model's; 0 = dropless)");
 }
 
 // The data and the schedule's length. (DataSettings)
@@ -368,6 +390,9 @@ void parallel_fields(S& c, F&& f) {
     f("pp", c.pp, "Pipeline stages");
     f("cp", c.cp, "Context-parallel ranks: each sequence cut into 2 cp chunks, rank r keeping chunks r and 2cp-1-r "
       "(load-balanced for causal attention); --seq must be a multiple of 2 cp");
+    f("ep", c.ep, "Expert-parallel ranks: every MoE layer's experts split over groups of ep data-parallel ranks "
+      "(ep divides dp), tokens sent to their experts and back by all-to-all; the experts' gradients are summed "
+      "(and ZeRO slices them) over the dp / ep ranks that hold the same experts");
     f("cp_comm", c.cp_comm, "Context parallelism's keys and values: ring (passed around the cp ranks, overlapped with "
       "the attention tiles) | allgather (gathered once a layer)");
     f("schedule", c.schedule, "Pipeline schedule (zb-h1, zbv: zero-bubble, weight gradients deferred)");

@@ -3,7 +3,9 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <csignal>
 #include <cstdlib>
@@ -233,9 +235,11 @@ parallel::PipelineExecutor::Batch Trainer::step_batch(int step, bool label_keys)
 
 void Trainer::reset_step_counters() {
     comm::Grid& g = *e_.grid;
-    for (comm::Group* x : {&g.dp(), &g.tp(), &g.pp(), &g.cp(), &g.dp_cp(), world_}) x->reset_stats();
+    for (comm::Group* x : {&g.dp(), &g.tp(), &g.pp(), &g.cp(), &g.dp_cp(), &g.ep(), &g.edp(), world_}) x->reset_stats();
     if (e_.dp_metrics) e_.dp_metrics->reset_stats();
     e_.sync->begin_step();
+    e_.part->moe_stats().reset();
+    e_.part->moe_traffic().exchanged_bytes = e_.part->moe_traffic().count_gathers = 0;
 }
 
 StepStats Trainer::train_step(int step) {
@@ -274,12 +278,16 @@ StepStats Trainer::train_step(int step) {
 // at the same step. Returns the norm the clipping reads.
 double Trainer::sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r) {
     const int sig = stop_signal();
-    std::vector<double> sums(size_t(kStepSums + e_.sync->replica_slots()), 0.0);
+    const std::vector<double>& moe = e_.part->moe_stats().sums();
+    const size_t moe_at = size_t(kStepSums + e_.sync->replica_slots());
+    std::vector<double> sums(moe_at + moe.size(), 0.0);
     sums[2] = double(sig), sums[3] = sig ? 1.0 : 0.0;
     e_.sync->put_norm_sq(sums[1], sums.data() + kStepSums);
     if (holds_head() && e_.grid->tp_rank() == 0)
         for (double x : r.loss_sum) sums[0] += x;
+    if (e_.grid->tp_rank() == 0) std::copy(moe.begin(), moe.end(), sums.begin() + long(moe_at));
     world_->all_reduce_sum(sums.data(), sums.size());
+    moe_step_stats(s, sums.data() + moe_at);
     const parallel::GradNormsSq norms = e_.sync->norms_sq(sums[1], sums.data() + kStepSums);
     s.loss = sums[0] / (double(cfg_.data.global_batch) * cfg_.data.seq);  // the losses of G rows of T tokens
     s.grad_norm = std::sqrt(norms.reported) / scaler_.scale();
@@ -288,6 +296,28 @@ double Trainer::sum_over_world(StepStats& s, const parallel::PipelineExecutor::R
     // skips the step (and a dynamic scale halves). Anything else non-finite is divergence.
     s.nonfinite = !std::isfinite(s.loss) || (!scaler_.enabled() && !std::isfinite(s.grad_norm));
     return std::sqrt(norms.clip) / scaler_.scale();
+}
+
+// The step's expert loads and objective terms from their sums over the world (model/moe.h: MoeStats).
+void Trainer::moe_step_stats(StepStats& s, const double* sums) const {
+    if (!model_cfg_.has_moe()) return;
+    const int E = model_cfg_.moe.n_experts, per = E + model::MoeStats::kExtra;
+    double aux = 0, z = 0, dropped = 0, choices = 0;
+    int layers = 0;
+    s.moe_load.clear();
+    for (int l = 0; l < model_cfg_.n_layer; l++) {
+        const double* x = sums + size_t(l) * size_t(per);
+        const double micro = x[E + 3];
+        if (!model_cfg_.is_moe(l) || micro == 0) continue;
+        std::vector<double> load(x, x + E);
+        const double total = std::accumulate(load.begin(), load.end(), 0.0);
+        std::sort(load.begin(), load.end());
+        s.moe_load.push_back({l, load.front() / total, (load[size_t(E - 1) / 2] + load[size_t(E) / 2]) / 2 / total,
+                              load.back() / total, x[E] / total});
+        aux += x[E + 1] / micro, z += x[E + 2] / micro, dropped += x[E], choices += total, layers++;
+    }
+    if (layers == 0) return;
+    s.aux_loss = aux / layers, s.z_loss = z / layers, s.moe_dropped = dropped / choices;
 }
 
 void Trainer::update_or_skip(StepStats& s, double clip_norm) {

@@ -42,6 +42,15 @@ struct StepStats {
     int hessian = 0;         // sophia: 1 the Hessian estimate was refreshed after this step, -1 its pass was not finite
     uint64_t bytes_sent = 0; // bytes this rank sent in its data-parallel group during the step
     double consensus = -1;   // replicas that differ: mean_i ||x_i - x_bar|| / ||x_bar|| after the step (< 0: not measured)
+    // mixture of experts (model/moe.h), over the step's global batch: the mean over MoE layers of the
+    // balance loss E sum_i f_i P_i (1: balanced) and of the z-loss (mean squared log-sum-exp), the share
+    // of choices the capacity dropped, and each MoE layer's expert loads as shares of its choices
+    struct MoeLoad {
+        int layer = 0;
+        double min = 0, median = 0, max = 0, dropped = 0;
+    };
+    double aux_loss = -1, z_loss = -1, moe_dropped = -1;  // < 0: a dense model
+    std::vector<MoeLoad> moe_load;
 };
 
 class Trainer {
@@ -82,6 +91,8 @@ private:
     parallel::PipelineExecutor::Batch make_batch(std::function<int(int)> rows, RowReader read);
     int* whole_row(int which);  // a buffer of --seq ints: 0 inputs, 1 targets, 2 document starts
     void reset_step_counters();
+    void moe_step_stats(StepStats& s, const double* sums) const;
+    void dp_comm_rows(std::string& out) const;
     double sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r);
     void update_or_skip(StepStats& s, double clip_norm);
     void load_or_init();

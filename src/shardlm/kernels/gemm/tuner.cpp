@@ -257,8 +257,21 @@ GemmBackend gemm_choose(const GemmTiming& t) {
 
 std::string gemm_cache_path() { return cat(cache_dir(), "/gemm-", cpu_slug(), ".json"); }
 
+namespace {
+thread_local bool t_ragged = false;
+int size_class(int n) {
+    int c = 16;
+    while (c < n && c < (1 << 30)) c *= 2;
+    return c;
+}
+}  // namespace
+
+RaggedGemmScope::RaggedGemmScope() : outer_(t_ragged) { t_ragged = true; }
+RaggedGemmScope::~RaggedGemmScope() { t_ragged = outer_; }
+
 std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,
                      const char* extra) {
+    if (t_ragged) M = size_class(M), K = size_class(K);
     // what else decides the speeds: OpenBLAS's kernels, oneDNN's version, and the column blocks (their
     // count follows the CPUs and SHARDLM_GEMM_BLOCKS)
     static const std::string libs = [] {
@@ -274,6 +287,7 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
     std::string key = buf;
     if (threads > 0) key += cat(" t", threads);
     if (*extra) key += cat(" ", extra);
+    if (t_ragged) key += " ragged";
     return key + " " + libs;
 }
 

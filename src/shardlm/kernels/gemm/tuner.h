@@ -55,6 +55,20 @@ int gemm_timing_cols(int rows, int N, int step, int least);
 std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,
                      const char* extra = "");
 
+// Products whose rows follow the data (a mixture of experts' products over the tokens each expert was
+// sent): while one is alive on a thread, gemm_key rounds that thread's M and K up to a power of two and
+// marks the key "ragged", so that auto times one shape per size class instead of one per token count.
+class RaggedGemmScope {
+public:
+    RaggedGemmScope();
+    ~RaggedGemmScope();
+    RaggedGemmScope(const RaggedGemmScope&) = delete;
+    RaggedGemmScope& operator=(const RaggedGemmScope&) = delete;
+
+private:
+    bool outer_;
+};
+
 // The implementation of the last oneDNN primitive the calling thread ran ("brg:avx512_core_bf16", "" if none):
 // what auto's timing records as the ISA a shape ran on. note_onednn_impl: the products' own call, with the
 // primitive's name (it must outlive the next note: the primitive caches' entries do).

@@ -1,0 +1,289 @@
+// A mixture of experts through the binary: a tiny HF Mixtral directory (tests/fixtures/mixtral_tiny: LLaMA's
+// attention, 4 experts of SwiGLU in every layer, top 2 renormalised, the balance loss and the router z-loss
+// per micro-batch of 2 rows) trains 10 AdamW steps equal to a float64 PyTorch reference
+// (tools/reference/llama_torch.py: SparseMoe) in one process and under tensor (with and without sequence
+// parallelism), pipeline (1F1B and ZB-H1, whose W runs apart from B) and data parallelism (ZeRO-1 and 3),
+// with full and selective recomputation; bf16 tracks it; the metrics carry the balance, z-loss and loads;
+// a checkpoint reloads as the same model; a capacity factor drops tokens and says how many.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "run_dir.h"
+#include "shardlm/io/atomic_file.h"
+#include "shardlm/io/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSrc = SHARDLM_SOURCE_DIR;
+const std::string kBin = std::string(SHARDLM_BINARY_DIR) + "/shardlm";
+const std::string kFix = kSrc + "/tests/fixtures/mixtral_tiny";
+// a dense layer, then an MoE layer with a shared expert, a sigmoid router, the top k not renormalised, capacity 0.75
+const std::string kVariants = kSrc + "/tests/fixtures/moe_variants";
+
+class Moe : public ::testing::Test {
+protected:
+    fs::path tmp = fs::temp_directory_path() / ("shardlm_moe_" + std::to_string(::getpid()));
+    void SetUp() override { fs::create_directories(tmp); }
+    void TearDown() override { fs::remove_all(tmp); }
+
+    // the reference's hyper-parameters (expected.json "hyper"): G = 4 rows of T = 16, micro-batches of 2 rows
+    static std::string train(const std::string& extra, const std::string& batch = "--global-batch 4 --micro-batch 2",
+                             const std::string& fix = kFix) {
+        return kBin + " train --init " + fix + " --data " + fix + "/data.bin --data-order sequential --seq 16 " + batch +
+               " --optimizer adamw --lr 3e-3 --lr-schedule constant --weight-decay 0.1" +
+               " --beta1 0.9 --beta2 0.95 --eps 1e-6 --grad-clip 1.0 --val-every 0 --sample-tokens 0 " + extra;
+    }
+    static std::string mpirun(int np) {
+        return std::string(SHARDLM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " ";
+    }
+    std::string run(const std::string& cmd) {
+        const std::string log = (tmp / "run.log").string();
+        const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+        const std::string out = shardlm::io::read_file(log);
+        EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+        return out;
+    }
+    void fails(const std::string& cmd, const std::string& want) {
+        const std::string log = (tmp / "err.log").string();
+        EXPECT_NE(std::system((cmd + " > " + log + " 2>&1").c_str()), 0) << cmd;
+        const std::string o = shardlm::io::read_file(log);
+        EXPECT_NE(o.find(want), std::string::npos) << cmd << "\n" << o;
+    }
+    // losses and gradient norms against the float64 reference (one process measured: 4e-7 and 1.3e-6)
+    static void expect_reference(const fs::path& run, const std::string& what, double rel = 1e-5,
+                                 const std::string& fix = kFix) {
+        const auto expected = nlohmann::json::parse(shardlm::io::read_file(fix + "/expected.json"));
+        const auto rows = shardlm::test::metrics(run);
+        ASSERT_EQ(rows.size(), expected["losses"].size()) << what;
+        for (size_t s = 0; s < rows.size(); s++) {
+            const double loss = rows[s]["loss"], ref = expected["losses"][s];
+            const double gn = rows[s]["grad_norm"], gref = expected["grad_norms"][s];
+            EXPECT_NEAR(loss, ref, rel * ref) << what << ", step " << s;
+            EXPECT_NEAR(gn, gref, rel * gref) << what << ", step " << s;
+        }
+    }
+};
+
+TEST_F(Moe, TrainsEqualToFloat64PytorchInEveryLayout) {
+    struct L {
+        const char* name;
+        int np;
+        const char* flags;
+    };
+    const L layouts[] = {
+        {"one process, 2 micro-batches", 1, "--threads 2"},
+        {"full recomputation", 1, "--recompute full --threads 2"},
+        {"selective recomputation, materialized attention", 1, "--recompute selective --attention materialized"},
+        {"tp2", 2, "--tp 2 --threads 1"},
+        {"tp2 + sequence parallelism", 2, "--tp 2 --sequence-parallel --threads 1"},
+        {"pp2 1F1B", 2, "--pp 2 --threads 1"},
+        {"pp2 ZB-H1", 2, "--pp 2 --schedule zb-h1 --threads 1"},
+        {"dp2 ZeRO-1", 2, "--dp 2 --zero 1 --threads 1"},
+        {"dp2 ZeRO-3", 2, "--dp 2 --zero 3 --threads 1"},
+        {"tp2 x pp2", 4, "--tp 2 --pp 2 --threads 1"},
+        {"dp2 ep2", 2, "--dp 2 --ep 2 --threads 1"},
+        {"dp2 ep2 ZeRO-1", 2, "--dp 2 --ep 2 --zero 1 --threads 1"},
+        {"dp2 ep2 ZeRO-2", 2, "--dp 2 --ep 2 --zero 2 --threads 1"},
+        {"dp2 ep2 ZeRO-3", 2, "--dp 2 --ep 2 --zero 3 --threads 1"},
+        {"dp2 ep2 x tp2 + sequence parallelism", 4, "--dp 2 --ep 2 --tp 2 --sequence-parallel --threads 1"},
+        {"dp2 ep2 x pp2 ZB-H1", 4, "--dp 2 --ep 2 --pp 2 --schedule zb-h1 --threads 1"},
+        {"dp2 ep2, full recomputation", 2, "--dp 2 --ep 2 --recompute full --threads 1"},
+    };
+    for (const L& l : layouts) {
+        const fs::path out = tmp / "run";
+        const std::string pre = l.np > 1 ? mpirun(l.np) : "";
+        run(pre + train(std::string(l.flags) + " --steps 10 --out " + out.string() + " --overwrite"));
+        expect_reference(out, l.name);
+        if (l.np == 1) {
+            // the final parameters: the reference's float64 run rounded to fp32 (final.safetensors)
+            shardlm::test::expect_reference_params(out / "ckpt_00000010", kFix, tmp / "ref", l.name);
+        }
+    }
+}
+
+// What Mixtral lacks, against its own float64 reference (tests/fixtures/moe_variants: about 30 % of the choices
+// dropped each step): one process (and the final parameters), tp2 + sequence parallelism, pp2, dp2 ep2 ZeRO-3.
+TEST_F(Moe, VariantsEqualToFloat64Pytorch) {
+    struct L {
+        const char* name;
+        int np;
+        const char* flags;
+    };
+    const L layouts[] = {
+        {"one process", 1, "--threads 2"},
+        {"tp2 + sequence parallelism", 2, "--tp 2 --sequence-parallel --threads 1"},
+        {"pp2", 2, "--pp 2 --threads 1"},
+        {"dp2 ep2 ZeRO-3", 2, "--dp 2 --ep 2 --zero 3 --threads 1"},
+    };
+    const std::string batch = "--global-batch 4 --micro-batch 2";
+    for (const L& l : layouts) {
+        const fs::path out = tmp / "variants";
+        run((l.np > 1 ? mpirun(l.np) : std::string()) +
+            train(std::string(l.flags) + " --steps 10 --overwrite --out " + out.string(), batch, kVariants));
+        expect_reference(out, l.name, 1e-5, kVariants);
+        const auto rows = shardlm::test::metrics(out);
+        ASSERT_FALSE(rows.empty());
+        EXPECT_GT(double(rows[0]["moe_dropped"]), 0.2) << l.name;
+        ASSERT_EQ(rows[0]["moe_load"].size(), 1u) << l.name;  // layer 1 only
+        EXPECT_EQ(rows[0]["moe_load"][0]["layer"], 1) << l.name;
+        if (l.np == 1) shardlm::test::expect_reference_params(out / "ckpt_00000010", kVariants, tmp / "ref", l.name);
+    }
+}
+
+// The metrics: the balance loss (1 when balanced, near 1 at initialisation), the z-loss, each layer's
+// loads as shares (summing to 1 over its experts: min <= 1/E <= max), nothing dropped without a capacity;
+// the same values under dp2 as in one process (the statistics cover the global batch).
+TEST_F(Moe, MetricsCarryTheBalanceAndTheLoads) {
+    const fs::path one = tmp / "one", dp = tmp / "dp";
+    run(train("--steps 3 --threads 2 --out " + one.string()));
+    run(mpirun(2) + train("--dp 2 --threads 1 --steps 3 --out " + dp.string()));
+    const auto a = shardlm::test::metrics(one), b = shardlm::test::metrics(dp);
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (size_t s = 0; s < a.size(); s++) {
+        const double aux = a[s]["aux_loss"], z = a[s]["z_loss"];
+        EXPECT_GT(aux, 0.99);
+        EXPECT_LT(aux, 1.2);
+        EXPECT_GT(z, 0.0);
+        EXPECT_EQ(a[s]["moe_dropped"], 0.0);
+        ASSERT_EQ(a[s]["moe_load"].size(), 2u);
+        for (const auto& l : a[s]["moe_load"]) {
+            EXPECT_LE(double(l["min"]), 0.25);
+            EXPECT_GE(double(l["max"]), 0.25);
+            EXPECT_LE(double(l["min"]), double(l["median"]));
+            EXPECT_LE(double(l["median"]), double(l["max"]));
+        }
+        EXPECT_NEAR(double(b[s]["aux_loss"]), aux, 1e-6 * aux) << "step " << s;
+        EXPECT_NEAR(double(b[s]["z_loss"]), z, 1e-6 * z) << "step " << s;
+        for (size_t l = 0; l < 2; l++)
+            EXPECT_EQ(b[s]["moe_load"][l]["max"], a[s]["moe_load"][l]["max"]) << "step " << s << " layer " << l;
+    }
+}
+
+// A capacity factor of 0.5 keeps at most half of an even share per expert: at least half the choices
+// are dropped, the dropped share is logged, and the run is the same under tp2 (every rank drops alike).
+TEST_F(Moe, CapacityDropsTheLowestProbabilities) {
+    const fs::path one = tmp / "one", tp = tmp / "tp";
+    run(train("--capacity-factor 0.5 --steps 3 --threads 2 --out " + one.string()));
+    run(mpirun(2) + train("--capacity-factor 0.5 --tp 2 --threads 1 --steps 3 --out " + tp.string()));
+    const auto a = shardlm::test::metrics(one), b = shardlm::test::metrics(tp);
+    ASSERT_EQ(a.size(), 3u);
+    for (size_t s = 0; s < a.size(); s++) {
+        EXPECT_GE(double(a[s]["moe_dropped"]), 0.5) << "step " << s;
+        EXPECT_NEAR(double(b[s]["loss"]), double(a[s]["loss"]), 1e-5 * double(a[s]["loss"])) << "step " << s;
+        EXPECT_EQ(b[s]["moe_dropped"], a[s]["moe_dropped"]) << "step " << s;
+    }
+}
+
+// bf16 mixed precision follows the float64 curve within 16-bit rounding (the router stays fp32).
+TEST_F(Moe, Bf16TracksTheReference) {
+    const auto expected = nlohmann::json::parse(shardlm::io::read_file(kFix + "/expected.json"));
+    const fs::path out = tmp / "bf16";
+    run(train("--precision bf16 --threads 2 --steps 10 --out " + out.string()));
+    const auto rows = shardlm::test::metrics(out);
+    ASSERT_EQ(rows.size(), 10u);
+    for (size_t s = 0; s < rows.size(); s++)
+        EXPECT_NEAR(double(rows[s]["loss"]), double(expected["losses"][s]), 3e-3 * double(expected["losses"][s])) << s;
+}
+
+// Expert parallelism over 4 ranks and carved out of dp 4 (ep 2), with micro-batches of one row: equal to one
+// process on the same global batch (the reference's micro-batches are 2 rows); --comm-report's rows match their
+// formulas (the all-to-all's: the rows each exchange sent to the other ep ranks, the experts' reductions over
+// the ranks holding them); checkpoints reshard from ep 2 into one process and into ep 4 ZeRO-3.
+TEST_F(Moe, ExpertParallelEqualsOneProcess) {
+    const std::string batch = "--global-batch 8 --micro-batch 1";
+    const std::string common = " --threads 1 --ckpt-every 5 --steps 10 --stop-after 5 --out ";
+    const fs::path one = tmp / "one";
+    run(train(common + one.string(), batch));
+    run(train(" --resume --steps 10 --threads 1 --out " + one.string(), batch));
+    const auto ref = shardlm::test::metrics(one);
+    ASSERT_EQ(ref.size(), 10u);
+    auto same = [&](const fs::path& run_dir, const std::string& what) {
+        const auto rows = shardlm::test::metrics(run_dir);
+        ASSERT_EQ(rows.size(), ref.size()) << what;
+        for (size_t s = 0; s < rows.size(); s++) {
+            EXPECT_NEAR(double(rows[s]["loss"]), double(ref[s]["loss"]), 1e-5 * double(ref[s]["loss"])) << what << " " << s;
+            EXPECT_NEAR(double(rows[s]["grad_norm"]), double(ref[s]["grad_norm"]), 1e-5 * double(ref[s]["grad_norm"]))
+                << what << " " << s;
+            EXPECT_NEAR(double(rows[s]["aux_loss"]), double(ref[s]["aux_loss"]), 1e-6) << what << " " << s;
+        }
+    };
+    for (const char* flags : {"--dp 4 --ep 4", "--dp 4 --ep 2 --zero 2"}) {
+        const fs::path out = tmp / "ep";
+        fs::remove_all(out);
+        const std::string out_text =
+            run(mpirun(4) + train(std::string(flags) + " --comm-report" + common + out.string(), batch));
+        const std::regex row(R"(\n  (\S+)\s+(\w+)\s+calls\s+\d+\s+sent\s+(\d+)\s+theory\s+(\d+))");
+        int ep_rows = 0;
+        for (auto it = std::sregex_iterator(out_text.begin(), out_text.end(), row); it != std::sregex_iterator(); ++it) {
+            const std::smatch& m = *it;
+            EXPECT_EQ(m[3].str(), m[4].str()) << flags << ": " << m[0].str();
+            if (m[1].str() == "ep" && m[2].str() == "all_to_all") {
+                ep_rows++;
+                EXPECT_NE(m[3].str(), "0") << flags;
+            }
+        }
+        EXPECT_EQ(ep_rows, 4) << out_text;
+        // the second half resumed in one process, or under ep 4 with ZeRO-3
+        const bool into_one = std::string(flags).find("--ep 4") != std::string::npos;
+        run((into_one ? std::string() : mpirun(4)) +
+            train(std::string(into_one ? "" : "--dp 4 --ep 4 --zero 3 ") + " --resume --steps 10 --threads 1 --out " +
+                      out.string(), batch));
+        same(out, flags);
+    }
+}
+
+// A trained Mixtral exports as an HF Mixtral directory (Mixtral's keys and names), holding the checkpoint's values
+// to the bit, and re-exports unchanged; a model Mixtral cannot express (shared experts) is refused with the reason.
+TEST_F(Moe, HfMixtralRoundTripsBitExact) {
+    const fs::path run_dir = tmp / "run", hf = tmp / "hf", hf2 = tmp / "hf2";
+    run(train("--steps 3 --threads 2 --out " + run_dir.string()));
+    const fs::path ckpt = run_dir / "ckpt_00000003";
+    run(kBin + " export --init " + ckpt.string() + " --out " + hf.string());
+    const auto cfg = nlohmann::json::parse(shardlm::io::read_file((hf / "config.json").string()));
+    EXPECT_EQ(cfg["model_type"], "mixtral");
+    EXPECT_EQ(cfg["num_local_experts"], 4);
+    EXPECT_EQ(cfg["num_experts_per_tok"], 2);
+    EXPECT_EQ(cfg["router_aux_loss_coef"], 0.01);
+    EXPECT_EQ(cfg["intermediate_size"], 32);
+    shardlm::io::SafetensorsReader st((hf / "model.safetensors").string());
+    ASSERT_NE(st.find("model.layers.1.block_sparse_moe.gate.weight"), nullptr);
+    EXPECT_EQ(st.find("model.layers.1.block_sparse_moe.gate.weight")->shape, (std::vector<int64_t>{4, 48}));
+    ASSERT_NE(st.find("model.layers.0.block_sparse_moe.experts.3.w2.weight"), nullptr);
+    EXPECT_EQ(st.find("model.layers.0.block_sparse_moe.experts.3.w2.weight")->shape, (std::vector<int64_t>{48, 32}));
+    EXPECT_EQ(shardlm::test::checkpoint_params(ckpt), shardlm::test::checkpoint_params(hf));
+    run(kBin + " export --init " + hf.string() + " --out " + hf2.string());
+    EXPECT_EQ(shardlm::io::read_file((hf / "model.safetensors").string()),
+              shardlm::io::read_file((hf2 / "model.safetensors").string()));
+    fails(kBin + " export --init " + kVariants + " --out " + (tmp / "refused").string(), "shared experts");
+}
+
+// A preset turned into an MoE model trains, checkpoints its experts, and generates from the checkpoint;
+// what cannot run is refused with the fix.
+TEST_F(Moe, PresetsCheckpointsAndRefusals) {
+    const fs::path out = tmp / "preset";
+    const std::string data = kFix + "/data.bin";
+    const std::string base = kBin + " train --model llama-tiny --n-ctx 64 --data " + data +
+                             " --seq 16 --global-batch 4 --micro-batch 2 --val-every 0 --sample-tokens 0 --threads 2";
+    run(base + " --n-experts 4 --top-k 1 --shared-experts 1 --moe-ffn 32 --router sigmoid --moe-layers every:2 --steps 4 "
+               "--out " + out.string());
+    const std::string cfg = shardlm::io::read_file((out / "ckpt_00000004" / "config.json").string());
+    EXPECT_NE(cfg.find("\"num_local_experts\": 4"), std::string::npos) << cfg;
+    EXPECT_NE(cfg.find("\"shardlm_moe_layers\": \"every:2\""), std::string::npos) << cfg;
+    const std::string gen = run(kBin + " generate --ckpt " + out.string() + " --prompt a --max-tokens 4");
+    fails(base + " --n-experts 4 --moe-layers 7 --steps 1 --out " + (tmp / "bad").string(), "moe_layers '7'");
+    fails(base + " --n-experts 4 --top-k 5 --steps 1 --out " + (tmp / "bad").string(), "top_k (5)");
+    fails(mpirun(2) + base + " --n-experts 4 --cp 2 --steps 1 --out " + (tmp / "bad").string(), "--cp 1 with --n-experts");
+    fails(mpirun(2) + base + " --n-experts 4 --dp 2 --ep 3 --steps 1 --out " + (tmp / "bad").string(), "ep(3) must divide dp(2)");
+    fails(mpirun(2) + base + " --dp 2 --ep 2 --steps 1 --out " + (tmp / "bad").string(), "--ep 2 with a dense model");
+    fails(mpirun(2) + base + " --n-experts 3 --dp 2 --ep 2 --steps 1 --out " + (tmp / "bad").string(),
+          "n_experts = 3 does not split into 2 expert-parallel ranks");
+}
+
+}  // namespace
