@@ -37,6 +37,7 @@ OUTPUTS = {
     "m.jsonl", "t.json",        # train --metrics, --trace examples
     "gpt2-hf", "llama-hf",      # export --out examples
     "summary.json",             # what a run directory holds
+    "moe_balance.svg", "moe_load.svg",  # what `report` draws for a mixture of experts
 }
 # Prefixes of paths that a run, a build or a user makes.
 OUTPUT_PREFIXES = ("runs/", "data/", "build/", "./build/", "~/", "/", "$", "http:", "https:", "mailto:")

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -164,6 +165,10 @@ TEST_F(Moe, MetricsCarryTheBalanceAndTheLoads) {
         for (size_t l = 0; l < 2; l++)
             EXPECT_EQ(b[s]["moe_load"][l]["max"], a[s]["moe_load"][l]["max"]) << "step " << s << " layer " << l;
     }
+    // the report draws the balance and the largest load beside the loss
+    run(kBin + " report " + one.string());
+    for (const char* f : {"moe_balance.svg", "moe_load.svg"}) EXPECT_TRUE(fs::exists(one / f)) << f;
+    EXPECT_NE(shardlm::io::read_file((one / "report.html").string()).find("1 when even"), std::string::npos);
 }
 
 // A capacity factor of 0.5 keeps at most half of an even share per expert: at least half the choices
@@ -236,6 +241,35 @@ TEST_F(Moe, ExpertParallelEqualsOneProcess) {
             train(std::string(into_one ? "" : "--dp 4 --ep 4 --zero 3 ") + " --resume --steps 10 --threads 1 --out " +
                       out.string(), batch));
         same(out, flags);
+    }
+}
+
+// Auxiliary-loss-free balancing (DeepSeek-V3's expert bias, here without the balance loss): the bias moves by
+// the rate each step (after step s its largest magnitude is a multiple of the rate, at most s + 1 of them), the run is the same under dp2 ep2 and tp2 (the bias comes from the global loads), and a
+// resumed run continues bit-exact (the bias is in the checkpoint).
+TEST_F(Moe, ExpertBiasBalancesWithoutTheAuxiliaryLoss) {
+    const std::string flags = " --aux-loss-coef 0 --expert-bias-rate 0.01 --steps 8 ";
+    const fs::path one = tmp / "one", dp = tmp / "dp", tp = tmp / "tp", half = tmp / "half";
+    run(train(flags + "--threads 2 --out " + one.string()));
+    run(mpirun(2) + train(flags + "--dp 2 --ep 2 --threads 1 --out " + dp.string()));
+    run(mpirun(2) + train(flags + "--tp 2 --sequence-parallel --threads 1 --out " + tp.string()));
+    run(train(flags + "--threads 2 --ckpt-every 4 --stop-after 4 --out " + half.string()));
+    run(train(" --aux-loss-coef 0 --expert-bias-rate 0.01 --steps 8 --threads 2 --resume --out " + half.string()));
+    const auto a = shardlm::test::metrics(one), b = shardlm::test::metrics(dp), c = shardlm::test::metrics(tp),
+               h = shardlm::test::metrics(half);
+    ASSERT_EQ(a.size(), 8u);
+    ASSERT_EQ(h.size(), 8u);
+    for (size_t s = 0; s < a.size(); s++) {
+        for (const auto& l : a[s]["moe_load"]) {  // steps of the rate: a multiple of it, at most one a step
+            const double steps = double(l["bias_max"]) / 0.01;
+            EXPECT_NEAR(steps, std::round(steps), 1e-3) << "step " << s;
+            EXPECT_LE(steps, double(s + 1) + 1e-3) << "step " << s;
+            if (s == 0) EXPECT_NEAR(steps, 1.0, 1e-3) << "the first step's loads are uneven";
+        }
+        for (const auto* other : {&b, &c})
+            EXPECT_NEAR(double((*other)[s]["loss"]), double(a[s]["loss"]), 1e-5 * double(a[s]["loss"])) << "step " << s;
+        EXPECT_EQ(h[s]["loss"], a[s]["loss"]) << "resumed, step " << s;
+        EXPECT_EQ(h[s]["moe_load"], a[s]["moe_load"]) << "resumed, step " << s;
     }
 }
 

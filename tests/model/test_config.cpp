@@ -26,6 +26,9 @@ TEST(Presets, ParameterCountsMatchTheLayoutAndTheFormula) {
                 << c.name;
             EXPECT_EQ(p.experts, experts) << c.name;
             EXPECT_EQ(p.active, p.total - experts + experts / E * c.moe.top_k) << c.name;
+            // the planner's shape of it counts the same (total and active)
+            EXPECT_EQ(p.total, shardlm::cost::total_params(cost_shape(c, c.n_ctx))) << c.name;
+            EXPECT_EQ(p.active, shardlm::cost::active_params(cost_shape(c, c.n_ctx))) << c.name;
         } else if (c.family() == Family::Gpt2) {
             EXPECT_EQ(p.total, 12 * l * h * h + 13 * l * h + v * h + int64_t(c.n_ctx) * h + 2 * h) << c.name;
             EXPECT_EQ(estimate_params_12lh2_2vh(c) - v * h + 13 * l * h + int64_t(c.n_ctx) * h + 2 * h, p.total) << c.name;

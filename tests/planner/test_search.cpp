@@ -246,4 +246,37 @@ TEST(Simulator, ContextParallelRingHidesBehindTheAttentionTiles) {
         EXPECT_EQ(e.policy.cp_comm, cost::CpComm::Ring);
 }
 
+// A mixture of experts: Mixtral's published counts; expert parallelism divides the experts' memory by ep and
+// adds its all-to-alls; the search offers ep layouts; the FLOPs a token costs are the active parameters'.
+TEST(Simulator, ExpertParallelismSplitsTheExpertsAndPaysTheAllToAll) {
+    // Mixtral 8x7B's shape: 8 experts of 14336, top 2, GQA
+    cost::ModelShape m = cost::llama_shape("mixtral", 32, 4096, 32, 8, 14336, 32000, 4096);
+    m.experts = 8, m.top_k = 2, m.expert_ffn = 14336;
+    EXPECT_NEAR(double(cost::total_params(m)), 46.7e9, 0.1e9);   // Mixtral's published 46.7B
+    EXPECT_NEAR(double(cost::active_params(m)), 12.9e9, 0.1e9);  // and 12.9B active
+    const planner::Cluster c = planner::make_cluster(planner::find_gpu("H100-SXM"), 8, 2);
+    planner::Policy p;
+    p.tp = 2, p.zero_stage = 1, p.recompute = cost::Recompute::Full;
+    planner::Estimate e[2];
+    for (int i = 0; i < 2; i++) {
+        p.ep = i == 0 ? 1 : 8;
+        e[i] = planner::evaluate(m, c, {64, 4096}, p);
+        ASSERT_TRUE(e[i].consistent) << e[i].reason;
+    }
+    EXPECT_EQ(e[0].time.ep_comm, 0.0);
+    EXPECT_GT(e[1].time.ep_comm, 0.0);
+    EXPECT_LT(e[1].memory.params, 0.3 * e[0].memory.params);  // the experts, most of the parameters, split 8 ways
+    EXPECT_NE(planner::describe(e[1].policy).find("ep=8"), std::string::npos);
+    p.ep = 3;
+    EXPECT_FALSE(planner::evaluate(m, c, {64, 4096}, p).consistent);  // ep must divide dp and the experts
+    planner::SearchSpace s;
+    s.tp = {2}, s.pp = {1}, s.recompute = {cost::Recompute::Full}, s.zero_stage = {1};
+    bool split = false;
+    for (const planner::Estimate& x : planner::search(m, c, {64, 4096}, s, 1000).top) split = split || x.policy.ep > 1;
+    EXPECT_TRUE(split);
+    // the FLOPs a token costs: the active parameters' (2 per parameter of the matrices, about)
+    const double dense_equivalent = cost::model_flops_per_token(m, 4096) / 6;
+    EXPECT_LT(dense_equivalent, 0.4 * double(cost::total_params(m)));
+}
+
 }  // namespace

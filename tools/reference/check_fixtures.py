@@ -12,6 +12,8 @@
 - if `transformers` is importable: GPT2LMHeadModel on the same files gives the same logits
 - llama_tiny: the float64 training replayed from the files, its step-0 loss against an independent
   numpy LLaMA (RMSNorm, rotate_half RoPE, repeat_kv GQA, SwiGLU, nn.Linear [out, in] weights)
+- mixtral_tiny, moe_variants: the float64 training replayed in micro-batches from the files; each MoE layer's
+  output on the first batch against a token-by-token loop over its choices (no dispatch by index)
 Exits non-zero on failure.
 """
 import argparse
@@ -331,21 +333,27 @@ def numpy_llama_loss(c, w, x, y):
     return np_ce(logits, y)
 
 
-def check_llama(d):
+def load_llama_fixture(d, cfg, kind):
+    """A LLaMA-family fixture directory: its config and files checked; the float64 model loaded from
+    model.safetensors, the initial weights, expected.json and the tokens."""
     print(f"[{d}]")
-    cfg = MF.LLAMA_CFG
-    conf = json.load(open(os.path.join(d, "config.json")))
-    check(conf == cfg.hf_json(), "config.json is the fixture's LLaMA config")
+    check(json.load(open(os.path.join(d, "config.json"))) == cfg.hf_json(), f"config.json is the fixture's {kind} config")
     for f in ("model.safetensors", "final.safetensors"):
         check_format(os.path.join(d, f))
     w, _ = G.load_safetensors(os.path.join(d, "model.safetensors"))
     m = LT.Llama(cfg).to(torch.float64)
-    check(set(w) == set(m.hf_tensors()), "model.safetensors has the HF LLaMA tensors")
+    check(set(w) == set(m.hf_tensors()), f"model.safetensors has the HF {kind} tensors")
     m.load_hf(w)
     exp = json.load(open(os.path.join(d, "expected.json")))
-    hp = exp["hyper"]
     raw = open(os.path.join(d, "data.bin"), "rb").read()
     tt = torch.from_numpy(np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64))
+    return m, w, exp, tt
+
+
+def check_llama(d):
+    cfg = MF.LLAMA_CFG
+    m, w, exp, tt = load_llama_fixture(d, cfg, "LLaMA")
+    hp = exp["hyper"]
     opt = torch.optim.AdamW(LT.param_groups(m, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]),
                             eps=hp["eps"], foreach=False)
     T = hp["T"]
@@ -355,6 +363,56 @@ def check_llama(d):
     close("losses (float64)", losses, exp["losses"], rtol=1e-10, atol=0)
     close("grad_norms (float64)", norms, exp["grad_norms"], rtol=1e-10, atol=0)
     check(exp["losses"][-1] < exp["losses"][0] - 0.2, "loss decreases over training")
+    fin, _ = G.load_safetensors(os.path.join(d, "final.safetensors"))
+    got = m.hf_tensors()
+    close("final params", np.concatenate([got[n].ravel() for n in sorted(got)]),
+          np.concatenate([fin[n].ravel() for n in sorted(got)]), atol=1e-7)
+
+
+def moe_by_token(moe, h):
+    """SparseMoe's output one token at a time: its router, top k, gates, capacity mask, experts."""
+    c = moe.c
+    z = moe.gate(h)
+    p = z.softmax(dim=-1) if c.router == "softmax" else torch.sigmoid(z)
+    top_p, top_i = torch.topk(p, c.top_k, dim=-1)
+    keep = moe.keep_mask(p, top_i)
+    out = []
+    for t in range(h.shape[0]):
+        y = moe.shared_experts(h[t:t + 1])[0] if c.n_shared else torch.zeros_like(h[t])
+        norm = top_p[t].sum() if c.norm_topk else 1.0
+        for k in range(c.top_k):
+            if keep[t, k]:
+                y = y + top_p[t, k] / norm * moe.experts[int(top_i[t, k])](h[t:t + 1])[0]
+        out.append(y)
+    return torch.stack(out)
+
+
+def check_moe(d, cfg, micro):
+    m, _, exp, tt = load_llama_fixture(d, cfg, "Mixtral")
+    hp = exp["hyper"]
+    Gr, T = hp["global_batch_rows"], hp["T"]
+    with torch.no_grad():
+        h = torch.randn(Gr * T, cfg.n_embd, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        for layer in m.layers:
+            if layer.c_moe():
+                close("MoE layer against the token-by-token loop", layer.block_sparse_moe(h).numpy().ravel(),
+                      moe_by_token(layer.block_sparse_moe, h).numpy().ravel(), rtol=1e-12, atol=1e-14)
+    opt = torch.optim.AdamW(LT.param_groups(m, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]),
+                            eps=hp["eps"], foreach=False)
+    losses, norms = [], []
+    for k in range(hp["steps"]):
+        b = torch.stack([tt[(k * Gr + j) * T:(k * Gr + j) * T + T + 1] for j in range(Gr)])
+        opt.zero_grad(set_to_none=True)
+        step = 0.0
+        for i in range(Gr // micro):
+            _, loss = m(b[i * micro:(i + 1) * micro, :T], b[i * micro:(i + 1) * micro, 1:])
+            (((loss + m.moe_extra()) * micro) / Gr).backward()
+            step += loss.item() * micro / Gr
+        norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), hp["grad_clip"]).item())
+        losses.append(step)
+        opt.step()
+    close("losses (float64)", losses, exp["losses"], rtol=1e-10, atol=0)
+    close("grad_norms (float64)", norms, exp["grad_norms"], rtol=1e-10, atol=0)
     fin, _ = G.load_safetensors(os.path.join(d, "final.safetensors"))
     got = m.hf_tensors()
     close("final params", np.concatenate([got[n].ravel() for n in sorted(got)]),
@@ -375,6 +433,8 @@ def main():
     check_optimizers_ext(os.path.join(args.dir, "gpt2_tiny"))
     check_e2e(os.path.join(args.dir, "gpt2_e2e"))
     check_llama(os.path.join(args.dir, "llama_tiny"))
+    check_moe(os.path.join(args.dir, "mixtral_tiny"), MF.MIXTRAL_CFG, MF.MIXTRAL_MICRO)
+    check_moe(os.path.join(args.dir, "moe_variants"), MF.MOE_VARIANTS_CFG, MF.MIXTRAL_MICRO)
     print("FAILED: %d check(s)" % len(FAILS) if FAILS else "all checks passed")
     sys.exit(1 if FAILS else 0)
 

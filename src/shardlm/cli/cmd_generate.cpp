@@ -61,6 +61,10 @@ void add_generate_command(CLI::App& app) {
                       room > 0 ? "at most " + std::to_string(room) + " new tokens fit" : std::string("the prompt alone fills it"),
                       "\n---> HINT: --max-tokens ", std::max(room, 0), " or less, or a shorter --prompt");
         model::Generator gen(cfg, layout, params.data());
+        if (fs::exists(fs::path(dir) / "meta.json")) {  // an MoE checkpoint's choice bias (auxiliary-loss-free balancing)
+            const nlohmann::json meta = train::read_checkpoint_meta(dir);
+            if (meta.contains("expert_bias")) gen.set_expert_bias(meta["expert_bias"].get<std::vector<float>>());
+        }
         std::vector<int> ids = model::sample_tokens(gen, prompt, o->s);
         std::printf("%s%s\n", o->prompt.c_str(), tok.decode(ids).c_str());
     });

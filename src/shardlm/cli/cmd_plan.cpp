@@ -29,7 +29,7 @@ struct PlanArgs {
     int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0;
-    int tp = 0, pp = 0, cp = 0, zero = -1, virtual_stages = 0;
+    int tp = 0, pp = 0, cp = 0, ep = 0, zero = -1, virtual_stages = 0;
     int64_t micro_batch = 0;
     bool json = false, list = false, dp_algos = false, explain = false;
 };
@@ -64,9 +64,7 @@ cost::ModelShape base_model(const PlanArgs& a) {
     if (a.model.ends_with(".json") || std::filesystem::is_regular_file(a.model)) return planner::load_model_file(a.model);
     if (const cost::ModelShape* m = planner::find_model_preset(a.model)) return *m;
     if (const model::GptConfig* g = engine_preset(a.model)) {
-        SHARDLM_CHECK(!g->has_moe(), "--model ", a.model, " is a mixture of experts, which the planner does not model "
-                      "yet (its total and active parameters, the all-to-all, the experts' memory per rank)\n---> HINT: "
-                      "plan a dense model, or measure the MoE run itself (--memory-report, --comm-report)");
+        if (g->has_moe()) return model::cost_shape(*g, g->n_ctx);  // experts, top k, their width
         return cost::gpt_shape(g->name, g->n_layer, g->n_embd, g->n_head, g->vocab_size, g->n_ctx);
     }
     fail("unknown model '", a.model, "'\n---> HINT: use a JSON model file or one of ", preset_names());
@@ -119,6 +117,7 @@ planner::SearchSpace resolve_space(const PlanArgs& a) {
     if (a.tp) s.tp = {a.tp};
     if (a.pp) s.pp = {a.pp};
     if (a.cp) s.cp = {a.cp};
+    if (a.ep) s.ep = {a.ep};
     if (!a.cp_comm.empty()) {
         cost::CpComm cc;
         SHARDLM_CHECK(enum_from_name(cost::kCpCommNames, a.cp_comm, &cc), "--cp-comm '", a.cp_comm,
@@ -315,6 +314,7 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--tp", a->tp, "Search only this tensor-parallel size");
     c->add_option("--pp", a->pp, "Search only this pipeline size");
     c->add_option("--cp", a->cp, "Search only this context-parallel size");
+    c->add_option("--ep", a->ep, "Search only this expert-parallel size (a mixture of experts: it divides dp and the experts)");
     c->add_option("--cp-comm", a->cp_comm,
                   "Search only this context-parallel exchange: ring (a block a step, overlapped with the attention "
                   "tiles) or allgather (default: both)");

@@ -7,7 +7,8 @@ double ring_bytes_per_rank(Collective c, double buffer_bytes, int n) {
     switch (c) {
         case Collective::AllReduce: return 2.0 * (n - 1) / n * buffer_bytes;
         case Collective::ReduceScatter:
-        case Collective::AllGather: return double(n - 1) / n * buffer_bytes;
+        case Collective::AllGather:
+        case Collective::AllToAll: return double(n - 1) / n * buffer_bytes;
         case Collective::SendRecv: return buffer_bytes;
     }
     return 0;
@@ -18,7 +19,8 @@ int ring_steps(Collective c, int n) {
     switch (c) {
         case Collective::AllReduce: return 2 * (n - 1);
         case Collective::ReduceScatter:
-        case Collective::AllGather: return n - 1;
+        case Collective::AllGather:
+        case Collective::AllToAll: return n - 1;
         case Collective::SendRecv: return 1;
     }
     return 0;

@@ -29,7 +29,9 @@
 
 namespace shardlm::cost {
 
-enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv };
+// AllToAll: an even exchange (expert parallelism's dispatch): each rank sends (n - 1) / n of its buffer, in n - 1
+// pairwise steps.
+enum class Collective { AllReduce, ReduceScatter, AllGather, SendRecv, AllToAll };
 
 double ring_bytes_per_rank(Collective c, double buffer_bytes, int n);
 int ring_steps(Collective c, int n);

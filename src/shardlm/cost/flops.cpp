@@ -12,8 +12,10 @@ bool attention_from_name(const std::string& s, Attention* out) { return enum_fro
 BlockFlops block_forward_flops_per_token(const ModelShape& m, int seq) {
     const double h = m.hidden, f = m.ffn_hidden, kv = double(m.kv_dim());
     const double mlp = m.arch == Arch::Llama ? 3 : 2;
+    // an MoE block's MLP work: the k chosen experts and the shared ones, and the router
+    const double width = m.moe() ? double(m.top_k + m.shared_experts) * m.expert_ffn : f;
     BlockFlops b;
-    b.matmul = 2 * (h * (h + 2 * kv) + h * h + mlp * h * f);
+    b.matmul = 2 * (h * (h + 2 * kv) + h * h + mlp * h * width + (m.moe() ? h * m.experts : 0.0));
     b.attention = 4.0 * seq * h;
     return b;
 }

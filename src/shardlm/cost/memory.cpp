@@ -62,6 +62,16 @@ double attention_core_activation_bytes(const ModelShape& m, const ActivationSpec
 }
 
 double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
+    if (m.moe() && a.recompute != Recompute::Full) {
+        // a mixture of experts: the MLP's tensors as a dense MLP of the k chosen and the shared experts' width
+        // (balanced), and beside them each choice's dispatched input (act) and output (fp32), whole rows on every
+        // tensor-parallel rank, and the router's logits and probabilities (fp32) (model/moe.h: MoeActs)
+        ModelShape dense = m;
+        dense.experts = 0, dense.ffn_hidden = (m.top_k + m.shared_experts) * m.expert_ffn;
+        const double tokens = double(a.micro_batch) * (double(a.seq) / a.cp);
+        return block_activation_bytes(dense, a) +
+               tokens * (double(m.top_k) * m.hidden * (a.value_bytes + 4) + 2.0 * m.experts * 4);
+    }
     const double sp_div = a.sequence_parallel ? a.tp : 1;
     if (a.recompute == Recompute::Full) {
         const double input = double(a.micro_batch) * (double(a.seq) / a.cp) * m.hidden;

@@ -48,6 +48,9 @@ std::string check_shape(const ModelShape& m) {
     if (m.hidden % m.heads != 0) return cat("hidden (", m.hidden, ") is not a multiple of heads (", m.heads, ")");
     if (m.heads % m.kv_heads != 0)
         return cat("heads (", m.heads, ") is not a multiple of kv_heads (", m.kv_heads, "): each KV head serves a group of query heads");
+    if (m.experts < 0 || (m.moe() && (m.top_k < 1 || m.top_k > m.experts || m.expert_ffn < 1 || m.shared_experts < 0)))
+        return cat("a mixture of experts needs 1 <= top_k <= experts and expert_ffn > 0 (got experts ", m.experts, ", top_k ",
+                   m.top_k, ", expert_ffn ", m.expert_ffn, ")");
     return "";
 }
 
@@ -59,9 +62,20 @@ int64_t norm_params(const ModelShape& m) { return m.biases ? 2 * int64_t(m.hidde
 
 }  // namespace
 
+int64_t expert_params_per_block(const ModelShape& m) {
+    return m.moe() ? int64_t(m.experts) * mlp_matrices(m) * m.hidden * m.expert_ffn : 0;
+}
+
+int64_t active_params(const ModelShape& m) {
+    const int64_t routed = int64_t(m.layers) * expert_params_per_block(m);
+    return total_params(m) - (m.moe() ? routed - routed / m.experts * m.top_k : 0);
+}
+
 int64_t block_params_split(const ModelShape& m) {
-    const int64_t h = m.hidden, f = m.ffn_hidden, qkv = h + 2 * m.kv_dim();
-    int64_t p = h * qkv + h * h + mlp_matrices(m) * h * f;  // QKV, attention projection, MLP matrices
+    const int64_t h = m.hidden, qkv = h + 2 * m.kv_dim();
+    // the MLP: a dense one of ffn_hidden, or the experts and the shared experts (no biases but the shared fc's)
+    const int64_t f = m.moe() ? int64_t(m.shared_experts) * m.expert_ffn : m.ffn_hidden;
+    int64_t p = h * qkv + h * h + mlp_matrices(m) * h * f + expert_params_per_block(m);  // QKV, projection, MLPs
     if (m.biases) p += qkv + f;                               // column-parallel biases (QKV, MLP fc)
     return p;
 }
@@ -71,7 +85,10 @@ UnitParams unit_params(const ModelShape& m) {
     UnitParams u;
     u.embedding = V * h + (m.learned_positions ? int64_t(m.seq_len) * h : 0);
     // + two norms, + the row-parallel biases (attention projection, MLP proj) that stay replicated
-    u.block = block_params_split(m) + 2 * norm_params(m) + (m.biases ? 2 * h : 0);
+    // (an MoE block: the router, replicated, and a projection bias only for shared experts)
+    const bool mlp_bias = !m.moe() || m.shared_experts > 0;
+    u.block = block_params_split(m) + 2 * norm_params(m) + (m.biases ? (mlp_bias ? 2 : 1) * h : 0) +
+              (m.moe() ? int64_t(m.experts) * h : 0);
     u.final_norm = norm_params(m);
     u.head = m.tied_embeddings ? 0 : V * h;
     return u;

@@ -36,6 +36,10 @@ struct ModelShape {
     bool learned_positions = true;  // a (seq_len x h) position table (gpt)
     bool biases = true;             // linear layers and norms have biases (gpt)
     bool dropout = true;            // dropout after attention probabilities, projections (gpt)
+    // a mixture of experts in every block (experts 0: dense): `experts` MLPs of expert_ffn, `top_k` of them
+    // chosen per token by a router (h x experts, replicated), beside `shared_experts` MLPs every token passes
+    int experts = 0, top_k = 0, expert_ffn = 0, shared_experts = 0;
+    bool moe() const { return experts > 0; }
 
     int head_dim() const { return heads > 0 ? hidden / heads : 0; }  // 0 for a shape check_shape rejects
     int64_t kv_dim() const { return int64_t(kv_heads) * head_dim(); }  // g*d: width of K (and of V)
@@ -65,6 +69,11 @@ struct UnitParams {
 };
 UnitParams unit_params(const ModelShape& m);
 int64_t total_params(const ModelShape& m);
+// A mixture of experts: one block's routed experts (their matrices, split by tensor parallelism, 1/ep of them
+// on each expert-parallel rank), and the parameters one token passes through (the total less the experts it
+// is not sent to). Dense: 0 and total_params.
+int64_t expert_params_per_block(const ModelShape& m);
+int64_t active_params(const ModelShape& m);
 // Parameters of one block that tensor parallelism splits t ways (the matrices and their column biases);
 // the rest (norms, row-parallel biases) is replicated on every tensor-parallel rank.
 int64_t block_params_split(const ModelShape& m);

@@ -26,7 +26,8 @@ BlockWeights BlockUnit::weights(float objective_scale) {
     if (moe_) {
         const int x = experts_unit();
         w.experts = {w.w[kRouterW], env_.params->param(x, kExpertFcW), env_.params->param(x, kExpertProjW),
-                     env_.params->layout().expert_stride(x), objective_scale};
+                     env_.params->layout().expert_stride(x), objective_scale,
+                     env_.expert_bias ? env_.expert_bias + size_t(layer_) * size_t(env_.config->moe.n_experts) : nullptr};
     }
     return w;
 }

@@ -118,6 +118,7 @@ struct UnitEnv {
     int B = 0, T = 0;    // the largest micro-batch
     int slots = 1;
     MoeStats* moe_stats = nullptr;  // what the training forwards of MoE layers add to
+    const float* expert_bias = nullptr;  // (n_layer, E): the choice's bias of every MoE layer (null: none)
 };
 
 // A unit's buffers per activation slot: saved activations (values and fp32 statistics) and what its

@@ -57,8 +57,8 @@ void GptConfig::validate_moe(const std::string& where) const {
     SHARDLM_CHECK(m.n_experts >= 1 && m.top_k >= 1 && m.top_k <= m.n_experts, where, ": top_k (", m.top_k,
                   ") must be between 1 and n_experts (", m.n_experts, ")");
     SHARDLM_CHECK(m.n_shared >= 0 && m.ffn >= 0, where, ": shared_experts and moe_ffn must be >= 0");
-    SHARDLM_CHECK(m.aux_coef >= 0 && m.z_coef >= 0 && m.capacity_factor >= 0, where,
-                  ": aux_loss_coef, z_loss_coef and capacity_factor must be >= 0 (0 = off / dropless)");
+    SHARDLM_CHECK(m.aux_coef >= 0 && m.z_coef >= 0 && m.capacity_factor >= 0 && m.bias_rate >= 0, where,
+                  ": aux_loss_coef, z_loss_coef, capacity_factor and expert_bias_rate must be >= 0 (0 = off / dropless)");
     std::string error;
     (void)moe_layer_set(m.layers, n_layer, &error);
     SHARDLM_CHECK(error.empty(), where, ": moe_layers '", m.layers, "': ", error,
@@ -167,6 +167,10 @@ cost::ModelShape cost_shape(const GptConfig& c, int seq, int vocab) {
     m.tied_embeddings = c.tie_embeddings;
     m.learned_positions = c.position == Position::Learned;
     m.biases = c.bias;
+    if (c.has_moe()) {  // (the planner counts experts in every layer)
+        m.experts = c.moe.n_experts, m.top_k = c.moe.top_k, m.expert_ffn = c.expert_ffn(), m.shared_experts = c.moe.n_shared;
+        m.dropout = false;
+    }
     return m;
 }
 

@@ -47,6 +47,10 @@ struct MoeConfig {
     // 0: dropless; else each expert takes at most ceil(F k N / E) of a micro-batch's N tokens, those of
     // the largest router probability
     float capacity_factor = 0.0f;
+    // DeepSeek-V3's auxiliary-loss-free balancing: a bias per expert added to its score for the choice only
+    // (not to the gate weights), after each step bias += rate sign(mean load - load) from the step's global
+    // loads; 0: off
+    float bias_rate = 0.0f;
 };
 
 // Whose parameter names (and HF config.json) a model uses.

@@ -63,7 +63,8 @@ const float* Generator::step(int token) {
         for (int i = 0; i < kNumBlockParams; i++) w.w[i] = param(blocks_[size_t(l)], i);
         if (const int x = experts_[size_t(l)]; x >= 0) {
             w.moe = true;
-            w.experts = {w.w[kRouterW], param(x, kExpertFcW), param(x, kExpertProjW), layout_.expert_stride(x), 0.0f};
+            w.experts = {w.w[kRouterW], param(x, kExpertFcW), param(x, kExpertProjW), layout_.expert_stride(x), 0.0f,
+                         expert_bias_.empty() ? nullptr : expert_bias_.data() + size_t(l) * size_t(cfg_.moe.n_experts)};
         }
         KvLayer kv{k_cache_.data() + size_t(l) * T * KVC, v_cache_.data() + size_t(l) * T * KVC, scores_.data()};
         block_forward(ctx_, w, acts_, x_.data(), y_.data(), 1, 1, &kv, pos_);

@@ -25,6 +25,8 @@ public:
     int position() const { return pos_; }
     void reset() { pos_ = 0; }
     const GptConfig& config() const { return cfg_; }
+    // The MoE layers' choice bias (n_layer x E, MoeConfig::bias_rate; a checkpoint's meta.json keeps it).
+    void set_expert_bias(std::vector<float> bias) { expert_bias_ = std::move(bias); }
 
 private:
     const float* param(int unit, int i) const;
@@ -34,6 +36,7 @@ private:
     int pos_ = 0;
     int wte_ = -1, wpe_ = -1, head_ = -1;
     std::vector<int> blocks_, experts_;
+    std::vector<float> expert_bias_;
     Scratch scratch_;
     UnitContext ctx_;
     BlockActs acts_;                          // one row, reused by every block

@@ -145,6 +145,7 @@ GptConfig load_mixtral_config(const std::string& path, const nlohmann::json& j) 
     if (j.contains("shardlm_dense_ffn")) m.ffn = c.ffn_hidden, c.ffn_hidden = integer("shardlm_dense_ffn", 0);
     m.z_coef = number("shardlm_router_z_loss_coef", 0.0f);
     m.capacity_factor = number("shardlm_capacity_factor", 0.0f);
+    m.bias_rate = number("shardlm_expert_bias_rate", 0.0f);
     read_knob(j, path, "shardlm_router", &m.router);
     if (j.contains("shardlm_norm_topk")) m.norm_topk = j["shardlm_norm_topk"].get<bool>();
     if (j.contains("shardlm_moe_layers")) m.layers = j["shardlm_moe_layers"].get<std::string>();
@@ -180,6 +181,7 @@ std::string hf_unsupported(const GptConfig& c) {
     if (m.router != Router::Softmax) add("a sigmoid router (HF Mixtral's is softmax)");
     if (!m.norm_topk) add("norm_topk false (HF Mixtral renormalises the top k)");
     if (m.layers != "all") add("MoE in some layers only (HF Mixtral has experts in every layer)");
+    if (m.bias_rate > 0) add("an expert bias for the choice (auxiliary-loss-free balancing; HF Mixtral has none)");
     return why;
 }
 
@@ -199,6 +201,7 @@ void add_mixtral_keys(const GptConfig& c, nlohmann::json& j) {
     if (m.n_shared > 0) j["shardlm_shared_experts"] = m.n_shared;
     if (m.z_coef > 0) j["shardlm_router_z_loss_coef"] = short_float(m.z_coef);
     if (m.capacity_factor > 0) j["shardlm_capacity_factor"] = short_float(m.capacity_factor);
+    if (m.bias_rate > 0) j["shardlm_expert_bias_rate"] = short_float(m.bias_rate);
     if (m.router != Router::Softmax) j["shardlm_router"] = enum_name(kRouterNames, m.router);
     if (!m.norm_topk) j["shardlm_norm_topk"] = false;
     if (m.layers != "all") j["shardlm_moe_layers"] = m.layers;

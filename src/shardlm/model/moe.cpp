@@ -249,7 +249,7 @@ void experts_backward(const UnitContext& u, const MoeDims& d, const MoeWeights& 
 void moe_forward(const UnitContext& u, const MoeWeights& w, MoeActs& a, MoeScratch& s, const void* x, float* out, int N) {
     const MoeDims d = dims(u);
     const int C = u.cfg->n_embd, K = d.K;
-    route(u, d, a, router_f32(u, w, s), x, N);
+    route(u, d, a, router_f32(u, w, s), w.bias, x, N);
     count_and_drop(u, d, a, N);
     dispatch(u, d, a, s, x, N);
     const size_t act_row = size_t(C) * dtype_bytes(u.prec.activation), f32_row = size_t(C) * sizeof(float);

@@ -130,6 +130,7 @@ struct MoeWeights {
     const void* proj = nullptr;
     size_t stride = 0;
     float objective_scale = 0.0f;
+    const float* bias = nullptr;  // (E) added to the scores for the choice only (MoeConfig::bias_rate; null: none)
 };
 struct MoeGrads {
     float* router = nullptr;

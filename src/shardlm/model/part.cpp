@@ -13,6 +13,8 @@
 namespace shardlm::model {
 
 ModelPart::ModelPart(GptConfig config, Options opt, int B, int T) : config_(std::move(config)), moe_stats_(config_) {
+    if (config_.has_moe() && config_.moe.bias_rate > 0)
+        expert_bias_.assign(size_t(config_.n_layer) * size_t(config_.moe.n_experts), 0.0f);
     config_.validate("model '" + config_.name + "'");
     const int cp = opt.cp ? opt.cp->size() : 1;
     SHARDLM_CHECK(T * cp <= config_.n_ctx, "sequence length ", T * cp, " exceeds the model's n_ctx ", config_.n_ctx,
@@ -95,7 +97,8 @@ ModelPart::Chunk ModelPart::make_chunk(const Options& opt, size_t c, int B, int 
         if (layout_.units[u].compute >= ch.first && layout_.units[u].compute <= ch.last) ch.units.push_back(int(u));
     const int nslots = c < opt.slots.size() ? opt.slots[c] : 1;
     SHARDLM_CHECK(nslots >= 1, "model part: chunk ", c, " needs at least one activation slot");
-    UnitEnv env{&config_, &ctx_, &lanes_, params_.get(), &ids_, &shared_, defer_, B, T, nslots, &moe_stats_};
+    UnitEnv env{&config_, &ctx_, &lanes_, params_.get(), &ids_, &shared_, defer_, B, T, nslots, &moe_stats_,
+                expert_bias_.empty() ? nullptr : expert_bias_.data()};
     add_units(ch, env);
     ch.backward_units = backward_order(ch);
     // the residual stream: x[k] enters compute unit k, x.back() leaves the chunk

@@ -71,6 +71,9 @@ public:
     const Layout& layout() const { return layout_; }
     // The MoE layers' loads and objective terms of this rank's training forwards since the last reset.
     MoeStats& moe_stats() { return moe_stats_; }
+    // The choice's bias of every MoE layer (n_layer x E; empty unless MoeConfig::bias_rate > 0): the same on every
+    // rank, updated by the trainer from the step's global loads and kept in checkpoints.
+    std::vector<float>& expert_bias() { return expert_bias_; }
     // expert parallelism's traffic since the last reset (MoeScratch::exchanged_bytes, count_gathers)
     MoeScratch& moe_traffic() { return scratch_.moe; }
     const MoeScratch& moe_traffic() const { return scratch_.moe; }
@@ -193,6 +196,7 @@ private:
     LaneRunner lanes_;  // how a unit's pass runs on this rank's threads (model/lanes.h)
     SharedActivations shared_;
     MoeStats moe_stats_;
+    std::vector<float> expert_bias_;
     std::vector<Chunk> chunks_;
 };
 

@@ -24,7 +24,7 @@ const float* row_f32(const void* x, DType t, size_t i, int C, float* row) {
 
 // One token's routing: its logits z (E), into p its probabilities (softmax) or scores (sigmoid), the
 // log-sum-exp, and the top k by score (ties: the lower expert) with their gate weights.
-static float route_token(const MoeConfig& m, int E, int K, float* z, float* p, int* choice, float* gate) {
+static float route_token(const MoeConfig& m, int E, int K, float* z, float* p, int* choice, float* gate, const float* bias) {
     float mx = z[0];
     for (int e = 1; e < E; e++) mx = std::max(mx, z[e]);
     float sum = 0;
@@ -34,9 +34,10 @@ static float route_token(const MoeConfig& m, int E, int K, float* z, float* p, i
     float total = 0;
     for (int k = 0; k < K; k++) {
         int best = -1;
+        auto score = [&](int e) { return bias ? p[e] + bias[e] : p[e]; };
         for (int e = 0; e < E; e++) {
             if (std::find(choice, choice + k, e) != choice + k) continue;
-            if (best < 0 || p[e] > p[best]) best = e;
+            if (best < 0 || score(e) > score(best)) best = e;
         }
         choice[k] = best, gate[k] = p[best], total += p[best];
     }
@@ -45,7 +46,7 @@ static float route_token(const MoeConfig& m, int E, int K, float* z, float* p, i
     return mx + std::log(sum);
 }
 
-void route(const UnitContext& u, const MoeDims& d, MoeActs& a, const float* wr, const void* x, int N) {
+void route(const UnitContext& u, const MoeDims& d, MoeActs& a, const float* wr, const float* bias, const void* x, int N) {
     const int C = u.cfg->n_embd, E = d.E, K = d.K;
     const DType t = u.prec.activation;
 #pragma omp parallel
@@ -62,7 +63,7 @@ void route(const UnitContext& u, const MoeDims& d, MoeActs& a, const float* wr, 
                 z[e] = s;
             }
             a.lse[size_t(i)] = route_token(u.cfg->moe, E, K, z, a.probs.data() + size_t(i) * E,
-                                           a.choice.data() + size_t(i) * K, a.gate.data() + size_t(i) * K);
+                                           a.choice.data() + size_t(i) * K, a.gate.data() + size_t(i) * K, bias);
         }
     }
 }

@@ -11,8 +11,9 @@ namespace shardlm::model::detail {
 const float* router_f32(const UnitContext& u, const MoeWeights& w, MoeScratch& s);
 // Row i of x (act) in fp32: x itself, or converted into row.
 const float* row_f32(const void* x, DType t, size_t i, int C, float* row);
-// a.logits, a.probs, a.lse, a.choice, a.gate of the N rows of x (act) from the fp32 router weight wr.
-void route(const UnitContext& u, const MoeDims& d, MoeActs& a, const float* wr, const void* x, int N);
+// a.logits, a.probs, a.lse, a.choice, a.gate of the N rows of x (act) from the fp32 router weight wr; bias (E,
+// or null) is added to the scores for the choice only.
+void route(const UnitContext& u, const MoeDims& d, MoeActs& a, const float* wr, const float* bias, const void* x, int N);
 // The micro-batch's statistics (loads before the capacity), and with a capacity factor each expert's choices
 // beyond its capacity dropped (slot -1, gate 0: those of the smallest router probability, the later token on
 // a tie); every other choice's slot 0.

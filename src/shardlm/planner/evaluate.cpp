@@ -93,6 +93,7 @@ void fill_time(const detail::StageModel& sm, const Policy& p, const Job& job, Es
     t.compute = m * (slow.forward + slow.backward);
     t.tp_comm = m * slow.tp;
     t.cp_comm = m * slow.cp;
+    t.ep_comm = m * slow.ep;
     t.pp_bubble = pipeline_bubble_s(p, sm.micro_batches, first, last);
     t.pp_comm = sm.pp_comm_s();
     for (int stage : extreme_stages(p)) {
@@ -103,7 +104,7 @@ void fill_time(const detail::StageModel& sm, const Policy& p, const Job& job, Es
     // communication and bubble (not the optimiser step): on average 1/k of a step's passes
     if (job.hessian_interval > 0) {
         const double f = 1.0 + 1.0 / job.hessian_interval;
-        for (double* x : {&t.compute, &t.tp_comm, &t.cp_comm, &t.pp_bubble, &t.pp_comm, &t.dp_comm}) *x *= f;
+        for (double* x : {&t.compute, &t.tp_comm, &t.cp_comm, &t.ep_comm, &t.pp_bubble, &t.pp_comm, &t.dp_comm}) *x *= f;
     }
 }
 

@@ -60,7 +60,7 @@ using Terms = std::vector<std::pair<const char*, double>>;
 
 Terms time_terms(const TimeBreakdown& t) {
     Terms v = {{"compute", t.compute},          {"TP communication", t.tp_comm},
-               {"CP communication", t.cp_comm}, {"pipeline bubble", t.pp_bubble},
+               {"CP communication", t.cp_comm}, {"EP all-to-all", t.ep_comm}, {"pipeline bubble", t.pp_bubble},
                {"pipeline send/recv", t.pp_comm}, {"exposed DP communication", t.dp_comm},
                {"optimizer", t.optimizer}};
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -109,6 +109,7 @@ std::string policy_diff(const Policy& a, const Policy& b) {
     add("pp", s(a.pp), s(b.pp));
     add("dp", s(a.dp), s(b.dp));
     add("cp", s(a.cp), s(b.cp));
+    add("ep", s(a.ep), s(b.ep));
     add("v", s(a.virtual_stages), s(b.virtual_stages));
     add("mb", s(a.micro_batch), s(b.micro_batch));
     add("zero", s(a.zero_stage), s(b.zero_stage));
@@ -122,6 +123,7 @@ std::string biggest_loss(const TimeBreakdown& a, const TimeBreakdown& b) {
         {"compute", b.compute - a.compute},
         {"TP communication", b.tp_comm - a.tp_comm},
         {"CP communication", b.cp_comm - a.cp_comm},
+        {"EP all-to-all", b.ep_comm - a.ep_comm},
         {"pipeline bubble", b.pp_bubble - a.pp_bubble},
         {"pipeline send/recv", b.pp_comm - a.pp_comm},
         {"exposed DP communication", b.dp_comm - a.dp_comm},

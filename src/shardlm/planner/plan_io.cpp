@@ -67,7 +67,7 @@ private:
 cost::ModelShape model_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "model",
                    {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "arch",
-                    "tied_embeddings", "dropout"});
+                    "tied_embeddings", "dropout", "experts", "top_k", "expert_ffn", "shared_experts"});
     for (const char* key : {"layers", "hidden", "heads", "vocab"}) f.require(key);
     cost::Arch arch;
     const std::string a = f.get<std::string>("arch", "gpt");
@@ -82,6 +82,8 @@ cost::ModelShape model_from_json(const json& j, const std::string& source) {
     m.ffn_hidden = f.get<int>("ffn_hidden", m.ffn_hidden);
     m.tied_embeddings = f.get<bool>("tied_embeddings", m.tied_embeddings);
     m.dropout = f.get<bool>("dropout", m.dropout);
+    m.experts = f.get<int>("experts", 0), m.top_k = f.get<int>("top_k", m.experts ? 2 : 0);
+    m.expert_ffn = f.get<int>("expert_ffn", m.ffn_hidden), m.shared_experts = f.get<int>("shared_experts", 0);
     return m;
 }
 
@@ -145,9 +147,10 @@ Policy policy_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "policy",
                    {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
                     "sequence_parallel", "precision", "schedule", "attention", "grad_accum_fp32", "framework",
-                    "compile", "cp_comm"});
+                    "compile", "cp_comm", "ep"});
     Policy p;
     p.tp = f.get<int>("tp", 1), p.pp = f.get<int>("pp", 1), p.dp = f.get<int>("dp", 0), p.cp = f.get<int>("cp", 1);
+    p.ep = f.get<int>("ep", 1);
     p.zero_stage = f.get<int>("zero_stage", 0);
     p.micro_batch = f.get<int64_t>("micro_batch", 1);
     const std::string sched = f.get<std::string>("schedule", "1f1b");
@@ -184,7 +187,9 @@ json model_to_json(const cost::ModelShape& m) {
     return {{"name", m.name},         {"layers", m.layers},         {"hidden", m.hidden},
             {"heads", m.heads},       {"kv_heads", m.kv_heads},     {"ffn_hidden", m.ffn_hidden},
             {"vocab", m.vocab},       {"seq_len", m.seq_len},       {"arch", cost::arch_name(m.arch)},
-            {"tied_embeddings", m.tied_embeddings}, {"dropout", m.dropout}, {"params", cost::total_params(m)}};
+            {"tied_embeddings", m.tied_embeddings}, {"dropout", m.dropout}, {"params", cost::total_params(m)},
+            {"experts", m.experts}, {"top_k", m.top_k}, {"expert_ffn", m.expert_ffn},
+            {"shared_experts", m.shared_experts}, {"active_params", cost::active_params(m)}};
 }
 
 json cluster_to_json(const Cluster& c) {
@@ -224,6 +229,7 @@ json policy_to_json(const Policy& p) {
             {"pp", p.pp},
             {"dp", p.dp},
             {"cp", p.cp},
+            {"ep", p.ep},
             {"cp_comm", enum_name(cost::kCpCommNames, p.cp_comm)},
             {"zero_stage", p.zero_stage},
             {"micro_batch", p.micro_batch},
@@ -258,6 +264,7 @@ json estimate_to_json(const Estimate& e) {
              {{"compute", t.compute},
               {"tp_comm", t.tp_comm},
               {"cp_comm", t.cp_comm},
+              {"ep_comm", t.ep_comm},
               {"pp_bubble", t.pp_bubble},
               {"pp_comm", t.pp_comm},
               {"dp_comm", t.dp_comm},

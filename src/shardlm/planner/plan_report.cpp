@@ -35,9 +35,10 @@ std::string policy_row(int rank, const Estimate& e) {
 std::string breakdown_row(int rank, const Estimate& e) {
     const MemoryBreakdown& m = e.memory;
     const TimeBreakdown& t = e.time;
-    return printf_string("%3d %7.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f %6.3f %6.3f %6.3f %6.3f %6.3f %6.3f", rank,
+    return printf_string("%3d %7.1f %6.1f %6.1f %6.1f %6.1f %6.1f | %8.3f %6.3f %6.3f %6.3f %6.3f %6.3f %6.3f %6.3f", rank,
                          m.params / 1e9, m.grads / 1e9, m.optimizer / 1e9, m.activations / 1e9, m.buffers / 1e9,
-                         m.total() / 1e9, t.compute, t.tp_comm, t.cp_comm, t.pp_bubble, t.pp_comm, t.dp_comm, t.optimizer);
+                         m.total() / 1e9, t.compute, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_bubble, t.pp_comm, t.dp_comm,
+                         t.optimizer);
 }
 
 }  // namespace
@@ -64,7 +65,7 @@ std::string format_table(const std::vector<Estimate>& rows, const Cluster& c) {
     for (size_t i = 0; i < rows.size(); i++) out += policy_row(int(i + 1), rows[i]) + "\n";
     out += cat("\n    memory per GPU, GB (fullest stage; GPU has ", c.gpu.memory_gb,
                ")          | step time, s (exposed)\n");
-    out += "  #  params  grads  optim  activ   bufs  total |  compute     tp     cp bubble     pp     dp  optim\n";
+    out += "  #  params  grads  optim  activ   bufs  total |  compute     tp     cp     ep bubble     pp     dp  optim\n";
     for (size_t i = 0; i < rows.size(); i++) out += breakdown_row(int(i + 1), rows[i]) + "\n";
     return out;
 }

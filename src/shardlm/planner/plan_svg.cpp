@@ -56,7 +56,8 @@ std::vector<Segment> memory_segments(const Estimate& e) {
 std::vector<Segment> time_segments(const Estimate& e) {
     const TimeBreakdown& t = e.time;
     return {{"compute", "#59a14f", t.compute},       {"TP comm", "#edc948", t.tp_comm},
-            {"CP comm", "#b07aa1", t.cp_comm},       {"PP bubble", "#ff9da7", t.pp_bubble},
+            {"CP comm", "#b07aa1", t.cp_comm},       {"EP all-to-all", "#86bcb6", t.ep_comm},
+            {"PP bubble", "#ff9da7", t.pp_bubble},
             {"PP send/recv", "#9c755f", t.pp_comm},  {"DP/ZeRO comm", "#d37295", t.dp_comm},
             {"optimizer", "#79706e", t.optimizer}};
 }

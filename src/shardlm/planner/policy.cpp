@@ -43,6 +43,7 @@ std::string describe(const Policy& p) {
                    : std::string(),
                p.attention == cost::Attention::Naive ? " naive-attention" : "",
                p.cp > 1 && p.cp_comm == cost::CpComm::Ring ? " cp-ring" : "",
+               p.ep > 1 ? cat(" ep=", p.ep) : std::string(),
                p.framework == Framework::Megatron ? std::string() : cat(" ", framework_name(p.framework)),
                p.compile == Compile::None ? "" : " compile=" + enum_name(kCompileNames, p.compile));
 }
@@ -91,10 +92,14 @@ std::string check_model_split(const cost::ModelShape& m, const Job& job, const P
     if (m.heads % p.tp != 0) return cat("tp=", p.tp, " does not divide the ", m.heads, " attention heads");
     if (m.kv_heads % p.tp != 0) return cat("tp=", p.tp, " does not divide the ", m.kv_heads, " KV heads");
     if (m.ffn_hidden % p.tp != 0) return cat("tp=", p.tp, " does not divide ffn_hidden ", m.ffn_hidden);
+    if (m.moe() && m.expert_ffn % p.tp != 0) return cat("tp=", p.tp, " does not divide expert_ffn ", m.expert_ffn);
     const int64_t chunks = int64_t(p.pp) * p.virtual_stages;
     if (chunks > m.layers) return cat("pp*virtual_stages = ", chunks, " exceeds the ", m.layers, " layers");
     if (p.virtual_stages > 1 && p.pp == 1) return "virtual_stages > 1 interleaves pipeline stages: it needs pp > 1";
     if (job.seq % p.cp != 0) return cat("cp=", p.cp, " does not divide the sequence of ", job.seq, " tokens");
+    if (p.ep < 1 || (p.ep > 1 && !m.moe())) return cat("ep=", p.ep, ": expert parallelism needs a mixture of experts");
+    if (m.moe() && (p.dp % p.ep != 0 || m.experts % p.ep != 0))
+        return cat("ep=", p.ep, " must divide dp (", p.dp, ") and the ", m.experts, " experts");
     if (p.sequence_parallel && p.tp > 1 && (job.seq / p.cp) % p.tp != 0)
         return cat("sequence parallelism splits the ", job.seq / p.cp, " tokens of a sequence (per cp rank) ", p.tp,
                    " ways: tp must divide them");

@@ -46,6 +46,7 @@ struct Policy {
     int pp = 1;
     int dp = 0;  // 0: num_gpus / (tp * pp * cp)
     int cp = 1;  // context parallelism: the sequence split cp ways
+    int ep = 1;  // expert parallelism (a mixture of experts): the experts split over groups of ep dp ranks
     // how attention reaches the other cp ranks' keys and values (cost/flops.h); all-gather: the model the
     // published runs were fitted with (Llama 3's); ring: this engine's default, Megatron-Core's p2p
     cost::CpComm cp_comm = cost::CpComm::AllGather;
@@ -96,7 +97,8 @@ struct MemoryBreakdown {  // bytes on one GPU
 
 struct TimeBreakdown {  // seconds per step
     double compute = 0, tp_comm = 0, cp_comm = 0, pp_bubble = 0, pp_comm = 0, dp_comm = 0, optimizer = 0;
-    double total() const { return compute + tp_comm + cp_comm + pp_bubble + pp_comm + dp_comm + optimizer; }
+    double ep_comm = 0;  // a mixture of experts' all-to-alls (dispatch and combine, forward and backward)
+    double total() const { return compute + tp_comm + cp_comm + ep_comm + pp_bubble + pp_comm + dp_comm + optimizer; }
 };
 
 }  // namespace shardlm::planner

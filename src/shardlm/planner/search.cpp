@@ -36,6 +36,15 @@ std::vector<int> cp_candidates(const Job& job, int64_t gpus_left) {
     return out;
 }
 
+// Expert parallelism: the divisors of dp that divide the experts (a mixture of experts only).
+std::vector<int> ep_candidates(const cost::ModelShape& m, int dp) {
+    std::vector<int> out{1};
+    if (!m.moe()) return out;
+    for (int ep = 2; ep <= dp; ep++)
+        if (dp % ep == 0 && m.experts % ep == 0) out.push_back(ep);
+    return out;
+}
+
 std::vector<int> pp_candidates(const cost::ModelShape& m, int64_t gpus_left) {
     std::vector<int> out;
     for (int p : divisors(gpus_left, m.layers))
@@ -59,7 +68,8 @@ struct Searcher {
 
     void note_leanest(const Estimate& e) {
         for (Estimate& l : leanest)
-            if (l.policy.tp == e.policy.tp && l.policy.cp == e.policy.cp && l.policy.pp == e.policy.pp) {
+            if (l.policy.tp == e.policy.tp && l.policy.cp == e.policy.cp && l.policy.pp == e.policy.pp &&
+                l.policy.ep == e.policy.ep) {
                 if (e.memory.total() < l.memory.total()) l = e;
                 return;
             }
@@ -133,7 +143,11 @@ struct Searcher {
                     if ((n / tp / cp) % pp) continue;
                     p.tp = tp, p.cp = cp, p.pp = pp, p.dp = int(n / tp / cp / pp);
                     if (job.global_batch % p.dp) continue;
-                    policies_of_grid(p);
+                    for (int ep : or_default(space.ep, ep_candidates(m, p.dp))) {
+                        if (p.dp % ep) continue;
+                        p.ep = ep;
+                        policies_of_grid(p);
+                    }
                 }
             }
         }

@@ -18,7 +18,7 @@ namespace shardlm::planner {
 
 // Restrictions of the search; an empty list means every value that fits.
 struct SearchSpace {
-    std::vector<int> tp, pp, cp, zero_stage, virtual_stages;
+    std::vector<int> tp, pp, cp, ep, zero_stage, virtual_stages;
     std::vector<int64_t> micro_batch;
     std::vector<cost::Recompute> recompute;
     std::vector<bool> sequence_parallel;

@@ -31,9 +31,11 @@ cost::ActivationSpec StageModel::activation_spec(Recompute r) const {
 
 // ---- memory -----------------------------------------------------------------------------------------
 
+double StageModel::block_experts() const { return double(cost::expert_params_per_block(m)) / (double(p.tp) * p.ep); }
+
 double StageModel::block_params() const {
-    const double split = double(cost::block_params_split(m));
-    return split / p.tp + (double(cost::unit_params(m).block) - split);
+    const double split = double(cost::block_params_split(m)), experts = double(cost::expert_params_per_block(m));
+    return (split - experts) / p.tp + block_experts() + (double(cost::unit_params(m).block) - split);
 }
 
 double StageModel::stage_params(int stage) const {
@@ -51,8 +53,11 @@ double StageModel::stage_params(int stage) const {
 MemoryBreakdown StageModel::memory(int stage) const {
     MemoryBreakdown mem;
     const cost::StateBytes sb = state_bytes();
-    const cost::ModelStateBytes ms = cost::model_state_bytes(stage_params(stage), sb, p.zero_stage, zero_group());
-    mem.params = ms.params, mem.grads = ms.grads, mem.optimizer = ms.optimizer;
+    // the experts sharded over the ranks holding them, the rest over data and context ranks
+    const double experts = stage_experts(stage);
+    const cost::ModelStateBytes ms = cost::model_state_bytes(stage_params(stage) - experts, sb, p.zero_stage, zero_group());
+    const cost::ModelStateBytes me = cost::model_state_bytes(experts, sb, p.zero_stage, expert_zero_group());
+    mem.params = ms.params + me.params, mem.grads = ms.grads + me.grads, mem.optimizer = ms.optimizer + me.optimizer;
     // DeepSpeed's pipeline engine runs each micro-batch's backward between clear_lp_grads() and
     // update_hp_grads(clear_lp_grads=False) (deepspeed/runtime/pipe/engine.py, bf16_optimizer.py): the
     // 16-bit gradients of every parameter stay allocated beside the fp32 accumulation, unsharded
@@ -142,11 +147,36 @@ double StageModel::gemm_s(double M, double N, double K, Precision prec) const {
 
 double StageModel::block_gemm_s() const {
     const double M = double(p.micro_batch) * job.seq / p.cp, h = m.hidden, t = p.tp;
-    const double f = double(m.ffn_hidden) / t, qkv = (h + 2 * double(m.kv_dim())) / t;
+    const double qkv = (h + 2 * double(m.kv_dim())) / t;
     const Precision q = p.precision;
-    double s = gemm_s(M, qkv, h, q) + gemm_s(M, h, h / t, q);
-    s += (m.arch == cost::Arch::Llama ? 2 : 1) * gemm_s(M, f, h, q) + gemm_s(M, h, f, q);
+    return gemm_s(M, qkv, h, q) + gemm_s(M, h, h / t, q) + mlp_gemm_s();
+}
+
+// The dense MLP's two (SwiGLU: three) products; a mixture of experts': each of this rank's E / ep experts over
+// its share of the ep ranks' M k choices (balanced: ep M k / E rows), the shared experts over all M rows, and
+// the router.
+double StageModel::mlp_gemm_s() const {
+    const double M = double(p.micro_batch) * job.seq / p.cp, h = m.hidden, t = p.tp;
+    const Precision q = p.precision;
+    const double first = m.arch == cost::Arch::Llama ? 2 : 1;
+    auto mlp = [&](double rows, double f) { return first * gemm_s(rows, f, h, q) + gemm_s(rows, h, f, q); };
+    if (!m.moe()) return mlp(M, double(m.ffn_hidden) / t);
+    const double local = double(m.experts) / p.ep, rows = double(p.ep) * M * m.top_k / m.experts;
+    double s = local * mlp(rows, double(m.expert_ffn) / t) + gemm_s(M, m.experts, h, Precision::Fp32);
+    if (m.shared_experts > 0) s += mlp(M, double(m.shared_experts) * m.expert_ffn / t);
     return s;
+}
+
+// Expert parallelism's all-to-alls of one layer and micro-batch, not overlapped: the dispatch (the activations'
+// type) and the combination (fp32) forward, and their gradients backward (fp32), each an even exchange of this
+// rank's M k rows of h over the ep group (once more forward with full recomputation).
+double StageModel::ep_layer_s() const {
+    if (!m.moe() || p.ep == 1) return 0.0;
+    const double rows = double(p.micro_batch) * job.seq / p.cp * m.top_k, h = m.hidden;
+    const cost::Link link = group_link(c, p.tp * p.cp * p.ep);
+    auto a2a = [&](double bytes) { return cost::collective_time_s(Collective::AllToAll, rows * h * bytes, p.ep, link); };
+    const double forward = a2a(value_bytes()) + a2a(4);
+    return forward * (p.recompute == Recompute::Full ? 2 : 1) + 2 * a2a(4);
 }
 
 // FP8 GEMMs read per-tensor scaled casts: each linear's input (forward) and output gradient
@@ -220,6 +250,7 @@ StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
         t.tp = std::max(0.0, t.tp - L * (p.recompute == Recompute::Full ? 4 : 3) * block_gemm_s());
 
     t.cp = L * cp_layer_s(attn);
+    t.ep = L * ep_layer_s();
     return t;
 }
 
@@ -248,10 +279,13 @@ double StageModel::cp_layer_s(double attn) const {
 }
 
 double StageModel::dp_exposed_s(int stage, const MicroBatch& mb) const {
-    const int n = zero_group();
-    if (n <= 1) return 0;
-    const cost::Link link = group_link(c, p.tp * p.cp * p.dp);
-    const double numel = stage_params(stage);
+    const double experts = stage_experts(stage);
+    return reduction_exposed_s(stage_params(stage) - experts, zero_group(), group_link(c, p.tp * p.cp * p.dp), mb) +
+           reduction_exposed_s(experts, expert_zero_group(), group_link(c, p.tp * p.cp * p.dp), mb);
+}
+
+double StageModel::reduction_exposed_s(double numel, int n, const cost::Link& link, const MicroBatch& mb) const {
+    if (n <= 1 || numel <= 0) return 0;
     const cost::StateBytes sb = state_bytes();
     const double units = layers_per_stage() + 1;  // blocks, and the embedding or head
     // a collective of time x that may overlap a window w: the last unit's share is never hidden
@@ -279,7 +313,9 @@ double StageModel::dp_exposed_s(int stage, const MicroBatch& mb) const {
 
 double StageModel::optimizer_s(int stage) const {
     const cost::StateBytes sb = state_bytes();
-    const double owned = stage_params(stage) / (p.zero_stage >= 1 ? zero_group() : 1);
+    const double experts = stage_experts(stage);
+    const double owned = p.zero_stage >= 1 ? (stage_params(stage) - experts) / zero_group() + experts / expert_zero_group()
+                                           : stage_params(stage);
     // read the gradient, read and write master weights and moments, write the 16-bit (or fp32) weights
     return owned * (sb.grads + 2 * sb.optimizer + sb.params) / hbm_bytes_per_s(c);
 }

@@ -31,19 +31,22 @@ struct StageModel {
     double layers_per_chunk() const { return double(m.layers) / (p.pp * p.virtual_stages); }
     double layers_per_stage() const { return double(m.layers) / p.pp; }
     int zero_group() const { return p.dp * p.cp; }  // ZeRO shards over data and context ranks
+    int expert_zero_group() const { return zero_group() / p.ep; }  // the experts': the ranks holding the same ones
     double padded_vocab() const;                     // a multiple of 128 t (Megatron pads the vocabulary)
     cost::ActivationSpec activation_spec(cost::Recompute r) const;
 
     // Parameters on one GPU of `stage`, before ZeRO (elements).
-    double block_params() const;  // one block's tensor-parallel shard
+    double block_params() const;   // one block's tensor-parallel shard (its experts: those of this ep rank)
+    double block_experts() const;  // of which the routed experts (0 for a dense model)
     double stage_params(int stage) const;
+    double stage_experts(int stage) const { return layers_per_stage() * block_experts(); }
     MemoryBreakdown memory(int stage) const;
 
     // One micro-batch on one GPU of `stage`, seconds.
     struct MicroBatch {
         double forward = 0, backward = 0;  // compute; backward includes the recomputed forward
-        double tp = 0, cp = 0;             // exposed communication
-        double total() const { return forward + backward + tp + cp; }
+        double tp = 0, cp = 0, ep = 0;     // exposed communication
+        double total() const { return forward + backward + tp + cp + ep; }
     };
     MicroBatch micro_batch_time(int stage) const;
     // Exposed data-parallel communication per step, given the stage's micro-batch times.
@@ -67,6 +70,10 @@ private:
     double block_memory_bound_s() const;                // forward memory-bound work of one block
     double attention_memory_bound_s() const;            // its attention-core part
     double cp_layer_s(double attn) const;                // context parallelism's exposed messages a layer
+    double ep_layer_s() const;                           // expert parallelism's all-to-alls a layer, forward and backward
+    double mlp_gemm_s() const;                           // forward products of one block's MLP (or experts)
+    // the exposed reductions of numel parameters over a group of n ranks
+    double reduction_exposed_s(double numel, int n, const cost::Link& link, const MicroBatch& mb) const;
     double head_forward_s() const;                      // logits GEMM + softmax/cross-entropy
 };
 

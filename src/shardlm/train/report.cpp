@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -163,6 +164,23 @@ std::string summary_value_text(const std::string& key, const ordered_json& v) {
 
 // --- metrics.jsonl ---
 
+namespace {
+
+// The largest expert's share over a row's "moe_load" layers (NaN without them).
+double largest_load(const json& row, const std::string& path, size_t line_no) {
+    auto it = row.find("moe_load");
+    if (it == row.end()) return MetricsRow::kNaN;
+    SHARDLM_CHECK(it->is_array(), "metrics file '", path, "' line ", line_no, ": 'moe_load' is ", it->type_name(),
+                  ", not an array\n---> HINT: one object per MoE layer, like {\"layer\": 0, \"max\": 0.3, ...}");
+    double m = MetricsRow::kNaN;
+    for (const auto& l : *it)
+        if (l.is_object() && l.contains("max") && l["max"].is_number())
+            m = std::isnan(m) ? l["max"].get<double>() : std::max(m, l["max"].get<double>());
+    return m;
+}
+
+}  // namespace
+
 std::vector<MetricsRow> read_metrics(const std::string& path) {
     std::string text = io::read_file(path);
     std::map<int64_t, MetricsRow> by_step;
@@ -211,6 +229,8 @@ std::vector<MetricsRow> read_metrics(const std::string& path) {
             r.lr = number_field(row, "lr", path, line_no);
             r.step_ms = number_field(row, "step_ms", path, line_no);
             r.tokens_per_s = number_field(row, "tokens_per_s", path, line_no);
+            r.aux_loss = number_field(row, "aux_loss", path, line_no);
+            r.load_max = largest_load(row, path, line_no);
             r.val_loss = val;  // a re-run step drops the val loss of the run it replaces
         } else {
             r.val_loss = val;
@@ -229,6 +249,7 @@ namespace {
 // What report.html shows of metrics.jsonl: the curves, and the rows the final numbers come from.
 struct Curves {
     std::vector<double> step, loss, lr, grad_norm, tokens_per_s, val_step, val_loss;
+    std::vector<double> aux_loss, load_max;  // a mixture of experts' (all NaN for a dense model)
     const MetricsRow* last = nullptr;  // the last training row
     const MetricsRow *last_val = nullptr, *best_val = nullptr;
     size_t train_steps = 0;
@@ -244,6 +265,7 @@ Curves collect_curves(const std::vector<MetricsRow>& rows) {
             c.step.push_back(double(r.step));
             c.loss.push_back(r.loss), c.lr.push_back(r.lr), c.grad_norm.push_back(r.grad_norm);
             c.tokens_per_s.push_back(r.tokens_per_s);
+            c.aux_loss.push_back(r.aux_loss), c.load_max.push_back(r.load_max);
             if (std::isfinite(r.step_ms)) c.train_ms += r.step_ms;
             c.last = &r;
             train_rows.push_back(&r);
@@ -268,7 +290,12 @@ struct Chart {
     ChartSpec spec;
 };
 
-// The four charts: loss (train and validation), throughput, learning rate, gradient norm.
+bool any_finite(const std::vector<double>& v) {
+    return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+
+// The four charts: loss (train and validation), throughput, learning rate, gradient norm; and for a mixture of
+// experts the balance loss and the largest expert's share of its layer's choices.
 std::vector<Chart> charts(const Curves& c) {
     auto one = [&](const char* id, const char* title, const char* ylabel, const std::vector<double>& y, const char* color) {
         ChartSpec s;
@@ -281,10 +308,17 @@ std::vector<Chart> charts(const Curves& c) {
     loss.series[0].name = "train";
     if (!c.val_step.empty()) loss.series.push_back({"val", c.val_step, c.val_loss, "#ff7f0e", true, true});
     if (c.step.empty()) loss.series.erase(loss.series.begin());
-    return {{"loss.svg", loss},
-            {"tokens_per_s.svg", one("tokens-per-s", "Throughput", "tokens/s", c.tokens_per_s, "#2ca02c")},
-            {"lr.svg", one("lr", "Learning rate", "learning rate", c.lr, "#9467bd")},
-            {"grad_norm.svg", one("grad-norm", "Gradient norm", "grad norm", c.grad_norm, "#d62728")}};
+    std::vector<Chart> out = {{"loss.svg", loss},
+                              {"tokens_per_s.svg", one("tokens-per-s", "Throughput", "tokens/s", c.tokens_per_s, "#2ca02c")},
+                              {"lr.svg", one("lr", "Learning rate", "learning rate", c.lr, "#9467bd")},
+                              {"grad_norm.svg", one("grad-norm", "Gradient norm", "grad norm", c.grad_norm, "#d62728")}};
+    if (any_finite(c.aux_loss)) {
+        out.push_back({"moe_balance.svg", one("moe-balance", "Experts' balance (E sum f P, 1 when even)", "balance",
+                                              c.aux_loss, "#8c564b")});
+        out.push_back({"moe_load.svg", one("moe-load", "Largest expert's share of its layer's choices", "share",
+                                           c.load_max, "#e377c2")});
+    }
+    return out;
 }
 
 std::string final_numbers(const Curves& c) {

@@ -23,6 +23,9 @@ struct MetricsRow {
     bool has_train = false;  // some line of this step carried `loss` (and the other train keys)
     double loss = kNaN, grad_norm = kNaN, lr = kNaN, step_ms = kNaN, tokens_per_s = kNaN;
     double val_loss = kNaN;  // validation loss measured after this step
+    // a mixture of experts: the balance loss (1 when balanced) and the largest expert's share of its layer's
+    // choices, over the MoE layers (NaN for a dense model)
+    double aux_loss = kNaN, load_max = kNaN;
 };
 
 // Reads metrics.jsonl: one object per line, blank lines ignored, rows sorted by step.

@@ -58,7 +58,8 @@ std::string stats_json(const StepStats& s) {
             const StepStats::MoeLoad& l = s.moe_load[i];
             j += std::string(i ? ", " : "") + "{\"layer\": " + std::to_string(l.layer) + ", \"min\": " +
                  json_number(l.min, "%.6g") + ", \"median\": " + json_number(l.median, "%.6g") + ", \"max\": " +
-                 json_number(l.max, "%.6g") + ", \"dropped\": " + json_number(l.dropped, "%.6g") + "}";
+                 json_number(l.max, "%.6g") + ", \"dropped\": " + json_number(l.dropped, "%.6g") +
+                 (l.bias_max >= 0 ? ", \"bias_max\": " + json_number(l.bias_max, "%.6g") : std::string()) + "}";
         }
         j += "]";
     }

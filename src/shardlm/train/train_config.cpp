@@ -171,6 +171,7 @@ void ModelSettings::apply_moe(model::GptConfig& c,
     if (aux_loss_coef >= 0) m.aux_coef = aux_loss_coef;
     if (z_loss_coef >= 0) m.z_coef = z_loss_coef;
     if (capacity_factor >= 0) m.capacity_factor = capacity_factor;
+    if (expert_bias_rate >= 0) m.bias_rate = expert_bias_rate;
 }
 
 model::GptConfig ModelSettings::config() const {
@@ -564,7 +565,7 @@ std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
              {"moe_ffn", value_text(m.expert_ffn())}, {"router", value_text(m.moe.router)},
              {"norm_topk", value_text(m.moe.norm_topk)}, {"moe_layers", m.moe.layers},
              {"aux_loss_coef", value_text(m.moe.aux_coef)}, {"z_loss_coef", value_text(m.moe.z_coef)},
-             {"capacity_factor", value_text(m.moe.capacity_factor)}};
+             {"capacity_factor", value_text(m.moe.capacity_factor)}, {"expert_bias_rate", value_text(m.moe.bias_rate)}};
     } catch (const std::exception&) {  // an HF directory no longer there: its shape is unknown here
     }
     const optim::OptimConfig o = c.optim_config();

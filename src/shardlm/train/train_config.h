@@ -93,7 +93,7 @@ struct ModelSettings {
     Override<model::Router> router;
     Override<bool> norm_topk;
     std::string moe_layers;
-    float aux_loss_coef = -1.0f, z_loss_coef = -1.0f, capacity_factor = -1.0f;
+    float aux_loss_coef = -1.0f, z_loss_coef = -1.0f, capacity_factor = -1.0f, expert_bias_rate = -1.0f;
     void apply_moe(model::GptConfig& c, const std::function<void(const std::string&, const std::string&)>& knob) const;
     // The model to build: the HF directory's config (init) or the preset with the overrides.
     model::GptConfig config() const;
@@ -302,6 +302,8 @@ void model_fields(S& c, F&& f) {
     f("z_loss_coef", c.z_loss_coef, "Mixture of experts: the router z-loss's coefficient (-1 = the model's: 0, off)");
     f("capacity_factor", c.capacity_factor, "Mixture of experts: each expert takes at most ceil(F k N / E) of a micro-batch's N "
       "tokens, dropping the choices of lowest router probability (-1 = the model's; 0 = dropless)");
+    f("expert_bias_rate", c.expert_bias_rate, "Mixture of experts: auxiliary-loss-free balancing (DeepSeek-V3): each expert's "
+      "choice bias moves by this much a step towards the mean load (-1 = the model's; 0 = off)");
 }
 
 // The data and the schedule's length. (DataSettings)

@@ -140,6 +140,7 @@ bool Trainer::resume_from_checkpoint() {
         start_step_ = meta["step"];
         if (meta.contains("loss_scaler"))
             scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
+        restore_expert_bias(meta, all[i]);
         SHARDLM_CHECK(start_step_ <= cfg_.data.steps, "--steps ", cfg_.data.steps, " is below the step of the checkpoint to resume (",
                       start_step_, ", ", all[i], "): resuming would train a negative number of steps",
                       "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.output.out,
@@ -298,8 +299,33 @@ double Trainer::sum_over_world(StepStats& s, const parallel::PipelineExecutor::R
     return std::sqrt(norms.clip) / scaler_.scale();
 }
 
+// DeepSeek-V3's auxiliary-loss-free balancing: layer l's choice bias moves by the rate towards the mean load, from
+// the step's loads summed over the world (the same on every rank), and its largest magnitude is logged.
+void Trainer::update_expert_bias(int l, const double* load, StepStats::MoeLoad& logged) {
+    std::vector<float>& bias = e_.part->expert_bias();
+    if (bias.empty()) return;
+    const int E = model_cfg_.moe.n_experts;
+    const float rate = model_cfg_.moe.bias_rate;
+    double mean = 0;
+    for (int e = 0; e < E; e++) mean += load[e] / E;
+    float* b = bias.data() + size_t(l) * size_t(E);
+    for (int e = 0; e < E; e++) {
+        b[e] += load[e] < mean ? rate : load[e] > mean ? -rate : 0.0f;
+        logged.bias_max = std::max(logged.bias_max, double(std::fabs(b[e])));
+    }
+}
+
+void Trainer::restore_expert_bias(const nlohmann::json& meta, const std::string& dir) {
+    std::vector<float>& bias = e_.part->expert_bias();
+    if (bias.empty() || !meta.contains("expert_bias")) return;
+    const std::vector<float> saved = meta["expert_bias"].get<std::vector<float>>();
+    SHARDLM_CHECK(saved.size() == bias.size(), dir, "/meta.json: field 'expert_bias' holds ", saved.size(),
+                  " values, this model's MoE layers ", bias.size(), "\n---> HINT: resume with the model the checkpoint was trained with");
+    bias = saved;
+}
+
 // The step's expert loads and objective terms from their sums over the world (model/moe.h: MoeStats).
-void Trainer::moe_step_stats(StepStats& s, const double* sums) const {
+void Trainer::moe_step_stats(StepStats& s, const double* sums) {
     if (!model_cfg_.has_moe()) return;
     const int E = model_cfg_.moe.n_experts, per = E + model::MoeStats::kExtra;
     double aux = 0, z = 0, dropped = 0, choices = 0;
@@ -315,6 +341,7 @@ void Trainer::moe_step_stats(StepStats& s, const double* sums) const {
         s.moe_load.push_back({l, load.front() / total, (load[size_t(E - 1) / 2] + load[size_t(E) / 2]) / 2 / total,
                               load.back() / total, x[E] / total});
         aux += x[E + 1] / micro, z += x[E + 2] / micro, dropped += x[E], choices += total, layers++;
+        update_expert_bias(l, x, s.moe_load.back());
     }
     if (layers == 0) return;
     s.aux_loss = aux / layers, s.z_loss = z / layers, s.moe_dropped = dropped / choices;
@@ -512,6 +539,7 @@ bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
     }
     nlohmann::json extra = nlohmann::json::object();
     if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
+    if (!e_.part->expert_bias().empty()) extra["expert_bias"] = e_.part->expert_bias();
     if (async_ckpt_.pending()) publish_async_checkpoint(true);  // one in flight at a time, in order
     std::vector<AlignedBuffer<float>> replica;  // where replicas differ: this rank's own, while the mean is written
     const std::vector<RankTensor> rank = checkpoint_rank_tensors(replica);

@@ -48,6 +48,7 @@ struct StepStats {
     struct MoeLoad {
         int layer = 0;
         double min = 0, median = 0, max = 0, dropped = 0;
+        double bias_max = -1;  // the choice bias's largest magnitude after the step (< 0: no bias)
     };
     double aux_loss = -1, z_loss = -1, moe_dropped = -1;  // < 0: a dense model
     std::vector<MoeLoad> moe_load;
@@ -91,7 +92,9 @@ private:
     parallel::PipelineExecutor::Batch make_batch(std::function<int(int)> rows, RowReader read);
     int* whole_row(int which);  // a buffer of --seq ints: 0 inputs, 1 targets, 2 document starts
     void reset_step_counters();
-    void moe_step_stats(StepStats& s, const double* sums) const;
+    void moe_step_stats(StepStats& s, const double* sums);
+    void update_expert_bias(int layer, const double* load, StepStats::MoeLoad& logged);
+    void restore_expert_bias(const nlohmann::json& meta, const std::string& dir);
     void dp_comm_rows(std::string& out) const;
     double sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r);
     void update_or_skip(StepStats& s, double clip_norm);
