@@ -273,6 +273,46 @@ TEST_F(Moe, ExpertBiasBalancesWithoutTheAuxiliaryLoss) {
     }
 }
 
+// The experts are parameter units like any other to the optimisers and the schedules: other optimisers under
+// dp2 ep2 ZeRO-1, and the interleaved and ZBV pipelines, equal one process's run of the same optimiser.
+TEST_F(Moe, OtherOptimisersAndSchedulesEqualOneProcess) {
+    struct C {
+        const char* name;
+        const char* common;  // both runs
+        int np;
+        const char* layout;
+    };
+    const C cases[] = {
+        {"lion, dp2 ep2 ZeRO-1", "--optimizer lion --lr 3e-4 --lr-schedule constant", 2, "--dp 2 --ep 2 --zero 1"},
+        {"radam, dp2 ep2", "--optimizer radam --lr 3e-3 --lr-schedule constant", 2, "--dp 2 --ep 2"},
+        {"sophia, dp2 ep2 ZeRO-2", "--optimizer sophia --lr 3e-4 --hess-interval 2 --lr-schedule constant", 2,
+         "--dp 2 --ep 2 --zero 2"},
+        {"interleaved pp2 v2", "", 2, "--pp 2 --schedule interleaved --virtual-stages 2"},
+        {"zbv pp2", "", 2, "--pp 2 --schedule zbv"},
+    };
+    // the reference's optimiser flags replaced by the case's
+    auto with = [](std::string cmd, const std::string& optimiser) {
+        const std::string adamw =
+            "--optimizer adamw --lr 3e-3 --lr-schedule constant --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-6";
+        if (!optimiser.empty()) cmd.replace(cmd.find(adamw), adamw.size(), optimiser);
+        return cmd;
+    };
+    for (const C& c : cases) {
+        const fs::path one = tmp / "one", other = tmp / "other";
+        fs::remove_all(one), fs::remove_all(other);
+        run(with(train("--steps 6 --threads 1 --out " + one.string()), c.common));
+        run(mpirun(c.np) + with(train(std::string(c.layout) + " --steps 6 --threads 1 --out " + other.string()), c.common));
+        const auto a = shardlm::test::metrics(one), b = shardlm::test::metrics(other);
+        ASSERT_EQ(a.size(), 6u) << c.name;
+        ASSERT_EQ(b.size(), 6u) << c.name;
+        for (size_t s = 0; s < a.size(); s++) {
+            EXPECT_NEAR(double(b[s]["loss"]), double(a[s]["loss"]), 1e-5 * double(a[s]["loss"])) << c.name << " " << s;
+            EXPECT_NEAR(double(b[s]["grad_norm"]), double(a[s]["grad_norm"]), 1e-5 * double(a[s]["grad_norm"]))
+                << c.name << " " << s;
+        }
+    }
+}
+
 // A trained Mixtral exports as an HF Mixtral directory (Mixtral's keys and names), holding the checkpoint's values
 // to the bit, and re-exports unchanged; a model Mixtral cannot express (shared experts) is refused with the reason.
 TEST_F(Moe, HfMixtralRoundTripsBitExact) {
