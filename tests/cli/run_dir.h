@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shardlm/core/aligned_buffer.h"
+#include "shardlm/io/atomic_file.h"
 #include "shardlm/model/layout.h"
 #include "shardlm/model/weights.h"
 
@@ -108,6 +109,22 @@ inline void expect_reference_params(const std::filesystem::path& ckpt, const std
     fs::copy_file(fixture + "/config.json", scratch / "config.json", fs::copy_options::overwrite_existing);
     fs::copy_file(fixture + "/final.safetensors", scratch / "model.safetensors", fs::copy_options::overwrite_existing);
     expect_same_params(ckpt, scratch, what, rel);
+}
+
+// A run's losses and gradient norms from step `from` on against a float64 reference fixture's expected.json,
+// each to `rel` of the reference's value.
+inline void expect_reference_curve(const std::filesystem::path& run, const std::string& fixture, const std::string& what,
+                                   double rel = 1e-5, size_t from = 0) {
+    const auto expected = nlohmann::json::parse(io::read_file(fixture + "/expected.json"));
+    const auto rows = metrics(run);
+    ASSERT_EQ(rows.size(), expected["losses"].size()) << what;
+    for (size_t s = from; s < rows.size(); s++) {
+        const double loss = rows[s]["loss"], ref = expected["losses"][s];
+        const double gn = rows[s]["grad_norm"], gref = expected["grad_norms"][s];
+        EXPECT_EQ(rows[s]["step"], int(s)) << what;
+        EXPECT_NEAR(loss, ref, rel * ref) << what << ", step " << s;
+        EXPECT_NEAR(gn, gref, rel * gref) << what << ", step " << s;
+    }
 }
 
 }  // namespace shardlm::test

@@ -53,16 +53,7 @@ protected:
     }
     // the run's losses and gradient norms against the float64 reference (measured: 5e-8 and 1e-6)
     static void expect_reference(const fs::path& run, const std::string& what, size_t from = 0) {
-        const auto expected = nlohmann::json::parse(shardlm::io::read_file(kFix + "/expected.json"));
-        const auto rows = shardlm::test::metrics(run);
-        ASSERT_EQ(rows.size(), expected["losses"].size()) << what;
-        for (size_t s = from; s < rows.size(); s++) {
-            const double loss = rows[s]["loss"], ref = expected["losses"][s];
-            const double gn = rows[s]["grad_norm"], gref = expected["grad_norms"][s];
-            EXPECT_EQ(rows[s]["step"], int(s)) << what;
-            EXPECT_NEAR(loss, ref, 1e-5 * ref) << what << ", step " << s;
-            EXPECT_NEAR(gn, gref, 1e-5 * gref) << what << ", step " << s;
-        }
+        shardlm::test::expect_reference_curve(run, kFix, what, 1e-5, from);
     }
 };
 

@@ -14,6 +14,7 @@
 #include <regex>
 #include <string>
 
+#include "cli_run.h"
 #include "run_dir.h"
 #include "shardlm/io/atomic_file.h"
 #include "shardlm/io/safetensors.h"
@@ -27,12 +28,8 @@ const std::string kFix = kSrc + "/tests/fixtures/mixtral_tiny";
 // a dense layer, then an MoE layer with a shared expert, a sigmoid router, the top k not renormalised, capacity 0.75
 const std::string kVariants = kSrc + "/tests/fixtures/moe_variants";
 
-class Moe : public ::testing::Test {
+class Moe : public shardlm::test::CliTest {
 protected:
-    fs::path tmp = fs::temp_directory_path() / ("shardlm_moe_" + std::to_string(::getpid()));
-    void SetUp() override { fs::create_directories(tmp); }
-    void TearDown() override { fs::remove_all(tmp); }
-
     // the reference's hyper-parameters (expected.json "hyper"): G = 4 rows of T = 16, micro-batches of 2 rows
     static std::string train(const std::string& extra, const std::string& batch = "--global-batch 4 --micro-batch 2",
                              const std::string& fix = kFix) {
@@ -40,34 +37,12 @@ protected:
                " --optimizer adamw --lr 3e-3 --lr-schedule constant --weight-decay 0.1" +
                " --beta1 0.9 --beta2 0.95 --eps 1e-6 --grad-clip 1.0 --val-every 0 --sample-tokens 0 " + extra;
     }
-    static std::string mpirun(int np) {
-        return std::string(SHARDLM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " ";
-    }
-    std::string run(const std::string& cmd) {
-        const std::string log = (tmp / "run.log").string();
-        const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
-        const std::string out = shardlm::io::read_file(log);
-        EXPECT_EQ(rc, 0) << cmd << "\n" << out;
-        return out;
-    }
-    void fails(const std::string& cmd, const std::string& want) {
-        const std::string log = (tmp / "err.log").string();
-        EXPECT_NE(std::system((cmd + " > " + log + " 2>&1").c_str()), 0) << cmd;
-        const std::string o = shardlm::io::read_file(log);
-        EXPECT_NE(o.find(want), std::string::npos) << cmd << "\n" << o;
-    }
+    static std::string mpirun(int np) { return shardlm::test::mpirun(np); }
+    std::string run(const std::string& cmd) { return CliTest::run(cmd, "run"); }
     // losses and gradient norms against the float64 reference (one process measured: 4e-7 and 1.3e-6)
     static void expect_reference(const fs::path& run, const std::string& what, double rel = 1e-5,
                                  const std::string& fix = kFix) {
-        const auto expected = nlohmann::json::parse(shardlm::io::read_file(fix + "/expected.json"));
-        const auto rows = shardlm::test::metrics(run);
-        ASSERT_EQ(rows.size(), expected["losses"].size()) << what;
-        for (size_t s = 0; s < rows.size(); s++) {
-            const double loss = rows[s]["loss"], ref = expected["losses"][s];
-            const double gn = rows[s]["grad_norm"], gref = expected["grad_norms"][s];
-            EXPECT_NEAR(loss, ref, rel * ref) << what << ", step " << s;
-            EXPECT_NEAR(gn, gref, rel * gref) << what << ", step " << s;
-        }
+        shardlm::test::expect_reference_curve(run, fix, what, rel);
     }
 };
 
@@ -264,7 +239,9 @@ TEST_F(Moe, ExpertBiasBalancesWithoutTheAuxiliaryLoss) {
             const double steps = double(l["bias_max"]) / 0.01;
             EXPECT_NEAR(steps, std::round(steps), 1e-3) << "step " << s;
             EXPECT_LE(steps, double(s + 1) + 1e-3) << "step " << s;
-            if (s == 0) EXPECT_NEAR(steps, 1.0, 1e-3) << "the first step's loads are uneven";
+            if (s == 0) {
+                EXPECT_NEAR(steps, 1.0, 1e-3) << "the first step's loads are uneven";
+            }
         }
         for (const auto* other : {&b, &c})
             EXPECT_NEAR(double((*other)[s]["loss"]), double(a[s]["loss"]), 1e-5 * double(a[s]["loss"])) << "step " << s;

@@ -392,11 +392,4 @@ void moe_router_grad(const UnitContext& u, const MoeGrads& g, const MoeKeep& k, 
         }
     }
 }
-
-size_t moe_all_to_all_bytes(const GptConfig& c, int N, int ep, DType act) {
-    if (ep <= 1) return 0;
-    const size_t rows = size_t(N) * size_t(c.moe.top_k) * size_t(ep - 1) / size_t(ep);
-    return rows * size_t(c.n_embd) * (dtype_bytes(act) + 3 * sizeof(float));
-}
-
 }  // namespace shardlm::model

@@ -113,8 +113,6 @@ public:
     void add(int layer, const MoeActs& a);
     std::vector<double>& sums() { return sums_; }  // layer-major, E + kExtra a layer
     const std::vector<double>& sums() const { return sums_; }
-    int experts() const { return E_; }
-    int layers() const { return L_; }
 
 private:
     int E_, L_;
@@ -156,9 +154,5 @@ void moe_fc_grad(const UnitContext& u, const MoeGrads& g, const MoeActs& a, cons
 void moe_proj_grad(const UnitContext& u, const MoeGrads& g, const MoeActs& a, const MoeKeep& k, int b, int e, bool acc);
 void moe_router_grad(const UnitContext& u, const MoeGrads& g, const MoeKeep& k, const void* x, int r0, int n, int b,
                      int e);
-// All-to-all bytes a rank sends per MoE layer and micro-batch of N tokens when its choices spread evenly
-// over the experts (the planner's estimate): four exchanges of (ep - 1) / ep of its N k rows of C, the
-// dispatch in the activations' type, the combination and the backward's two in fp32.
-size_t moe_all_to_all_bytes(const GptConfig& c, int N, int ep, DType act);
 
 }  // namespace shardlm::model

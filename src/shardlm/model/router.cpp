@@ -28,9 +28,8 @@ static float route_token(const MoeConfig& m, int E, int K, float* z, float* p, i
     float mx = z[0];
     for (int e = 1; e < E; e++) mx = std::max(mx, z[e]);
     float sum = 0;
-    for (int e = 0; e < E; e++) sum += std::exp(z[e] - mx);
-    for (int e = 0; e < E; e++)
-        p[e] = m.router == Router::Softmax ? std::exp(z[e] - mx) / sum : 1.0f / (1.0f + std::exp(-z[e]));
+    for (int e = 0; e < E; e++) sum += (p[e] = std::exp(z[e] - mx));
+    for (int e = 0; e < E; e++) p[e] = m.router == Router::Softmax ? p[e] / sum : 1.0f / (1.0f + std::exp(-z[e]));
     float total = 0;
     for (int k = 0; k < K; k++) {
         int best = -1;

@@ -23,7 +23,6 @@ bool reduces_in_backward(const DpAlgorithm* a) { return !a || !a->local_gradient
 
 GradSync::GradSync(comm::Collectives& dp, model::ModelPart& part, Options o)
     : dp_(dp),
-      edp_(o.experts ? o.experts : &dp),
       part_(part),
       store_(part.layout(), shard_groups(dp, o.experts), residency(o.zero, part.precision().param != DType::F32),
              part.precision().param, o.reduce_dtype),
@@ -56,7 +55,7 @@ void GradSync::gather_params(float* out) {
     }
     const auto& units = store_.units();
     for (size_t u = 0; u < units.size(); u++)
-        (store_.expert_unit(int(u)) ? *edp_ : dp_)
+        zero_->group(int(u))
             .iall_gather_bytes(store_.master() + store_.shard_offset(int(u)), out + units[u].offset,
                                store_.shard_elems(int(u)) * sizeof(float))
             .wait();

@@ -125,7 +125,6 @@ private:
     void after_update(optim::Optimizer& opt, int step);
 
     comm::Collectives& dp_;
-    comm::Collectives* edp_;
     model::ModelPart& part_;
     ParamStore store_;
     std::unique_ptr<ZeroStrategy> zero_;

@@ -101,6 +101,9 @@ public:
     // micro-batches per chunk, over the units of `group` (UnitGroup: all, the dp group's or the experts').
     virtual std::array<size_t, 3> expected_step_bytes(int micro, UnitGroup group = UnitGroup::All) const = 0;
 
+    // The group a unit's gradient is reduced over and its slices gathered in: the dp group, or the experts'.
+    comm::Collectives& group(int unit) const { return store_.expert_unit(unit) ? edp_ : dp_; }
+
     // Seconds the training thread waited for communication since the last reset.
     double exposed_comm_s() const { return exposed_s_; }
     void reset_exposed() { exposed_s_ = 0; }
@@ -114,8 +117,7 @@ protected:
     void gather_updated_slices();
     // bytes this rank sends in op k of elems elements over unit's group (-1: the dp group)
     size_t ring_bytes(comm::OpKind k, size_t elems, DType t, int unit = -1) const;
-    // the group a unit's gradient is reduced over and its slices gathered in: the dp group, or the experts'
-    comm::Collectives& group(int unit) const { return store_.expert_unit(unit) ? edp_ : dp_; }
+
     // stages 1-3's bytes: every unit reduce-scattered `reductions` times and all-gathered once
     std::array<size_t, 3> sharded_step_bytes(int reductions, UnitGroup group) const;
     bool in_group(int unit, UnitGroup g) const { return g == UnitGroup::All || store_.expert_unit(unit) == (g == UnitGroup::Experts); }

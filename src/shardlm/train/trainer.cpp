@@ -334,7 +334,7 @@ void Trainer::moe_step_stats(StepStats& s, const double* sums) {
     for (int l = 0; l < model_cfg_.n_layer; l++) {
         const double* x = sums + size_t(l) * size_t(per);
         const double micro = x[E + 3];
-        if (!model_cfg_.is_moe(l) || micro == 0) continue;
+        if (micro == 0) continue;  // a dense layer (or one no rank ran)
         std::vector<double> load(x, x + E);
         const double total = std::accumulate(load.begin(), load.end(), 0.0);
         std::sort(load.begin(), load.end());
