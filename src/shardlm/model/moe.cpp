@@ -1,6 +1,6 @@
-// model/moe.cpp: the mixture-of-experts feed-forward (model/moe.h): dispatch, the exchange with the other
-// expert-parallel ranks, the experts, the combination, their backward and the experts' weight gradients.
-// The router is model/router.cpp's.
+// model/moe.cpp: the mixture-of-experts feed-forward (model/moe.h): the experts, their backward and their
+// weight gradients, around the router (model/router.cpp) and the tokens' dispatch, exchange between
+// expert-parallel ranks and combination (model/moe_dispatch.cpp).
 #include "shardlm/model/moe.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "shardlm/kernels/gelu.h"
 #include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/gemm/tuner.h"
+#include "shardlm/model/moe_dispatch.h"
 #include "shardlm/model/router.h"
 #include "shardlm/model/unit_ops.h"
 
@@ -75,124 +76,6 @@ void MoeStats::add(int layer, const MoeActs& a) {
 
 namespace {
 
-// Each kept choice's row among the dispatched ones (grouped by expert, tokens in order), and its input row.
-void dispatch(const UnitContext& u, const MoeDims& d, MoeActs& a, MoeScratch& s, const void* x, int N) {
-    const int E = d.E, K = d.K;
-    const size_t row_bytes = size_t(u.cfg->n_embd) * dtype_bytes(u.prec.activation);
-    std::fill(a.offsets.data(), a.offsets.data() + E + 1, 0);
-    for (int j = 0; j < N * K; j++)
-        if (a.slot[size_t(j)] >= 0) a.offsets[size_t(a.choice[size_t(j)]) + 1]++;
-    for (int e = 0; e < E; e++) a.offsets[size_t(e) + 1] += a.offsets[size_t(e)];
-    std::fill(s.fill.data(), s.fill.data() + E, 0);
-    for (int j = 0; j < N * K; j++)
-        if (a.slot[size_t(j)] >= 0) {
-            const int e = a.choice[size_t(j)];
-            a.slot[size_t(j)] = a.offsets[size_t(e)] + s.fill[size_t(e)]++;
-        }
-    char* xe = static_cast<char*>(a.xe.data());
-    const char* xs = static_cast<const char*>(x);
-#pragma omp parallel for schedule(static)
-    for (int j = 0; j < N * K; j++)
-        if (a.slot[size_t(j)] >= 0) std::memcpy(xe + size_t(a.slot[size_t(j)]) * row_bytes, xs + size_t(j / K) * row_bytes, row_bytes);
-}
-
-// ---- the exchange between expert-parallel ranks ------------------------------------------------------
-
-// The all-to-all's blocks: rows to and from each ep rank (the dispatched side: rows for its experts; the
-// expert side: each rank's rows for this rank's experts, in the order they arrive).
-struct Blocks {
-    std::vector<size_t> to, to_off, from, from_off;
-};
-
-Blocks exchange_blocks(const MoeDims& d, const MoeActs& a) {
-    Blocks b;
-    size_t at = 0;
-    for (int j = 0; j < d.ep; j++) {
-        b.to.push_back(size_t(a.offsets[size_t(j + 1) * d.El] - a.offsets[size_t(j) * d.El]));
-        b.to_off.push_back(size_t(a.offsets[size_t(j) * d.El]));
-        size_t n = 0;
-        for (int e = 0; e < d.El; e++) n += size_t(a.from[size_t(j) * d.El + e]);
-        b.from.push_back(n), b.from_off.push_back(at), at += n;
-    }
-    return b;
-}
-
-// rows (in `row` bytes each) of block counts, scaled to bytes
-std::vector<size_t> scaled(const std::vector<size_t>& rows, size_t row) {
-    std::vector<size_t> v(rows);
-    for (size_t& x : v) x *= row;
-    return v;
-}
-
-// Every ep rank's loads of this rank's experts (a.from), the grouped order of the rows they will send
-// (a.loffsets, a.place) and how many arrive.
-void plan_exchange(const UnitContext& u, const MoeDims& d, MoeActs& a) {
-    const int ep = d.ep, me = u.ep->rank();
-    std::vector<int> mine(static_cast<size_t>(d.E)), all(static_cast<size_t>(ep) * d.E);
-    for (int e = 0; e < d.E; e++) mine[size_t(e)] = a.offsets[size_t(e) + 1] - a.offsets[size_t(e)];
-    u.ep->all_gather_bytes(mine.data(), all.data(), sizeof(int) * size_t(d.E));
-    u.scratch->moe.count_gathers++;
-    for (int j = 0; j < ep; j++)
-        for (int e = 0; e < d.El; e++) a.from[size_t(j) * d.El + e] = all[size_t(j) * d.E + size_t(me) * d.El + e];
-    // grouped: expert by expert, within an expert rank by rank; arriving: rank by rank, within a rank by expert
-    a.loffsets[0] = 0;
-    for (int e = 0; e < d.El; e++) {
-        int n = 0;
-        for (int j = 0; j < ep; j++) n += a.from[size_t(j) * d.El + e];
-        a.loffsets[size_t(e) + 1] = a.loffsets[size_t(e)] + n;
-    }
-    a.received = a.loffsets[size_t(d.El)];
-    std::vector<int> next(a.loffsets.data(), a.loffsets.data() + d.El);
-    int r = 0;
-    for (int j = 0; j < ep; j++)
-        for (int e = 0; e < d.El; e++)
-            for (int i = 0; i < a.from[size_t(j) * d.El + e]; i++) a.place[size_t(r++)] = next[size_t(e)]++;
-}
-
-// Rows of `row` bytes between the arriving order (staging) and the grouped order: to_grouped copies arriving
-// row r to grouped row place[r]; else back.
-void permute_rows(const MoeActs& a, void* grouped, void* staging, size_t row, bool to_grouped) {
-    char* g = static_cast<char*>(grouped);
-    char* s = static_cast<char*>(staging);
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < a.received; r++) {
-        char* gp = g + size_t(a.place[size_t(r)]) * row;
-        char* sp = s + size_t(r) * row;
-        if (to_grouped) std::memcpy(gp, sp, row);
-        else std::memcpy(sp, gp, row);
-    }
-}
-
-// Bytes of the rows a block list sends to the other ranks.
-size_t sent_to_others(const std::vector<size_t>& rows, int me, size_t row) {
-    size_t n = 0;
-    for (size_t j = 0; j < rows.size(); j++)
-        if (int(j) != me) n += rows[j];
-    return n * row;
-}
-
-// Dispatched rows (send side, `row` bytes each) to the experts' ranks, arriving grouped at `grouped`.
-void send_to_experts(const UnitContext& u, const MoeDims& d, const MoeActs& a, MoeScratch& s, const void* rows,
-                     void* grouped, size_t row) {
-    const Blocks b = exchange_blocks(d, a);
-    s.exchanged_bytes += sent_to_others(b.to, u.ep->rank(), row);
-    const auto to = scaled(b.to, row), to_off = scaled(b.to_off, row);
-    const auto from = scaled(b.from, row), from_off = scaled(b.from_off, row);
-    u.ep->all_to_all_bytes(rows, to.data(), to_off.data(), s.staging.data(), from.data(), from_off.data());
-    permute_rows(a, grouped, s.staging.data(), row, true);
-}
-
-// The experts' rows (grouped, `row` bytes each) back to the ranks that dispatched them, into `rows`.
-void return_from_experts(const UnitContext& u, const MoeDims& d, const MoeActs& a, MoeScratch& s, void* grouped,
-                         void* rows, size_t row) {
-    const Blocks b = exchange_blocks(d, a);
-    s.exchanged_bytes += sent_to_others(b.from, u.ep->rank(), row);
-    permute_rows(a, grouped, s.staging.data(), row, false);
-    const auto to = scaled(b.to, row), to_off = scaled(b.to_off, row);
-    const auto from = scaled(b.from, row), from_off = scaled(b.from_off, row);
-    u.ep->all_to_all_bytes(s.staging.data(), from.data(), from_off.data(), rows, to.data(), to_off.data());
-}
-
 // ---- the experts ---------------------------------------------------------------------------------------
 
 // Local expert e's rows [r0, r0 + n) of the expert side's buffers.
@@ -248,30 +131,21 @@ void experts_backward(const UnitContext& u, const MoeDims& d, const MoeWeights& 
 
 void moe_forward(const UnitContext& u, const MoeWeights& w, MoeActs& a, MoeScratch& s, const void* x, float* out, int N) {
     const MoeDims d = dims(u);
-    const int C = u.cfg->n_embd, K = d.K;
+    const int C = u.cfg->n_embd;
     route(u, d, a, router_f32(u, w, s), w.bias, x, N);
     count_and_drop(u, d, a, N);
-    dispatch(u, d, a, s, x, N);
     const size_t act_row = size_t(C) * dtype_bytes(u.prec.activation), f32_row = size_t(C) * sizeof(float);
+    dispatch_rows(d, a, s, x, act_row, N);
     if (d.ep > 1) {
-        plan_exchange(u, d, a);
-        send_to_experts(u, d, a, s, a.xe.data(), a.xl.data(), act_row);
+        plan_exchange(*u.ep, d, a, s);
+        send_to_experts(*u.ep, d, a, s, a.xe.data(), a.xl.data(), act_row);
         experts_forward(u, d, w, a, a.yl.data());
-        return_from_experts(u, d, a, s, a.yl.data(), a.ye.data(), f32_row);
+        return_from_experts(*u.ep, d, a, s, a.yl.data(), a.ye.data(), f32_row);
     } else {
         a.received = a.offsets[size_t(d.E)];
         experts_forward(u, d, w, a, a.ye.data());
     }
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float* o = out + size_t(i) * C;
-        for (int k = 0; k < K; k++) {
-            const int r = a.slot[size_t(i) * K + k];
-            if (r < 0) continue;
-            const float g = a.gate[size_t(i) * K + k], *y = a.ye.data() + size_t(r) * C;
-            for (int c = 0; c < C; c++) o[c] += g * y[c];
-        }
-    }
+    combine_rows(a, a.ye.data(), a.gate.data(), out, N, d.K, C);
 }
 
 void moe_backward_input(const UnitContext& u, const MoeWeights& w, const MoeActs& a, MoeKeep& k, MoeScratch& s,
@@ -298,23 +172,13 @@ void moe_backward_input(const UnitContext& u, const MoeWeights& w, const MoeActs
     // the experts, each over its rows (on the experts' ranks)
     const size_t f32_row = size_t(C) * sizeof(float);
     if (d.ep > 1) {
-        send_to_experts(u, d, a, s, k.dye.data(), k.dyl.data(), f32_row);
+        send_to_experts(*u.ep, d, a, s, k.dye.data(), k.dyl.data(), f32_row);
         experts_backward(u, d, w, a, k, s, k.dyl.data(), s.dxl.data());
-        return_from_experts(u, d, a, s, s.dxl.data(), s.dx.data(), f32_row);
+        return_from_experts(*u.ep, d, a, s, s.dxl.data(), s.dx.data(), f32_row);
     } else {
         experts_backward(u, d, w, a, k, s, k.dye.data(), s.dx.data());
     }
-    // back to the tokens, in the order of their choices
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float* o = dx + size_t(i) * C;
-        for (int kk = 0; kk < K; kk++) {
-            const int r = a.slot[size_t(i) * K + kk];
-            if (r < 0) continue;
-            const float* g = s.dx.data() + size_t(r) * C;
-            for (int c = 0; c < C; c++) o[c] += g[c];
-        }
-    }
+    combine_rows(a, s.dx.data(), nullptr, dx, N, K, C);  // back to the tokens, in the order of their choices
 }
 
 void moe_router_input_grad(const UnitContext& u, const MoeWeights& w, const MoeKeep& k, MoeScratch& s, float* dx, int r0,
