@@ -141,6 +141,36 @@ TEST_F(Flight, ATrainingRunEndedByCommTimeoutNamesTheStalledRank) {
     EXPECT_NE(none.out.find("is not a directory"), std::string::npos) << none.out;
 }
 
+// A mixture of experts: the records carry the last step each rank finished and the expert loads after it
+// (the metrics row's), so that a hang in an all-to-all reads beside the loads that sized it.
+TEST_F(Flight, AnExpertParallelRunsRecordsHoldItsLastStepAndTheExpertLoads) {
+    const fs::path out = tmp / "run";
+    const CmdResult r = job(shardlm::test::mpirun(2, "-x SHARDLM_TEST_STALL=1:2") + shardlm::test::kBin +
+                            " train --model tiny --n-layer 2 --n-head 4 --n-embd 48 --vocab-size 211 --n-experts 4 "
+                            "--top-k 2 --moe-layers 1 --data " + shardlm::test::kFix + "/data.bin --seq 16 --global-batch 4 "
+                            "--micro-batch 1 --threads 1 --steps 10 --dp 2 --ep 2 --comm-timeout 3 --out " + out.string());
+    EXPECT_NE(r.code, 0) << r.out;
+    const CmdResult a = report(out / "flight");
+    ASSERT_EQ(a.code, 0) << a.out;
+    EXPECT_NE(a.out.find("last step finished: 2 (world ranks 0,1)\n"), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("expert loads after step 2 "), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("  layer 1: "), std::string::npos) << a.out;
+    EXPECT_EQ(a.out.find("  layer 0: "), std::string::npos) << a.out;  // a dense layer
+    EXPECT_NE(a.out.find("stalled: world rank 1\n"), std::string::npos) << a.out;
+    // the loads in each rank's record are those metrics.jsonl holds for step 2
+    std::ifstream metrics(out / "metrics.jsonl");
+    std::string line, second;
+    for (int i = 0; i < 2 && std::getline(metrics, line); i++) second = line;
+    const nlohmann::json row = nlohmann::json::parse(second);
+    for (const char* rank : {"rank0.json", "rank1.json"}) {
+        std::ifstream dump(out / "flight" / rank);
+        const nlohmann::json d = nlohmann::json::parse(dump);
+        ASSERT_TRUE(d.contains("last_step")) << rank;
+        EXPECT_EQ(d["last_step"]["step"], 1) << rank;
+        EXPECT_EQ(d["last_step"]["moe_load"], row.at("moe_load")) << rank;
+    }
+}
+
 TEST_F(Flight, Sigusr1DumpsAndTheRunGoesOn) {
     const fs::path out = tmp / "run";
     // rank 0 raises SIGUSR1 before step 2: it dumps its record and training finishes normally

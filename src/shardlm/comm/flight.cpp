@@ -45,6 +45,7 @@ struct Recorder {
     std::vector<GroupInfo> groups;
     std::map<std::pair<std::string, std::vector<int>>, int> group_index;
     std::string dir;
+    std::string last_step;  // set_last_step(): a metrics row, parsed when a dump is written
 
     Record* find(uint64_t id, int64_t slot) {
         if (slot < 0 || size_t(slot) >= ring.size() || ring[size_t(slot)].id != id) return nullptr;  // overwritten
@@ -207,11 +208,13 @@ nlohmann::json snapshot(const std::string& reason) {
     Recorder& r = rec();
     std::vector<Record> recs;
     json groups = json::array();
+    std::string last_step;
     {
         std::lock_guard lk(r.mu);
         for (const Record& x : r.ring)
             if (x.id != 0) recs.push_back(x);
         for (const GroupInfo& g : r.groups) groups.push_back({{"name", g.name}, {"members", g.members}});
+        last_step = r.last_step;
     }
     std::sort(recs.begin(), recs.end(), [](const Record& a, const Record& b) { return a.id < b.id; });
     json ops = json::array();
@@ -234,9 +237,16 @@ nlohmann::json snapshot(const std::string& reason) {
     }
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
-    return json{{"flight_record", 1},      {"world_rank", world_rank()}, {"pid", int(::getpid())},
-                {"host", std::string(host)}, {"reason", reason},         {"now", now_s()},
-                {"unix_time", double(std::time(nullptr))}, {"groups", groups}, {"ops", ops}};
+    json out{{"flight_record", 1},      {"world_rank", world_rank()}, {"pid", int(::getpid())},
+             {"host", std::string(host)}, {"reason", reason},         {"now", now_s()},
+             {"unix_time", double(std::time(nullptr))}, {"groups", groups}, {"ops", ops}};
+    if (json row = json::parse(last_step, nullptr, /*allow_exceptions=*/false); row.is_object()) out["last_step"] = std::move(row);
+    return out;
+}
+
+void set_last_step(std::string metrics_row) {
+    std::lock_guard lk(rec().mu);
+    rec().last_step = std::move(metrics_row);
 }
 
 std::string dump(const std::string& reason) {

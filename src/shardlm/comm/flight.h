@@ -48,6 +48,11 @@ void poke(const char* reason);
 std::string dump(const std::string& reason);
 // The records as JSON (what dump() writes).
 nlohmann::json snapshot(const std::string& reason);
+// What the job last finished, beside its operations: the trainer's metrics row of its last step
+// (train/run_output.h: stats_json: the step, loss, gradient norm and, for a mixture of experts, each
+// layer's expert loads, the shares that sized its all-to-alls). Every dump carries it as "last_step";
+// analyse() prints the step each rank reached and the loads. Empty (the default): none.
+void set_last_step(std::string metrics_row);
 
 // ---- recording (comm/group.cpp and comm/progress.cpp) --------------------------------------------
 struct GroupInfo {

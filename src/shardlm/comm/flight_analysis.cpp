@@ -72,6 +72,7 @@ struct Records {
     std::set<int> waiting;        // ranks whose own record shows them stuck in an operation (waiting for another)
     std::map<int, double> quiet;  // seconds from a rank's last communication event (issue, start or end) to its dump
     std::map<int, std::string> reasons;
+    std::map<int, json> last_step;  // a rank's "last_step": the metrics row of the last step it finished
     int world = 0;
 };
 
@@ -117,6 +118,7 @@ Records read_records(const std::vector<json>& dumps) {
             else v.coll[r][x.seq] = x;
         }
         a.quiet[r] = last < 0 ? now : now - last;
+        if (auto it = d.find("last_step"); it != d.end() && it->is_object()) a.last_step[r] = *it;
     }
     return a;
 }
@@ -283,6 +285,38 @@ std::string records_header(const Records& a) {
     return out.str();
 }
 
+std::string share(const json& row, const char* key) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f", row.value(key, 0.0));
+    return b;
+}
+
+// The step each rank last finished and, for a mixture of experts, the expert loads after the latest
+// (the world's shares: the same on every rank that finished it): a hang in an all-to-all reads beside
+// the loads that sized it.
+std::string last_step_lines(const Records& a) {
+    if (a.last_step.empty()) return "";
+    std::map<int, std::vector<int>> by_step;  // steps finished -> world ranks
+    for (const auto& [r, row] : a.last_step) by_step[row.value("step", -1) + 1].push_back(r);
+    std::string out = "last step finished:";
+    for (const auto& [s, ranks] : by_step)
+        out += " " + std::to_string(s) + " (world rank" + (ranks.size() > 1 ? "s " : " ") + join(ranks) + ")";
+    std::vector<int> none;
+    for (int r : a.have)
+        if (!a.last_step.count(r)) none.push_back(r);
+    if (!none.empty()) out += " none (world rank" + std::string(none.size() > 1 ? "s " : " ") + join(none) + ")";
+    out += "\n";
+    const json& latest = a.last_step.at(by_step.rbegin()->second.front());
+    const auto loads = latest.find("moe_load");
+    if (loads == latest.end() || !loads->is_array()) return out;
+    out += "expert loads after step " + std::to_string(by_step.rbegin()->first) +
+           " (each layer's share of its choices: min / median / max, dropped):\n";
+    for (const json& l : *loads)
+        out += "  layer " + std::to_string(l.value("layer", -1)) + ": " + share(l, "min") + " / " + share(l, "median") +
+               " / " + share(l, "max") + ", dropped " + share(l, "dropped") + "\n";
+    return out;
+}
+
 }  // namespace
 
 std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
@@ -294,7 +328,7 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
         if (std::string f = collective_finding(v, a, culprits); !f.empty()) findings.push_back(f);
         p2p_findings(v, a, culprits, findings);
     }
-    std::string out = records_header(a);
+    std::string out = records_header(a) + last_step_lines(a);
     if (findings.empty()) return out + "the records agree: no rank is missing from an operation the others entered\n";
     const std::vector<int> roots = stalled_roots(a, culprits);
     if (stalled) *stalled = roots;
