@@ -8,7 +8,8 @@
    (1 rank x 2 threads, 2 ranks x 1 thread, 4 ranks x 1 thread on the 2 cores), into
    bench/calibration/cpu-NxT.json.
 2. Every layout below trains a small GPT (4 layers, h = 256, 4 heads, GPT-2 vocabulary, T = 128,
-   G = 8 sequences, AdamW, fp32) for --steps steps with --memory-report. Measured: the median step
+   G = 8 sequences, AdamW, fp32), or ("moe ...") the same with 8 experts of width 512 and top 2 in every
+   layer, for --steps steps with --memory-report. Measured: the median step
    time of the steps after the first two (metrics.jsonl), and the largest peak RSS over the ranks.
 3. `shardlm plan --model --cluster --policy --global-batch --seq --json` predicts the same layout
    on the calibrated cluster: step_time_s, and memory_gb_per_gpu.total (the fullest rank).
@@ -27,6 +28,10 @@ import sys
 
 MODEL = {"name": "small-gpt-4x256", "layers": 4, "hidden": 256, "heads": 4, "vocab": 50257, "seq_len": 128,
          "arch": "gpt", "dropout": False}
+# the same GPT with a mixture of experts in every layer: 8 experts of width 2h, 2 chosen per token (the dense
+# model's active FLOPs); the engine's flags for it
+MOE_MODEL = dict(MODEL, name="small-moe-4x256-8e", experts=8, top_k=2, expert_ffn=512)
+MOE_FLAGS = "--n-experts 8 --top-k 2 --moe-ffn 512"
 SEQ, GLOBAL_BATCH = 128, 8
 
 # name, ranks, threads per rank, engine flags, planner policy
@@ -51,6 +56,12 @@ LAYOUTS = [
      {"cp": 2, "micro_batch": 8, "cp_comm": "allgather", "attention": "flash"}),
     ("dp2 x cp2 ZeRO-1", 4, 1, "--micro-batch 4 --cp 2 --zero 1",
      {"dp": 2, "cp": 2, "micro_batch": 4, "zero_stage": 1, "cp_comm": "ring", "attention": "flash"}),
+    # the mixture of experts (MOE_MODEL): the experts replicated, and split over two ranks (all-to-all)
+    ("moe 1 rank", 1, 2, "--micro-batch 8", {"micro_batch": 8}),
+    ("moe dp2", 2, 1, "--micro-batch 4", {"dp": 2, "micro_batch": 4}),
+    ("moe dp2 ep2", 2, 1, "--micro-batch 4 --ep 2", {"dp": 2, "ep": 2, "micro_batch": 4}),
+    ("moe dp2 ep2 ZeRO-1", 2, 1, "--micro-batch 4 --ep 2 --zero 1", {"dp": 2, "ep": 2, "micro_batch": 4, "zero_stage": 1}),
+    ("moe dp4 ep2", 4, 1, "--micro-batch 2 --ep 2", {"dp": 4, "ep": 2, "micro_batch": 2}),
 ]
 
 
@@ -80,8 +91,9 @@ def main():
     binary = f"{a.build}/shardlm"
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.calibration, exist_ok=True)
-    model_file = f"{a.out}/model.json"
-    json.dump(MODEL, open(model_file, "w"))
+    model_files = {False: f"{a.out}/model.json", True: f"{a.out}/moe_model.json"}
+    json.dump(MODEL, open(model_files[False], "w"))
+    json.dump(MOE_MODEL, open(model_files[True], "w"))
 
     layouts = [l for l in LAYOUTS if a.only in l[0]]
     clusters = {}
@@ -99,14 +111,15 @@ def main():
         pfile = run + ".policy.json"
         # the engine's attention keeps its probabilities (materialized); its own framework constants
         json.dump(dict(dict(precision="fp32", attention="naive", framework="shardlm"), **policy), open(pfile, "w"))
-        pred = json.loads(sh(f"{binary} plan --model {model_file} --cluster {clusters[(ranks, threads)]} "
+        moe = name.startswith("moe ")
+        pred = json.loads(sh(f"{binary} plan --model {model_files[moe]} --cluster {clusters[(ranks, threads)]} "
                              f"--policy {pfile} --global-batch {GLOBAL_BATCH} --seq {SEQ} --json"))
         if not pred["feasible"]:
             sys.exit(f"compare_planner: the planner finds '{name}' infeasible: {pred.get('reason')}")
         log = sh(f"{mpirun(ranks) if ranks > 1 else ''}{binary} train --model small --n-layer 4 --n-embd 256 "
                  f"--n-head 4 --seq {SEQ} --global-batch {GLOBAL_BATCH} --data data/sotu/sotu_train.bin "
                  f"--threads {threads} --steps {a.steps} --lr 1e-4 --sample-tokens 0 --memory-report "
-                 f"--out {run} --overwrite {flags}")
+                 f"--out {run} --overwrite {MOE_FLAGS if moe else ''} {flags}")
         rss = [float(x) for x in re.findall(r"peak RSS MiB\s+([0-9.]+)", log)]
         if len(rss) != ranks:
             sys.exit(f"compare_planner: expected {ranks} memory reports in the log of '{name}', found {len(rss)}")

@@ -27,6 +27,8 @@ const std::string kBin = std::string(SHARDLM_BINARY_DIR) + "/shardlm";
 const std::string kFix = kSrc + "/tests/fixtures/mixtral_tiny";
 // a dense layer, then an MoE layer with a shared expert, a sigmoid router, the top k not renormalised, capacity 0.75
 const std::string kVariants = kSrc + "/tests/fixtures/moe_variants";
+// an HF OLMoE: the queries and keys normalised, the experts by LLaMA's MLP names, the top k not renormalised
+const std::string kOlmoe = kSrc + "/tests/fixtures/olmoe_tiny";
 
 class Moe : public shardlm::test::CliTest {
 protected:
@@ -70,6 +72,9 @@ TEST_F(Moe, TrainsEqualToFloat64PytorchInEveryLayout) {
         {"dp2 ep2 x tp2 + sequence parallelism", 4, "--dp 2 --ep 2 --tp 2 --sequence-parallel --threads 1"},
         {"dp2 ep2 x pp2 ZB-H1", 4, "--dp 2 --ep 2 --pp 2 --schedule zb-h1 --threads 1"},
         {"dp2 ep2, full recomputation", 2, "--dp 2 --ep 2 --recompute full --threads 1"},
+        // context parallelism: the balance loss's counts and probabilities summed over the cp ranks' tokens
+        {"cp2", 2, "--cp 2 --threads 1"},
+        {"dp2 ep2 x cp2 ZeRO-1", 4, "--dp 2 --ep 2 --cp 2 --zero 1 --threads 1"},
     };
     for (const L& l : layouts) {
         const fs::path out = tmp / "run";
@@ -84,7 +89,8 @@ TEST_F(Moe, TrainsEqualToFloat64PytorchInEveryLayout) {
 }
 
 // What Mixtral lacks, against its own float64 reference (tests/fixtures/moe_variants: about 30 % of the choices
-// dropped each step): one process (and the final parameters), tp2 + sequence parallelism, pp2, dp2 ep2 ZeRO-3.
+// dropped each step): one process (and the final parameters), tp2 + sequence parallelism, pp2, dp2 ep2 ZeRO-3,
+// and cp2 alone and under dp2 ep2 ZeRO-3 (the capacity ranks every cp rank's choices of a micro-batch).
 TEST_F(Moe, VariantsEqualToFloat64Pytorch) {
     struct L {
         const char* name;
@@ -96,6 +102,8 @@ TEST_F(Moe, VariantsEqualToFloat64Pytorch) {
         {"tp2 + sequence parallelism", 2, "--tp 2 --sequence-parallel --threads 1"},
         {"pp2", 2, "--pp 2 --threads 1"},
         {"dp2 ep2 ZeRO-3", 2, "--dp 2 --ep 2 --zero 3 --threads 1"},
+        {"cp2", 2, "--cp 2 --threads 1"},
+        {"dp2 ep2 x cp2 ZeRO-3", 4, "--dp 2 --ep 2 --cp 2 --zero 3 --threads 1"},
     };
     const std::string batch = "--global-batch 4 --micro-batch 2";
     for (const L& l : layouts) {
@@ -114,14 +122,14 @@ TEST_F(Moe, VariantsEqualToFloat64Pytorch) {
 
 // The metrics: the balance loss (1 when balanced, near 1 at initialisation), the z-loss, each layer's
 // loads as shares (summing to 1 over its experts: min <= 1/E <= max), nothing dropped without a capacity;
-// the same values under dp2 as in one process (the statistics cover the global batch).
+// the same values under dp2 and cp2 as in one process (the statistics cover the global batch).
 TEST_F(Moe, MetricsCarryTheBalanceAndTheLoads) {
-    const fs::path one = tmp / "one", dp = tmp / "dp";
+    const fs::path one = tmp / "one", dp = tmp / "dp", cp = tmp / "cp";
     run(train("--steps 3 --threads 2 --out " + one.string()));
     run(mpirun(2) + train("--dp 2 --threads 1 --steps 3 --out " + dp.string()));
-    const auto a = shardlm::test::metrics(one), b = shardlm::test::metrics(dp);
+    run(mpirun(2) + train("--cp 2 --threads 1 --steps 3 --out " + cp.string()));
+    const auto a = shardlm::test::metrics(one);
     ASSERT_EQ(a.size(), 3u);
-    ASSERT_EQ(b.size(), 3u);
     for (size_t s = 0; s < a.size(); s++) {
         const double aux = a[s]["aux_loss"], z = a[s]["z_loss"];
         EXPECT_GT(aux, 0.99);
@@ -135,10 +143,16 @@ TEST_F(Moe, MetricsCarryTheBalanceAndTheLoads) {
             EXPECT_LE(double(l["min"]), double(l["median"]));
             EXPECT_LE(double(l["median"]), double(l["max"]));
         }
-        EXPECT_NEAR(double(b[s]["aux_loss"]), aux, 1e-6 * aux) << "step " << s;
-        EXPECT_NEAR(double(b[s]["z_loss"]), z, 1e-6 * z) << "step " << s;
-        for (size_t l = 0; l < 2; l++)
-            EXPECT_EQ(b[s]["moe_load"][l]["max"], a[s]["moe_load"][l]["max"]) << "step " << s << " layer " << l;
+    }
+    for (const fs::path& dir : {dp, cp}) {
+        const auto b = shardlm::test::metrics(dir);
+        ASSERT_EQ(b.size(), 3u) << dir;
+        for (size_t s = 0; s < a.size(); s++) {
+            SCOPED_TRACE(dir.filename().string() + " step " + std::to_string(s));
+            EXPECT_NEAR(double(b[s]["aux_loss"]), double(a[s]["aux_loss"]), 1e-6 * double(a[s]["aux_loss"]));
+            EXPECT_NEAR(double(b[s]["z_loss"]), double(a[s]["z_loss"]), 1e-6 * double(a[s]["z_loss"]));
+            for (size_t l = 0; l < 2; l++) EXPECT_EQ(b[s]["moe_load"][l]["max"], a[s]["moe_load"][l]["max"]) << "layer " << l;
+        }
     }
     // the report draws the balance and the largest load beside the loss
     run(kBin + " report " + one.string());
@@ -250,16 +264,26 @@ TEST_F(Moe, ExpertBiasBalancesWithoutTheAuxiliaryLoss) {
     }
 }
 
-// The experts are parameter units like any other to the optimisers and the schedules: other optimisers under
-// dp2 ep2 ZeRO-1, and the interleaved and ZBV pipelines, equal one process's run of the same optimiser.
+// The experts are parameter units like any other to the optimisers and the schedules: every other optimiser
+// under dp2 ep2 (ZeRO 0-3), and the GPipe, interleaved and ZBV pipelines, equal one process's run of the same
+// optimiser. 8-bit Adam to 1e-3: its states are rounded to 8-bit codes, and another summation order moves a
+// value across a code's midpoint now and then (tests/cli/test_optimizers.cpp: kQuantisedApart).
 TEST_F(Moe, OtherOptimisersAndSchedulesEqualOneProcess) {
     struct C {
         const char* name;
         const char* common;  // both runs
         int np;
         const char* layout;
+        double rel = 1e-5;
     };
     const C cases[] = {
+        {"sgd, dp2 ep2 ZeRO-1", "--optimizer sgd --lr 0.05 --momentum 0.9 --lr-schedule constant", 2,
+         "--dp 2 --ep 2 --zero 1"},
+        {"adafactor, dp2 ep2 ZeRO-3", "--optimizer adafactor --eps 1e-6 --lr 3e-3 --lr-schedule constant", 2,
+         "--dp 2 --ep 2 --zero 3"},
+        {"adam8bit, dp2 ep2 ZeRO-2", "--optimizer adam8bit --eps 1e-6 --optim-block 256 --lr 3e-3 --lr-schedule constant",
+         2, "--dp 2 --ep 2 --zero 2", 1e-3},
+        {"gpipe pp2", "", 2, "--pp 2 --schedule gpipe"},
         {"lion, dp2 ep2 ZeRO-1", "--optimizer lion --lr 3e-4 --lr-schedule constant", 2, "--dp 2 --ep 2 --zero 1"},
         {"radam, dp2 ep2", "--optimizer radam --lr 3e-3 --lr-schedule constant", 2, "--dp 2 --ep 2"},
         {"sophia, dp2 ep2 ZeRO-2", "--optimizer sophia --lr 3e-4 --hess-interval 2 --lr-schedule constant", 2,
@@ -283,8 +307,8 @@ TEST_F(Moe, OtherOptimisersAndSchedulesEqualOneProcess) {
         ASSERT_EQ(a.size(), 6u) << c.name;
         ASSERT_EQ(b.size(), 6u) << c.name;
         for (size_t s = 0; s < a.size(); s++) {
-            EXPECT_NEAR(double(b[s]["loss"]), double(a[s]["loss"]), 1e-5 * double(a[s]["loss"])) << c.name << " " << s;
-            EXPECT_NEAR(double(b[s]["grad_norm"]), double(a[s]["grad_norm"]), 1e-5 * double(a[s]["grad_norm"]))
+            EXPECT_NEAR(double(b[s]["loss"]), double(a[s]["loss"]), c.rel * double(a[s]["loss"])) << c.name << " " << s;
+            EXPECT_NEAR(double(b[s]["grad_norm"]), double(a[s]["grad_norm"]), c.rel * double(a[s]["grad_norm"]))
                 << c.name << " " << s;
         }
     }
@@ -315,6 +339,80 @@ TEST_F(Moe, HfMixtralRoundTripsBitExact) {
     fails(kBin + " export --init " + kVariants + " --out " + (tmp / "refused").string(), "shared experts");
 }
 
+// An HF OLMoE (tests/fixtures/olmoe_tiny: the queries and keys RMS-normalised over all heads before the rotary
+// embeddings, 8 experts under mlp. by LLaMA's MLP names, the top 2 not renormalised) against its float64
+// reference: one process (and the final parameters), full recomputation, tp2 (the norms' sums over the group),
+// tp2 + SP, pp2, dp2 ep2 ZeRO-1, cp2 and dp2 ep2 x tp2 ZeRO-3. It exports as an OLMoE directory bit for bit and
+// re-exports unchanged; a preset with the norms generates.
+TEST_F(Moe, OlmoeEqualsFloat64PytorchAndRoundTrips) {
+    struct L {
+        const char* name;
+        int np;
+        const char* flags;
+    };
+    const L layouts[] = {
+        {"one process", 1, "--threads 2"},
+        {"full recomputation", 1, "--recompute full --threads 2"},
+        {"tp2", 2, "--tp 2 --threads 1"},
+        {"tp2 + sequence parallelism", 2, "--tp 2 --sequence-parallel --threads 1"},
+        {"pp2", 2, "--pp 2 --threads 1"},
+        {"dp2 ep2 ZeRO-1", 2, "--dp 2 --ep 2 --zero 1 --threads 1"},
+        {"cp2", 2, "--cp 2 --threads 1"},
+        {"dp2 ep2 x tp2 ZeRO-3", 4, "--dp 2 --ep 2 --tp 2 --zero 3 --threads 1"},
+    };
+    const std::string batch = "--global-batch 4 --micro-batch 2";
+    const fs::path out = tmp / "olmoe";
+    for (const L& l : layouts) {
+        run((l.np > 1 ? mpirun(l.np) : std::string()) +
+            train(std::string(l.flags) + " --steps 10 --overwrite --out " + out.string(), batch, kOlmoe));
+        expect_reference(out, l.name, 1e-5, kOlmoe);
+        if (l.np == 1) shardlm::test::expect_reference_params(out / "ckpt_00000010", kOlmoe, tmp / "ref", l.name);
+    }
+    const fs::path ckpt = out / "ckpt_00000010", hf = tmp / "hf", hf2 = tmp / "hf2";
+    run(kBin + " export --init " + ckpt.string() + " --out " + hf.string());
+    const auto cfg = nlohmann::json::parse(shardlm::io::read_file((hf / "config.json").string()));
+    EXPECT_EQ(cfg["model_type"], "olmoe");
+    EXPECT_EQ(cfg["num_experts"], 8);
+    EXPECT_EQ(cfg["num_experts_per_tok"], 2);
+    EXPECT_EQ(cfg["norm_topk_prob"], false);
+    EXPECT_FALSE(cfg.contains("num_local_experts"));
+    shardlm::io::SafetensorsReader st((hf / "model.safetensors").string());
+    for (const auto& [name, shape] : {std::pair{"model.layers.0.self_attn.q_norm.weight", std::vector<int64_t>{48}},
+                                      std::pair{"model.layers.0.self_attn.k_norm.weight", std::vector<int64_t>{24}},
+                                      std::pair{"model.layers.1.mlp.gate.weight", std::vector<int64_t>{8, 48}},
+                                      std::pair{"model.layers.1.mlp.experts.7.down_proj.weight", std::vector<int64_t>{48, 32}}}) {
+        ASSERT_NE(st.find(name), nullptr) << name;
+        EXPECT_EQ(st.find(name)->shape, shape) << name;
+    }
+    EXPECT_EQ(shardlm::test::checkpoint_params(ckpt), shardlm::test::checkpoint_params(hf));
+    run(kBin + " export --init " + hf.string() + " --out " + hf2.string());
+    EXPECT_EQ(shardlm::io::read_file((hf / "model.safetensors").string()),
+              shardlm::io::read_file((hf2 / "model.safetensors").string()));
+    // a preset with the norms and experts is an OLMoE and generates (the key/value cache holds the normalised keys);
+    // without experts HF has no such model: export refuses it with the reason
+    const fs::path preset = tmp / "preset", dense = tmp / "dense";
+    const std::string base = kBin + " train --model llama-tiny --n-ctx 64 --qk-norm true --data " + kFix +
+                             "/data.bin --seq 16 --global-batch 4 --micro-batch 2 --val-every 0 --sample-tokens 0 "
+                             "--threads 2 --steps 2 --out ";
+    run(base + preset.string() + " --n-experts 4");
+    EXPECT_NE(shardlm::io::read_file((preset / "ckpt_00000002" / "config.json").string()).find("\"olmoe\""), std::string::npos);
+    run(kBin + " generate --ckpt " + preset.string() + " --prompt a --max-tokens 4");
+    run(base + dense.string());
+    fails(kBin + " export --init " + (dense / "ckpt_00000002").string() + " --out " + (tmp / "refused").string(),
+          "q/k norms without experts");
+    run(kBin + " generate --ckpt " + dense.string() + " --prompt a --max-tokens 4");  // (its config.json reads back)
+    // what shardlm cannot compute is refused, naming the file and the key
+    const fs::path clipped = tmp / "clipped";
+    fs::copy(kOlmoe, clipped);
+    auto j = nlohmann::json::parse(shardlm::io::read_file((clipped / "config.json").string()));
+    j["clip_qkv"] = 8.0;
+    shardlm::io::write_file_atomic((clipped / "config.json").string(), j.dump());
+    fails(kBin + " export --init " + clipped.string() + " --out " + (tmp / "refused2").string(), "clip_qkv 8.0 is not supported");
+    j.erase("clip_qkv"), j.erase("num_experts");
+    shardlm::io::write_file_atomic((clipped / "config.json").string(), j.dump());
+    fails(kBin + " export --init " + clipped.string() + " --out " + (tmp / "refused2").string(), "missing key 'num_experts'");
+}
+
 // A preset turned into an MoE model trains, checkpoints its experts, and generates from the checkpoint;
 // what cannot run is refused with the fix.
 TEST_F(Moe, PresetsCheckpointsAndRefusals) {
@@ -330,7 +428,6 @@ TEST_F(Moe, PresetsCheckpointsAndRefusals) {
     const std::string gen = run(kBin + " generate --ckpt " + out.string() + " --prompt a --max-tokens 4");
     fails(base + " --n-experts 4 --moe-layers 7 --steps 1 --out " + (tmp / "bad").string(), "moe_layers '7'");
     fails(base + " --n-experts 4 --top-k 5 --steps 1 --out " + (tmp / "bad").string(), "top_k (5)");
-    fails(mpirun(2) + base + " --n-experts 4 --cp 2 --steps 1 --out " + (tmp / "bad").string(), "--cp 1 with --n-experts");
     fails(mpirun(2) + base + " --n-experts 4 --dp 2 --ep 3 --steps 1 --out " + (tmp / "bad").string(), "ep(3) must divide dp(2)");
     fails(mpirun(2) + base + " --dp 2 --ep 2 --steps 1 --out " + (tmp / "bad").string(), "--ep 2 with a dense model");
     fails(mpirun(2) + base + " --n-experts 3 --dp 2 --ep 2 --steps 1 --out " + (tmp / "bad").string(),

@@ -211,6 +211,36 @@ TEST_F(GemmAuto, NativeIsFirstUnlessAnotherIsClearlyFaster) {
         << gemm_cache_report();
 }
 
+// A mixture of experts' products (RaggedGemmScope): one key per size class, and oneDNN never timed nor chosen (it
+// would keep a primitive for every token count); the same shapes outside the scope time all three libraries
+TEST_F(GemmAuto, RaggedProductsLeaveOneDnnOut) {
+    set_gemm_backend(GemmBackend::Auto);
+    const int N = 96, K = 64;
+    const std::vector<float> a = test::randn(size_t(100) * K, 1), b = test::randn(size_t(K) * N, 2);
+    std::vector<float> c(size_t(100) * N);
+    {
+        RaggedGemmScope ragged;
+        for (int M : {70, 100, 65})  // one size class (128)
+            sgemm_balanced(CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+        gemm_mixed(c.data(), DType::F32, {a.data(), DType::F32, K, 1}, {b.data(), DType::F32, N, 1}, 70, N, K, false, nullptr);
+    }
+    const nlohmann::json j = cache();
+    ASSERT_EQ(j["shapes"].size(), 2u) << j.dump(1);
+    for (const auto& [key, v] : j["shapes"].items()) {
+        SCOPED_TRACE(key);
+        EXPECT_NE(key.find(" 128x96x64 "), std::string::npos);
+        EXPECT_NE(key.find("ragged"), std::string::npos);
+        EXPECT_EQ(v["onednn_ms"].get<double>(), 0.0);
+        EXPECT_NE(v["choice"], "onednn");
+    }
+    EXPECT_TRUE(gemm_onednn_candidate());  // (the scope has ended)
+    sgemm_balanced(CblasNoTrans, CblasNoTrans, 70, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+    const nlohmann::json all = cache();
+    ASSERT_EQ(all["shapes"].size(), 3u) << all.dump(1);
+    for (const auto& [key, v] : all["shapes"].items())
+        if (key.find("ragged") == std::string::npos) { EXPECT_GT(v["onednn_ms"].get<double>(), 0.0) << key; }
+}
+
 // Every shape auto times is recorded with what its chosen library ran it on: the native kernels' ISA,
 // OpenBLAS's core, or oneDNN's own name for the implementation it picked (as ONEDNN_MAX_CPU_ISA leaves it),
 // which is kept for every shape oneDNN was timed on

@@ -18,7 +18,7 @@ TEST(Presets, ParameterCountsMatchTheLayoutAndTheFormula) {
         if (c.has_moe()) {  // attention, norms, the router, the routed experts (and shared ones); embedding, head
             const int64_t kv = int64_t(c.kv_heads()) * c.head_dim(), F = c.expert_ffn(), E = c.moe.n_experts;
             const int64_t mats = c.mlp == Mlp::SwiGLU ? 3 : 2, norm = c.norm == Norm::LayerNorm && c.bias ? 2 * h : h;
-            const int64_t attn = 2 * h * h + 2 * h * kv + (c.bias ? 2 * h + 2 * kv : 0);
+            const int64_t attn = 2 * h * h + 2 * h * kv + (c.bias ? 2 * h + 2 * kv : 0) + (c.qk_norm ? h + kv : 0);
             const int64_t shared = c.moe.n_shared > 0 ? mats * h * F * c.moe.n_shared + (c.bias ? h : 0) : 0;
             const int64_t experts = l * E * mats * h * F;
             const int64_t emb = v * h + (c.position == Position::Learned ? int64_t(c.n_ctx) * h : 0);

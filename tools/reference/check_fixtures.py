@@ -12,7 +12,7 @@
 - if `transformers` is importable: GPT2LMHeadModel on the same files gives the same logits
 - llama_tiny: the float64 training replayed from the files, its step-0 loss against an independent
   numpy LLaMA (RMSNorm, rotate_half RoPE, repeat_kv GQA, SwiGLU, nn.Linear [out, in] weights)
-- mixtral_tiny, moe_variants: the float64 training replayed in micro-batches from the files; each MoE layer's
+- mixtral_tiny, moe_variants, olmoe_tiny: the float64 training replayed in micro-batches from the files; each MoE layer's
   output on the first batch against a token-by-token loop over its choices (no dispatch by index)
 Exits non-zero on failure.
 """
@@ -388,15 +388,15 @@ def moe_by_token(moe, h):
 
 
 def check_moe(d, cfg, micro):
-    m, _, exp, tt = load_llama_fixture(d, cfg, "Mixtral")
+    m, _, exp, tt = load_llama_fixture(d, cfg, "OLMoE" if cfg.olmoe else "Mixtral")
     hp = exp["hyper"]
     Gr, T = hp["global_batch_rows"], hp["T"]
     with torch.no_grad():
         h = torch.randn(Gr * T, cfg.n_embd, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
         for layer in m.layers:
             if layer.c_moe():
-                close("MoE layer against the token-by-token loop", layer.block_sparse_moe(h).numpy().ravel(),
-                      moe_by_token(layer.block_sparse_moe, h).numpy().ravel(), rtol=1e-12, atol=1e-14)
+                close("MoE layer against the token-by-token loop", layer.ffn()(h).numpy().ravel(),
+                      moe_by_token(layer.ffn(), h).numpy().ravel(), rtol=1e-12, atol=1e-14)
     opt = torch.optim.AdamW(LT.param_groups(m, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]),
                             eps=hp["eps"], foreach=False)
     losses, norms = [], []
@@ -435,6 +435,7 @@ def main():
     check_llama(os.path.join(args.dir, "llama_tiny"))
     check_moe(os.path.join(args.dir, "mixtral_tiny"), MF.MIXTRAL_CFG, MF.MIXTRAL_MICRO)
     check_moe(os.path.join(args.dir, "moe_variants"), MF.MOE_VARIANTS_CFG, MF.MIXTRAL_MICRO)
+    check_moe(os.path.join(args.dir, "olmoe_tiny"), MF.OLMOE_CFG, MF.MIXTRAL_MICRO)
     print("FAILED: %d check(s)" % len(FAILS) if FAILS else "all checks passed")
     sys.exit(1 if FAILS else 0)
 

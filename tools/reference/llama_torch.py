@@ -38,11 +38,23 @@ class LlamaConfig:
     capacity: float = 0.0
     moe_layers: tuple = ()
     dense_ffn: int = 0
+    # HF OLMoE (OlmoeForCausalLM): the queries and keys RMS-normalised over all heads (q_norm, k_norm) before
+    # the rotary embeddings, and the experts under mlp. (gate, experts.N.gate_proj/up_proj/down_proj)
+    olmoe: bool = False
 
     def is_moe(self, layer):
         return self.n_experts > 0 and (not self.moe_layers or layer in self.moe_layers)
 
     def hf_json(self):
+        if self.olmoe:
+            j = self.llama_json()
+            j.update({"model_type": "olmoe", "architectures": ["OlmoeForCausalLM"],
+                      "num_experts": self.n_experts, "num_experts_per_tok": self.top_k,
+                      "norm_topk_prob": self.norm_topk, "router_aux_loss_coef": self.aux_coef,
+                      "output_router_logits": False, "clip_qkv": None})
+            if self.z_coef:
+                j["shardlm_router_z_loss_coef"] = self.z_coef
+            return j
         if self.n_experts:
             j = self.llama_json()
             j.update({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
@@ -110,13 +122,19 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(c.n_embd, c.n_kv_head * d, bias=False)
         self.v_proj = nn.Linear(c.n_embd, c.n_kv_head * d, bias=False)
         self.o_proj = nn.Linear(c.n_head * d, c.n_embd, bias=False)
+        if c.olmoe:
+            self.q_norm = RMSNorm(c.n_head * d, c.eps)
+            self.k_norm = RMSNorm(c.n_kv_head * d, c.eps)
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
         c = self.c
         d = c.n_embd // c.n_head
-        q = self.q_proj(x).view(B, T, c.n_head, d).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, c.n_kv_head, d).transpose(1, 2)
+        q, k = self.q_proj(x), self.k_proj(x)
+        if c.olmoe:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(B, T, c.n_head, d).transpose(1, 2)
+        k = k.view(B, T, c.n_kv_head, d).transpose(1, 2)
         v = self.v_proj(x).view(B, T, c.n_kv_head, d).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -163,7 +181,8 @@ class SparseMoe(nn.Module):
         super().__init__()
         self.c = c
         self.gate = nn.Linear(c.n_embd, c.n_experts, bias=False)
-        self.experts = nn.ModuleList([Expert(c) for _ in range(c.n_experts)])
+        # OLMoE's experts are MLPs by LLaMA's names (gate_proj, up_proj, down_proj), Mixtral's w1, w3, w2
+        self.experts = nn.ModuleList([MLP(c) if c.olmoe else Expert(c) for _ in range(c.n_experts)])
         if c.n_shared:
             self.shared_experts = MLP(c, c.n_shared * c.ffn)
         self.extra = None
@@ -212,18 +231,20 @@ class Layer(nn.Module):
         self.input_layernorm = RMSNorm(c.n_embd, c.eps)
         self.self_attn = Attention(c)
         self.post_attention_layernorm = RMSNorm(c.n_embd, c.eps)
-        if c.is_moe(index):
+        if c.is_moe(index) and not c.olmoe:
             self.block_sparse_moe = SparseMoe(c)
         else:
-            self.mlp = MLP(c, c.dense_ffn or c.ffn)
+            self.mlp = SparseMoe(c) if c.is_moe(index) else MLP(c, c.dense_ffn or c.ffn)
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        ffn = self.block_sparse_moe if self.c_moe() else self.mlp
-        return x + ffn(self.post_attention_layernorm(x))
+        return x + self.ffn()(self.post_attention_layernorm(x))
+
+    def ffn(self):
+        return self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
 
     def c_moe(self):
-        return hasattr(self, "block_sparse_moe")
+        return isinstance(self.ffn(), SparseMoe)
 
 
 class Llama(nn.Module):
@@ -249,7 +270,7 @@ class Llama(nn.Module):
 
     def moe_extra(self):
         """The mixture of experts' objective terms of the last forward, summed over the layers."""
-        terms = [layer.block_sparse_moe.extra for layer in self.layers if layer.c_moe()]
+        terms = [layer.ffn().extra for layer in self.layers if layer.c_moe()]
         return sum(terms) if terms else 0.0
 
     def hf_tensors(self):

@@ -461,6 +461,14 @@ MOE_VARIANTS_CFG = LT.LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=48, f
 MOE_VARIANTS_SEED = 8642
 
 
+# Fixture F: an HF OLMoE (the queries and keys RMS-normalised over all heads, the experts under mlp. by LLaMA's
+# MLP names, the top k not renormalised as OLMoE-1B-7B has it): 8 experts, top 2.
+OLMOE_CFG = LT.LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=48, ffn=32, vocab_size=211, n_ctx=64, eps=1e-5,
+                           theta=10000.0, n_experts=8, top_k=2, aux_coef=0.01, z_coef=0.001, norm_topk=False,
+                           olmoe=True)
+OLMOE_SEED = 2468
+
+
 def fixture_mixtral(outdir, cfg=MIXTRAL_CFG, seed=MIXTRAL_SEED, name="mixtral_tiny"):
     model = LT.Llama(cfg)
     LT.init_weights(model, seed)
@@ -479,6 +487,7 @@ def main():
     fixture_llama(os.path.join(args.out, "llama_tiny"))
     fixture_mixtral(os.path.join(args.out, "mixtral_tiny"))
     fixture_mixtral(os.path.join(args.out, "moe_variants"), MOE_VARIANTS_CFG, MOE_VARIANTS_SEED, "moe_variants")
+    fixture_mixtral(os.path.join(args.out, "olmoe_tiny"), OLMOE_CFG, OLMOE_SEED, "olmoe_tiny")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ Grid Grid::create(const Group& world, GridDims dims) {
     }
     if (d.ep > 1) {
         g.ep = g.dp.split(c.dp / d.ep, c.dp % d.ep);   // within the dp group: consecutive dp ranks
-        g.edp = g.dp.split(c.dp % d.ep, c.dp / d.ep);  // the same experts
+        // the same experts: the dp / ep ranks of the same ep rank, and every cp rank of theirs
+        g.edp = (d.cp > 1 ? g.dp_cp : g.dp).split(c.dp % d.ep, c.cp + d.cp * (c.dp / d.ep));
     }
     return Grid(d, world.rank(), std::move(g));
 }

@@ -90,12 +90,13 @@ public:
     int dp_cp_size() const { return dims_.dp * dims_.cp; }
     int dp_cp_rank() const { return coords_.cp + dims_.cp * coords_.dp; }
     // Expert parallelism: the ep group (dp ranks ep r .. ep r + ep - 1: their tokens meet their experts
-    // in all-to-alls) and the expert-data-parallel group (the dp / ep ranks holding the same experts:
-    // their gradients are summed and ZeRO shards them there). With ep = 1: a self group, and dp.
+    // in all-to-alls) and the expert-data-parallel group (the ranks holding the same experts: the dp / ep
+    // ranks of the same ep rank, times cp; their gradients are summed and ZeRO shards them there). With
+    // ep = 1: a self group, and dp_cp().
     Group& ep() { return ep_; }
     const Group& ep() const { return ep_; }
-    Group& edp() { return dims_.ep > 1 ? edp_ : dp_; }
-    const Group& edp() const { return dims_.ep > 1 ? edp_ : dp_; }
+    Group& edp() { return dims_.ep > 1 ? edp_ : dp_cp(); }
+    const Group& edp() const { return dims_.ep > 1 ? edp_ : dp_cp(); }
     int ep_size() const { return dims_.ep; }
     int ep_rank() const { return coords_.dp % dims_.ep; }
 

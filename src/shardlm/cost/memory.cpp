@@ -65,12 +65,14 @@ double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
     if (m.moe() && a.recompute != Recompute::Full) {
         // a mixture of experts: the MLP's tensors as a dense MLP of the k chosen and the shared experts' width
         // (balanced), and beside them each choice's dispatched input (act) and output (fp32), whole rows on every
-        // tensor-parallel rank, and the router's logits and probabilities (fp32) (model/moe.h: MoeActs)
+        // tensor-parallel rank, and the router's logits and probabilities (fp32) (model/moe.h: MoeActs); under
+        // expert parallelism the rows an expert's rank received (balanced: as many as it sent) again, as inputs
+        // (act) and outputs (fp32)
         ModelShape dense = m;
         dense.experts = 0, dense.ffn_hidden = (m.top_k + m.shared_experts) * m.expert_ffn;
-        const double tokens = double(a.micro_batch) * (double(a.seq) / a.cp);
+        const double tokens = double(a.micro_batch) * (double(a.seq) / a.cp), copies = a.ep > 1 ? 2 : 1;
         return block_activation_bytes(dense, a) +
-               tokens * (double(m.top_k) * m.hidden * (a.value_bytes + 4) + 2.0 * m.experts * 4);
+               tokens * (copies * m.top_k * m.hidden * (a.value_bytes + 4) + 2.0 * m.experts * 4);
     }
     const double sp_div = a.sequence_parallel ? a.tp : 1;
     if (a.recompute == Recompute::Full) {

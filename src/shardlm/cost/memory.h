@@ -89,6 +89,7 @@ struct ActivationSpec {
     int seq = 0;              // s, tokens per sequence (before context parallelism)
     int tp = 1;
     int cp = 1;
+    int ep = 1;  // expert parallelism: the experts' rows also kept on the side that received them
     bool sequence_parallel = false;
     Recompute recompute = Recompute::None;
     double value_bytes = 2;  // 2: bf16/fp16 activations, 4: fp32

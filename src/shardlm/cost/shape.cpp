@@ -77,6 +77,7 @@ int64_t block_params_split(const ModelShape& m) {
     const int64_t f = m.moe() ? int64_t(m.shared_experts) * m.expert_ffn : m.ffn_hidden;
     int64_t p = h * qkv + h * h + mlp_matrices(m) * h * f + expert_params_per_block(m);  // QKV, projection, MLPs
     if (m.biases) p += qkv + f;                               // column-parallel biases (QKV, MLP fc)
+    if (m.qk_norm) p += h + m.kv_dim();                       // the q and k norms' gains
     return p;
 }
 

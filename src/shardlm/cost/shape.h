@@ -39,6 +39,7 @@ struct ModelShape {
     // a mixture of experts in every block (experts 0: dense): `experts` MLPs of expert_ffn, `top_k` of them
     // chosen per token by a router (h x experts, replicated), beside `shared_experts` MLPs every token passes
     int experts = 0, top_k = 0, expert_ffn = 0, shared_experts = 0;
+    bool qk_norm = false;  // OLMoE's norms of the queries and keys: h + kv_dim gains a block, cut by heads
     bool moe() const { return experts > 0; }
 
     int head_dim() const { return heads > 0 ? hidden / heads : 0; }  // 0 for a shape check_shape rejects

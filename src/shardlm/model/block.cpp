@@ -12,6 +12,7 @@
 #include "shardlm/kernels/layernorm.h"
 #include "shardlm/kernels/gemm/gemm.h"
 #include "shardlm/kernels/rope.h"
+#include "shardlm/model/qk_norm.h"
 #include "shardlm/model/unit_ops.h"
 
 namespace shardlm::model {
@@ -26,6 +27,8 @@ struct BlockRows {
     void *ln1, *qkv, *att, *atty, *resid2, *ln2, *fch, *fch_gelu;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
     float* lse;  // fused attention's row statistics
+    void* qk_pre;  // qk_norm: the q and k columns before their norms, and their scales
+    float* qk_rstd;
 };
 
 BlockRows block_rows(const UnitContext& u, const BlockDims& d, BlockActs& a, int b0, int T) {
@@ -44,7 +47,9 @@ BlockRows block_rows(const UnitContext& u, const BlockDims& d, BlockActs& a, int
             a.ln1_rstd.data() + r,
             stat_rows(a.ln2_mean, r),
             a.ln2_rstd.data() + r,
-            a.lse.size() ? a.lse.data() + size_t(b0) * size_t(d.NHt) * size_t(T) : nullptr};
+            a.lse.size() ? a.lse.data() + size_t(b0) * size_t(d.NHt) * size_t(T) : nullptr,
+            rows(a.qk_pre, size_t(d.Ct + d.KVt * d.HS)),
+            a.qk_rstd.size() ? a.qk_rstd.data() + 2 * r : nullptr};
 }
 
 // Rotary embeddings on the q and k heads of n rows of [q | k | v] (positions pos0 + row % T, or the
@@ -103,6 +108,7 @@ void block_forward_rows(const UnitContext& u, const BlockWeights& w, BlockActs& 
     const int B = sq.count, N = B * T, Nl = u.rows(N);
     norm_forward(u, a.ln1, a.ln1_mean, a.ln1_rstd, x, w.vec(kLn1W), w.vec(kLn1B), Nl);
     linear(u, a.qkv, t, gather_input(u, a.ln1, N, t), w.w[kQkvW], w.vec(kQkvB), N, C, d.Wqkv);
+    if (u.cfg->qk_norm) qk_norm_forward(u, d, w.vec(kQkNormW), a.qkv, a.qk_pre, a.qk_rstd, N);
     rope_qk(u, d, a.qkv, N, T, kv ? pos : 0);
     if (kv) {
         SHARDLM_CHECK(!u.mixed() && tp == 1, "decoding runs in fp32 on one rank");
@@ -216,6 +222,8 @@ void block_backward_input(const UnitContext& u, const BlockWeights& w, const Blo
             attention_backward(dqkv, attn, datty, a.qkv, t, att, t, sq.count, T, Ct, NHt, d.KVt);
         }
         rope_qk_backward(u, d, dqkv, n, T);
+        if (u.cfg->qk_norm)
+            qk_norm_backward_input(u, d, w.vec(kQkNormW), a.qk_pre, a.qk_rstd, dqkv, rows(k.dqk, d.Ct + d.KVt * d.HS), n);
         linear_backward(u, partial(dln1), nullptr, nullptr, dqkv, a.ln1, w.w[kQkvW], n, C, d.Wqkv, false,
                         rows16(k.dqkv16, d.Wqkv));
         reduce_into(dln1);
@@ -298,6 +306,10 @@ const WeightTask<BlockW> kBlockWeightTasks[] = {
      [](const UnitContext& u, const BlockW& w, int b, int e) {
          norm_backward_params(u, w.g.g[kLn1W], w.g.g[kLn1B], w.k.dln1.data(), w.x, stat_rows(w.a.ln1_mean, 0),
                               w.a.ln1_rstd.data(), u.rows(w.N), b, e);
+     }},
+    {"attn.qk_norm", [](const UnitContext& u, const BlockW& w) { return u.cfg->qk_norm ? w.d.Ct + w.d.KVt * w.d.HS : 0; },
+     [](const UnitContext& u, const BlockW& w, int b, int e) {
+         qk_norm_backward_params(u, w.d, w.g.g[kQkNormW], w.k.dqk.data(), w.a.qk_pre.data(), w.a.qk_rstd.data(), w.N, b, e);
      }},
     {"experts.w1", [](const UnitContext& u, const BlockW& w) { return w.g.moe ? expert_rows(u, moe_dims(*u.cfg, u.tp_size()).Ffc) : 0; },
      [](const UnitContext& u, const BlockW& w, int b, int e) { moe_fc_grad(u, w.g.experts, w.a.moe, w.k.moe, b, e, w.acc); }},

@@ -54,8 +54,9 @@ double BlockUnit::forward(ForwardPass& p) {
     const int B = p.s.B, T = p.s.T;
     env_.lanes->run_lanes(*env_.ctx, B, [&](const UnitContext& c) { block_forward(c, w, a, x, y, B, T); });
     if (moe_) {
-        // the balance and z-losses are means over the micro-batch's B T tokens: their factor in the objective
-        slots_[size_t(p.slot)].objective_scale = p.dloss * float(B) * float(T);
+        // the balance and z-losses are means over the micro-batch's B T tokens (T the whole sequence's, on
+        // every cp rank): their factor in the objective
+        slots_[size_t(p.slot)].objective_scale = p.dloss * float(B) * float(T) * float(env_.ctx->cp_size());
         if (p.dloss != 0.0f && env_.moe_stats) env_.moe_stats->add(layer_, a.moe);
     }
     return 0.0;

@@ -103,6 +103,12 @@ GptConfig moe(GptConfig c, std::string name, int E, int k, int F) {
     return c;
 }
 
+// OLMoE's attention and routing: the queries and keys normalised, the top k not renormalised (OLMoE-1B-7B).
+GptConfig olmoe(GptConfig c) {
+    c.qk_norm = true, c.moe.norm_topk = false;
+    return c;
+}
+
 }  // namespace
 
 const std::vector<GptConfig>& presets() {
@@ -143,7 +149,7 @@ const std::vector<GptConfig>& presets() {
         // mixtures of experts: GPT-2's knobs on the quick start's shape with 8 experts of width 2C, top 2 (the
         // dense 4C MLP's active FLOPs per token); an OLMoE-like mini (LLaMA's knobs, 64 experts of width 64, top 8)
         moe(GptConfig{"", 6, 4, 64, 50257, 256}, "moe-small", 8, 2, 128),
-        moe(llama("", 4, 4, 128, 4, 256, 50257, 256, 1e-5f, 10000.0f), "olmoe-mini", 64, 8, 64),
+        olmoe(moe(llama("", 4, 4, 128, 4, 256, 50257, 256, 1e-5f, 10000.0f), "olmoe-mini", 64, 8, 64)),
     };
     return p;
 }
@@ -167,6 +173,7 @@ cost::ModelShape cost_shape(const GptConfig& c, int seq, int vocab) {
     m.tied_embeddings = c.tie_embeddings;
     m.learned_positions = c.position == Position::Learned;
     m.biases = c.bias;
+    m.qk_norm = c.qk_norm;
     if (c.has_moe()) {  // (the planner counts experts in every layer)
         m.experts = c.moe.n_experts, m.top_k = c.moe.top_k, m.expert_ffn = c.expert_ffn(), m.shared_experts = c.moe.n_shared;
         m.dropout = false;

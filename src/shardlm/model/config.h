@@ -73,6 +73,10 @@ struct GptConfig {
     bool bias = true;    // biases of the linear layers and of LayerNorm
     bool tie_embeddings = true;  // the head reads wte (else its own lm_head matrix)
     int n_kv_head = 0;   // key/value heads (grouped-query attention); 0: n_head
+    // OLMoE's normalisation of the queries and keys: each token's whole query and key projections RMS-normalised
+    // (over all heads) and scaled by learned gains before the rotary embeddings (model/qk_norm.h). An MoE model
+    // with it is an HF OLMoE (its experts carry OLMoE's names), without a Mixtral.
+    bool qk_norm = false;
     MoeConfig moe = {};
 
     bool has_moe() const { return moe.n_experts > 0; }
@@ -85,7 +89,7 @@ struct GptConfig {
     int qkv_width() const { return (n_head + 2 * kv_heads()) * head_dim(); }
     bool gpt2_arch() const {
         return norm == Norm::LayerNorm && position == Position::Learned && mlp == Mlp::Gelu && bias &&
-               tie_embeddings && !has_moe() && kv_heads() == n_head && (ffn_hidden == 0 || ffn_hidden == 4 * n_embd);
+               tie_embeddings && !has_moe() && !qk_norm && kv_heads() == n_head && (ffn_hidden == 0 || ffn_hidden == 4 * n_embd);
     }
     Family family() const { return gpt2_arch() ? Family::Gpt2 : Family::Llama; }
 

@@ -113,6 +113,7 @@ GptConfig load_llama_config(const std::string& path, const nlohmann::json& j) {
     if (j.contains("pretraining_tp"))
         SHARDLM_CHECK(!j["pretraining_tp"].is_number_integer() || j["pretraining_tp"].get<int>() == 1, path,
                       ": pretraining_tp ", j["pretraining_tp"].dump(), " is not supported (1: the usual linear layers)");
+    c.qk_norm = flag("shardlm_qk_norm", false);  // (a dense model with q/k norms: a checkpoint's config.json)
     read_knob(j, path, kNormKey, &c.norm);
     read_knob(j, path, kPositionKey, &c.position);
     read_knob(j, path, kMlpKey, &c.mlp);
@@ -120,35 +121,75 @@ GptConfig load_llama_config(const std::string& path, const nlohmann::json& j) {
     return c;
 }
 
+// A config.json's optional keys, each checked for its type (an error names the file and the key).
+struct OptionalKeys {
+    const std::string& path;
+    const nlohmann::json& j;
+    bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+    int integer(const char* key, int def) const {
+        if (!has(key)) return def;
+        SHARDLM_CHECK(j[key].is_number_integer(), path, ": key '", key, "' must be an integer (got ", j[key].dump(), ")");
+        return j[key].get<int>();
+    }
+    float number(const char* key, float def) const {
+        if (!has(key)) return def;
+        SHARDLM_CHECK(j[key].is_number(), path, ": key '", key, "' must be a number (got ", j[key].dump(), ")");
+        return j[key].get<float>();
+    }
+    bool flag(const char* key, bool def) const {
+        if (!has(key)) return def;
+        SHARDLM_CHECK(j[key].is_boolean(), path, ": key '", key, "' must be true or false (got ", j[key].dump(), ")");
+        return j[key].get<bool>();
+    }
+};
+
+// shardlm's keys for the mixture-of-experts knobs HF Mixtral and OLMoE lack.
+void read_moe_extras(const OptionalKeys& k, GptConfig& c) {
+    MoeConfig& m = c.moe;
+    m.n_shared = k.integer("shardlm_shared_experts", 0);
+    if (k.has("shardlm_dense_ffn")) m.ffn = c.ffn_hidden, c.ffn_hidden = k.integer("shardlm_dense_ffn", 0);
+    m.z_coef = k.number("shardlm_router_z_loss_coef", 0.0f);
+    m.capacity_factor = k.number("shardlm_capacity_factor", 0.0f);
+    m.bias_rate = k.number("shardlm_expert_bias_rate", 0.0f);
+    read_knob(k.j, k.path, "shardlm_router", &m.router);
+    if (k.has("shardlm_moe_layers")) m.layers = k.j["shardlm_moe_layers"].get<std::string>();
+}
+
 // HF Mixtral's config.json: LLaMA's keys, and its experts (intermediate_size is an expert's width), with
 // shardlm's keys for the mixture-of-experts knobs Mixtral lacks.
 GptConfig load_mixtral_config(const std::string& path, const nlohmann::json& j) {
     GptConfig c = load_llama_config(path, j);
     c.name = "hf-mixtral";
-    auto integer = [&](const char* key, int def) -> int {
-        if (!j.contains(key)) return def;
-        SHARDLM_CHECK(j[key].is_number_integer(), path, ": key '", key, "' must be an integer (got ", j[key].dump(), ")");
-        return j[key].get<int>();
-    };
-    auto number = [&](const char* key, float def) -> float {
-        if (!j.contains(key) || j[key].is_null()) return def;
-        SHARDLM_CHECK(j[key].is_number(), path, ": key '", key, "' must be a number (got ", j[key].dump(), ")");
-        return j[key].get<float>();
-    };
+    const OptionalKeys k{path, j};
     MoeConfig& m = c.moe;
     SHARDLM_CHECK(j.contains("num_local_experts"), path, ": missing key 'num_local_experts'\n---> HINT: an HF Mixtral ",
                   "config.json has num_local_experts and num_experts_per_tok");
-    m.n_experts = integer("num_local_experts", 0);
-    m.top_k = integer("num_experts_per_tok", 2);
-    m.aux_coef = number("router_aux_loss_coef", 0.001f);
-    m.n_shared = integer("shardlm_shared_experts", 0);
-    if (j.contains("shardlm_dense_ffn")) m.ffn = c.ffn_hidden, c.ffn_hidden = integer("shardlm_dense_ffn", 0);
-    m.z_coef = number("shardlm_router_z_loss_coef", 0.0f);
-    m.capacity_factor = number("shardlm_capacity_factor", 0.0f);
-    m.bias_rate = number("shardlm_expert_bias_rate", 0.0f);
-    read_knob(j, path, "shardlm_router", &m.router);
-    if (j.contains("shardlm_norm_topk")) m.norm_topk = j["shardlm_norm_topk"].get<bool>();
-    if (j.contains("shardlm_moe_layers")) m.layers = j["shardlm_moe_layers"].get<std::string>();
+    m.n_experts = k.integer("num_local_experts", 0);
+    m.top_k = k.integer("num_experts_per_tok", 2);
+    m.aux_coef = k.number("router_aux_loss_coef", 0.001f);
+    m.norm_topk = k.flag("shardlm_norm_topk", true);
+    read_moe_extras(k, c);
+    c.validate(path);
+    return c;
+}
+
+// HF OLMoE's config.json (OlmoeForCausalLM): LLaMA's keys, its experts (num_experts, num_experts_per_tok,
+// norm_topk_prob; intermediate_size is an expert's width), the queries and keys normalised.
+GptConfig load_olmoe_config(const std::string& path, const nlohmann::json& j) {
+    const OptionalKeys k{path, j};
+    SHARDLM_CHECK(!k.has("clip_qkv"), path, ": clip_qkv ", j.value("clip_qkv", nlohmann::json()).dump(),
+                  " is not supported (the queries, keys and values unclipped)\n---> HINT: set it to null");
+    GptConfig c = load_llama_config(path, j);
+    c.name = "hf-olmoe";
+    c.qk_norm = true;
+    MoeConfig& m = c.moe;
+    SHARDLM_CHECK(j.contains("num_experts"), path, ": missing key 'num_experts'\n---> HINT: an HF OLMoE config.json ",
+                  "has num_experts and num_experts_per_tok");
+    m.n_experts = k.integer("num_experts", 0);
+    m.top_k = k.integer("num_experts_per_tok", 8);
+    m.norm_topk = k.flag("norm_topk_prob", false);
+    m.aux_coef = k.number("router_aux_loss_coef", 0.01f);
+    read_moe_extras(k, c);
     c.validate(path);
     return c;
 }
@@ -162,8 +203,9 @@ GptConfig load_hf_config(const std::string& path) {
                                                                                       : "gpt2";
     if (type == "llama") return load_llama_config(path, j);
     if (type == "mixtral") return load_mixtral_config(path, j);
+    if (type == "olmoe") return load_olmoe_config(path, j);
     SHARDLM_CHECK(type == "gpt2", path, ": model_type \"", type, "\" is not supported\n---> HINT: shardlm reads HF ",
-                  "GPT-2 (\"gpt2\"), LLaMA (\"llama\") and Mixtral (\"mixtral\") directories");
+                  "GPT-2 (\"gpt2\"), LLaMA (\"llama\"), Mixtral (\"mixtral\") and OLMoE (\"olmoe\") directories");
     return load_gpt2_config(path, j);
 }
 
@@ -174,14 +216,18 @@ std::string hf_unsupported(const GptConfig& c) {
     if (c.norm != Norm::RMSNorm) add("norm is layernorm (HF LLaMA has RMSNorm)");
     if (c.position != Position::Rope) add("position is learned (HF LLaMA has rotary embeddings)");
     if (c.mlp != Mlp::SwiGLU) add("mlp is gelu (HF LLaMA has SwiGLU)");
-    if (!c.has_moe()) return why;
+    if (!c.has_moe()) {
+        if (c.qk_norm) add("q/k norms without experts (HF LLaMA has none; with experts the model is an HF OLMoE)");
+        return why;
+    }
     const MoeConfig& m = c.moe;
-    if (m.n_shared > 0) add("shared experts (HF Mixtral has none)");
-    if (m.ffn > 0 && m.ffn != c.ffn()) add("moe_ffn differs from the dense MLP's width (HF Mixtral has one intermediate_size)");
-    if (m.router != Router::Softmax) add("a sigmoid router (HF Mixtral's is softmax)");
-    if (!m.norm_topk) add("norm_topk false (HF Mixtral renormalises the top k)");
-    if (m.layers != "all") add("MoE in some layers only (HF Mixtral has experts in every layer)");
-    if (m.bias_rate > 0) add("an expert bias for the choice (auxiliary-loss-free balancing; HF Mixtral has none)");
+    const std::string hf = c.qk_norm ? "HF OLMoE" : "HF Mixtral";
+    if (m.n_shared > 0) add("shared experts (" + hf + " has none)");
+    if (m.ffn > 0 && m.ffn != c.ffn()) add("moe_ffn differs from the dense MLP's width (" + hf + " has one intermediate_size)");
+    if (m.router != Router::Softmax) add("a sigmoid router (" + hf + "'s is softmax)");
+    if (!m.norm_topk && !c.qk_norm) add("norm_topk false (HF Mixtral renormalises the top k)");
+    if (m.layers != "all") add("MoE in some layers only (" + hf + " has experts in every layer)");
+    if (m.bias_rate > 0) add("an expert bias for the choice (auxiliary-loss-free balancing; " + hf + " has none)");
     return why;
 }
 
@@ -205,6 +251,17 @@ void add_mixtral_keys(const GptConfig& c, nlohmann::json& j) {
     if (m.router != Router::Softmax) j["shardlm_router"] = enum_name(kRouterNames, m.router);
     if (!m.norm_topk) j["shardlm_norm_topk"] = false;
     if (m.layers != "all") j["shardlm_moe_layers"] = m.layers;
+}
+
+// An OLMoE as HF's config.json has it (the Mixtral keys' counterparts, and shardlm's keys for what it lacks).
+void add_olmoe_keys(const GptConfig& c, nlohmann::json& j) {
+    add_mixtral_keys(c, j);
+    j.erase("num_local_experts"), j.erase("shardlm_norm_topk");
+    j["model_type"] = "olmoe";
+    j["architectures"] = {"OlmoeForCausalLM"};
+    j["num_experts"] = c.moe.n_experts;
+    j["norm_topk_prob"] = c.moe.norm_topk;
+    j["clip_qkv"] = nullptr;
 }
 
 }  // namespace
@@ -235,7 +292,9 @@ std::string hf_config_json(const GptConfig& c) {
         if (c.norm != Norm::RMSNorm) j[kNormKey] = enum_name(kNormNames, c.norm);
         if (c.position != Position::Rope) j[kPositionKey] = enum_name(kPositionNames, c.position);
         if (c.mlp != Mlp::SwiGLU) j[kMlpKey] = enum_name(kMlpNames, c.mlp);
-        if (c.has_moe()) add_mixtral_keys(c, j);
+        if (c.has_moe() && c.qk_norm) add_olmoe_keys(c, j);
+        else if (c.has_moe()) add_mixtral_keys(c, j);
+        else if (c.qk_norm) j["shardlm_qk_norm"] = true;
         return j.dump(2) + "\n";
     }
     nlohmann::json j = {

@@ -151,9 +151,12 @@ void add_fused(Builder& b, const GptConfig& c, int w_role, int b_role, const std
 // A mixture of experts' feed-forward, by HF Mixtral's names: the router (and the shared experts, as a dense MLP
 // of n_shared times an expert's width: DeepSeek-MoE's names) in the block's unit; then a unit of this rank's
 // experts, each expert's [w1 | w3] (gate, up; w1 alone for GELU) and w2, one after the other at equal distances.
+// With q/k norms (an OLMoE): OLMoE's names, mlp.gate and mlp.experts.N.gate_proj, up_proj, down_proj.
 void add_moe(Builder& b, const GptConfig& c, const std::string& h, int l) {
     const int64_t C = c.n_embd, F = c.expert_ffn(), S = int64_t(c.moe.n_shared) * F;
-    const std::string m = h + "block_sparse_moe.";
+    const bool olmoe = c.qk_norm;
+    const std::string m = h + (olmoe ? "mlp." : "block_sparse_moe.");
+    const char *w1 = olmoe ? "gate_proj" : "w1", *w3 = olmoe ? "up_proj" : "w3", *w2 = olmoe ? "down_proj" : "w2";
     b.add(kRouterW, m + "gate.weight", {c.moe.n_experts, C}, Init::Normal);
     if (S > 0) {
         const std::string s = m + "shared_experts.";
@@ -171,9 +174,9 @@ void add_moe(Builder& b, const GptConfig& c, const std::string& h, int l) {
     for (int e = b.L.first_expert; e < b.L.first_expert + b.L.local_experts; e++) {
         const std::string x = m + "experts." + std::to_string(e) + ".";
         const bool first = e == b.L.first_expert;
-        b.add(first ? kExpertFcW : -1, x + "w1.weight", {F, C}, Init::Normal, kColumn, false, -1, true);
-        if (c.mlp == Mlp::SwiGLU) b.add(-1, x + "w3.weight", {F, C}, Init::Normal, kColumn, false, -1, true, true);
-        b.add(first ? kExpertProjW : -1, x + "w2.weight", {C, F}, Init::ResidNormal, kRow, false, -1, true);
+        b.add(first ? kExpertFcW : -1, x + w1 + ".weight", {F, C}, Init::Normal, kColumn, false, -1, true);
+        if (c.mlp == Mlp::SwiGLU) b.add(-1, x + w3 + ".weight", {F, C}, Init::Normal, kColumn, false, -1, true, true);
+        b.add(first ? kExpertProjW : -1, x + w2 + ".weight", {C, F}, Init::ResidNormal, kRow, false, -1, true);
     }
 }
 
@@ -186,6 +189,10 @@ void add_llama_block(Builder& b, const GptConfig& c, int l) {
               {{"q_proj", c.n_head * hd}, {"k_proj", c.kv_heads() * hd}, {"v_proj", c.kv_heads() * hd}});
     b.add(kAttnProjW, h + "self_attn.o_proj.weight", {C, c.n_head * hd}, Init::ResidNormal, kRow, false, -1, true);
     if (c.bias) b.add(kAttnProjB, h + "self_attn.o_proj.bias", {C}, Init::Zero);
+    if (c.qk_norm) {  // cut by heads, as q and k are
+        b.add(kQkNormW, h + "self_attn.q_norm.weight", {c.n_head * hd}, Init::One, kColumn);
+        b.add(-1, h + "self_attn.k_norm.weight", {c.kv_heads() * hd}, Init::One, kColumn, false, -1, false, true);
+    }
     add_norm(b, c, kLn2W, kLn2B, h + "post_attention_layernorm");
     if (c.is_moe(l)) return add_moe(b, c, h, l);
     if (c.mlp == Mlp::SwiGLU)

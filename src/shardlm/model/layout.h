@@ -115,10 +115,11 @@ struct Layout {
 // (c_fc, up_proj, or [gate | up] packed for SwiGLU), kFcProjW its second (down_proj). A mixture-of-experts
 // layer's router [E, C] is kRouterW; kExpertFcW and kExpertProjW name expert 0's two matrices (Mixtral's
 // w1 | w3 packed, and w2), and expert e's lie e times the distance between expert 0's and expert 1's
-// further on; its shared experts (if any) are the dense MLP's roles.
+// further on; its shared experts (if any) are the dense MLP's roles. kQkNormW: the q and k norms' gains packed
+// (GptConfig::qk_norm: OLMoE's q_norm, then k_norm).
 enum BlockParam : int {
     kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB,
-    kRouterW, kExpertFcW, kExpertProjW, kNumBlockParams
+    kRouterW, kExpertFcW, kExpertProjW, kQkNormW, kNumBlockParams
 };
 enum HeadParam : int { kLnfW, kLnfB, kLmHead };
 enum EmbeddingParam : int { kTable };  // wte [Vp/tp, C], wpe [n_ctx, C], the tied copy

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "shardlm/core/check.h"
+#include "shardlm/model/context_parallel.h"
 
 namespace shardlm::model::detail {
 
@@ -78,8 +79,69 @@ static void balance_probs(const MoeConfig& m, const float* p, int E, float* P) {
     for (int e = 0; e < E; e++) P[e] = p[e] / s;
 }
 
-// The micro-batch's statistics (loads before the capacity), and with a capacity factor each expert's
-// choices beyond its capacity dropped (those of the smallest router probability, the later token on a tie).
+// Context parallelism spreads a micro-batch's tokens over the cp ranks: the loads, the summed probabilities
+// and the squared log-sum-exps are summed over the group (gathered and added in rank order: the same bits on
+// every rank).
+static void sum_over_cp(ContextParallel& cp, std::vector<double>& load, std::vector<double>& P, double& zsq) {
+    const size_t E = load.size(), n = 2 * E + 1;
+    std::vector<double> mine(n), all(n * size_t(cp.size()));
+    std::copy(load.begin(), load.end(), mine.begin());
+    std::copy(P.begin(), P.end(), mine.begin() + long(E));
+    mine[2 * E] = zsq;
+    cp.all_gather_bytes(mine.data(), all.data(), n * sizeof(double));
+    std::fill(load.begin(), load.end(), 0.0), std::fill(P.begin(), P.end(), 0.0), zsq = 0;
+    for (int q = 0; q < cp.size(); q++) {
+        const double* x = all.data() + size_t(q) * n;
+        for (size_t e = 0; e < E; e++) load[e] += x[e], P[e] += x[E + e];
+        zsq += x[2 * E];
+    }
+}
+
+// One choice as the capacity ranks it: its expert, its router probability, and its place in the one-process
+// order of the micro-batch's choices (token-major; under context parallelism the token's global position).
+struct Ranked {
+    int expert;
+    float prob;
+    long key;
+    int rank, j;  // the cp rank that made it and its index there
+};
+
+static std::vector<Ranked> ranked_choices(const UnitContext& u, const MoeDims& d, const MoeActs& a, int N) {
+    const int E = d.E, K = d.K, cp = u.cp_size();
+    std::vector<Ranked> mine(static_cast<size_t>(N) * K);
+    const int Tl = cp > 1 ? u.split->local() : N, T = cp > 1 ? u.split->T() : N;
+    const int* pos = u.positions();
+    for (int j = 0; j < N * K; j++) {
+        const int i = j / K, e = a.choice[size_t(j)];
+        const long t = pos ? pos[i % Tl] : i % Tl;
+        mine[size_t(j)] = {e, a.probs[size_t(i) * E + e], (long(i / Tl) * T + t) * K + j % K, cp > 1 ? u.cp->rank() : 0, j};
+    }
+    if (cp == 1) return mine;
+    std::vector<Ranked> all(mine.size() * size_t(cp));
+    u.cp->all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(Ranked));
+    return all;
+}
+
+// Each expert's choices beyond its capacity dropped (those of the smallest router probability, the later token
+// on a tie), over the whole micro-batch (every cp rank's choices); this rank's marked (slot -1, gate 0). Returns
+// how many were dropped in the micro-batch.
+static double drop_over_capacity(const UnitContext& u, const MoeDims& d, MoeActs& a, int N, size_t cap) {
+    std::vector<std::vector<Ranked>> chosen(static_cast<size_t>(d.E));
+    for (const Ranked& c : ranked_choices(u, d, a, N)) chosen[size_t(c.expert)].push_back(c);
+    const int me = u.cp_size() > 1 ? u.cp->rank() : 0;
+    double dropped = 0;
+    for (std::vector<Ranked>& c : chosen) {
+        if (c.size() <= cap) continue;
+        std::sort(c.begin(), c.end(), [](const Ranked& x, const Ranked& y) { return x.prob != y.prob ? x.prob > y.prob : x.key < y.key; });
+        for (size_t r = cap; r < c.size(); r++)
+            if (c[r].rank == me) a.slot[size_t(c[r].j)] = -1, a.gate[size_t(c[r].j)] = 0.0f;
+        dropped += double(c.size() - cap);
+    }
+    return dropped;
+}
+
+// The micro-batch's statistics (loads before the capacity, over every cp rank's tokens), and with a capacity
+// factor each expert's choices beyond its capacity dropped.
 void count_and_drop(const UnitContext& u, const MoeDims& d, MoeActs& a, int N) {
     const MoeConfig& m = u.cfg->moe;
     const int E = d.E, K = d.K;
@@ -93,22 +155,14 @@ void count_and_drop(const UnitContext& u, const MoeDims& d, MoeActs& a, int N) {
         for (int e = 0; e < E; e++) P[size_t(e)] += Pt[size_t(e)];
         zsq += double(a.lse[size_t(i)]) * a.lse[size_t(i)];
     }
+    if (u.cp_size() > 1) sum_over_cp(*u.cp, a.load, P, zsq);
+    const double Nt = double(N) * u.cp_size();
     double balance = 0;
-    for (int e = 0; e < E; e++) balance += a.load[size_t(e)] / (double(N) * K) * (P[size_t(e)] / N);
-    a.balance = balance * E, a.zsq = zsq / N, a.dropped = 0;
+    for (int e = 0; e < E; e++) balance += a.load[size_t(e)] / (Nt * K) * (P[size_t(e)] / Nt);
+    a.balance = balance * E, a.zsq = zsq / Nt, a.dropped = 0;
     std::fill(a.slot.data(), a.slot.data() + size_t(N) * K, 0);
     if (m.capacity_factor <= 0) return;
-    const size_t cap = size_t(std::ceil(double(m.capacity_factor) * N * K / E));
-    std::vector<std::vector<int>> chosen(static_cast<size_t>(E));
-    for (int j = 0; j < N * K; j++) chosen[size_t(a.choice[size_t(j)])].push_back(j);
-    for (int e = 0; e < E; e++) {
-        std::vector<int>& c = chosen[size_t(e)];
-        if (c.size() <= cap) continue;
-        auto prob = [&](int j) { return a.probs[size_t(j / K) * E + e]; };
-        std::stable_sort(c.begin(), c.end(), [&](int x, int y) { return prob(x) > prob(y); });
-        for (size_t r = cap; r < c.size(); r++) a.slot[size_t(c[r])] = -1, a.gate[size_t(c[r])] = 0.0f;
-        a.dropped += double(c.size() - cap);
-    }
+    a.dropped = drop_over_capacity(u, d, a, N, size_t(std::ceil(double(m.capacity_factor) * Nt * K / E)));
 }
 
 // d(objective)/d(logits) of one token from its gate weights' gradients dg (K), the balance loss's
@@ -145,11 +199,13 @@ void router_backward(const UnitContext& u, const MoeDims& d, const MoeWeights& w
     const MoeConfig& m = u.cfg->moe;
     const int E = d.E, K = d.K;
     SHARDLM_CHECK(E <= 256, "moe: at most 256 experts (got ", E, ")");
-    // the balance loss's factor on each expert's probabilities: aux_coef E f_e / N
+    // the balance loss's factor on each expert's probabilities: aux_coef E f_e / N, over the micro-batch's N
+    // tokens on every cp rank
+    const double Nt = double(N) * u.cp_size();
     std::vector<float> aux(static_cast<size_t>(E));
     for (int e = 0; e < E; e++)
-        aux[size_t(e)] = w.objective_scale * m.aux_coef * E * float(a.load[size_t(e)] / (double(N) * K)) / N;
-    const float zfactor = w.objective_scale * m.z_coef * 2.0f / N;
+        aux[size_t(e)] = w.objective_scale * m.aux_coef * E * float(a.load[size_t(e)] / (Nt * K)) / float(Nt);
+    const float zfactor = w.objective_scale * m.z_coef * 2.0f / float(Nt);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const size_t z0 = size_t(i) * E, c0 = size_t(i) * K;

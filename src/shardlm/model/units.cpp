@@ -69,6 +69,7 @@ void BlockKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool
     dy_fcproj.resize(N * C), dy_proj.resize(N * C);
     dfch.resize(N * size_t(d.Ffc)), dqkv.resize(N * size_t(d.Wqkv));
     dln2.resize(Nl * C), dln1.resize(Nl * C);
+    dqk.resize(c.qk_norm ? N * size_t(d.Ct + d.KVt * d.HS) : 0);
     size_copies(c, B, T, tp, bf16_products);
 }
 
@@ -81,7 +82,7 @@ void BlockKeep::size_copies(const GptConfig& c, int B, int T, int tp, bool bf16_
 
 size_t BlockKeep::bytes() const {
     return dy_fcproj.bytes() + dy_proj.bytes() + dfch.bytes() + dqkv.bytes() + dln2.bytes() + dln1.bytes() +
-           dy_fcproj16.bytes() + dy_proj16.bytes() + dfch16.bytes() + dqkv16.bytes() + moe.bytes();
+           dy_fcproj16.bytes() + dy_proj16.bytes() + dfch16.bytes() + dqkv16.bytes() + dqk.bytes() + moe.bytes();
 }
 
 void HeadKeep::allocate(const GptConfig& c, int B, int T, int tp, bool sp) {
@@ -97,6 +98,7 @@ void BlockActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DTyp
     const size_t eb = dtype_bytes(act), nm = c.norm == Norm::LayerNorm ? Nl : 0;  // RMSNorm keeps no mean
     ln1.resize(Nl * C, eb), ln1_mean.resize(nm), ln1_rstd.resize(Nl);
     qkv.resize(N * size_t(d.Wqkv), eb);
+    qk_pre.resize(c.qk_norm ? N * size_t(d.Ct + d.KVt * d.HS) : 0, eb), qk_rstd.resize(c.qk_norm ? 2 * N : 0);
     att.resize(keep_att && !fused ? size_t(B) * size_t(d.NHt) * size_t(T) * size_t(T) : 0, eb);
     lse.resize(fused ? size_t(B) * size_t(d.NHt) * size_t(T) : 0);
     atty.resize(N * size_t(d.Ct), eb);
@@ -111,7 +113,7 @@ size_t BlockActs::stats_bytes() const {
 
 size_t BlockActs::bytes() const {
     return ln1.bytes() + qkv.bytes() + att.bytes() + lse.bytes() + atty.bytes() + resid2.bytes() + ln2.bytes() +
-           fch.bytes() + fch_gelu.bytes() + stats_bytes() + moe.bytes();
+           fch.bytes() + fch_gelu.bytes() + stats_bytes() + qk_pre.bytes() + qk_rstd.bytes() + moe.bytes();
 }
 
 void HeadActs::allocate(const GptConfig& c, int B, int T, int tp, bool sp, DType act, bool bf16_grad, bool chunked) {

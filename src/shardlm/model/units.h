@@ -121,6 +121,7 @@ struct UnitContext {
     // (null: the whole sequence); attention is then the fused kernel by blocks over the cp group
     ContextParallel* cp = nullptr;
     const SequenceSplit* split = nullptr;
+    int cp_size() const { return cp ? cp->size() : 1; }
     CpComm cp_comm = CpComm::Ring;
     // expert parallelism (model/moe.h): the ranks an MoE layer's tokens and experts are spread over (null: one)
     ExpertParallel* ep = nullptr;
@@ -163,6 +164,8 @@ struct BlockActs {
                                                                   // (Nl,C) (Nl,C) (N,Ffc) (N,F)
     AlignedBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (Nl); RMSNorm: only the rstd
     AlignedBuffer<float> lse;  // fused attention: (B, NH/tp, T) each query row's log-sum-exp
+    TypedBuffer qk_pre;             // qk_norm: (N, Ct + KVt HS) the q and k columns before their norms
+    AlignedBuffer<float> qk_rstd;   // qk_norm: (N, 2) their scales
     MoeActs moe;               // an MoE layer's routing and experts (model/moe.h); empty in a dense layer
     // keep_att: the probabilities are kept (false under selective recomputation, and for decoding:
     // one sequence at a time, attending to the KV cache); fused: the fused kernel's row statistics
@@ -186,6 +189,7 @@ struct BlockKeep {
     AlignedBuffer<float> dy_fcproj, dy_proj;  // (N, C)
     AlignedBuffer<float> dfch, dqkv;          // (N, Ffc), (N, Wqkv)
     AlignedBuffer<float> dln2, dln1;          // (Nl, C)
+    AlignedBuffer<float> dqk;                 // qk_norm: (N, Ct + KVt HS) the normalised q and k's gradients
     AlignedBuffer<uint16_t> dy_fcproj16, dy_proj16, dfch16, dqkv16;  // bf16 products only (else empty)
     MoeKeep moe;                                                     // an MoE layer's (model/moe.h)
     void allocate(const GptConfig& c, int B, int T, int tp, bool sp, bool bf16_products, bool moe = false, int ep = 1);

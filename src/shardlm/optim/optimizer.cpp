@@ -104,8 +104,12 @@ void Optimizer::allocate_8bit() {
 // Adafactor: the factored second moment's row and column sums per matrix, the full one for vectors.
 void Optimizer::allocate_factored() {
     size_t rc = 0, stat = 0, vec = 0;
+    std::vector<char> expert(layout_.params.size(), 0);
+    for (const model::Unit& u : layout_.units)
+        if (u.kind == model::UnitKind::Experts) std::fill_n(expert.begin() + u.first_param, u.num_params, 1);
     for (const model::ParamSpec& p : layout_.params) {
         Factor f;
+        f.expert = expert[factors_.size()];
         f.factored = p.shape.size() >= 2;
         if (f.factored) {
             f.rows = size_t(p.shape[0]), f.cols = p.numel / f.rows;
@@ -117,6 +121,7 @@ void Optimizer::allocate_factored() {
         f.rc = rc, f.stat = stat;
         if (f.factored) rc += f.rows + f.cols, stat += f.rows + f.cols;
         stat += 1;  // the sum of p^2
+        rc_expert_.resize(rc, f.expert), stat_expert_.resize(stat, f.expert);
         factors_.push_back(f);
     }
     for (Piece& pc : pieces_)
@@ -197,6 +202,21 @@ void Optimizer::state_loaded() {
     release_state_views();
 }
 
+template <class IsExpert>
+void Optimizer::sum_over_shards(double* v, size_t n, IsExpert expert) const {
+    if (!shard_sum_) return;
+    if (!expert_sum_) return shard_sum_(v, n);
+    std::vector<double> part[2];  // the rest's entries, the experts'
+    for (size_t i = 0; i < n; i++) part[expert(i) ? 1 : 0].push_back(v[i]);
+    shard_sum_(part[0].data(), part[0].size());
+    expert_sum_(part[1].data(), part[1].size());
+    size_t at[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        const int k = expert(i) ? 1 : 0;
+        v[i] = part[k][at[k]++];
+    }
+}
+
 void Optimizer::load_adafactor_state() {
     // Vectors: their v. Matrices: every element of row r holds R_r (column c: C_c), the same value
     // wherever it was written; a rank holds only some rows' elements, so sums and counts over the
@@ -216,7 +236,7 @@ void Optimizer::load_adafactor_state() {
             }
         }
     }
-    if (shard_sum_) shard_sum_(sums.data(), sums.size());
+    sum_over_shards(sums.data(), sums.size(), [&](size_t i) { return rc_expert_[i % rc_.size()] != 0; });
     for (size_t k = 0; k < rc_.size(); k++) {
         const double count = sums[rc_.size() + k];
         rc_.data()[k] = count > 0 ? float(sums[k] / count) : 0.0f;
@@ -352,7 +372,7 @@ void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vec
         const Factor& f = factors_[pieces_[j].param];
         stats_[f.stat + (f.factored ? f.rows + f.cols : 0)] += psq[j];
     }
-    if (shard_sum_) shard_sum_(stats_.data(), stats_.size());
+    sum_over_shards(stats_.data(), stats_.size(), [&](size_t i) { return stat_expert_[i] != 0; });
     // 2. the matrices' statistics (whole, every rank alike) and their rsqrt factors; each step size
     std::vector<float> lr_of(factors_.size());
     for (size_t pi = 0; pi < factors_.size(); pi++) {
@@ -380,7 +400,7 @@ void Optimizer::step_adafactor(const std::vector<float*>& params, const std::vec
     std::fill(usq_.begin(), usq_.end(), 0.0);
     kernels::adafactor_update(pieces.data(), pieces.size(), gs, beta2t, eps1, false, usq.data());
     for (size_t j = 0; j < pieces_.size(); j++) usq_[pieces_[j].param] += usq[j];
-    if (shard_sum_) shard_sum_(usq_.data(), usq_.size());
+    sum_over_shards(usq_.data(), usq_.size(), [&](size_t i) { return factors_[i].expert; });
     for (size_t j = 0; j < pieces_.size(); j++) {
         const Piece& pc = pieces_[j];
         const Factor& f = factors_[pc.param];

@@ -113,8 +113,12 @@ public:
     bool hessian_due(int step) const { return needs_hessian() && (step + 1) % cfg_.hess_interval == 0; }
 
     // Sums a vector over the ranks whose owned ranges together make the whole layout (ZeRO's
-    // data-parallel group), in place; unset: this rank owns everything. Adafactor needs it.
-    void set_shard_sum(std::function<void(double*, size_t)> f) { shard_sum_ = std::move(f); }
+    // data-parallel group), in place; unset: this rank owns everything. Adafactor needs it. experts (set
+    // under expert parallelism): the same over the ranks holding the same experts, for the entries of the
+    // Experts units' parameters (other ranks of the data-parallel group hold other experts at those places).
+    void set_shard_sum(std::function<void(double*, size_t)> f, std::function<void(double*, size_t)> experts = {}) {
+        shard_sum_ = std::move(f), expert_sum_ = std::move(experts);
+    }
 
     const OptimConfig& config() const { return cfg_; }
     int steps_done() const { return step_; }
@@ -157,10 +161,14 @@ private:
     // the sum of p^2)
     struct Factor {
         bool factored = false;
+        bool expert = false;  // an Experts unit's (summed over the expert-data-parallel group)
         size_t rows = 1, cols = 1, real_rows = 1, real = 0, rc = 0, stat = 0;
     };
     void step_adafactor(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs);
     void load_adafactor_state();
+    // v (n entries, entry i of the parameter whose factor expert(i) tells) summed by shard_sum_ and expert_sum_
+    template <class IsExpert>
+    void sum_over_shards(double* v, size_t n, IsExpert expert) const;
     void step_adam8bit(const std::vector<float*>& params, const std::vector<const float*>& grads, float lr, float gs);
     // One of the other elementwise rules over every piece in one pass (params empty: the Hessian's, which has none)
     void run_rule(const kernels::RuleArgs& a, const std::vector<float*>& params, const std::vector<const float*>& grads);
@@ -182,7 +190,8 @@ private:
     std::vector<Factor> factors_;
     AlignedBuffer<float> rc_, rf_;  // statistics; their rsqrt factors (scratch)
     std::vector<double> stats_, usq_;
-    std::function<void(double*, size_t)> shard_sum_;
+    std::function<void(double*, size_t)> shard_sum_, expert_sum_;
+    std::vector<char> stat_expert_, rc_expert_;  // whether an entry of stats_ / rc_ is an expert's
     std::vector<kernels::RuleSlice> rule_slices_;  // run_rule's, kept
     int step_ = 0;
 };

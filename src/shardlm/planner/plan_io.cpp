@@ -67,7 +67,7 @@ private:
 cost::ModelShape model_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "model",
                    {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "arch",
-                    "tied_embeddings", "dropout", "experts", "top_k", "expert_ffn", "shared_experts"});
+                    "tied_embeddings", "dropout", "experts", "top_k", "expert_ffn", "shared_experts", "qk_norm"});
     for (const char* key : {"layers", "hidden", "heads", "vocab"}) f.require(key);
     cost::Arch arch;
     const std::string a = f.get<std::string>("arch", "gpt");
@@ -84,6 +84,7 @@ cost::ModelShape model_from_json(const json& j, const std::string& source) {
     m.dropout = f.get<bool>("dropout", m.dropout);
     m.experts = f.get<int>("experts", 0), m.top_k = f.get<int>("top_k", m.experts ? 2 : 0);
     m.expert_ffn = f.get<int>("expert_ffn", m.ffn_hidden), m.shared_experts = f.get<int>("shared_experts", 0);
+    m.qk_norm = f.get<bool>("qk_norm", false);
     return m;
 }
 
@@ -189,7 +190,7 @@ json model_to_json(const cost::ModelShape& m) {
             {"vocab", m.vocab},       {"seq_len", m.seq_len},       {"arch", cost::arch_name(m.arch)},
             {"tied_embeddings", m.tied_embeddings}, {"dropout", m.dropout}, {"params", cost::total_params(m)},
             {"experts", m.experts}, {"top_k", m.top_k}, {"expert_ffn", m.expert_ffn},
-            {"shared_experts", m.shared_experts}, {"active_params", cost::active_params(m)}};
+            {"shared_experts", m.shared_experts}, {"qk_norm", m.qk_norm}, {"active_params", cost::active_params(m)}};
 }
 
 json cluster_to_json(const Cluster& c) {

@@ -20,7 +20,7 @@ double StageModel::padded_vocab() const {
 
 cost::ActivationSpec StageModel::activation_spec(Recompute r) const {
     cost::ActivationSpec a;
-    a.micro_batch = p.micro_batch, a.seq = job.seq, a.tp = p.tp, a.cp = p.cp;
+    a.micro_batch = p.micro_batch, a.seq = job.seq, a.tp = p.tp, a.cp = p.cp, a.ep = p.ep;
     a.sequence_parallel = p.sequence_parallel && p.tp > 1;
     a.recompute = r;
     a.value_bytes = value_bytes();

@@ -111,9 +111,6 @@ model::ModelPart::Options part_options(Engine& e, const TrainConfig& cfg, const 
 }  // namespace
 
 Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm::Group& world) {
-    SHARDLM_CHECK(!model.has_moe() || cfg.parallel.cp == 1, "--cp ", cfg.parallel.cp, " with a mixture of experts: the "
-                  "balance loss and the capacity count a micro-batch's tokens, which context parallelism splits over "
-                  "its ranks\n---> HINT: --cp 1 with --n-experts");
     SHARDLM_CHECK(!model.has_moe() || cfg.runtime.thread_split != ThreadSplit::Batch, "--thread-split batch with a mixture "
                   "of experts: the experts' products run over the whole micro-batch's tokens, one lane\n---> HINT: "
                   "--thread-split kernel (or auto)");
@@ -139,8 +136,10 @@ Engine build_engine(const TrainConfig& cfg, const model::GptConfig& model, comm:
     e.exec = std::make_unique<parallel::PipelineExecutor>(*e.part, g.pp(), e.sync->hooks());
     e.optimizer = std::make_unique<optim::Optimizer>(cfg.optim_config(), e.part->layout(), e.sync->store().owned_ranges());
     if (shards_optimizer(e.sync->zero()) && dp * cp > 1) {  // the optimiser owns slices: whole-tensor sums (Adafactor) over dp x cp
-        comm::Group* dpg = &g.dp_cp();
-        e.optimizer->set_shard_sum([dpg](double* x, size_t n) { dpg->all_reduce_sum(x, n); });
+        comm::Group *dpg = &g.dp_cp(), *edp = &g.edp();  // (the experts' over the ranks holding the same experts)
+        std::function<void(double*, size_t)> experts;
+        if (g.ep_size() > 1) experts = [edp](double* x, size_t n) { if (edp->size() > 1) edp->all_reduce_sum(x, n); };
+        e.optimizer->set_shard_sum([dpg](double* x, size_t n) { dpg->all_reduce_sum(x, n); }, std::move(experts));
     }
     if (e.sync->replicas_differ()) {
         e.dp_metrics = std::make_unique<comm::Group>(g.dp().split(0, g.dp().rank()));

@@ -204,6 +204,7 @@ model::GptConfig ModelSettings::config() const {
     apply(mlp, "mlp", &c.mlp);
     apply(bias, "bias", &c.bias);
     apply(tie_embeddings, "tie-embeddings", &c.tie_embeddings);
+    apply(qk_norm, "qk-norm", &c.qk_norm);
     if (n_kv_head) c.n_kv_head = n_kv_head, knob("n-kv-head", std::to_string(n_kv_head));
     if (ffn_hidden) c.ffn_hidden = ffn_hidden, knob("ffn-hidden", std::to_string(ffn_hidden));
     if (rope_theta > 0) c.rope_theta = rope_theta, knob("rope-theta", std::to_string(rope_theta));
@@ -253,9 +254,9 @@ void ModelSettings::validate() const {
     SHARDLM_CHECK(init.empty() != preset.empty(), "give exactly one of --init DIR or --model PRESET");
     SHARDLM_CHECK(n_layer >= 0 && n_head >= 0 && n_embd >= 0 && n_ctx >= 0 && vocab_size >= 0,
                   "--n-layer, --n-head, --n-embd, --n-ctx and --vocab-size must be >= 0 (0 = the preset's value)");
-    SHARDLM_CHECK(init.empty() || (!norm && !position && !mlp && !bias && !tie_embeddings && n_kv_head == 0 && ffn_hidden == 0 && rope_theta == 0 &&
-                                   rms_norm_eps == 0),
-                  "--norm/--position/--mlp/--bias/--tie-embeddings/--n-kv-head/--ffn-hidden/--rope-theta/",
+    SHARDLM_CHECK(init.empty() || (!norm && !position && !mlp && !bias && !tie_embeddings && !qk_norm && n_kv_head == 0 &&
+                                   ffn_hidden == 0 && rope_theta == 0 && rms_norm_eps == 0),
+                  "--norm/--position/--mlp/--bias/--tie-embeddings/--qk-norm/--n-kv-head/--ffn-hidden/--rope-theta/",
                   "--rms-norm-eps change a --model preset; with --init the architecture comes from '", init,
                   "/config.json'\n---> HINT: drop them, or use --model");
     SHARDLM_CHECK(n_kv_head >= 0 && ffn_hidden >= 0 && rope_theta >= 0 && rms_norm_eps >= 0,
@@ -558,7 +559,8 @@ std::map<std::string, std::string> resolved_defaults(const TrainConfig& c) {
         r = {{"n_layer", value_text(m.n_layer)}, {"n_head", value_text(m.n_head)}, {"n_embd", value_text(m.n_embd)},
              {"n_ctx", value_text(m.n_ctx)}, {"vocab_size", value_text(m.vocab_size)}, {"norm", value_text(m.norm)},
              {"position", value_text(m.position)}, {"mlp", value_text(m.mlp)}, {"bias", value_text(m.bias)},
-             {"tie_embeddings", value_text(m.tie_embeddings)}, {"n_kv_head", value_text(m.kv_heads())},
+             {"tie_embeddings", value_text(m.tie_embeddings)}, {"qk_norm", value_text(m.qk_norm)},
+             {"n_kv_head", value_text(m.kv_heads())},
              {"ffn_hidden", value_text(m.ffn())}, {"rope_theta", rope ? value_text(m.rope_theta) : "none (learned positions)"},
              {"rms_norm_eps", value_text(m.ln_eps)}, {"n_experts", value_text(m.moe.n_experts)},
              {"top_k", value_text(m.moe.top_k)}, {"shared_experts", value_text(m.moe.n_shared)},

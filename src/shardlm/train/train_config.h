@@ -84,7 +84,7 @@ struct ModelSettings {
     Override<model::Norm> norm;
     Override<model::Position> position;
     Override<model::Mlp> mlp;
-    Override<bool> bias, tie_embeddings;
+    Override<bool> bias, tie_embeddings, qk_norm;
     int n_kv_head = 0, ffn_hidden = 0;
     float rope_theta = 0.0f, rms_norm_eps = 0.0f;
     // mixture of experts (model/moe.h): the architecture's overrides (0 / unset: the preset's), and the
@@ -286,6 +286,8 @@ void model_fields(S& c, F&& f) {
     f("mlp", c.mlp, "Override the preset's MLP");
     f("bias", c.bias, "Override whether linear layers and LayerNorms have biases");
     f("tie_embeddings", c.tie_embeddings, "Override whether the LM head is tied to the token embedding");
+    f("qk_norm", c.qk_norm, "Override whether the queries and keys are RMS-normalised over all heads before the rotary "
+                            "embeddings (OLMoE's q_norm and k_norm)");
     f("n_kv_head", c.n_kv_head, "Override the key/value heads (grouped-query attention; must divide n_head; 0 = the preset's)");
     f("ffn_hidden", c.ffn_hidden, "Override the MLP's inner size (0 = the preset's: 4 C for gelu, 8C/3 rounded up to 256 for swiglu)");
     f("rope_theta", c.rope_theta, "Override the rotary embeddings' base (0 = the preset's)");

@@ -14,6 +14,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "shardlm/comm/flight.h"
 #include "shardlm/core/check.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/core/timer.h"
@@ -286,7 +287,8 @@ double Trainer::sum_over_world(StepStats& s, const parallel::PipelineExecutor::R
     e_.sync->put_norm_sq(sums[1], sums.data() + kStepSums);
     if (holds_head() && e_.grid->tp_rank() == 0)
         for (double x : r.loss_sum) sums[0] += x;
-    if (e_.grid->tp_rank() == 0) std::copy(moe.begin(), moe.end(), sums.begin() + long(moe_at));
+    // each MoE layer's statistics once: a tensor-parallel group routes alike, a cp group's ranks hold its sums
+    if (e_.grid->tp_rank() == 0 && e_.grid->cp_rank() == 0) std::copy(moe.begin(), moe.end(), sums.begin() + long(moe_at));
     world_->all_reduce_sum(sums.data(), sums.size());
     moe_step_stats(s, sums.data() + moe_at);
     const parallel::GradNormsSq norms = e_.sync->norms_sq(sums[1], sums.data() + kStepSums);
@@ -424,6 +426,7 @@ int Trainer::run() {
             last_val_ = s.val_loss;
         }
         if (!s.nonfinite) write_metrics(s);
+        comm::flight::set_last_step(stats_json(s));
         log_step(s, now_s() - t_start);
         if (cfg_.reliability.check_replicas > 0 && (step + 1) % cfg_.reliability.check_replicas == 0)
             check_replicas(*world_, *e_.grid, e_.part->layout(), e_.sync->store().whole_master(), step + 1,

@@ -229,10 +229,12 @@ void sgemm_balanced(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                 flush_from_caches(operand(tb, B, ldb), K, cols);
                 flush_from_caches(operand(CblasNoTrans, out, ld), rows, cols);
             };
-            gemm_time_each(on(GemmBackend::OpenBlas), on(GemmBackend::OneDnn), on(GemmBackend::Native), t, cold);
+            const bool onednn = gemm_onednn_candidate();
+            gemm_time_each(on(GemmBackend::OpenBlas), onednn ? on(GemmBackend::OneDnn) : std::function<void()>(),
+                           on(GemmBackend::Native), t, cold);
             // the implementation oneDNN picks for this product's column blocks (the threads that ran them made
             // their own primitives: ask for the first block's shape on this thread)
-            t->onednn_impl = onednn_sgemm_impl(ta, tb, rows, std::min(width, N), K, alpha, beta);
+            if (onednn) t->onednn_impl = onednn_sgemm_impl(ta, tb, rows, std::min(width, N), K, alpha, beta);
         });
     }
     note_gemm_library(be);

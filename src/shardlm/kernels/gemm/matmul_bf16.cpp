@@ -211,7 +211,7 @@ void gemm_mixed(void* c, DType c_t, const native::Operand& a, const native::Oper
     Bf16Context& ctx = context();
     GemmBackend be = gemm_backend();
     if (be == GemmBackend::Auto) {
-        const bool has_native = native::has_bf16(), has_onednn = onednn_has_bf16();
+        const bool has_native = native::has_bf16(), has_onednn = onednn_has_bf16() && gemm_onednn_candidate();
         const int threads = team_threads();
         // oneDNN runs a bf16 product on its own threads, so their count is part of the key; fp32 operands are
         // rounded as part of the product (packed by the native kernels, a pass of their own for the others)

@@ -268,6 +268,7 @@ int size_class(int n) {
 
 RaggedGemmScope::RaggedGemmScope() : outer_(t_ragged) { t_ragged = true; }
 RaggedGemmScope::~RaggedGemmScope() { t_ragged = outer_; }
+bool gemm_onednn_candidate() { return !t_ragged; }
 
 std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long lda, long ldb, long ldc, int threads,
                      const char* extra) {
@@ -287,7 +288,7 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
     std::string key = buf;
     if (threads > 0) key += cat(" t", threads);
     if (*extra) key += cat(" ", extra);
-    if (t_ragged) key += " ragged";
+    if (t_ragged) key += " ragged (oneDNN not a candidate)";
     return key + " " + libs;
 }
 

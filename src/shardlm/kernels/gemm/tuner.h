@@ -58,6 +58,9 @@ std::string gemm_key(GemmKind kind, char ta, char tb, int M, int N, int K, long 
 // Products whose rows follow the data (a mixture of experts' products over the tokens each expert was
 // sent): while one is alive on a thread, gemm_key rounds that thread's M and K up to a power of two and
 // marks the key "ragged", so that auto times one shape per size class instead of one per token count.
+// Nor does auto time oneDNN for them (gemm_onednn_candidate): oneDNN builds and keeps a primitive, JIT code
+// included, for every exact shape it runs, and over the token counts of a long run that cache would grow
+// by hundreds of MB; the native kernels and OpenBLAS keep nothing per shape.
 class RaggedGemmScope {
 public:
     RaggedGemmScope();
@@ -68,6 +71,8 @@ public:
 private:
     bool outer_;
 };
+// Whether auto may run this thread's next product on oneDNN (not inside a RaggedGemmScope).
+bool gemm_onednn_candidate();
 
 // The implementation of the last oneDNN primitive the calling thread ran ("brg:avx512_core_bf16", "" if none):
 // what auto's timing records as the ISA a shape ran on. note_onednn_impl: the products' own call, with the
