@@ -342,8 +342,8 @@ TEST_F(Moe, HfMixtralRoundTripsBitExact) {
 // An HF OLMoE (tests/fixtures/olmoe_tiny: the queries and keys RMS-normalised over all heads before the rotary
 // embeddings, 8 experts under mlp. by LLaMA's MLP names, the top 2 not renormalised) against its float64
 // reference: one process (and the final parameters), full recomputation, tp2 (the norms' sums over the group),
-// tp2 + SP, pp2, dp2 ep2 ZeRO-1, cp2 and dp2 ep2 x tp2 ZeRO-3. It exports as an OLMoE directory bit for bit and
-// re-exports unchanged; a preset with the norms generates.
+// tp2 + SP, pp2, dp2 ep2 ZeRO-1, cp2 and dp2 ep2 x tp2 ZeRO-3, and bf16 (tp2) near it. It exports as an OLMoE
+// directory bit for bit and re-exports unchanged; a preset with the norms generates.
 TEST_F(Moe, OlmoeEqualsFloat64PytorchAndRoundTrips) {
     struct L {
         const char* name;
@@ -368,6 +368,14 @@ TEST_F(Moe, OlmoeEqualsFloat64PytorchAndRoundTrips) {
         expect_reference(out, l.name, 1e-5, kOlmoe);
         if (l.np == 1) shardlm::test::expect_reference_params(out / "ckpt_00000010", kOlmoe, tmp / "ref", l.name);
     }
+    // bf16 (the gains widened as a packed run: mixed precision once widened only q's and read zeros for k's)
+    const auto expected = nlohmann::json::parse(shardlm::io::read_file(kOlmoe + "/expected.json"));
+    const fs::path bf16 = tmp / "olmoe_bf16";
+    run(mpirun(2) + train("--precision bf16 --tp 2 --threads 1 --steps 10 --out " + bf16.string(), batch, kOlmoe));
+    const auto rows = shardlm::test::metrics(bf16);
+    ASSERT_EQ(rows.size(), 10u);
+    for (size_t s = 0; s < rows.size(); s++)
+        EXPECT_NEAR(double(rows[s]["loss"]), double(expected["losses"][s]), 3e-3 * double(expected["losses"][s])) << s;
     const fs::path ckpt = out / "ckpt_00000010", hf = tmp / "hf", hf2 = tmp / "hf2";
     run(kBin + " export --init " + ckpt.string() + " --out " + hf.string());
     const auto cfg = nlohmann::json::parse(shardlm::io::read_file((hf / "config.json").string()));

@@ -84,6 +84,10 @@ double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
     const SavedTensors t = saved_tensors(m, a);
     double bytes = (t.replicated_values * a.value_bytes + t.replicated_masks) / sp_div;
     bytes += t.split_values * a.value_bytes / a.tp;
+    if (m.qk_norm) {  // the q and k columns before their norms, and each row's two scales (fp32)
+        const double sb = double(a.micro_batch) * (double(a.seq) / a.cp);
+        bytes += sb * (double(m.hidden + m.kv_dim()) * a.value_bytes / a.tp + 2 * 4);
+    }
     if (a.recompute == Recompute::None || a.attention == Attention::Flash) bytes += attention_core_activation_bytes(m, a);
     if (a.recompute == Recompute::Selective && a.attention == Attention::Flash) bytes -= op_selective_recomputed_bytes(m, a);
     return bytes;

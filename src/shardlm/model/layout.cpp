@@ -91,6 +91,7 @@ struct Builder {
         p.gemm_written = gemm_written;
         p.init = init;
         p.offset = packed ? L.params.back().offset + L.params.back().numel : L.total;
+        p.packed = packed;
         L.total = align_up(p.offset + p.numel);
         Unit& u = L.units.back();
         if (role >= 0) u.role[role] = int(L.params.size());

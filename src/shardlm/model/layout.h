@@ -59,6 +59,9 @@ struct ParamSpec {
     bool tied_copy = false;  // the last pipeline stage's copy of wte: never saved, gradient summed
     // A GEMM writes this gradient (= on a step's first micro-batch, += after): it is never zeroed.
     bool gemm_written = false;
+    // Right after the previous parameter, one tensor with it as the units read them (a fused matrix's or
+    // vector's next block: q | k | v, gate | up, the q and k norms' gains); a role names the run's first.
+    bool packed = false;
     Init init = Init::Zero;
 
     std::vector<int64_t> hf_shape() const;  // HF shape of the whole tensor (true vocabulary)

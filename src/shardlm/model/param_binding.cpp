@@ -59,11 +59,19 @@ void ParamBinding::bind_unit(int unit, void* params, float* grads) {
     if (grads) grads_[size_t(unit)] = grads;
 }
 
+// A role names the first vector of a packed run (LLaMA's q, k and v biases, SwiGLU's gate and up biases, the q
+// and k norms' gains): the run is widened whole, into the run's slots (each vector's at least its size).
 const float* ParamBinding::vec(int unit, int i) {
     if (!mixed_ || !has(unit, i)) return static_cast<const float*>(param(unit, i));
     const Unit& un = layout_.units[size_t(unit)];
+    size_t n = 0;
+    for (int k = un.role[i]; k < un.first_param + un.num_params; k++) {
+        const ParamSpec& p = layout_.params[size_t(k)];
+        if (k > un.role[i] && !p.packed) break;
+        n += p.numel;
+    }
     float* v = vec_.data() + vec_at_[size_t(unit)][size_t(un.role[i] - un.first_param)];
-    convert_to_f32(v, param(unit, i), stored_, spec(unit, i).numel);
+    convert_to_f32(v, param(unit, i), stored_, n);
     return v;
 }
 
