@@ -46,15 +46,23 @@ protected:
                                  const std::string& fix = kFix) {
         shardlm::test::expect_reference_curve(run, fix, what, rel);
     }
-};
-
-TEST_F(Moe, TrainsEqualToFloat64PytorchInEveryLayout) {
-    struct L {
+    struct Layout {
         const char* name;
         int np;
         const char* flags;
     };
-    const L layouts[] = {
+    // The fixture's 10 steps in one layout, into out, against its float64 reference (in one process also the
+    // final parameters: the reference's rounded to fp32, final.safetensors)
+    void expect_layout(const Layout& l, const std::string& fix, const fs::path& out) {
+        run((l.np > 1 ? mpirun(l.np) : std::string()) +
+            train(std::string(l.flags) + " --steps 10 --overwrite --out " + out.string(), "--global-batch 4 --micro-batch 2", fix));
+        expect_reference(out, l.name, 1e-5, fix);
+        if (l.np == 1) shardlm::test::expect_reference_params(out / "ckpt_00000010", fix, tmp / "ref", l.name);
+    }
+};
+
+TEST_F(Moe, TrainsEqualToFloat64PytorchInEveryLayout) {
+    const Layout layouts[] = {
         {"one process, 2 micro-batches", 1, "--threads 2"},
         {"full recomputation", 1, "--recompute full --threads 2"},
         {"selective recomputation, materialized attention", 1, "--recompute selective --attention materialized"},
@@ -76,28 +84,14 @@ TEST_F(Moe, TrainsEqualToFloat64PytorchInEveryLayout) {
         {"cp2", 2, "--cp 2 --threads 1"},
         {"dp2 ep2 x cp2 ZeRO-1", 4, "--dp 2 --ep 2 --cp 2 --zero 1 --threads 1"},
     };
-    for (const L& l : layouts) {
-        const fs::path out = tmp / "run";
-        const std::string pre = l.np > 1 ? mpirun(l.np) : "";
-        run(pre + train(std::string(l.flags) + " --steps 10 --out " + out.string() + " --overwrite"));
-        expect_reference(out, l.name);
-        if (l.np == 1) {
-            // the final parameters: the reference's float64 run rounded to fp32 (final.safetensors)
-            shardlm::test::expect_reference_params(out / "ckpt_00000010", kFix, tmp / "ref", l.name);
-        }
-    }
+    for (const Layout& l : layouts) expect_layout(l, kFix, tmp / "run");
 }
 
 // What Mixtral lacks, against its own float64 reference (tests/fixtures/moe_variants: about 30 % of the choices
 // dropped each step): one process (and the final parameters), tp2 + sequence parallelism, pp2, dp2 ep2 ZeRO-3,
 // and cp2 alone and under dp2 ep2 ZeRO-3 (the capacity ranks every cp rank's choices of a micro-batch).
 TEST_F(Moe, VariantsEqualToFloat64Pytorch) {
-    struct L {
-        const char* name;
-        int np;
-        const char* flags;
-    };
-    const L layouts[] = {
+    const Layout layouts[] = {
         {"one process", 1, "--threads 2"},
         {"tp2 + sequence parallelism", 2, "--tp 2 --sequence-parallel --threads 1"},
         {"pp2", 2, "--pp 2 --threads 1"},
@@ -105,18 +99,14 @@ TEST_F(Moe, VariantsEqualToFloat64Pytorch) {
         {"cp2", 2, "--cp 2 --threads 1"},
         {"dp2 ep2 x cp2 ZeRO-3", 4, "--dp 2 --ep 2 --cp 2 --zero 3 --threads 1"},
     };
-    const std::string batch = "--global-batch 4 --micro-batch 2";
-    for (const L& l : layouts) {
+    for (const Layout& l : layouts) {
         const fs::path out = tmp / "variants";
-        run((l.np > 1 ? mpirun(l.np) : std::string()) +
-            train(std::string(l.flags) + " --steps 10 --overwrite --out " + out.string(), batch, kVariants));
-        expect_reference(out, l.name, 1e-5, kVariants);
+        expect_layout(l, kVariants, out);
         const auto rows = shardlm::test::metrics(out);
         ASSERT_FALSE(rows.empty());
         EXPECT_GT(double(rows[0]["moe_dropped"]), 0.2) << l.name;
         ASSERT_EQ(rows[0]["moe_load"].size(), 1u) << l.name;  // layer 1 only
         EXPECT_EQ(rows[0]["moe_load"][0]["layer"], 1) << l.name;
-        if (l.np == 1) shardlm::test::expect_reference_params(out / "ckpt_00000010", kVariants, tmp / "ref", l.name);
     }
 }
 
@@ -345,12 +335,7 @@ TEST_F(Moe, HfMixtralRoundTripsBitExact) {
 // tp2 + SP, pp2, dp2 ep2 ZeRO-1, cp2 and dp2 ep2 x tp2 ZeRO-3, and bf16 (tp2) near it. It exports as an OLMoE
 // directory bit for bit and re-exports unchanged; a preset with the norms generates.
 TEST_F(Moe, OlmoeEqualsFloat64PytorchAndRoundTrips) {
-    struct L {
-        const char* name;
-        int np;
-        const char* flags;
-    };
-    const L layouts[] = {
+    const Layout layouts[] = {
         {"one process", 1, "--threads 2"},
         {"full recomputation", 1, "--recompute full --threads 2"},
         {"tp2", 2, "--tp 2 --threads 1"},
@@ -362,12 +347,7 @@ TEST_F(Moe, OlmoeEqualsFloat64PytorchAndRoundTrips) {
     };
     const std::string batch = "--global-batch 4 --micro-batch 2";
     const fs::path out = tmp / "olmoe";
-    for (const L& l : layouts) {
-        run((l.np > 1 ? mpirun(l.np) : std::string()) +
-            train(std::string(l.flags) + " --steps 10 --overwrite --out " + out.string(), batch, kOlmoe));
-        expect_reference(out, l.name, 1e-5, kOlmoe);
-        if (l.np == 1) shardlm::test::expect_reference_params(out / "ckpt_00000010", kOlmoe, tmp / "ref", l.name);
-    }
+    for (const Layout& l : layouts) expect_layout(l, kOlmoe, out);
     // bf16 (the gains widened as a packed run: mixed precision once widened only q's and read zeros for k's)
     const auto expected = nlohmann::json::parse(shardlm::io::read_file(kOlmoe + "/expected.json"));
     const fs::path bf16 = tmp / "olmoe_bf16";

@@ -64,6 +64,28 @@ void read_knob(const nlohmann::json& j, const std::string& path, const char* key
                   ": key '", key, "' is ", j[key].dump(), "\n---> HINT: use one of ", names_list(enum_names(E{})));
 }
 
+// A config.json's optional keys, each checked for its type (an error names the file and the key).
+struct OptionalKeys {
+    const std::string& path;
+    const nlohmann::json& j;
+    bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+    int integer(const char* key, int def) const {
+        if (!has(key)) return def;
+        SHARDLM_CHECK(j[key].is_number_integer(), path, ": key '", key, "' must be an integer (got ", j[key].dump(), ")");
+        return j[key].get<int>();
+    }
+    float number(const char* key, float def) const {
+        if (!has(key)) return def;
+        SHARDLM_CHECK(j[key].is_number(), path, ": key '", key, "' must be a number (got ", j[key].dump(), ")");
+        return j[key].get<float>();
+    }
+    bool flag(const char* key, bool def) const {
+        if (!has(key)) return def;
+        SHARDLM_CHECK(j[key].is_boolean(), path, ": key '", key, "' must be true or false (got ", j[key].dump(), ")");
+        return j[key].get<bool>();
+    }
+};
+
 GptConfig load_llama_config(const std::string& path, const nlohmann::json& j) {
     auto num = [&](const char* key) -> const nlohmann::json& {
         SHARDLM_CHECK(j.contains(key), path, ": missing key '", key, "'\n---> HINT: an HF LLaMA config.json has ",
@@ -76,11 +98,8 @@ GptConfig load_llama_config(const std::string& path, const nlohmann::json& j) {
         SHARDLM_CHECK(num(key).is_number_integer(), path, ": key '", key, "' must be an integer (got ", j[key].dump(), ")");
         return j[key].get<int>();
     };
-    auto flag = [&](const char* key, bool def) -> bool {
-        if (!j.contains(key) || j[key].is_null()) return def;
-        SHARDLM_CHECK(j[key].is_boolean(), path, ": key '", key, "' must be true or false (got ", j[key].dump(), ")");
-        return j[key].get<bool>();
-    };
+    const OptionalKeys opt{path, j};
+    auto flag = [&](const char* key, bool def) { return opt.flag(key, def); };
     GptConfig c;
     c.name = "hf-llama";
     c.norm = Norm::RMSNorm, c.position = Position::Rope, c.mlp = Mlp::SwiGLU;
@@ -120,28 +139,6 @@ GptConfig load_llama_config(const std::string& path, const nlohmann::json& j) {
     c.validate(path);
     return c;
 }
-
-// A config.json's optional keys, each checked for its type (an error names the file and the key).
-struct OptionalKeys {
-    const std::string& path;
-    const nlohmann::json& j;
-    bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
-    int integer(const char* key, int def) const {
-        if (!has(key)) return def;
-        SHARDLM_CHECK(j[key].is_number_integer(), path, ": key '", key, "' must be an integer (got ", j[key].dump(), ")");
-        return j[key].get<int>();
-    }
-    float number(const char* key, float def) const {
-        if (!has(key)) return def;
-        SHARDLM_CHECK(j[key].is_number(), path, ": key '", key, "' must be a number (got ", j[key].dump(), ")");
-        return j[key].get<float>();
-    }
-    bool flag(const char* key, bool def) const {
-        if (!has(key)) return def;
-        SHARDLM_CHECK(j[key].is_boolean(), path, ": key '", key, "' must be true or false (got ", j[key].dump(), ")");
-        return j[key].get<bool>();
-    }
-};
 
 // shardlm's keys for the mixture-of-experts knobs HF Mixtral and OLMoE lack.
 void read_moe_extras(const OptionalKeys& k, GptConfig& c) {

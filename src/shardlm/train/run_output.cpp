@@ -286,11 +286,11 @@ void Trainer::print_header() {
     std::fflush(stdout);
 }
 
-void Trainer::write_metrics(const StepStats& s) {
+void Trainer::write_metrics(const StepStats& s, const std::string& row) {
     if (!metrics_) return;
     // every write checked: a full disk stops the run (the last checkpoint is intact; a torn last row
     // is dropped when the run resumes)
-    const std::string line = stats_json(s) + "\n";
+    const std::string line = row + "\n";
     const bool ok = std::fwrite(line.data(), 1, line.size(), metrics_) == line.size();
     if (!ok || std::fflush(metrics_) != 0) {
         const int err = errno;

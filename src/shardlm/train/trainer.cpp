@@ -425,8 +425,9 @@ int Trainer::run() {
             s.val_loss = evaluate();
             last_val_ = s.val_loss;
         }
-        if (!s.nonfinite) write_metrics(s);
-        comm::flight::set_last_step(stats_json(s));
+        const std::string row = stats_json(s);
+        if (!s.nonfinite) write_metrics(s, row);
+        comm::flight::set_last_step(row);
         log_step(s, now_s() - t_start);
         if (cfg_.reliability.check_replicas > 0 && (step + 1) % cfg_.reliability.check_replicas == 0)
             check_replicas(*world_, *e_.grid, e_.part->layout(), e_.sync->store().whole_master(), step + 1,
@@ -512,7 +513,7 @@ int Trainer::finish_run(int status, int done, const StepStats& last, double bubb
 bool Trainer::on_nonfinite(StepStats& s) {
     const NonFiniteReport rep = find_nonfinite(*world_, owned(true), std::isfinite(s.loss));
     const bool go_on = cfg_.reliability.on_nan == OnNan::Skip && !rep.params;
-    write_metrics(s);
+    write_metrics(s, stats_json(s));
     if (is_root()) {
         std::fprintf(go_on ? stdout : stderr, "%s: step %d: non-finite loss (%g) or gradient norm (%g); %s\n",
                      go_on ? "warning" : "error", s.step + 1, s.loss, s.grad_norm, rep.message.c_str());

@@ -112,7 +112,7 @@ private:
     void restore_replica(std::vector<AlignedBuffer<float>>& replica);
     void open_run_dir();
     void print_header();
-    void write_metrics(const StepStats& s);
+    void write_metrics(const StepStats& s, const std::string& row);  // row: stats_json(s)
     bool on_nonfinite(StepStats& s);           // reports a non-finite step; whether training goes on
     double report_last_step(const StepStats& s);
     bool checkpoint_if_due(const StepStats& s, bool final, double& t_last_ckpt);
