@@ -38,6 +38,7 @@ OUTPUTS = {
     "gpt2-hf", "llama-hf",      # export --out examples
     "summary.json",             # what a run directory holds
     "moe_balance.svg", "moe_load.svg",  # what `report` draws for a mixture of experts
+    "unit_grad_norm.svg", "update_ratio.svg", "act_rms.svg",  # ... and of training health
 }
 # Prefixes of paths that a run, a build or a user makes.
 OUTPUT_PREFIXES = ("runs/", "data/", "build/", "./build/", "~/", "/", "$", "http:", "https:", "mailto:")

@@ -1,16 +1,21 @@
 // tests/cli/cli_run.h: running the `shardlm` binary from the tests: a shell command with its output
 // captured and its exit status (128 + signal when a signal ended it), and the mpirun prefix.
 #pragma once
+#include <spawn.h>
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "shardlm/io/atomic_file.h"
+
+extern char** environ;
 
 namespace shardlm::test {
 
@@ -36,6 +41,31 @@ inline CmdResult sh(const std::string& cmd, const std::filesystem::path& log) {
 inline std::string mpirun(int np, const std::string& extra = "") {
     return std::string(SHARDLM_MPIEXEC) + " --allow-run-as-root --oversubscribe " + extra + " -np " + std::to_string(np) +
            " ";
+}
+
+// Starts `cmd` in the background (exec'd by sh, so it is the child itself and inherits our signal
+// dispositions), its output into log.
+inline pid_t spawn(const std::string& cmd, const std::filesystem::path& log) {
+    const std::string line = "exec " + cmd + " < /dev/null > " + log.string() + " 2>&1";
+    const char* argv[] = {"/bin/sh", "-c", line.c_str(), nullptr};
+    pid_t pid = 0;
+    EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    return pid;
+}
+// Its exit status (128 + signal when a signal ended it).
+inline int wait_status(pid_t pid) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+// Waits (at most 60 s) until done() holds.
+template <class Done>
+void wait_until(const Done& done) {
+    for (int i = 0; i < 6000 && !done(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+// Waits until the file holds `text`.
+inline void wait_for_text(const std::filesystem::path& file, const std::string& text) {
+    wait_until([&] { return std::filesystem::exists(file) && io::read_file(file.string()).find(text) != std::string::npos; });
 }
 
 // The tiny fixture model of tests/fixtures/gpt2_e2e, G = 4 rows of T = 16.

@@ -4,10 +4,12 @@
 // `shardlm report --flight DIR` must name the rank and the operation. And a training run that a
 // stalled rank ends with --comm-timeout leaves records that name the stalled rank.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +20,12 @@ namespace {
 namespace fs = std::filesystem;
 using shardlm::test::CmdResult;
 using shardlm::test::sh;
+
+// A file's bytes, "" if it cannot be read (a /proc entry of a process that just ended).
+std::string slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 class Flight : public shardlm::test::CliTest {
 protected:
@@ -139,6 +147,60 @@ TEST_F(Flight, ATrainingRunEndedByCommTimeoutNamesTheStalledRank) {
     const CmdResult none = report(tmp / "nowhere");
     EXPECT_NE(none.code, 0);
     EXPECT_NE(none.out.find("is not a directory"), std::string::npos) << none.out;
+}
+
+// A timeout under ZeRO-1 and ZeRO-3 (whose pending gathers and reduce-scatters are waited for again as the
+// stages unwind) ends with the timeout's own message and every rank's record, never in std::terminate.
+TEST_F(Flight, ACommTimeoutUnderZeroKeepsItsMessageAndTheRecords) {
+    for (const char* zero : {"1", "3"}) {
+        const fs::path out = tmp / (std::string("zero") + zero);
+        const CmdResult r = job(shardlm::test::mpirun(2, "-x SHARDLM_TEST_STALL=1:2") + shardlm::test::kBin +
+                                " train --model tiny --n-layer 2 --n-head 4 --n-embd 48 --vocab-size 211 --data " +
+                                shardlm::test::kFix + "/data.bin --seq 16 --global-batch 4 --micro-batch 1 --threads 1 " +
+                                "--steps 10 --dp 2 --zero " + zero + " --comm-timeout 3 --out " + out.string());
+        EXPECT_NE(r.code, 0) << r.out;
+        EXPECT_NE(r.out.find("did not finish within --comm-timeout 3 s"), std::string::npos) << zero << "\n" << r.out;
+        EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << zero << "\n" << r.out;
+        const CmdResult a = report(out / "flight");
+        EXPECT_NE(a.out.find("stalled: world rank 1\n"), std::string::npos) << zero << "\n" << a.out;
+    }
+    // a rank's file that does not read is left out, said so; the others still name the rank
+    std::ofstream(tmp / "zero1" / "flight" / "rank7.json") << "{\"world_rank\": 7, \"ops\": [";
+    const CmdResult a = report(tmp / "zero1" / "flight");
+    ASSERT_EQ(a.code, 0) << a.out;
+    EXPECT_NE(a.out.find("left out rank7.json: "), std::string::npos) << a.out;
+    EXPECT_NE(a.out.find("stalled: world rank 1\n"), std::string::npos) << a.out;
+}
+
+// A pipeline stage stopped by SIGSTOP, wherever it stood (inside a send or a collective, or computing),
+// is the rank named: its own record says it did not run (the watcher's late ticks), and the ranks that
+// wait for it write theirs at half the --comm-timeout, before mpirun kills any of them.
+TEST_F(Flight, AStoppedPipelineStageIsNamed) {
+    for (const char* schedule : {"1f1b", "zb-h1"}) {
+        const fs::path out = tmp / schedule;
+        const pid_t job = shardlm::test::spawn(
+            "timeout -s KILL 120 " + shardlm::test::mpirun(3) + shardlm::test::kBin + " train --model tiny --n-layer 3 --data " +
+                shardlm::test::kFix + "/data.bin --seq 16 --global-batch 6 --micro-batch 1 --threads 1 --steps 100000 --pp 3 " +
+                "--schedule " + schedule + " --comm-timeout 3 --out " + out.string(),
+            tmp / "log.txt");
+        shardlm::test::wait_until([&] { return fs::exists(out / "metrics.jsonl") && fs::file_size(out / "metrics.jsonl") > 2000; });
+        // world rank 0 of this job: the process whose command names this run and whose environment says rank 0
+        pid_t rank0 = 0;
+        for (const auto& e : fs::directory_iterator("/proc")) {
+            const std::string env = slurp((e.path() / "environ").string());
+            const std::string cmd = slurp((e.path() / "cmdline").string());
+            if (cmd.rfind(shardlm::test::kBin, 0) == 0 && cmd.find(out.string()) != std::string::npos &&
+                env.find(std::string("OMPI_COMM_WORLD_RANK=0") + '\0') != std::string::npos)
+                rank0 = std::atoi(e.path().filename().c_str());
+        }
+        ASSERT_GT(rank0, 0) << schedule;
+        ASSERT_EQ(kill(rank0, SIGSTOP), 0);
+        std::this_thread::sleep_for(std::chrono::seconds(6));
+        kill(rank0, SIGCONT);
+        EXPECT_NE(shardlm::test::wait_status(job), 0);
+        const CmdResult a = report(out / "flight");
+        EXPECT_NE(a.out.find("stalled: world rank 0\n"), std::string::npos) << schedule << "\n" << a.out;
+    }
 }
 
 // A mixture of experts: the records carry the last step each rank finished and the expert loads after it

@@ -2,6 +2,7 @@
 // left, in a layout that fits them, with the same global batch; its metrics hold every step once;
 // and the continuation equals, to the bit, a clean run that resumes the same checkpoint on that layout.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -46,6 +47,13 @@ void expect_every_step_once(const fs::path& metrics, int n) {
 
 class Launch : public shardlm::test::CliTest {
 protected:
+    // A launch of dp2 in the background, training for long: returned once 5 steps are logged in a.
+    pid_t start_long_launch(const fs::path& a) {
+        const pid_t pid = shardlm::test::spawn(kBin + " launch -np 2 --oversubscribe -- train " + train_flags(a, "--steps 1000000"),
+                                               tmp / "launch.txt");
+        shardlm::test::wait_until([&] { return fs::exists(a / "metrics.jsonl") && jsonl(a / "metrics.jsonl").size() >= 5; });
+        return pid;
+    }
     CmdResult launch(const std::string& env, const std::string& opts, const std::string& train) {
         return sh("timeout -s KILL 300 env " + env + " " + kBin + " launch " + opts + " --oversubscribe -- train " + train,
                   tmp / "launch.txt");
@@ -103,6 +111,57 @@ TEST_F(Launch, KeepsThePipelineWhenItFitsAndNamesAStalledRank) {
         << r.out;
     EXPECT_NE(r.out.find("layout dp2 tp1 pp2 (4 ranks) -> dp1 tp1 pp2 (2 ranks)"), std::string::npos) << r.out;
     expect_every_step_once(a / "metrics.jsonl", 6);
+    // the failed attempt's records stay beside the next one's, and each attempt's output in its log
+    EXPECT_TRUE(fs::exists(a / "flight" / "attempt-1" / "rank0.json"));
+    const CmdResult old = sh(kBin + " report --flight " + (a / "flight" / "attempt-1").string(), tmp / "report.txt");
+    EXPECT_NE(old.out.find("stalled: world rank"), std::string::npos) << old.out;
+    EXPECT_NE(shardlm::io::read_file((a / "launch.attempt-1.log").string()).find("SHARDLM_TEST_STALL: rank 3 stalls"), std::string::npos);
+    EXPECT_TRUE(fs::exists(a / "launch.attempt-2.log"));
+}
+
+// A stop asked of launch (SIGTERM, or Ctrl-C's SIGINT) reaches the ranks as a request (SIGUSR2 through
+// mpirun, which would kill them at once on a SIGTERM): they finish the step and write a checkpoint, launch
+// says which, and the same command with --resume goes on from it, every step logged once.
+TEST_F(Launch, ASignalToLaunchWritesACheckpoint) {
+    const fs::path a = tmp / "a";
+    const pid_t pid = start_long_launch(a);
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    EXPECT_EQ(shardlm::test::wait_status(pid), 128 + SIGTERM);
+    const std::string out = shardlm::io::read_file((tmp / "launch.txt").string());
+    const size_t n = jsonl(a / "metrics.jsonl").size();
+    char name[32];
+    std::snprintf(name, sizeof(name), "ckpt_%08zu", n);
+    EXPECT_NE(out.find(std::string("launch: interrupted by SIGTERM: the ranks wrote ") + name + " before stopping"), std::string::npos) << out;
+    ASSERT_TRUE(fs::exists(a / name / "meta.json")) << out;
+    const CmdResult r = launch("X=1", "-np 2", train_flags(a, "--steps " + std::to_string(n + 2) + " --resume"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("resuming from " + (a / name).string()), std::string::npos) << r.out;
+    expect_every_step_once(a / "metrics.jsonl", int(n) + 2);
+}
+
+// kill -9 of launch leaves no job training unsupervised: the ranks see their supervisor gone, finish the
+// step, write a checkpoint and end; a new launch on the directory waits for them and goes on from it.
+TEST_F(Launch, RanksWhoseLaunchIsKilledCheckpointAndStop) {
+    const fs::path a = tmp / "a";
+    const pid_t pid = start_long_launch(a);
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    shardlm::test::wait_status(pid);
+    const fs::path first = a / "launch.attempt-1.log";
+    shardlm::test::wait_for_text(first, "\ntrained ");  // rank 0's last line, after the checkpoint
+    const std::string log = shardlm::io::read_file(first.string());
+    EXPECT_NE(log.find("the launch that started this job is gone: finishing this step, then a checkpoint"), std::string::npos) << log;
+    EXPECT_NE(log.find("interrupted by the loss of its launch after step"), std::string::npos) << log;
+    std::smatch m;
+    int k = 0;
+    for (const auto& e : fs::directory_iterator(a))
+        if (const std::string n = e.path().filename().string(); std::regex_match(n, m, std::regex("ckpt_([0-9]{8})")))
+            k = std::max(k, std::stoi(m[1]));
+    ASSERT_EQ(size_t(k), jsonl(a / "metrics.jsonl").size()) << log;  // the checkpoint of the last step logged
+    const CmdResult r = launch("X=1", "-np 2", train_flags(a, "--steps 1000000 --stop-after " + std::to_string(k + 3) + " --resume"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("(step " + std::to_string(k) + " of 1000000)"), std::string::npos) << r.out;
+    EXPECT_TRUE(fs::exists(a / "launch.attempt-2.log"));  // the earlier launch's log kept
+    expect_every_step_once(a / "metrics.jsonl", k + 3);
 }
 
 TEST_F(Launch, GivesUpOnFailuresThatAreNotALostRankAndBelowMinNp) {

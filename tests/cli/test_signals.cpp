@@ -16,8 +16,6 @@
 #include "cli_run.h"
 #include "run_dir.h"
 
-extern char** environ;
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -26,29 +24,14 @@ using shardlm::test::sh;
 class Signals : public shardlm::test::CliTest {
 protected:
 
-    // Starts `cmd` (exec'd by sh, so it is the child itself and inherits our signal dispositions).
-    pid_t spawn(const std::string& cmd) {
-        const std::string line = "exec " + cmd + " > " + (tmp / "log.txt").string() + " 2>&1";
-        const char* argv[] = {"/bin/sh", "-c", line.c_str(), nullptr};
-        pid_t pid = 0;
-        EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-        return pid;
-    }
-    static int wait_status(pid_t pid) {
-        int st = 0;
-        waitpid(pid, &st, 0);
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    }
-    // Waits (at most 60 s) until done() holds.
+    pid_t spawn(const std::string& cmd) { return shardlm::test::spawn(cmd, tmp / "log.txt"); }
+    static int wait_status(pid_t pid) { return shardlm::test::wait_status(pid); }
     template <class Done>
     static void wait_until(const Done& done) {
-        for (int i = 0; i < 6000 && !done(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        shardlm::test::wait_until(done);
     }
     // Waits until the run's output (log.txt) holds `text`.
-    void wait_log(const std::string& text) {
-        const fs::path log = tmp / "log.txt";
-        wait_until([&] { return fs::exists(log) && shardlm::io::read_file(log.string()).find(text) != std::string::npos; });
-    }
+    void wait_log(const std::string& text) { shardlm::test::wait_for_text(tmp / "log.txt", text); }
     // Waits until the run directory's metrics hold at least n rows.
     void wait_rows(const fs::path& run, size_t n) {
         wait_until([&] { return shardlm::test::metrics(run).size() >= n; });

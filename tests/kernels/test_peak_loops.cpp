@@ -86,4 +86,23 @@ TEST(PeakLoops, ABf16ProductIsMeasuredAgainstThePeakOfTheIsaThatRanIt) {
     EXPECT_EQ(m.peak(ProductIsa::AmxBf16), 100);
 }
 
+// An oversubscribed node's fix is what would help: fewer threads where the ranks alone fit the CPUs,
+// fewer ranks where they do not (never --threads 1 to a run that has it).
+TEST(MachineFindings, OversubscriptionSuggestsWhatWouldHelp) {
+    MachineInfo m;
+    m.cpus_online = m.cpus_allowed = 2;
+    m.gemm = GemmBackend::OneDnn;
+    auto one = [&](int threads, int ranks) {
+        std::string all;
+        for (const std::string& f : findings(m, threads, ranks, false)) all += f + "\n";
+        return all;
+    };
+    EXPECT_NE(one(1, 4).find("4 ranks x 1 thread on 2 CPUs: the node is oversubscribed"), std::string::npos) << one(1, 4);
+    EXPECT_NE(one(1, 4).find("fix: at most 2 ranks on this node"), std::string::npos) << one(1, 4);
+    EXPECT_EQ(one(1, 4).find("--threads 1"), std::string::npos) << one(1, 4);
+    EXPECT_NE(one(2, 2).find("fix: --threads 1, or fewer ranks"), std::string::npos) << one(2, 2);
+    EXPECT_NE(one(2, 4).find("fix: at most 2 ranks on this node and --threads 1"), std::string::npos) << one(2, 4);
+    EXPECT_EQ(one(1, 2), "");
+}
+
 }  // namespace

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "shardlm/launch/hosts.h"
 #include "shardlm/launch/relayout.h"
 #include "shardlm/launch/supervisor.h"
 
@@ -101,6 +104,29 @@ TEST(ShrinkHostfile, OneSlotFewerOnTheLostRanksNode) {
     EXPECT_EQ(shardlm::launch::shrink_hostfile(h, {"node2", "node2"}), "# cluster\nnode1 slots=4\nnode3\n");
     EXPECT_EQ(shardlm::launch::shrink_hostfile(h, {"node3"}), "# cluster\nnode1 slots=4\nnode2 slots=2 max_slots=2\n");
     EXPECT_EQ(shardlm::launch::shrink_hostfile(h, {"elsewhere"}), h);
+}
+
+}  // namespace
+
+namespace {
+
+// mpirun names this machine by its host name; a hostfile may say localhost, a loopback address or the
+// host name with a domain: the lost slot comes off that line all the same. Other nodes by their first
+// label ("node7" is "node7.cluster.example").
+TEST(ShrinkHostfile, FindsTheNodeHoweverTheHostfileSpellsIt) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    const std::string me = host;
+    for (const std::string& spelt : {std::string("localhost"), std::string("127.0.0.1"), me, me + ".example.org"}) {
+        SCOPED_TRACE(spelt);
+        EXPECT_EQ(shardlm::launch::shrink_hostfile(spelt + " slots=3\nnode2 slots=2\n", {me}), spelt + " slots=2\nnode2 slots=2\n");
+        EXPECT_EQ(shardlm::launch::shrink_hostfile(spelt + "\nnode2\n", {me}), "node2\n");
+    }
+    EXPECT_EQ(shardlm::launch::shrink_hostfile("node7.cluster.example slots=4\n", {"node7"}), "node7.cluster.example slots=3\n");
+    EXPECT_EQ(shardlm::launch::shrink_hostfile("node7 slots=4\n", {"NODE7.cluster.example"}), "node7 slots=3\n");
+    EXPECT_EQ(shardlm::launch::shrink_hostfile("node8 slots=4\n", {"node7"}), "node8 slots=4\n");
+    EXPECT_TRUE(shardlm::launch::same_host("localhost", me));
+    EXPECT_FALSE(shardlm::launch::same_host("node8", "node7"));
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ protected:
         const std::string log = (tmp / "out.log").string();
         const int rc = std::system((kBin + " plan " + args + " > " + log + " 2>&1").c_str());
         *out = shardlm::io::read_file(log);
-        return rc;
+        return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);  // the exit code
     }
     std::string model() {
         return write("model.json", R"({"layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96, "ffn_hidden": 49152,
@@ -68,28 +68,37 @@ TEST_F(PlanCli, ContractCommandPrintsOneJsonObject) {
     EXPECT_EQ(j["policy"]["dp"], 16);
 }
 
-TEST_F(PlanCli, InfeasiblePolicyIsAnAnswerNotAnError) {
+// A policy that cannot run (inconsistent, impossible values such as tp 0 or ZeRO stage 5, or too large) is a
+// full answer, the JSON with its reason, and exits 3 as the search does when no policy fits.
+TEST_F(PlanCli, APolicyThatCannotRunIsAnAnswerThatExitsThree) {
     std::string out;
     const std::string policy = write("p.json", R"({"tp": 3})");
     ASSERT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
-                       " --global-batch 1536 --seq 2048 --json", &out), 0) << out;
+                       " --global-batch 1536 --seq 2048 --json", &out), 3) << out;
     const nlohmann::json j = nlohmann::json::parse(out);
     EXPECT_FALSE(j["feasible"].get<bool>());
     EXPECT_NE(j["reason"].get<std::string>().find("tp*pp*cp = 3"), std::string::npos) << j["reason"];
+    for (const auto& [bad, want] : {std::pair{R"({"tp": 0})", "tp, pp and cp"}, {R"({"zero_stage": 5})", "zero_stage"},
+                                    {R"({"micro_batch": 0})", "micro_batch"}}) {
+        const std::string f = write("bad.json", bad);
+        EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + f + " --global-batch 1536 --seq 2048", &out), 3)
+            << bad << "\n" << out;
+        EXPECT_NE(out.find(want), std::string::npos) << bad << "\n" << out;
+    }
 }
 
 TEST_F(PlanCli, InconsistentModelIsAReasonWhenEvaluatingAPolicy) {
     std::string out;
     const std::string m = write("m.json", R"({"layers": 4, "hidden": 100, "heads": 3, "vocab": 1000, "seq_len": 128})");
     const std::string policy = write("p.json", "{}");
-    ASSERT_EQ(plan("--model " + m + " --cluster " + cluster() + " --policy " + policy + " --global-batch 1024 --json", &out), 0)
+    ASSERT_EQ(plan("--model " + m + " --cluster " + cluster() + " --policy " + policy + " --global-batch 1024 --json", &out), 3)
         << out;
     const nlohmann::json j = nlohmann::json::parse(out);
     EXPECT_FALSE(j["feasible"].get<bool>());
     EXPECT_NE(j["reason"].get<std::string>().find("not a multiple of heads"), std::string::npos) << j["reason"];
     const std::string zero = write("z.json", R"({"layers": 0, "hidden": 64, "heads": 0, "kv_heads": 0, "vocab": 10, "seq_len": 8})");
     for (const char* flags : {" --json", ""}) {
-        ASSERT_EQ(plan("--model " + zero + " --cluster " + cluster() + " --policy " + policy + " --global-batch 8" + flags, &out), 0)
+        ASSERT_EQ(plan("--model " + zero + " --cluster " + cluster() + " --policy " + policy + " --global-batch 8" + flags, &out), 3)
             << out;
         EXPECT_NE(out.find("must be > 0"), std::string::npos) << out;
     }
@@ -154,11 +163,11 @@ TEST_F(PlanCli, SaysWhyNothingFitsAndRefusesImpossibleRestrictions) {
     EXPECT_NE(out.find("--pp 5 does not divide the 96 layers"), std::string::npos) << out;
     // 175B parameters on one 80 GB GPU: nothing fits, and the exit status says so
     rc = plan("--model gpt3-175b --gpu A100-80GB --gpus-per-node 1 --nodes 1 --global-batch 8", &out);
-    EXPECT_EQ(WEXITSTATUS(rc), 3) << out;
+    EXPECT_EQ(rc, 3) << out;
     EXPECT_NE(out.find("no policy fits: the leanest, "), std::string::npos) << out;
     EXPECT_NE(out.find("GB per GPU of 80"), std::string::npos) << out;
     rc = plan("--model gpt3-175b --gpu A100-80GB --gpus-per-node 1 --nodes 1 --global-batch 8 --json", &out);
-    EXPECT_EQ(WEXITSTATUS(rc), 3) << out;
+    EXPECT_EQ(rc, 3) << out;
     EXPECT_NE(out.find("\"reason\": \"the leanest, "), std::string::npos) << out;
     // sequence lengths: 0 is not the default, and a learned position table has no rows past its context
     rc = plan(gpt3 + "--seq 0", &out);
@@ -262,9 +271,11 @@ TEST_F(PlanCli, Fp8AndFlashAttentionThroughTheContractCommand) {
             "virtual_stages": 4, "recompute": "none", "sequence_parallel": true, "precision": ")" + precision +
             R"(", "attention": ")" + attention + R"("})");
         std::string out;
-        EXPECT_EQ(plan("--model " + model() + " --cluster " + cluster_file + " --policy " + policy +
-                           " --global-batch 1536 --seq 2048 --json", &out), 0) << out;
-        return nlohmann::json::parse(out);
+        const int code = plan("--model " + model() + " --cluster " + cluster_file + " --policy " + policy +
+                              " --global-batch 1536 --seq 2048 --json", &out);
+        const nlohmann::json j = nlohmann::json::parse(out);
+        EXPECT_EQ(code, j["feasible"].get<bool>() ? 0 : 3) << out;
+        return j;
     };
     const nlohmann::json bf16 = run(h100, "bf16", "flash"), fp8 = run(h100, "fp8", "flash");
     const nlohmann::json naive = run(h100, "bf16", "naive");
@@ -326,9 +337,9 @@ TEST_F(PlanCli, CompileKeyAndFlag) {
         const std::string policy = write("p.json", R"({"zero_stage": 3, "micro_batch": 2, "recompute": "selective",
             "framework": "pytorch", "compile": ")" + compile + R"("})");
         std::string out;
-        EXPECT_EQ(plan("--model llama3-8b --cluster " + h100 + " --policy " + policy + " --global-batch 16 --seq 8192 --json",
-                       &out), 0) << out;
+        const int code = plan("--model llama3-8b --cluster " + h100 + " --policy " + policy + " --global-batch 16 --seq 8192 --json", &out);
         const nlohmann::json j = nlohmann::json::parse(out);
+        EXPECT_EQ(code, j["feasible"].get<bool>() ? 0 : 3) << out;
         EXPECT_FALSE(j["policy"].contains("compile"));
         return j["memory_gb_per_gpu"]["activations"].get<double>();
     };
@@ -339,6 +350,28 @@ TEST_F(PlanCli, CompileKeyAndFlag) {
     EXPECT_NE(out.find("none, blocks or blocks_and_loss"), std::string::npos) << out;
     EXPECT_EQ(plan("--model llama3-8b --gpu H100-SXM --nodes 1 --global-batch 16 --seq 8192 --framework pytorch "
                    "--compile blocks_and_loss --top 1", &out), 0) << out;
+}
+
+}  // namespace
+
+namespace {
+
+// Clusters no one can have are refused by name: a part of a node, a peak of 1e-300 TFLOP/s, a billion
+// nodes (whose GPU count once overflowed into a negative number).
+TEST_F(PlanCli, ImpossibleClustersAreErrors) {
+    std::string out;
+    for (const auto& [file, want] :
+         {std::pair{R"({"gpu": "A100-80GB", "num_gpus": 7, "gpus_per_node": 8})",
+                    "num_gpus (7) is not a whole number of nodes of 8 GPUs (for one node of 7, say gpus_per_node 7)"},
+          {R"({"gpu": "A100-80GB", "num_gpus": 8, "gpus_per_node": 8, "peak_tflops": 1e-300})",
+           "peak_tflops must be in [0.001, 1e6] (got 1e-300)"}}) {
+        const std::string c = write("c.json", file);
+        EXPECT_EQ(plan("--model gpt2 --cluster " + c + " --global-batch 8 --seq 1024", &out), 1) << file;
+        EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
+    }
+    EXPECT_EQ(plan("--model gpt2 --gpu A100-80GB --nodes 1000000000 --global-batch 8 --seq 1024", &out), 1);
+    EXPECT_NE(out.find("--nodes 1000000000 x --gpus-per-node 8 is 8000000000 GPUs, above the planner's 10000000"),
+              std::string::npos) << out;
 }
 
 }  // namespace

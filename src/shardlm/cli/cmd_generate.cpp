@@ -39,10 +39,15 @@ void add_generate_command(CLI::App& app) {
         // a checkpoint holds meta.json, an HF directory model.safetensors; a run directory holds checkpoints
         namespace fs = std::filesystem;
         if (!fs::exists(fs::path(dir) / "model.safetensors") && !fs::exists(fs::path(dir) / "meta.json")) {
-            std::string latest = train::latest_checkpoint(dir);
-            SHARDLM_CHECK(!latest.empty(), "'", dir, "' is neither a checkpoint or HF directory (config.json + model tensors) nor a ",
-                          "run directory with checkpoints\n---> HINT: train with --out RUN_DIR first");
-            dir = latest;
+            std::vector<std::string> damaged;  // newer ones whose files do not match their checksums: passed over, as --resume does
+            const std::string good = train::newest_good_checkpoint(dir, &damaged);
+            SHARDLM_CHECK(!good.empty() || !damaged.empty(), "'", dir, "' is neither a checkpoint or HF directory (config.json + model ",
+                          "tensors) nor a run directory with checkpoints\n---> HINT: train with --out RUN_DIR first");
+            for (const std::string& d : damaged) std::fprintf(stderr, "warning: %s/%s is damaged: passed over\n", dir.c_str(), d.c_str());
+            SHARDLM_CHECK(!good.empty(), "every checkpoint in '", dir, "' is damaged (", damaged.size(), ")",
+                          "\n---> HINT: repair one, or sample from an exported HF directory");
+            if (!damaged.empty()) std::fprintf(stderr, "sampling from %s, the newest good checkpoint\n", good.c_str());
+            dir = good;
         }
         train::check_checkpoint_files(dir);  // a checkpoint: its files against meta.json's checksums
         model::GptConfig cfg = model::load_hf_dir_config(dir);

@@ -52,6 +52,7 @@ void add_launch_command(CLI::App& app) {
         std::vector<std::string> args = c->remaining();
         launch::LaunchOptions o;
         size_t i = 0;
+        bool np_given = false;
         auto value = [&](const std::string& flag) {
             SHARDLM_CHECK(i + 1 < args.size(), "launch: ", flag, " needs a value\n", kUsage);
             return args[++i];
@@ -63,7 +64,7 @@ void add_launch_command(CLI::App& app) {
                 break;
             }
             if (a == "train") break;
-            if (a == "-np" || a == "--np" || a == "-n") o.np = to_int(a, value(a));
+            if (a == "-np" || a == "--np" || a == "-n") o.np = to_int(a, value(a)), np_given = true;
             else if (a == "--min-np") o.min_np = to_int(a, value(a));
             else if (a == "--max-restarts") o.max_restarts = to_int(a, value(a));
             else if (a == "--hostfile") o.hostfile = value(a);
@@ -75,7 +76,9 @@ void add_launch_command(CLI::App& app) {
         SHARDLM_CHECK(i < args.size() && args[i] == "train", "launch: no train command after the launch options\n",
                       kUsage);
         o.train_args.assign(args.begin() + long(i) + 1, args.end());
-        SHARDLM_CHECK(o.np > 0, "launch: -np N is required\n", kUsage);
+        SHARDLM_CHECK(np_given, "launch: -np N is required\n", kUsage);
+        SHARDLM_CHECK(o.np >= 1, "launch: -np must be at least 1 (got ", o.np, ")\n---> HINT: -np N, N the train command's ",
+                      "dp x tp x pp x cp ranks");
         // read the train command as `shardlm train` would (its errors come now, not in every attempt)
         CLI::App parser{"train"};
         parser.allow_extras(false);

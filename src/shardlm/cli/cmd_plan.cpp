@@ -101,6 +101,9 @@ cost::ModelShape resolve_model(const PlanArgs& a) {
 planner::Cluster resolve_cluster(const PlanArgs& a) {
     if (!a.cluster.empty()) return planner::load_cluster_file(a.cluster);
     SHARDLM_CHECK(a.gpus_per_node > 0 && a.nodes > 0, "--gpus-per-node and --nodes must be > 0");
+    SHARDLM_CHECK(int64_t(a.gpus_per_node) * a.nodes <= planner::kMaxGpus, "--nodes ", a.nodes, " x --gpus-per-node ",
+                  a.gpus_per_node, " is ", int64_t(a.gpus_per_node) * a.nodes, " GPUs, above the planner's ",
+                  planner::kMaxGpus);
     return planner::make_cluster(planner::find_gpu(a.gpu), a.gpus_per_node, a.nodes);
 }
 
@@ -186,6 +189,7 @@ void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
         if (a.dp_algos) print_dp_algos(m, c, e);
     }
     if (!a.svg.empty()) write_svg(a.svg, planner::plan_svg({e}, c, m.name + ": " + planner::describe(e.policy)));
+    if (!e.feasible) throw CLI::RuntimeError(3);  // as the search's "no policy fits": the policy cannot run here
 }
 
 // Why a search found nothing: the leanest consistent policy's memory, or that no policy was consistent.

@@ -12,6 +12,7 @@
 #include "shardlm/cli/train_flags.h"
 #include "shardlm/comm/flight.h"
 #include "shardlm/comm/mpi_env.h"
+#include "shardlm/comm/settings.h"
 #include "shardlm/io/json_file.h"
 #include "shardlm/core/check.h"
 #include "shardlm/train/trainer.h"
@@ -95,9 +96,10 @@ void add_train_command(CLI::App& app) {
                 if (!env.is_distributed()) throw;
                 // one rank failing must not leave the others waiting in a collective
                 std::fprintf(stderr, "shardlm: error (rank %d of %d): %s\n", env.world_rank(), env.world_size(), e.what());
-                // this rank's last operations; the others dump theirs on the SIGTERM mpirun sends them
+                // this rank's last operations; the others dump theirs on the SIGTERM mpirun sends them. The hint
+                // only where a collective timed out: a bad flag or file fails alike on every rank, nothing stalled.
                 const std::string flight = comm::flight::dump(e.what());
-                if (!flight.empty())
+                if (!flight.empty() && comm::timed_out())
                     std::fprintf(stderr, "shardlm: rank %d: flight record written to %s; which rank stalled: "
                                          "shardlm report --flight %s\n", env.world_rank(), flight.c_str(),
                                  comm::flight::dump_dir().c_str());

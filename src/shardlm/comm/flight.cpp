@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <omp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "shardlm/comm/mpi_call.h"
+#include "shardlm/comm/settings.h"
 #include "shardlm/core/timer.h"
 
 namespace shardlm::comm::flight {
@@ -46,6 +48,8 @@ struct Recorder {
     std::map<std::pair<std::string, std::vector<int>>, int> group_index;
     std::string dir;
     std::string last_step;  // set_last_step(): a metrics row, parsed when a dump is written
+    // the watcher's ticks that came late: the process did not run (SIGSTOP, a debugger, no CPU); the last few
+    std::vector<std::pair<double, double>> pauses;  // (start, seconds)
 
     Record* find(uint64_t id, int64_t slot) {
         if (slot < 0 || size_t(slot) >= ring.size() || ring[size_t(slot)].id != id) return nullptr;  // overwritten
@@ -58,13 +62,34 @@ Recorder& rec() {
     return *r;
 }
 
-// The watcher thread sleeps in read() on a pipe; a signal handler writes one byte (the reason's
-// index) into it.
+// The watcher thread sleeps in poll() on a pipe; a signal handler writes one byte (the reason's
+// index) into it. It wakes every kTickS as well: a tick that comes kPauseS late or more means the
+// process did not run in between (stopped by SIGSTOP or a debugger, or starved of CPU), which its dump
+// then shows, so that the analysis names a stopped rank even where it stopped inside a collective.
+constexpr int kTickMs = 100;
+constexpr double kPauseS = 1.5;
 int g_pipe[2] = {-1, -1};
 const char* const kReasons[] = {"SIGUSR1", "SIGTERM", "SIGINT", "request"};
 std::atomic<bool> g_watcher{false};
 
 void on_usr1(int) { poke("SIGUSR1"); }
+
+// An operation of this process that has waited half the --comm-timeout (0 if none, or already dumped
+// for): its rank writes its record then, before any rank times out and mpirun kills the job, so that
+// every rank that waits says for whom, even those killed before their own timeout.
+uint64_t long_wait(double now) {
+    static uint64_t dumped_for = 0;
+    const double limit = timeout();
+    if (limit <= 0) return 0;
+    Recorder& r = rec();
+    std::lock_guard lk(r.mu);
+    if (r.dir.empty()) return 0;
+    for (const Record& x : r.ring)
+        if (x.id > dumped_for && (x.state == State::Running || x.state == State::Queued) &&
+            now - (x.t_start > 0 ? x.t_start : x.t_issue) >= limit / 2)
+            return dumped_for = x.id;
+    return 0;
+}
 
 // The signals our handlers take: SIGUSR1 (here), SIGINT and SIGTERM (train/stop_signal.cpp)
 sigset_t handled_signals() {
@@ -123,7 +148,22 @@ void install_signal_dump() {
     const sigset_t set = handled_signals();
     std::thread([set] {
         pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        double last_tick = now_s();
         for (;;) {
+            struct pollfd pfd = {g_pipe[0], POLLIN, 0};
+            const int ready = ::poll(&pfd, 1, kTickMs);
+            const double t = now_s();
+            if (t - last_tick >= kPauseS) {
+                std::lock_guard lk(rec().mu);
+                std::vector<std::pair<double, double>>& p = rec().pauses;
+                if (p.size() >= 8) p.erase(p.begin());
+                p.emplace_back(last_tick, t - last_tick);
+            }
+            last_tick = t;
+            if (ready <= 0) {  // a tick (or EINTR)
+                if (long_wait(t) != 0) dump("waited half the --comm-timeout");
+                continue;
+            }
             unsigned char code = 0;
             const ssize_t n = ::read(g_pipe[0], &code, 1);
             if (n < 0 && errno == EINTR) continue;
@@ -209,8 +249,10 @@ nlohmann::json snapshot(const std::string& reason) {
     std::vector<Record> recs;
     json groups = json::array();
     std::string last_step;
+    std::vector<std::pair<double, double>> pauses;
     {
         std::lock_guard lk(r.mu);
+        pauses = r.pauses;
         for (const Record& x : r.ring)
             if (x.id != 0) recs.push_back(x);
         for (const GroupInfo& g : r.groups) groups.push_back({{"name", g.name}, {"members", g.members}});
@@ -241,6 +283,9 @@ nlohmann::json snapshot(const std::string& reason) {
              {"host", std::string(host)}, {"reason", reason},         {"now", now_s()},
              {"unix_time", double(std::time(nullptr))}, {"groups", groups}, {"ops", ops}};
     if (json row = json::parse(last_step, nullptr, /*allow_exceptions=*/false); row.is_object()) out["last_step"] = std::move(row);
+    json p = json::array();
+    for (const auto& [start, seconds] : pauses) p.push_back({{"t", start}, {"seconds", seconds}});
+    out["pauses"] = std::move(p);
     return out;
 }
 

@@ -55,6 +55,11 @@ bool unfinished(const Rec& r) { return r.state == "queued" || r.state == "runnin
 constexpr double kInProgressS = 1.0;
 bool stuck(const Rec& r) { return r.state == "failed" || (unfinished(r) && r.waited >= kInProgressS); }
 
+// A rank whose record shows it did not run for kStoppedS or more, ending at most kRecentS before its dump
+// (comm/flight.cpp: the watcher's late ticks), was stopped (SIGSTOP, a debugger) or starved: the others
+// waited for it, wherever it stood, inside a collective or outside communication.
+constexpr double kStoppedS = 2.0, kRecentS = 120.0;
+
 // One communication group as the dumps saw it: collectives by rank and sequence number; point-to-point
 // operations by rank, (peer, direction) and sequence number.
 struct GroupView {
@@ -73,6 +78,7 @@ struct Records {
     std::map<int, double> quiet;  // seconds from a rank's last communication event (issue, start or end) to its dump
     std::map<int, std::string> reasons;
     std::map<int, json> last_step;  // a rank's "last_step": the metrics row of the last step it finished
+    std::map<int, std::pair<double, double>> paused;  // a rank that did not run: (seconds, ended this long before its dump)
     int world = 0;
 };
 
@@ -118,6 +124,11 @@ Records read_records(const std::vector<json>& dumps) {
             else v.coll[r][x.seq] = x;
         }
         a.quiet[r] = last < 0 ? now : now - last;
+        for (const json& p : d.value("pauses", json::array())) {  // the longest recent one
+            const double secs = p.value("seconds", 0.0), ago = now - p.value("t", 0.0) - secs;
+            if (secs >= kStoppedS && ago <= kRecentS && secs > a.paused[r].first) a.paused[r] = {secs, ago};
+        }
+        if (a.paused.count(r) && a.paused[r].first == 0) a.paused.erase(r);
         if (auto it = d.find("last_step"); it != d.end() && it->is_object()) a.last_step[r] = *it;
     }
     return a;
@@ -254,6 +265,9 @@ void p2p_findings(const GroupView& v, const Records& a, std::set<int>& culprits,
 // that left no record (the stalled rank killed before it wrote one, while its busy pipeline peer
 // wrote one mid-step: the same layout named rank 1 so once); the ranks a finding points at last.
 std::vector<int> stalled_roots(const Records& a, const std::set<int>& culprits) {
+    std::vector<int> stopped;
+    for (const auto& [r, p] : a.paused) stopped.push_back(r);
+    if (!stopped.empty()) return stopped;
     auto idle = [&](int r) { return a.have.count(r) && !a.waiting.count(r) && a.quiet.at(r) >= kInProgressS; };
     std::vector<int> roots;
     for (int c : culprits)
@@ -300,7 +314,7 @@ std::string last_step_lines(const Records& a) {
     for (const auto& [r, row] : a.last_step) by_step[row.value("step", -1) + 1].push_back(r);
     std::string out = "last step finished:";
     for (const auto& [s, ranks] : by_step)
-        out += " " + std::to_string(s) + " (world rank" + (ranks.size() > 1 ? "s " : " ") + join(ranks) + ")";
+        out.append(" ").append(std::to_string(s)).append(" (world rank").append(ranks.size() > 1 ? "s " : " ").append(join(ranks)).append(")");
     std::vector<int> none;
     for (int r : a.have)
         if (!a.last_step.count(r)) none.push_back(r);
@@ -329,7 +343,11 @@ std::string analyse(const std::vector<json>& dumps, std::vector<int>* stalled) {
         p2p_findings(v, a, culprits, findings);
     }
     std::string out = records_header(a) + last_step_lines(a);
-    if (findings.empty()) return out + "the records agree: no rank is missing from an operation the others entered\n";
+    for (const auto& [r, p] : a.paused)
+        out.append("world rank ").append(std::to_string(r)).append(" did not run for ").append(fmt_s(p.first))
+            .append(" (stopped by SIGSTOP or a debugger, or starved of CPU), until ").append(fmt_s(p.second)).append(" before its record\n");
+    if (findings.empty() && a.paused.empty())
+        return out + "the records agree: no rank is missing from an operation the others entered\n";
     const std::vector<int> roots = stalled_roots(a, culprits);
     if (stalled) *stalled = roots;
     if (!roots.empty()) out += "stalled: world rank" + std::string(roots.size() > 1 ? "s " : " ") + join(roots) + "\n";
@@ -348,10 +366,24 @@ std::string analyse(const std::string& dir, std::vector<int>* stalled) {
         if (n.rfind("rank", 0) == 0 && e.path().extension() == ".json") files.push_back(e.path().string());
     }
     std::sort(files.begin(), files.end());
-    for (const std::string& f : files) dumps.push_back(io::read_json_file(f));
-    SHARDLM_CHECK(!dumps.empty(), "flight records: no rank*.json in '", dir, "'",
+    std::string unreadable;  // a rank's file that does not read (cut short by a kill, edited) is left out: the others still tell
+    for (const std::string& f : files) {
+        try {
+            json d = io::read_json_file(f);
+            SHARDLM_CHECK(d.is_object() && d.contains("world_rank") && d["world_rank"].is_number_integer() &&
+                              d.contains("ops") && d.contains("groups") && d.contains("now"),
+                          "not a flight record (no world_rank, ops, groups or now)");
+            dumps.push_back(std::move(d));
+        } catch (const std::exception& e) {
+            const std::string why = e.what();
+            unreadable.append("left out ").append(fs::path(f).filename().string()).append(": ");
+            unreadable.append(why.substr(0, why.find('\n'))).append("\n");
+        }
+    }
+    SHARDLM_CHECK(!dumps.empty(), "flight records: no readable rank*.json in '", dir, "'", unreadable.empty() ? "" : " (", unreadable,
+                  unreadable.empty() ? "" : ")",
                   "\n---> HINT: dumps are written on --comm-timeout, a fatal error, SIGUSR1 or SIGTERM when --out (or --flight-dir) is set");
-    return analyse(dumps, stalled);
+    return unreadable + analyse(dumps, stalled);
 }
 
 }  // namespace shardlm::comm::flight

@@ -152,7 +152,9 @@ Request& Request::operator=(Request&& o) noexcept {
     return *this;
 }
 
-Request::~Request() {
+Request::~Request() { settle(); }
+
+void Request::settle() noexcept {
     if (!op_) return;
     try {
         wait();

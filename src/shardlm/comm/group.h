@@ -71,6 +71,10 @@ public:
     ~Request();
 
     void wait();
+    // wait() for destructors: an error is swallowed (after a communication timeout every wait throws at
+    // once, and a destructor that throws during the unwinding of that error would end the process in
+    // std::terminate, losing the timeout's message and the flight records).
+    void settle() noexcept;
     bool test();
     bool pending() const { return op_ != nullptr; }
 

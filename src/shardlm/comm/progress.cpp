@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "shardlm/comm/flight.h"
 #include "shardlm/comm/mpi_call.h"
 #include "shardlm/comm/settings.h"
 #include "shardlm/core/check.h"
+#include "shardlm/core/format.h"
 
 namespace shardlm::comm {
 
@@ -22,6 +25,8 @@ namespace {
 thread_local bool t_on_comm_thread = false;
 thread_local const detail::Op* t_current_op = nullptr;  // the op whose body this thread executes
 std::atomic<bool> g_timed_out{false};  // one wait timed out: every later wait fails at once
+std::mutex g_first_timeout_mu;
+std::string g_first_timeout;  // that timeout's operation, named in the later waits' errors
 
 // Sleep back-off between polls (microseconds): from kSleepMinUs, doubling to kSleepMaxUs; a wait that
 // has lasted kLongWaitS (a peer is computing or stalled) sleeps up to kSleepLongUs, so a rank waiting
@@ -61,6 +66,8 @@ private:
     int polls_ = 0, sleep_us_ = kSleepMinUs;
 };
 }  // namespace
+
+bool timed_out() { return g_timed_out.load(std::memory_order_relaxed); }
 
 namespace detail {
 
@@ -109,7 +116,14 @@ void Progress::check_timeout(double t0, const Op* op) {
     if (!earlier && (limit <= 0 || now_s() - t0 <= limit)) return;
     if (!op) op = t_current_op;
     const std::string what = op ? describe_op(*op) : std::string("a communication");
-    if (earlier) fail(what, ": abandoned after an earlier communication timeout");
+    if (earlier) {
+        std::lock_guard<std::mutex> lock(g_first_timeout_mu);
+        fail(what, ": abandoned after an earlier communication timeout (", g_first_timeout, ")");
+    }
+    {
+        std::lock_guard<std::mutex> lock(g_first_timeout_mu);
+        if (g_first_timeout.empty()) g_first_timeout = what + " did not finish within --comm-timeout " + format("%g", limit) + " s";
+    }
     g_timed_out.store(true);
     fail(what, " did not finish within --comm-timeout ", limit,
          " s: the other ranks of the group did not take part in time (stalled or dead)",

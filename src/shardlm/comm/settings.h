@@ -23,6 +23,9 @@ WaitMode background_wait();
 // After one timeout every later wait fails at once: the job is going down (comm/progress.h).
 void set_timeout(double seconds);
 double timeout();
+// A wait of this process has timed out (then its flight record is worth reading; otherwise an error
+// is not a hang).
+bool timed_out();
 // Whose algorithms the collectives run (--collectives): Ring, ours (deterministic sums, exact byte
 // accounting, progress on the communication thread; the default), or Mpi, the MPI library's own
 // MPI_Iallreduce / MPI_Ireduce_scatter_block / MPI_Iallgather / MPI_Ibcast (a cluster's tuned MPI:

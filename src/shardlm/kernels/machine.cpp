@@ -190,9 +190,12 @@ std::vector<std::string> findings(const MachineInfo& m, int threads, int ranks_o
                           " -- fix: --threads ", m.cpus_allowed,
                           " (under mpirun, --bind-to none or fewer ranks: mpirun binds each rank to a core)"));
     if (ranks_on_node > 1 && ranks_on_node * threads > m.cpus_online)
-        out.push_back(cat(ranks_on_node, " ranks x ", threads, " threads on ", m.cpus_online,
-                          " CPUs: the node is oversubscribed; ranks wait for descheduled peers in every collective",
-                          " -- fix: fewer ranks or --threads ", std::max(1, m.cpus_online / ranks_on_node)));
+        out.push_back(cat(ranks_on_node, " ranks x ", threads, " thread", threads > 1 ? "s" : "", " on ", m.cpus_online,
+                          " CPUs: the node is oversubscribed; ranks wait for descheduled peers in every collective -- fix: ",
+                          threads > 1 && ranks_on_node <= m.cpus_online
+                              ? cat("--threads ", std::max(1, m.cpus_online / ranks_on_node), ", or fewer ranks")
+                              : cat("at most ", m.cpus_online, " rank", m.cpus_online > 1 ? "s" : "", " on this node",
+                                    threads > 1 ? " and --threads 1" : "")));
     if (bf16 && !m.has_bf16_dot)
         out.push_back("no AVX512_BF16: oneDNN emulates bf16 matmuls (slower than fp32) -- fix: --precision fp32");
     return out;

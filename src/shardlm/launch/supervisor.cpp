@@ -1,6 +1,7 @@
 // launch/supervisor.cpp: `shardlm launch` (launch/supervisor.h): attempts under mpirun, what ended
 // them, the layout of the next one, and the launch log.
 #include "shardlm/launch/supervisor.h"
+#include "shardlm/launch/hosts.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -29,6 +30,7 @@
 #include "shardlm/core/timer.h"
 #include "shardlm/train/checkpoint.h"
 #include "shardlm/train/run_dir.h"
+#include "shardlm/train/run_lock.h"
 
 extern char** environ;
 
@@ -41,10 +43,16 @@ namespace {
 std::atomic<int> g_interrupt{0};  // SIGINT/SIGTERM received by the supervisor
 std::atomic<pid_t> g_child{0};
 
+// The first SIGINT/SIGTERM asks the ranks to stop after a checkpoint: SIGUSR2 to mpirun, which forwards it
+// (a SIGTERM to mpirun would kill them at once). A second one ends the attempt now: SIGTERM to mpirun.
 void on_interrupt(int sig) {
-    g_interrupt.store(sig);
+    const bool again = g_interrupt.exchange(sig) != 0;
     const pid_t c = g_child.load();
-    if (c > 0) ::kill(c, sig);  // mpirun forwards it to the ranks, which checkpoint and stop
+    if (c > 0) ::kill(c, again ? SIGTERM : SIGUSR2);
+    static const char first[] = "\nlaunch: stopping: the ranks finish this step and write a checkpoint (again to stop at once)\n";
+    static const char second[] = "\nlaunch: stopping at once, without a checkpoint\n";
+    ssize_t ignored = again ? ::write(STDOUT_FILENO, second, sizeof(second) - 1) : ::write(STDOUT_FILENO, first, sizeof(first) - 1);
+    (void)ignored;
 }
 
 bool flag_is(const std::string& a, const char* name) { return a == name || a.rfind(std::string(name) + "=", 0) == 0; }
@@ -127,12 +135,16 @@ struct AttemptResult {
     std::string tail;   // the last lines of its output
 };
 
-// Runs argv with stdout and stderr through a pipe: every line is copied to our stdout and the last
-// kTail bytes are kept. SHARDLM_TEST_* variables are dropped unless keep_test_env.
-AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_env, bool fast_kill) {
+// Runs argv with stdout and stderr into log (a file, not a pipe: mpirun aborts the job when a pipe's
+// reader dies, and the ranks must outlive a killed supervisor long enough to checkpoint), copying every
+// line to our stdout as it grows and keeping the last kTail bytes. SHARDLM_TEST_* variables are dropped
+// unless keep_test_env.
+AttemptResult run_attempt(const std::vector<std::string>& argv, const std::string& log, bool keep_test_env, bool fast_kill) {
     constexpr size_t kTail = 64 * 1024;
-    int fds[2];
-    SHARDLM_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe failed: ", std::strerror(errno));
+    const int wfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    SHARDLM_CHECK(wfd >= 0, "launch: cannot write the attempt's log '", log, "': ", std::strerror(errno));
+    const int rfd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
+    SHARDLM_CHECK(rfd >= 0, "launch: cannot read the attempt's log '", log, "': ", std::strerror(errno));
     std::vector<std::string> env;
     bool sigkill_set = false;
     for (char** e = environ; *e; e++) {
@@ -146,6 +158,8 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_e
     // With --comm-timeout the wait stays: after a hang, the waiting ranks need it to write the flight
     // records that name the stalled rank.
     if (!sigkill_set && fast_kill) env.push_back("OMPI_MCA_odls_base_sigkill_timeout=0");
+    // the ranks answer to this process: they stop after a checkpoint when it is gone (train/stop_signal.h)
+    env.push_back(std::string(train::kSupervisorEnv) + "=" + train::supervisor_env_value());
     std::vector<char*> cargv, cenv;
     for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
@@ -159,8 +173,13 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_e
         sigset_t none;  // mpirun starts with no signal blocked, whatever this process blocks (comm/flight.h)
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::dup2(fds[1], STDOUT_FILENO);
-        ::dup2(fds[1], STDERR_FILENO);
+        // A process group of its own: a terminal's Ctrl-C reaches this supervisor alone, which asks the
+        // ranks for a checkpoint (mpirun would kill them at once); and no terminal input (the group is
+        // in the background: a read would stop it).
+        ::setpgid(0, 0);
+        if (const int null = ::open("/dev/null", O_RDONLY); null >= 0) ::dup2(null, STDIN_FILENO);
+        ::dup2(wfd, STDOUT_FILENO);
+        ::dup2(wfd, STDERR_FILENO);
         ::execvpe(cargv[0], cargv.data(), cenv.data());
         const std::string msg = "launch: cannot run " + argv[0] + ": " + std::strerror(errno) + "\n";
         ssize_t ignored = ::write(STDERR_FILENO, msg.data(), msg.size());
@@ -168,22 +187,26 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, bool keep_test_e
         ::_exit(127);
     }
     g_child.store(pid);
-    ::close(fds[1]);
+    ::close(wfd);
     AttemptResult r;
     char buf[4096];
-    for (;;) {
-        const ssize_t n = ::read(fds[0], buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        std::fwrite(buf, 1, size_t(n), stdout);
-        std::fflush(stdout);
-        r.tail.append(buf, size_t(n));
-        if (r.tail.size() > 2 * kTail) r.tail.erase(0, r.tail.size() - kTail);
-    }
-    ::close(fds[0]);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    for (bool exited = false;;) {
+        const ssize_t n = ::read(rfd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n > 0) {
+            std::fwrite(buf, 1, size_t(n), stdout);
+            std::fflush(stdout);
+            r.tail.append(buf, size_t(n));
+            if (r.tail.size() > 2 * kTail) r.tail.erase(0, r.tail.size() - kTail);
+            continue;
+        }
+        if (exited) break;  // the log read to its end after mpirun ended
+        const pid_t w = ::waitpid(pid, &status, WNOHANG);
+        if (w == pid) exited = true;
+        else ::usleep(50 * 1000);
     }
+    ::close(rfd);
     g_child.store(0);
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return r;
@@ -261,27 +284,35 @@ std::vector<std::string> next_train_args(const std::vector<std::string>& args, c
 }
 
 std::string shrink_hostfile(const std::string& text, const std::vector<std::string>& lost_nodes) {
-    std::map<std::string, int> lose;
+    std::map<std::string, int> lose;  // as mpirun names the nodes
     for (const std::string& n : lost_nodes) lose[n]++;
+    // the lost slots of the node a hostfile line names, however it spells it (launch/hosts.h); taken once
+    auto take = [&](const std::string& host) {
+        for (auto it = lose.begin(); it != lose.end(); ++it)
+            if (same_host(host, it->first)) {
+                const int n = it->second;
+                lose.erase(it);
+                return n;
+            }
+        return 0;
+    };
     static const std::regex line_re(R"(^\s*(\S+)(.*?)\bslots\s*=\s*(\d+)(.*)$)");
     std::istringstream in(text);
     std::string out;
     for (std::string line; std::getline(in, line);) {
         std::smatch m;
         const std::string body = line.substr(0, line.find('#'));
-        if (std::regex_match(body, m, line_re) && lose.count(m[1].str())) {
-            const int slots = std::stoi(m[3].str()) - lose[m[1].str()];
-            lose.erase(m[1].str());
-            if (slots <= 0) continue;
-            out += m[1].str() + m[2].str() + "slots=" + std::to_string(slots) + m[4].str() + "\n";
-            continue;
+        if (std::regex_match(body, m, line_re)) {
+            if (const int lost = take(m[1].str())) {
+                const int slots = std::stoi(m[3].str()) - lost;
+                if (slots <= 0) continue;
+                out += m[1].str() + m[2].str() + "slots=" + std::to_string(slots) + m[4].str() + "\n";
+                continue;
+            }
         }
         std::istringstream words(body);
         std::string host;
-        if (words >> host && lose.count(host) && body.find("slots") == std::string::npos) {  // one slot
-            lose.erase(host);
-            continue;
-        }
+        if (words >> host && body.find("slots") == std::string::npos && take(host)) continue;  // one slot
         out += line + "\n";
     }
     return out;
@@ -343,83 +374,193 @@ std::string next_hostfile(const std::string& hostfile, const std::vector<std::st
     return next;
 }
 
+// The job's lock on its run directory for the supervisor's life (train/run_lock.h): a second job is refused.
+std::unique_ptr<train::RunLock> lock_job(const std::string& out) {
+    std::string holder;
+    std::unique_ptr<train::RunLock> lock = train::RunLock::try_take(out, train::RunLockKind::Job, &holder);
+    SHARDLM_CHECK(lock, "launch: run directory '", out, "' is in use by another job: ", holder,
+                  "; two jobs in one directory would mix their checkpoints and metrics",
+                  "\n---> HINT: wait for it to end (SIGTERM to that PID ends it after a checkpoint), or another --out");
+    if (!holder.empty()) std::printf("launch: %s: the lock of %s, no longer running, is taken over\n", out.c_str(), holder.c_str());
+    return lock;
+}
+
+// Ranks of an earlier job may still be finishing in the directory (their launch was killed: they stop
+// after a checkpoint). Waits up to a minute for them, then refuses.
+void wait_for_earlier_ranks(const std::string& out) {
+    for (int i = 0;; i++) {
+        const std::string holder = train::run_lock_holder(out, train::RunLockKind::Ranks);
+        if (holder.empty()) return;
+        if (i == 0) std::printf("launch: waiting for the ranks of an earlier job to stop (%s)\n", holder.c_str()), std::fflush(stdout);
+        SHARDLM_CHECK(i < 120 && !g_interrupt.load(), "launch: the training processes of another job still run in '", out, "' (",
+                      holder, ") after a minute", "\n---> HINT: stop them (SIGTERM to that PID ends it after a checkpoint), or another --out");
+        ::usleep(500 * 1000);
+    }
+}
+
+// The number of this directory's next attempt, counted over every launch that ran there (their logs stay):
+// 1 + the largest n of a launch.attempt-<n>.log.
+int next_attempt_number(const std::string& out) {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(out, ec)) {
+        const std::string f = e.path().filename().string();
+        if (f.rfind("launch.attempt-", 0) == 0 && e.path().extension() == ".log") n = std::max(n, std::atoi(f.c_str() + 15));
+    }
+    return n + 1;
+}
+
+// A failed attempt's flight records, copied to <flight>/attempt-<n>/ (the next attempt replaces the
+// ranks' files in <flight>): `report --flight <flight>/attempt-<n>` reads them later.
+void keep_flight_records(const std::string& flight, int attempt) {
+    std::error_code ec;
+    if (flight.empty() || !fs::is_directory(flight, ec)) return;
+    const fs::path to = fs::path(flight) / ("attempt-" + std::to_string(attempt));
+    for (const auto& e : fs::directory_iterator(flight, ec))
+        if (e.is_regular_file() && e.path().filename().string().rfind("rank", 0) == 0 && e.path().extension() == ".json") {
+            fs::create_directories(to, ec);
+            fs::copy_file(e.path(), to / e.path().filename(), fs::copy_options::overwrite_existing, ec);
+        }
+}
+
+// What an interrupted attempt left: "the ranks wrote ckpt_00000012" or why there is none new.
+std::string stop_outcome(const std::string& out, const std::string& before) {
+    const std::string now = train::latest_checkpoint(out);
+    if (!now.empty() && now != before) return "the ranks wrote " + fs::path(now).filename().string() + " before stopping";
+    return now.empty() ? "no checkpoint was written" : "no new checkpoint (the newest is " + fs::path(now).filename().string() + ")";
+}
+
 }  // namespace
 
-int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) {
-    const Layout l0 = checked_first_layout(o, cfg);
-    const model::GptConfig mc = cfg.model.config();
-    const std::string metrics = cfg.output.metrics.empty() ? (fs::path(cfg.output.out) / "metrics.jsonl").string() : cfg.output.metrics;
-    const std::string flight = train::flight_dir(cfg);
+namespace {
 
-    catch_interrupts();
-    Log log(cfg.output.out);
-    Layout layout = l0;
-    std::string hostfile = o.hostfile;
-    std::vector<std::string> targs = o.train_args;
-    const std::string exe = o.exe.empty() ? fs::read_symlink("/proc/self/exe").string() : o.exe;
-    for (int attempt = 0;; attempt++) {
-        const std::vector<std::string> argv = mpirun_argv(o, hostfile, layout, exe, targs);
-        std::printf("launch: attempt %d on %d rank%s (%s)\n", attempt + 1, layout.ranks(), layout.ranks() > 1 ? "s" : "",
-                    describe(layout).c_str());
-        log.event({{"event", "start"}, {"attempt", attempt + 1}, {"np", layout.ranks()}, {"layout", describe(layout)}});
-        const double t0 = now_s();
-        const AttemptResult r = run_attempt(argv, attempt == 0, cfg.reliability.comm_timeout <= 0);
-        if (r.exit_code == 0) {
-            std::printf("launch: training finished on attempt %d (%s)%s\n", attempt + 1, describe(layout).c_str(),
-                        attempt > 0 ? (", after " + std::to_string(attempt) + " restart" + (attempt > 1 ? "s" : "")).c_str() : "");
-            log.event({{"event", "done"}, {"attempt", attempt + 1}, {"np", layout.ranks()}, {"layout", describe(layout)}});
-            return 0;
+// One `launch`: its attempts, each on the layout the failures before it left, and the launch log.
+class Supervisor {
+public:
+    Supervisor(const LaunchOptions& o, const train::TrainConfig& cfg)
+        : o_(o), cfg_(cfg), mc_(cfg.model.config()), layout_(checked_first_layout(o, cfg)), log_(cfg.output.out),
+          hostfile_(o.hostfile), targs_(o.train_args),
+          exe_(o.exe.empty() ? fs::read_symlink("/proc/self/exe").string() : o.exe) {}
+
+    int run() {
+        const std::unique_ptr<train::RunLock> job = lock_job(cfg_.output.out);
+        catch_interrupts();
+        for (attempt_ = 0;; attempt_++) {
+            const Attempt a = start();
+            if (a.r.exit_code == 0) return finished();
+            if (const int sig = g_interrupt.load()) return interrupted(a, sig);
+            if (const std::optional<int> code = restart_after(a)) return *code;
         }
-        if (const int sig = g_interrupt.load()) {
-            std::printf("launch: interrupted by signal %d: not restarting (continue with the same command: train resumes "
-                        "from the newest checkpoint)\n", sig);
-            log.event({{"event", "gave_up"}, {"attempt", attempt + 1}, {"reason", "interrupted"}, {"exit_code", r.exit_code}});
-            return 128 + sig;
-        }
-        const Failure f = diagnose(r.tail, flight);
-        const int lost = f.rank_lost ? std::max<int>(1, int(f.lost.size())) : 0;
-        std::printf("launch: attempt %d failed after %.1f s (exit code %d): %s\n", attempt + 1, now_s() - t0, r.exit_code,
+    }
+
+private:
+    struct Attempt {
+        int number = 0;           // across every launch in the directory (launch.attempt-<n>.log)
+        std::string ckpt_before;  // the newest checkpoint when it started
+        double t0 = 0;
+        AttemptResult r;
+    };
+
+    std::string layout_text() const { return describe(layout_); }
+
+    // Runs one attempt on layout_ to its end.
+    Attempt start() {
+        Attempt a;
+        a.number = next_attempt_number(cfg_.output.out);
+        const std::string path = (fs::path(cfg_.output.out) / ("launch.attempt-" + std::to_string(a.number) + ".log")).string();
+        std::printf("launch: attempt %d on %d rank%s (%s); its output also in %s\n", attempt_ + 1, layout_.ranks(),
+                    layout_.ranks() > 1 ? "s" : "", layout_text().c_str(), path.c_str());
+        wait_for_earlier_ranks(cfg_.output.out);
+        log_.event({{"event", "start"}, {"attempt", attempt_ + 1}, {"np", layout_.ranks()}, {"layout", layout_text()}, {"log", path}});
+        a.ckpt_before = train::latest_checkpoint(cfg_.output.out);
+        a.t0 = now_s();
+        a.r = run_attempt(mpirun_argv(o_, hostfile_, layout_, exe_, targs_), path, attempt_ == 0, cfg_.reliability.comm_timeout <= 0);
+        return a;
+    }
+
+    int finished() {
+        std::printf("launch: training finished on attempt %d (%s)%s\n", attempt_ + 1, layout_text().c_str(),
+                    attempt_ > 0 ? (", after " + std::to_string(attempt_) + " restart" + (attempt_ > 1 ? "s" : "")).c_str() : "");
+        log_.event({{"event", "done"}, {"attempt", attempt_ + 1}, {"np", layout_.ranks()}, {"layout", layout_text()}});
+        return 0;
+    }
+
+    int interrupted(const Attempt& a, int sig) {
+        const std::string outcome = stop_outcome(cfg_.output.out, a.ckpt_before);
+        std::printf("launch: interrupted by %s: %s; not restarting (continue with the same command: train resumes "
+                    "from the newest checkpoint)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", outcome.c_str());
+        log_.event({{"event", "gave_up"}, {"attempt", attempt_ + 1}, {"reason", "interrupted: " + outcome},
+                    {"exit_code", a.r.exit_code}});
+        return 128 + sig;
+    }
+
+    int give_up(const Attempt& a, const std::string& why) {
+        std::printf("launch: giving up: %s\n", why.c_str());
+        log_.event({{"event", "gave_up"}, {"attempt", attempt_ + 1}, {"reason", why}, {"exit_code", a.r.exit_code}});
+        return a.r.exit_code != 0 ? a.r.exit_code : 1;
+    }
+
+    // After a failed attempt: the next layout (and hostfile), or the exit code when there is none.
+    std::optional<int> restart_after(const Attempt& a) {
+        const std::string flight = train::flight_dir(cfg_);
+        const Failure f = diagnose(a.r.tail, flight);
+        keep_flight_records(flight, a.number);
+        std::printf("launch: attempt %d failed after %.1f s (exit code %d): %s\n", attempt_ + 1, now_s() - a.t0, a.r.exit_code,
                     f.reason.c_str());
-        log.event({{"event", "failure"}, {"attempt", attempt + 1}, {"np", layout.ranks()}, {"layout", describe(layout)},
-                   {"reason", f.reason}, {"lost_ranks", f.lost}, {"exit_code", r.exit_code}});
-        auto give_up = [&](const std::string& why) {
-            std::printf("launch: giving up: %s\n", why.c_str());
-            log.event({{"event", "gave_up"}, {"attempt", attempt + 1}, {"reason", why}, {"exit_code", r.exit_code}});
-            return r.exit_code != 0 ? r.exit_code : 1;
-        };
-        if (!f.rank_lost) return give_up("the failure is not a lost rank: a restart would fail the same way");
-        if (attempt >= o.max_restarts)
-            return give_up("--max-restarts " + std::to_string(o.max_restarts) + " reached");
-        const int left = layout.ranks() - lost;
-        if (left < o.min_np)
-            return give_up(std::to_string(left) + " rank" + (left == 1 ? "" : "s") + " left, below --min-np " +
-                           std::to_string(o.min_np));
-        train::TrainConfig next = cfg;
+        log_.event({{"event", "failure"}, {"attempt", attempt_ + 1}, {"np", layout_.ranks()}, {"layout", layout_text()},
+                    {"reason", f.reason}, {"lost_ranks", f.lost}, {"exit_code", a.r.exit_code}});
+        if (!f.rank_lost) return give_up(a, "the failure is not a lost rank: a restart would fail the same way");
+        if (attempt_ >= o_.max_restarts) return give_up(a, "--max-restarts " + std::to_string(o_.max_restarts) + " reached");
+        const int left = layout_.ranks() - std::max<int>(1, int(f.lost.size()));
+        if (left < o_.min_np)
+            return give_up(a, std::to_string(left) + " rank" + (left == 1 ? "" : "s") + " left, below --min-np " +
+                                  std::to_string(o_.min_np));
+        train::TrainConfig next = cfg_;
         std::string why;
-        const std::optional<Layout> nl = choose_layout(next, mc, left, available_bytes(), &why);
-        if (!nl) return give_up(why);
+        const std::optional<Layout> nl = choose_layout(next, mc_, left, available_bytes(), &why);
+        if (!nl) return give_up(a, why);
+        announce_restart(f, *nl);
+        targs_ = next_train_args(targs_, *nl, nl->pp != layout_.pp);
+        layout_ = *nl;
+        if (!hostfile_.empty() && !f.nodes.empty()) {  // the lost ranks' slots are gone from their nodes
+            hostfile_ = next_hostfile(hostfile_, f.nodes, cfg_.output.out, attempt_ + 2);
+            std::printf("launch: hostfile for the next attempt: %s\n", hostfile_.c_str());
+        }
+        return std::nullopt;
+    }
+
+    void announce_restart(const Failure& f, const Layout& nl) {
+        const std::string metrics = cfg_.output.metrics.empty() ? (fs::path(cfg_.output.out) / "metrics.jsonl").string() : cfg_.output.metrics;
         const int last = recorded_steps(metrics);
-        const std::string ckpt = train::latest_checkpoint(cfg.output.out);
+        const std::string ckpt = train::latest_checkpoint(cfg_.output.out);
         const int resume = checkpoint_step(ckpt);
         const int steps_lost = std::max(0, last - resume);
         auto ranks = [](int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); };
         std::printf("launch: restart %d of at most %d: %s; layout %s (%s) -> %s (%s), global batch %d "
                     "unchanged; resuming from %s (step %d), %d step%s lost\n",
-                    attempt + 1, o.max_restarts, f.reason.c_str(), describe(layout).c_str(), ranks(layout.ranks()).c_str(),
-                    describe(*nl).c_str(), ranks(nl->ranks()).c_str(), cfg.data.global_batch,
+                    attempt_ + 1, o_.max_restarts, f.reason.c_str(), layout_text().c_str(), ranks(layout_.ranks()).c_str(),
+                    describe(nl).c_str(), ranks(nl.ranks()).c_str(), cfg_.data.global_batch,
                     ckpt.empty() ? "the start (no checkpoint yet)" : fs::path(ckpt).filename().string().c_str(), resume,
                     steps_lost, steps_lost == 1 ? "" : "s");
         std::fflush(stdout);
-        log.event({{"event", "restart"}, {"attempt", attempt + 2}, {"reason", f.reason}, {"old_layout", describe(layout)},
-                   {"new_layout", describe(*nl)}, {"np", nl->ranks()}, {"resume_step", resume}, {"last_step", last},
-                   {"steps_lost", steps_lost}});
-        targs = next_train_args(targs, *nl, nl->pp != layout.pp);
-        layout = *nl;
-        if (!hostfile.empty() && !f.nodes.empty()) {  // the lost ranks' slots are gone from their nodes
-            hostfile = next_hostfile(hostfile, f.nodes, cfg.output.out, attempt + 2);
-            std::printf("launch: hostfile for the next attempt: %s\n", hostfile.c_str());
-        }
+        log_.event({{"event", "restart"}, {"attempt", attempt_ + 2}, {"reason", f.reason}, {"old_layout", layout_text()},
+                    {"new_layout", describe(nl)}, {"np", nl.ranks()}, {"resume_step", resume}, {"last_step", last},
+                    {"steps_lost", steps_lost}});
     }
-}
+
+    const LaunchOptions& o_;
+    const train::TrainConfig& cfg_;
+    const model::GptConfig mc_;
+    Layout layout_;
+    Log log_;
+    std::string hostfile_;
+    std::vector<std::string> targs_;
+    const std::string exe_;
+    int attempt_ = 0;
+};
+
+}  // namespace
+
+int supervise(const LaunchOptions& o, const train::TrainConfig& cfg) { return Supervisor(o, cfg).run(); }
 
 }  // namespace shardlm::launch

@@ -11,6 +11,7 @@ namespace shardlm::model {
 
 class BlockUnit final : public ComputeUnit {
 public:
+    int compute_index() const override { return 1 + layer_; }
     BlockUnit(int in, const UnitEnv& env, int layer);
     int layer() const { return layer_; }
     double forward(ForwardPass& p) override;

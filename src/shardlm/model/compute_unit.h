@@ -141,6 +141,8 @@ public:
     // whether x[in] is the residual stream (not the embedding's tokens), and x[in + 1] (not the head's loss)
     virtual bool reads_stream() const { return true; }
     virtual bool writes_stream() const { return true; }
+    // its compute index (model::Unit::compute): 0 the embedding, 1 + l block l, n_layer + 1 the head
+    virtual int compute_index() const = 0;
 
     // Throws a clear error for inputs it cannot take (a token or target outside the vocabulary); every
     // unit of a chunk is asked before any runs.

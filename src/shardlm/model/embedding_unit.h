@@ -9,6 +9,7 @@ namespace shardlm::model {
 
 class EmbeddingUnit final : public ComputeUnit {
 public:
+    int compute_index() const override { return 0; }
     // head_here: the chunk holds the head too, which announces the tied wte first in a backward
     EmbeddingUnit(int in, const UnitEnv& env, bool head_here);
     bool reads_stream() const override { return false; }

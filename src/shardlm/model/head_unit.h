@@ -10,6 +10,7 @@ namespace shardlm::model {
 
 class HeadUnit final : public ComputeUnit {
 public:
+    int compute_index() const override { return head_compute_unit(env_.config->n_layer); }
     // embedding_here: the chunk starts with the embedding, whose wte the forward has announced already
     HeadUnit(int in, const UnitEnv& env, bool embedding_here);
     bool writes_stream() const override { return false; }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/dtype.h"
 #include "shardlm/model/block_unit.h"
 #include "shardlm/model/embedding_unit.h"
 
@@ -206,9 +207,30 @@ double ModelPart::forward(int chunk, int slot, const int* inputs, const int* tar
     s.T = T;
     ctx_.doc_start = s.doc_start.empty() ? nullptr : s.doc_start.data();  // this pass's (attention reads it)
     double loss = 0.0;
-    for (auto& u : ch.compute) loss += u->forward(pass);
+    for (auto& u : ch.compute) {
+        loss += u->forward(pass);
+        if (probe_sq_ && u->writes_stream()) probe_stream(s.x[size_t(u->in()) + 1], B, T, u->compute_index());
+    }
     s.has_grad = !ch.has_head || (targets && dloss != 0.0f);
     return loss;
+}
+
+void ModelPart::probe_stream(const TypedBuffer& y, int B, int T, int compute) {
+    const size_t n = size_t(ctx_.rows(B * T)) * size_t(config_.n_embd);
+    const DType t = ctx_.prec.activation;
+    double sq = 0;
+    if (t == DType::F32) {
+        const float* v = y.f32();
+        for (size_t i = 0; i < n; i++) sq += double(v[i]) * double(v[i]);
+    } else {
+        AlignedBuffer<float> row(size_t(config_.n_embd));
+        for (size_t k = 0; k < n; k += row.size()) {
+            convert_to_f32(row.data(), shardlm::at(y.data(), t, k), t, row.size());
+            for (float x : row) sq += double(x) * double(x);
+        }
+    }
+    probe_sq_[compute] += sq;
+    probe_n_[compute] += double(n);
 }
 
 void ModelPart::backward(int chunk, int slot, UnitHooks* hooks, bool accumulate) {

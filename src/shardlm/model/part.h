@@ -78,6 +78,10 @@ public:
     MoeScratch& moe_traffic() { return scratch_.moe; }
     const MoeScratch& moe_traffic() const { return scratch_.moe; }
     const UnitContext& context() const { return ctx_; }
+    // Training-health telemetry (train/health.h): while set (sq and n of n_layer + 2 each), every training
+    // forward adds, for each unit that writes the residual stream, the squares of what it wrote and their
+    // count at its compute index. Null: off.
+    void set_activation_probe(double* sq, double* n) { probe_sq_ = sq, probe_n_ = n; }
     int num_chunks() const { return int(chunks_.size()); }
     int first_unit(int chunk) const { return chunks_[size_t(chunk)].first; }
     int last_unit(int chunk) const { return chunks_[size_t(chunk)].last; }
@@ -196,6 +200,8 @@ private:
     LaneRunner lanes_;  // how a unit's pass runs on this rank's threads (model/lanes.h)
     SharedActivations shared_;
     MoeStats moe_stats_;
+    double *probe_sq_ = nullptr, *probe_n_ = nullptr;  // set_activation_probe
+    void probe_stream(const TypedBuffer& y, int B, int T, int compute);
     std::vector<float> expert_bias_;
     std::vector<Chunk> chunks_;
 };

@@ -84,9 +84,9 @@ void GradSync::reduce(int step, float loss_scale, comm::Group& world) {
     if (!overflow_) algo_->reduce_gradients(g, step, loss_scale);
 }
 
-void GradSync::put_norm_sq(double& global, double* replicas) const {
-    if (differ_) replicas[dp_.rank()] = store_.grad_norm_sq_local(true);  // this replica's whole gradient
-    else global = overflow_ ? double(INFINITY) : store_.grad_norm_sq_local();
+void GradSync::put_norm_sq(double& global, double* replicas, double* by_compute) const {
+    if (differ_) replicas[dp_.rank()] = store_.grad_norm_sq_local(true, by_compute);  // this replica's whole gradient
+    else global = overflow_ ? double(INFINITY) : store_.grad_norm_sq_local(false, by_compute);
 }
 
 GradNormsSq GradSync::norms_sq(double global, const double* replicas) const {

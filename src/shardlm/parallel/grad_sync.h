@@ -96,9 +96,10 @@ public:
     void finish_reductions();
     // The squared norm travels in the step's one world all-reduce: into `global` this rank's share of
     // the global norm (+inf after an overflow), and where replicas differ into replicas[dp rank] its
-    // replica's whole gradient's (norm_slots() doubles; global stays 0 then).
+    // replica's whole gradient's (norm_slots() doubles; global stays 0 then); by_compute (if given) gets
+    // each compute unit's share (ParamStore::grad_norm_sq_local).
     int replica_slots() const { return differ_ ? dp_.size() : 0; }
-    void put_norm_sq(double& global, double* replicas) const;
+    void put_norm_sq(double& global, double* replicas, double* by_compute = nullptr) const;
     GradNormsSq norms_sq(double global, const double* replicas) const;
     // At the schedule's OptimizerStep, the update: the optimiser over this rank's owned ranges with the
     // gradients times grad_scale, then the algorithm's combination, the tied copies' re-sync and what

@@ -109,25 +109,49 @@ std::pair<float*, size_t> ParamStore::owned_grad(int unit) {
     return {const_cast<float*>(grad_slice(unit)), shard_elems(unit)};
 }
 
-double ParamStore::grad_norm_sq_local(bool whole) const {
-    const auto& params = layout_.params;
+namespace {
+// Every counted parameter's part of a unit in a buffer that holds the unit's flat range r at `base`:
+// f(data, n).
+template <class T, class F>
+void for_each_counted(const model::Layout& layout, const model::Unit& unit, const optim::Range& r, T* base, F&& f) {
+    for (int i = 0; i < unit.num_params; i++) {
+        const model::ParamSpec& p = layout.params[size_t(unit.first_param + i)];
+        const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
+        if (b < e && p.counted()) f(base + (b - r.begin), e - b);
+    }
+}
+}  // namespace
+
+double ParamStore::grad_norm_sq_local(bool whole, double* by_compute) const {
     SHARDLM_CHECK(!whole || where_.grads_whole, "grad_norm_sq_local(whole): the gradients are sliced");
     std::vector<std::span<const float>> slices;  // every counted parameter's part here, summed in one pass
+    std::vector<int> compute;                    // each slice's compute unit
     for (size_t u = 0; u < layout_.units.size(); u++) {
         const model::Unit& unit = layout_.units[u];
         const optim::Range r = whole ? optim::Range{unit.offset, unit.offset + unit.numel} : shard(int(u));
         const float* g = whole ? grads_.data() + unit.offset : grad_slice(int(u));
-        for (int i = 0; i < unit.num_params; i++) {
-            const model::ParamSpec& p = params[size_t(unit.first_param + i)];
-            const size_t b = std::max(p.offset, r.begin), e = std::min(p.offset + p.numel, r.end);
-            if (b < e && p.counted()) slices.emplace_back(g + (b - r.begin), e - b);
-        }
+        for_each_counted(layout_, unit, r, g, [&](const float* d, size_t n) {
+            slices.emplace_back(d, n);
+            compute.push_back(unit.compute);
+        });
     }
     std::vector<double> sums(slices.size());
     kernels::sum_squares(slices.data(), slices.size(), sums.data());
     double s = 0;
-    for (double x : sums) s += x;  // in the order of the parameters, as before
+    for (size_t i = 0; i < sums.size(); i++) {
+        s += sums[i];  // in the order of the parameters, as before
+        if (by_compute) by_compute[compute[i]] += sums[i];
+    }
     return s;
+}
+
+void ParamStore::for_each_counted_master(const std::function<void(int, float*, size_t)>& f) {
+    for (size_t u = 0; u < layout_.units.size(); u++) {
+        const model::Unit& unit = layout_.units[u];
+        const optim::Range r = where_.master_whole ? optim::Range{unit.offset, unit.offset + unit.numel} : shard(int(u));
+        float* m = where_.master_whole ? master_.data() + unit.offset : master_slice(int(u));
+        for_each_counted(layout_, unit, r, m, [&](float* d, size_t n) { f(unit.compute, d, n); });
+    }
 }
 
 std::vector<optim::Range> ParamStore::owned_ranges() const {

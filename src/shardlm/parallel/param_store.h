@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <utility>
+#include <functional>
 #include <vector>
 
 #include "shardlm/core/aligned_buffer.h"
@@ -98,7 +99,12 @@ public:
     // The squared norm of this rank's owned gradients, parameters counted once over the
     // tensor-parallel group (model::ParamSpec::counted). whole: the whole gradient instead of this
     // rank's data-parallel slices (whole gradients only).
-    double grad_norm_sq_local(bool whole = false) const;
+    // by_compute (if given, n_layer + 2 long): each compute unit's share added at its index
+    // (model::Unit::compute: 0 the embedding, 1 + l block l, n_layer + 1 the head), from the same pass.
+    double grad_norm_sq_local(bool whole = false, double* by_compute = nullptr) const;
+    // The parts of this rank's fp32 master that the gradient norm counts (a replicated tensor once), each
+    // with its compute unit: f(compute, data, n). (Training-health telemetry: train/health.h.)
+    void for_each_counted_master(const std::function<void(int, float*, size_t)>& f);
 
     // ---- the optimiser's view ----------------------------------------------------------------
     std::vector<optim::Range> owned_ranges() const;

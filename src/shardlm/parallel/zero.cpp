@@ -20,7 +20,7 @@ ZeroStrategy::ZeroStrategy(const Setup& s)
 }
 
 ZeroStrategy::~ZeroStrategy() {
-    for (auto& r : reduces_) r.req.wait();
+    for (auto& r : reduces_) r.req.settle();
 }
 
 void ZeroStrategy::wait(comm::Request& r) {
@@ -183,7 +183,7 @@ struct ShardedGradients::Slot {
 ShardedGradients::ShardedGradients(const Setup& s) : ZeroStrategy(s) { grad_slots_ = make_slots(sizeof(float), true); }
 
 ShardedGradients::~ShardedGradients() {
-    for (auto& s : grad_slots_) s->req.wait();
+    for (auto& s : grad_slots_) s->req.settle();
 }
 
 std::vector<std::unique_ptr<ShardedGradients::Slot>> ShardedGradients::make_slots(size_t elem_bytes, bool grad) const {
@@ -324,7 +324,7 @@ void ShardedParameters::reshard(int chunk) {
 }
 
 ShardedParameters::~ShardedParameters() {
-    for (auto& s : param_slots_) s->req.wait();
+    for (auto& s : param_slots_) s->req.settle();
 }
 
 size_t ShardedParameters::comm_buffer_bytes() const {

@@ -92,13 +92,17 @@ std::string check_cluster(const Cluster& c) {
     const GpuSpec& g = c.gpu;
     if (c.num_gpus <= 0) return cat("num_gpus must be > 0 (got ", c.num_gpus, ")");
     if (c.gpus_per_node <= 0) return cat("gpus_per_node must be > 0 (got ", c.gpus_per_node, ")");
-    if (c.num_gpus > c.gpus_per_node && c.num_gpus % c.gpus_per_node != 0)
-        return cat("num_gpus (", c.num_gpus, ") is not a whole number of nodes of ", c.gpus_per_node, " GPUs");
+    if (c.num_gpus % c.gpus_per_node != 0)
+        return cat("num_gpus (", c.num_gpus, ") is not a whole number of nodes of ", c.gpus_per_node, " GPUs",
+                   c.num_gpus < c.gpus_per_node ? cat(" (for one node of ", c.num_gpus, ", say gpus_per_node ", c.num_gpus, ")")
+                                                : std::string());
+    if (c.num_gpus > kMaxGpus) return cat("num_gpus (", c.num_gpus, ") is above the planner's ", kMaxGpus, " GPUs");
     for (auto [key, v] : {std::pair{"peak_tflops", g.peak_tflops}, {"memory_gb", g.memory_gb},
                           {"intra_node_GBps", g.intra_node_GBps}, {"inter_node_GBps", g.inter_node_GBps},
                           {"hbm_GBps", g.hbm_GBps}, {"peak_tflops_tf32", g.peak_tflops_tf32},
                           {"peak_tflops_fp32", g.peak_tflops_fp32}})
-        if (!(v > 0)) return cat(key, " must be > 0 (got ", v, ")");
+        if (!(v >= 1e-3 && v <= 1e6))  // no device is outside these (a PFLOP/s, a PB, a PB/s: 1e3 to 1e6 times today's)
+            return cat(key, " must be in [0.001, 1e6] (got ", v, ")");
     const Efficiency& e = c.efficiency;
     if (!(e.gemm_max > 0 && e.gemm_max <= 1) || !(e.memory > 0 && e.memory <= 1) || !(e.gemm_half_dim >= 0))
         return "efficiency: gemm_max and memory must be in (0, 1], gemm_half_dim >= 0";

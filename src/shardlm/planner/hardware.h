@@ -87,6 +87,8 @@ struct Cluster {
 // reserved over allocated at the peak): fitted on the fit half of the published memory figures of each
 // framework style (hardware.cpp).
 inline constexpr double kGpuAllocatorOverhead = 0.09, kGpuAllocatorOverheadPytorch = 0.14;
+// The most GPUs a cluster may have (ten million: far beyond any built, far below int's range).
+inline constexpr int kMaxGpus = 10'000'000;
 Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes);
 // Empty if usable, else what is wrong.
 std::string check_cluster(const Cluster& c);

@@ -34,16 +34,17 @@ double bubble_fraction_theory(int p, int m, int v) { return double(p - 1) / (dou
 
 double bubble_fraction_theory(ScheduleKind kind, int p, int m, int v) {
     switch (kind) {
-    case ScheduleKind::ZeroBubbleH1: return double(p - 1) / (3.0 * m + p - 1);
-    case ScheduleKind::ZeroBubbleV: return double(p - 1) / (6.0 * m + p - 1);
+    case ScheduleKind::ZeroBubbleH1: return 1.0 - 3.0 * m / std::max(3.0 * m + p - 1, 2.0 * m + 2.0 * p - 1);
+    case ScheduleKind::ZeroBubbleV:
+        return 1.0 - 6.0 * m / std::max({6.0 * m + p - 1, 4.0 * m + 3.0 * p - 1, 2.0 * m + 4.0 * p - 1});
     default: return bubble_fraction_theory(p, m, v);
     }
 }
 
 const char* bubble_theory_formula(ScheduleKind kind) {
     switch (kind) {
-    case ScheduleKind::ZeroBubbleH1: return "(p-1)/(3m + p-1)";
-    case ScheduleKind::ZeroBubbleV: return "(p-1)/(6m + p-1)";
+    case ScheduleKind::ZeroBubbleH1: return "1 - 3m/max(3m + p-1, 2m + 2p-1)";
+    case ScheduleKind::ZeroBubbleV: return "1 - 6m/max(6m + p-1, 4m + 3p-1, 2m + 4p-1)";
     default: return "(p-1)/(v m + p-1)";
     }
 }

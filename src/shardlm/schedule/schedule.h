@@ -138,11 +138,18 @@ std::string render_chart(const Schedule& s);
 //   GPipe, 1F1B, interleaved (Narayanan et al. 2021): the bubble is (p - 1) / (v m) of the ideal
 //     compute time, an idle fraction of (p - 1) / (v m + p - 1);
 //   ZB-H1 (Qi et al. 2023, sec. 3.1): (p - 1)(F + B - W) of idle per rank against m (F + B + W) of
-//     compute: (p - 1) / (3 m + p - 1) with F = B = W, a third of 1F1B's idle time;
+//     compute: (p - 1) / (3 m + p - 1) with F = B = W, a third of 1F1B's idle time, for m >= p. With
+//     fewer micro-batches than stages the deferred W's cannot fill the drain: the last stage alternates
+//     F and B (2m units after the first forward's p - 1), the last B walks back p - 1 stages and the
+//     first stage ends on its W, a step of 2m + 2p - 1 units: 1 - 3m / max(3m + p - 1, 2m + 2p - 1);
 //   ZBV (sec. 6): with F = B = W = 1 per chunk (half a stage) a rank has 6m units of work, and the
 //     last rank cannot start before the first forward has crossed the p - 1 ranks before it: at
 //     least p - 1 idle units per rank, (p - 1) / (6 m + p - 1), half of ZB-H1's; the schedule reaches
-//     it for m >= 2p - 1, and for m >= p up to p = 4 (tests/schedule/test_schedule.cpp).
+//     it for m >= 2p - 1, and for m >= p up to p = 4. For m <= p the V's own critical paths bound the
+//     step: a micro-batch crosses 2p chunks forward and 2p back (4p - 1 units, plus 2 for each
+//     further micro-batch through the turning rank), or the first rank's 4m units of its two chunks'
+//     F and B behind the 3p - 1 of the first V: 1 - 6m / max(6m + p - 1, 4m + 3p - 1, 2m + 4p - 1).
+//   Both equal the simulated schedules with unit times (tests/schedule/test_schedule.cpp).
 double bubble_fraction_theory(ScheduleKind kind, int p, int m, int v = 1);
 // The formula bubble_fraction_theory uses for a kind, as text ("(p-1)/(v m + p-1)").
 const char* bubble_theory_formula(ScheduleKind kind);

@@ -1,8 +1,10 @@
 #include "shardlm/train/checkpoint.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <csignal>
@@ -12,10 +14,12 @@
 #include <vector>
 
 #include "shardlm/core/check.h"
+#include "shardlm/core/format.h"
 #include "shardlm/io/atomic_file.h"
 #include "shardlm/io/hash.h"
 #include "shardlm/io/json_file.h"
 #include "shardlm/io/safetensors.h"
+#include "shardlm/model/architecture.h"
 #include "shardlm/model/pieces.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/train/rank_text.h"
@@ -38,17 +42,13 @@ std::vector<fs::path> list_checkpoints(const std::string& run_dir) {
     if (!fs::is_directory(run_dir)) return out;
     for (const auto& e : fs::directory_iterator(run_dir)) {
         std::string n = e.path().filename().string();
-        if (e.is_directory() && n.size() == 13 && n.rfind("ckpt_", 0) == 0 && fs::exists(e.path() / "meta.json"))
+        if (e.is_directory() && checkpoint_dir_kind(n) == CheckpointDir::Complete && fs::exists(e.path() / "meta.json"))
             out.push_back(e.path());
     }
     std::sort(out.begin(), out.end());
     return out;
 }
 
-nlohmann::json model_json(const model::GptConfig& c) {
-    return {{"n_layer", c.n_layer}, {"n_head", c.n_head},       {"n_embd", c.n_embd},
-            {"vocab_size", c.vocab_size}, {"n_ctx", c.n_ctx}, {"ln_eps", c.ln_eps}};
-}
 
 std::string rank_file(const char* kind, int rank, int n) {
     char buf[96];
@@ -140,7 +140,7 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
             {"format", "shardlm-checkpoint"},
             {"format_version", kCheckpointVersion},
             {"step", step},
-            {"model", model_json(mc)},
+            {"model", model::architecture_json(mc)},
             {"train_config", config_to_json(cfg)},
             {"optimizer",
              {{"kind", optim::kind_name(oc.kind)}, {"steps_done", opt.steps_done()}, {"beta1", oc.beta1},
@@ -158,11 +158,48 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
 
 size_t PendingCheckpoint::bytes() const { return model_.size_bytes() + optimizer_.size_bytes() + state_.size_bytes(); }
 
+namespace {
+
+uint64_t dir_bytes(const fs::path& dir) {
+    uint64_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+        if (e.is_regular_file(ec)) n += e.file_size(ec);
+    return n;
+}
+
+// What a failed write of a checkpoint into run_dir means when the disk is short: the checkpoints kept
+// stay until the new one is complete (train/checkpoint.h), so the new one needs its whole size free
+// beside them. "" when the disk is not short.
+std::string disk_short_note(const std::string& run_dir, uint64_t bytes_needed, int keep) {
+    struct statvfs st;
+    if (::statvfs(run_dir.c_str(), &st) != 0) return "";
+    const double free_b = double(st.f_bavail) * double(st.f_frsize);
+    const std::vector<fs::path> kept = list_checkpoints(run_dir);
+    const double newest = kept.empty() ? double(bytes_needed) : double(dir_bytes(kept.back()));
+    if (free_b >= std::max(newest, double(bytes_needed)) && errno != ENOSPC) return "";
+    return format("\n  the disk of %s has %.1f MB free; a checkpoint of this run takes %.1f MB, written beside the %zu "
+                  "kept (--keep-ckpts %d: the oldest is removed only once the new one is complete, so that a failure "
+                  "never leaves none)",
+                  run_dir.c_str(), free_b / 1e6, newest / 1e6, kept.size(), keep) +
+           "\n---> HINT: free that much space (or move the run to a larger disk: --resume continues it), or "
+           "--keep-ckpts 1 if more are kept";
+}
+
+}  // namespace
+
 void PendingCheckpoint::write() {
     const fs::path tmp = tmp_;
-    model_.write((tmp / rank_file("model", rank_, n_)).string());
-    optimizer_.write((tmp / rank_file("optimizer", rank_, n_)).string());
-    if (has_state_) state_.write((tmp / rank_file("state", rank_, n_)).string());
+    try {
+        errno = 0;
+        model_.write((tmp / rank_file("model", rank_, n_)).string());
+        optimizer_.write((tmp / rank_file("optimizer", rank_, n_)).string());
+        if (has_state_) state_.write((tmp / rank_file("state", rank_, n_)).string());
+    } catch (const Error& e) {
+        const std::string note = disk_short_note(run_dir_, bytes() * uint64_t(n_), keep_);
+        if (note.empty()) throw;
+        throw Error(std::string(e.what()) + note);
+    }
     // checksums of this rank's files (read back from the page cache), collected on rank 0 for meta.json
     sums_.clear();
     for (const char* kind : {"model", "optimizer", "state"}) {
@@ -213,12 +250,31 @@ std::string save_checkpoint(const std::string& run_dir, int step, const TrainCon
     return p->commit(world, faults);
 }
 
+namespace {
+bool digits(const std::string& s, size_t at, size_t n) {
+    if (n == 0 || at + n > s.size()) return false;
+    for (size_t i = at; i < at + n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+}  // namespace
+
+CheckpointDir checkpoint_dir_kind(const std::string& n) {
+    // ckpt_DDDDDDDD (13 characters), then nothing, ".damaged"; or .ckpt_DDDDDDDD.tmp.D...
+    if (n.rfind("ckpt_", 0) == 0 && digits(n, 5, 8)) {
+        if (n.size() == 13) return CheckpointDir::Complete;
+        if (n.substr(13) == ".damaged") return CheckpointDir::Damaged;
+    }
+    if (n.rfind(".ckpt_", 0) == 0 && digits(n, 6, 8) && n.compare(14, 5, ".tmp.") == 0 && digits(n, 19, n.size() - 19))
+        return CheckpointDir::Temporary;
+    return CheckpointDir::None;
+}
+
 void remove_stale_checkpoint_temps(const std::string& run_dir) {
     if (!fs::is_directory(run_dir)) return;
-    for (const auto& e : fs::directory_iterator(run_dir)) {
-        std::string n = e.path().filename().string();
-        if (e.is_directory() && n.rfind(".ckpt_", 0) == 0 && n.find(".tmp.") != std::string::npos) fs::remove_all(e.path());
-    }
+    for (const auto& e : fs::directory_iterator(run_dir))
+        if (e.is_directory() && checkpoint_dir_kind(e.path().filename().string()) == CheckpointDir::Temporary)
+            fs::remove_all(e.path());
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {
@@ -230,6 +286,15 @@ std::vector<std::string> checkpoints_newest_first(const std::string& run_dir) {
     std::vector<std::string> out;
     for (const fs::path& p : list_checkpoints(run_dir)) out.insert(out.begin(), p.string());
     return out;
+}
+
+std::string newest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* damaged) {
+    for (const std::string& c : checkpoints_newest_first(run_dir)) {
+        const std::string problem = verify_checkpoint(c);
+        if (problem.empty()) return c;
+        damaged->push_back(fs::path(c).filename().string() + ": " + problem);
+    }
+    return "";
 }
 
 namespace {
@@ -316,15 +381,43 @@ nlohmann::json read_checkpoint_meta(const std::string& dir) {
     return meta;
 }
 
+namespace {
+
+// What the checkpoint's model is: meta.json's record, or for a checkpoint written before the record held
+// every knob (only the shape), its own config.json read as --init reads it.
+nlohmann::json checkpoint_architecture(const std::string& dir, const nlohmann::json& meta) {
+    const nlohmann::json rec = meta.value("model", nlohmann::json::object());
+    if (rec.contains("norm")) return rec;
+    try {
+        return model::architecture_json(model::load_hf_config((fs::path(dir) / "config.json").string()));
+    } catch (const std::exception&) {
+        return rec;  // no readable config.json: the shape alone
+    }
+}
+
+}  // namespace
+
+void check_same_architecture(const std::string& dir, const nlohmann::json& meta, const model::GptConfig& mc) {
+    const nlohmann::json was = checkpoint_architecture(dir, meta), now = model::architecture_json(mc);
+    const std::vector<model::ArchitectureChange> changes = model::architecture_changes(was, now);
+    if (changes.empty()) return;
+    std::string keys, list, flags;
+    for (const model::ArchitectureChange& c : changes) {
+        keys.append(keys.empty() ? "" : ", ").append(c.key);
+        list.append("\n  ").append(c.key).append(": checkpoint ").append(c.was).append(", this run ").append(c.now);
+        flags.append(" ").append(model::architecture_flag(c.key)).append(" ").append(c.was);
+    }
+    throw Error(cat(dir, " holds a ", model::architecture_summary(was), "; this run asks for a ",
+                    model::architecture_summary(now), ": resuming would change ", keys, list,
+                    "\n---> HINT: resume with the checkpoint's settings (", flags.substr(1),
+                    "), or train the new model into another --out"));
+}
+
 nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& mc, const model::Layout& layout,
                                parallel::ParamStore& store, optim::Optimizer& opt) {
     nlohmann::json meta = read_checkpoint_meta(dir);
     const std::string path = (fs::path(dir) / "meta.json").string();
-    const nlohmann::json want = model_json(mc);
-    for (const char* k : {"n_layer", "n_head", "n_embd", "vocab_size", "n_ctx"})
-        SHARDLM_CHECK(meta["model"][k] == want[k], path, ": checkpoint has model.", k, " = ", meta["model"][k].dump(),
-                      " but this run's model has ", want[k].dump(),
-                      "\n---> HINT: resume with the same model, or start a new --out directory");
+    check_same_architecture(dir, meta, mc);
     std::string kind = meta["optimizer"].value("kind", "");
     SHARDLM_CHECK(kind == optim::kind_name(opt.config().kind), path, ": checkpoint has optimizer '", kind,
                   "' but this run uses '", optim::kind_name(opt.config().kind),

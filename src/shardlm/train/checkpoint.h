@@ -94,6 +94,12 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
                                                        const nlohmann::json& extra = nlohmann::json::object(),
                                                        const std::vector<RankTensor>& rank_tensors = {});
 
+// The directories shardlm writes into a run directory, by their exact names: a checkpoint
+// "ckpt_<8 digits>", its temporary ".ckpt_<8 digits>.tmp.<digits>" and one set aside as damaged
+// "ckpt_<8 digits>.damaged". Anything else (a user's "ckpt_backup") is not shardlm's.
+enum class CheckpointDir { None, Complete, Temporary, Damaged };
+CheckpointDir checkpoint_dir_kind(const std::string& name);
+
 // Removes hidden temporary checkpoint directories left by a killed run.
 void remove_stale_checkpoint_temps(const std::string& run_dir);
 
@@ -102,6 +108,11 @@ std::string latest_checkpoint(const std::string& run_dir);
 
 // Complete checkpoint directories in RUN_DIR, newest first.
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
+
+// The newest checkpoint in RUN_DIR whose files match their checksums (verify_checkpoint), for the readers
+// that take a run directory (generate); "" if none. Each newer damaged one is appended to *damaged as
+// "ckpt_00000012: <what is wrong>" (nothing is renamed: a reader leaves the run as it is).
+std::string newest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* damaged);
 
 // Checks that meta.json reads and that every file it lists exists and has the XXH64 recorded there.
 // Returns "" or what is wrong, naming the file. With g: collective, the files are split between g's
@@ -114,6 +125,10 @@ void check_checkpoint_files(const std::string& dir, comm::Group* g = nullptr);
 // Loads this rank's parameters (into dp's storage) and optimiser state; checks that the
 // checkpoint's model and optimiser match. Returns meta.json (its "step" is the number of completed
 // steps).
+// Throws, naming every key that differs and the flags that keep them, unless the checkpoint in dir (its
+// meta.json read into meta) holds the model mc describes (model/architecture.h).
+void check_same_architecture(const std::string& dir, const nlohmann::json& meta, const model::GptConfig& mc);
+
 nlohmann::json load_checkpoint(const std::string& dir, const model::GptConfig& mc, const model::Layout& layout,
                                parallel::ParamStore& store, optim::Optimizer& opt);
 

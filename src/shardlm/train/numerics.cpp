@@ -97,28 +97,6 @@ bool params_finite(comm::Group& world, const OwnedTensors& mine) {
     return bad == 0;
 }
 
-std::string LossSpikes::add(int step, double loss) {
-    if (sigma_ <= 0 || !std::isfinite(loss)) return "";
-    std::string warning;
-    if (last_.size() == window_) {
-        double mean = 0, var = 0;
-        for (double x : last_) mean += x;
-        mean /= double(last_.size());
-        for (double x : last_) var += (x - mean) * (x - mean);
-        const double sd = std::sqrt(var / double(last_.size() - 1));
-        if (loss > mean + sigma_ * sd) {
-            char buf[256];
-            std::snprintf(buf, sizeof(buf),
-                          "warning: step %d: loss spike: %.4f > mean %.4f + %.1f x sigma %.4f of the last %zu steps",
-                          step + 1, loss, mean, sigma_, sd, last_.size());
-            warning = buf;
-        }
-        last_.pop_front();
-    }
-    last_.push_back(loss);
-    return warning;
-}
-
 std::string json_number(double x, const char* fmt) {
     if (!std::isfinite(x)) return "null";
     char buf[64];

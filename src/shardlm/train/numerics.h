@@ -1,4 +1,4 @@
-// train/numerics.h: numerical guards of a training run (--on-nan, the loss-spike warning).
+// train/numerics.h: numerical guards of a training run (--on-nan; spikes: train/health.h).
 //
 // A non-finite loss or gradient is seen by every rank at once: the step's world all-reduce sums the
 // loss and the squared gradient norm, and NaN/inf survive the sum. Every rank then takes the same
@@ -9,7 +9,6 @@
 // (backward order: the head's gradients come first).
 #pragma once
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <vector>
 
@@ -35,19 +34,6 @@ struct NonFiniteReport {
 NonFiniteReport find_nonfinite(comm::Group& world, const OwnedTensors& mine, bool loss_finite);
 // Whether every parameter of every rank is finite (collective over world).
 bool params_finite(comm::Group& world, const OwnedTensors& mine);
-
-// Loss spikes: a loss above mean + sigma x standard deviation of the last `window` finite losses.
-class LossSpikes {
-public:
-    LossSpikes(double sigma, int window) : sigma_(sigma), window_(size_t(window)) {}
-    // Adds loss; returns a warning ("" if none).
-    std::string add(int step, double loss);
-
-private:
-    double sigma_;
-    size_t window_;
-    std::deque<double> last_;
-};
 
 // A JSON number, or null for NaN/inf (metrics.jsonl stays JSON).
 std::string json_number(double x, const char* fmt = "%.17g");

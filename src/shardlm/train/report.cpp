@@ -181,6 +181,23 @@ double largest_load(const json& row, const std::string& path, size_t line_no) {
 
 }  // namespace
 
+namespace {
+// A row's "health" (train/health.h): its unit names and per-unit lists (null -> NaN); anything else is ignored.
+void read_health(const json& row, MetricsRow& r) {
+    const auto h = row.find("health");
+    r.units.clear(), r.unit_grad_norm.clear(), r.update_ratio.clear(), r.act_rms.clear();
+    if (h == row.end() || !h->is_object() || !h->contains("units") || !(*h)["units"].is_array()) return;
+    for (const json& n : (*h)["units"]) r.units.push_back(n.is_string() ? n.get<std::string>() : n.dump());
+    auto list = [&](const char* key, std::vector<double>& out) {
+        out.assign(r.units.size(), MetricsRow::kNaN);
+        if (!h->contains(key) || !(*h)[key].is_array()) return;
+        for (size_t u = 0; u < out.size() && u < (*h)[key].size(); u++)
+            if ((*h)[key][u].is_number()) out[u] = (*h)[key][u].get<double>();
+    };
+    list("grad_norm", r.unit_grad_norm), list("update_ratio", r.update_ratio), list("act_rms", r.act_rms);
+}
+}  // namespace
+
 std::vector<MetricsRow> read_metrics(const std::string& path) {
     std::string text = io::read_file(path);
     std::map<int64_t, MetricsRow> by_step;
@@ -231,6 +248,7 @@ std::vector<MetricsRow> read_metrics(const std::string& path) {
             r.tokens_per_s = number_field(row, "tokens_per_s", path, line_no);
             r.aux_loss = number_field(row, "aux_loss", path, line_no);
             r.load_max = largest_load(row, path, line_no);
+            read_health(row, r);
             r.val_loss = val;  // a re-run step drops the val loss of the run it replaces
         } else {
             r.val_loss = val;
@@ -250,6 +268,9 @@ namespace {
 struct Curves {
     std::vector<double> step, loss, lr, grad_norm, tokens_per_s, val_step, val_loss;
     std::vector<double> aux_loss, load_max;  // a mixture of experts' (all NaN for a dense model)
+    const MetricsRow* health = nullptr;     // the last row with training health (its unit names)
+    std::vector<double> health_step;        // the steps of the rows that have it
+    std::vector<const MetricsRow*> health_rows;
     const MetricsRow* last = nullptr;  // the last training row
     const MetricsRow *last_val = nullptr, *best_val = nullptr;
     size_t train_steps = 0;
@@ -269,6 +290,7 @@ Curves collect_curves(const std::vector<MetricsRow>& rows) {
             if (std::isfinite(r.step_ms)) c.train_ms += r.step_ms;
             c.last = &r;
             train_rows.push_back(&r);
+            if (!r.units.empty()) c.health = &r, c.health_step.push_back(double(r.step)), c.health_rows.push_back(&r);
         }
         if (std::isfinite(r.val_loss)) {
             c.val_step.push_back(double(r.step)), c.val_loss.push_back(r.val_loss);
@@ -294,6 +316,31 @@ bool any_finite(const std::vector<double>& v) {
     return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
 
+// Training health: each unit's gradient norm, update-to-parameter ratio and output RMS over the health steps,
+// one line per unit: the embedding, the head and at most 6 blocks evenly spread (a deep model's hundred lines
+// would be unreadable; metrics.jsonl has them all).
+void health_charts(const Curves& c, std::vector<Chart>& out) {
+    const std::vector<std::string>& names = c.health->units;
+    std::vector<size_t> shown = {0};
+    const size_t blocks = names.size() >= 2 ? names.size() - 2 : 0, most = 6;
+    for (size_t k = 0; k < std::min(blocks, most); k++) shown.push_back(1 + (blocks <= most ? k : k * (blocks - 1) / (most - 1)));
+    if (names.size() >= 2) shown.push_back(names.size() - 1);
+    auto chart = [&](const char* id, const char* title, const char* ylabel, std::vector<double> MetricsRow::*field) {
+        ChartSpec s;
+        s.id = id, s.title = title, s.x_label = "step", s.y_label = ylabel;
+        s.x_integer = true;
+        for (size_t u : shown) {
+            ChartSeries line{names[u], c.health_step, {}, "", true, c.health_step.size() < 30};
+            for (const MetricsRow* r : c.health_rows) line.y.push_back(u < (r->*field).size() ? (r->*field)[u] : kNaN);
+            if (any_finite(line.y)) s.series.push_back(std::move(line));
+        }
+        return s;
+    };
+    out.push_back({"unit_grad_norm.svg", chart("unit-grad-norm", "Gradient norm by unit", "grad norm", &MetricsRow::unit_grad_norm)});
+    out.push_back({"update_ratio.svg", chart("update-ratio", "Update / parameter norm by unit", "ratio", &MetricsRow::update_ratio)});
+    out.push_back({"act_rms.svg", chart("act-rms", "Output RMS by unit (the residual stream after it)", "RMS", &MetricsRow::act_rms)});
+}
+
 // The four charts: loss (train and validation), throughput, learning rate, gradient norm; and for a mixture of
 // experts the balance loss and the largest expert's share of its layer's choices.
 std::vector<Chart> charts(const Curves& c) {
@@ -312,6 +359,7 @@ std::vector<Chart> charts(const Curves& c) {
                               {"tokens_per_s.svg", one("tokens-per-s", "Throughput", "tokens/s", c.tokens_per_s, "#2ca02c")},
                               {"lr.svg", one("lr", "Learning rate", "learning rate", c.lr, "#9467bd")},
                               {"grad_norm.svg", one("grad-norm", "Gradient norm", "grad norm", c.grad_norm, "#d62728")}};
+    if (c.health) health_charts(c, out);
     if (any_finite(c.aux_loss)) {
         out.push_back({"moe_balance.svg", one("moe-balance", "Experts' balance (E sum f P, 1 when even)", "balance",
                                               c.aux_loss, "#8c564b")});

@@ -26,6 +26,9 @@ struct MetricsRow {
     // a mixture of experts: the balance loss (1 when balanced) and the largest expert's share of its layer's
     // choices, over the MoE layers (NaN for a dense model)
     double aux_loss = kNaN, load_max = kNaN;
+    // training health (train/health.h), on --health-every steps: per unit (unit_names), else empty
+    std::vector<std::string> units;
+    std::vector<double> unit_grad_norm, update_ratio, act_rms;
 };
 
 // Reads metrics.jsonl: one object per line, blank lines ignored, rows sorted by step.
@@ -37,8 +40,8 @@ struct MetricsRow {
 // are read as NaN. A malformed line throws shardlm::Error naming the file and the line number.
 std::vector<MetricsRow> read_metrics(const std::string& path);
 
-// Writes loss.svg, tokens_per_s.svg, lr.svg, grad_norm.svg and report.html into run_dir and
-// returns their paths in that order.
+// Writes loss.svg, tokens_per_s.svg, lr.svg, grad_norm.svg (a mixture of experts' two charts, the three of
+// training health where metrics.jsonl has them) and report.html into run_dir and returns their paths in that order.
 std::vector<std::string> write_report(const std::string& run_dir);
 
 }  // namespace shardlm::train

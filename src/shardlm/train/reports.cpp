@@ -231,8 +231,12 @@ std::string Trainer::comm_report() const {
     // all-reduce of doubles over every rank; and the consensus distance's parts, where measured
     const bool differ = algo.replicas_differ();
     // (and the MoE layers' loads and objective terms)
-    const size_t sums = size_t(kStepSums + (differ ? g.dp_size() : 0)) + e_.part->moe_stats().sums().size();
+    // (and each unit's gradient norm; on a health step its outputs' squares, and the update's sums after it)
+    const size_t sums = world_sums(health_due(last));
     size_t world_bytes = comm::ring_bytes_rank(comm::OpKind::AllReduce, sums, 8, world_->size(), world_->rank());
+    if (health_due(last))
+        world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, 2 * size_t(model_cfg_.n_layer + 2), 8, world_->size(),
+                                             world_->rank());
     if (algo.local_gradients() && !differ)  // compressed: the finiteness check before compressing
         world_bytes += comm::ring_bytes_rank(comm::OpKind::AllReduce, 1, 8, world_->size(), world_->rank());
     if (differ && cfg_.dp_algo.consensus_every > 0 && (last + 1) % cfg_.dp_algo.consensus_every == 0)

@@ -16,7 +16,9 @@
 #include "shardlm/model/generate.h"
 #include "shardlm/model/weights.h"
 #include "shardlm/train/checkpoint.h"
+#include "shardlm/train/health.h"
 #include "shardlm/train/numerics.h"
+#include "shardlm/train/run_dir.h"
 #include "shardlm/comm/group.h"
 #include "shardlm/core/runtime.h"
 #include "shardlm/kernels/machine.h"
@@ -36,6 +38,24 @@ std::string fmt_duration(double s) {
     return buf;
 }
 
+
+namespace {
+// {"units": ["embedding", "block 0", ..., "head"], "grad_norm": [...], "update_ratio": [...], "act_rms": [...]}
+// (null where not measured: the head writes no stream, a skipped step makes no update)
+std::string health_json(const StepStats& s) {
+    const std::vector<std::string> names = unit_names(int(s.unit_grad_norm.size()) - 2);
+    auto list = [&](const std::vector<double>& v) {
+        std::string out = "[";
+        for (size_t u = 0; u < names.size(); u++)
+            out.append(u ? ", " : "").append(u < v.size() ? json_number(v[u], "%.6g") : std::string("null"));
+        return out + "]";
+    };
+    std::string units = "[";
+    for (size_t u = 0; u < names.size(); u++) units.append(u ? ", \"" : "\"").append(names[u]).append("\"");
+    return "{\"units\": " + units + "], \"grad_norm\": " + list(s.unit_grad_norm) + ", \"update_ratio\": " +
+           list(s.update_ratio) + ", \"act_rms\": " + list(s.act_rms) + "}";
+}
+}  // namespace
 
 std::string stats_json(const StepStats& s) {
     // NaN and inf are not JSON: a non-finite loss or norm is written as null (and the step is "skipped")
@@ -63,6 +83,10 @@ std::string stats_json(const StepStats& s) {
         }
         j += "]";
     }
+    if (!s.spike.empty())
+        j += ", \"spike\": " + (s.spike_unit >= 0 ? "\"" + unit_names(int(s.unit_grad_norm.size()) - 2)[size_t(s.spike_unit)] + "\""
+                                                : std::string("\"\""));
+    if (s.health) j += ", \"health\": " + health_json(s);
     return j + "}";
 }
 
@@ -123,21 +147,56 @@ void Trainer::open_run_dir() {
         if (metrics.empty()) metrics = (fs::path(cfg_.output.out) / "metrics.jsonl").string();
     }
     if (metrics.empty()) return;
-    if (start_step_ > 0 && fs::exists(metrics)) {
-        // Keep the rows of the steps the checkpoint covers; the killed run's later rows are redone.
-        std::ifstream in(metrics);
-        std::string line, kept;
-        while (std::getline(in, line)) {
-            if (line.empty()) continue;
-            auto j = nlohmann::json::parse(line, nullptr, false);
-            if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() && j["step"] < start_step_)
-                kept += line + "\n";
-        }
-        io::write_file_atomic(metrics, kept);
-    }
+    if (start_step_ > 0 && fs::exists(metrics)) trim_metrics(metrics);
     metrics_path_ = metrics;
     metrics_ = std::fopen(metrics.c_str(), start_step_ > 0 ? "a" : "w");
     SHARDLM_CHECK(metrics_, "cannot write metrics file '", metrics, "': ", std::strerror(errno));
+}
+
+namespace {
+// "3, 5-7, 9"
+std::string step_ranges(const std::vector<int>& steps) {
+    std::string out;
+    for (size_t i = 0; i < steps.size();) {
+        size_t j = i;
+        while (j + 1 < steps.size() && steps[j + 1] == steps[j] + 1) j++;
+        out.append(out.empty() ? "" : ", ").append(std::to_string(steps[i]));
+        if (j > i) out.append("-").append(std::to_string(steps[j]));
+        i = j + 1;
+    }
+    return out;
+}
+}  // namespace
+
+// Keeps the rows of the steps the checkpoint covers (the killed run's later rows are redone), once each,
+// and says what is wrong with them: lines that are not rows (dropped), steps without a row, steps twice.
+void Trainer::trim_metrics(const std::string& path) {
+    const MetricsFile m = read_metrics_file(path);
+    std::vector<int> seen(size_t(start_step_), 0), twice, missing;
+    std::string kept;
+    for (const auto& [step, line] : m.rows) {
+        if (step >= start_step_) continue;
+        if (seen[size_t(step)]++) {
+            twice.push_back(step);
+            continue;
+        }
+        kept += line + "\n";
+    }
+    for (int st = 0; st < start_step_; st++)
+        if (!seen[size_t(st)]) missing.push_back(st);
+    if (!m.bad_lines.empty()) {
+        std::string lines;
+        for (int l : m.bad_lines) lines.append(lines.empty() ? "" : ", ").append(std::to_string(l));
+        std::printf("warning: %s: line%s %s %s not a step's row (not JSON with an integer \"step\"): dropped\n", path.c_str(),
+                    m.bad_lines.size() > 1 ? "s" : "", lines.c_str(), m.bad_lines.size() > 1 ? "are" : "is");
+    }
+    if (!missing.empty())
+        std::printf("warning: %s has no row for step%s %s of the %d the checkpoint covers: the run's record has a gap there\n",
+                    path.c_str(), missing.size() > 1 ? "s" : "", step_ranges(missing).c_str(), start_step_);
+    if (!twice.empty())
+        std::printf("warning: %s holds step%s %s more than once: the first row of each is kept\n", path.c_str(),
+                    twice.size() > 1 ? "s" : "", step_ranges(twice).c_str());
+    io::write_file_atomic(path, kept);
 }
 
 void Trainer::log_step(const StepStats& s, double elapsed_s) {
@@ -164,8 +223,9 @@ void Trainer::log_step(const StepStats& s, double elapsed_s) {
 
 void Trainer::write_summary(const StepStats& last, double train_s, const std::string& sample) {
     if (cfg_.output.out.empty() || !is_root()) return;
+    const bool trained = cfg_.data.last_step() > start_step_;  // (--steps 0: no step, so no loss: null, not 0)
     nlohmann::json j = {{"steps", cfg_.data.last_step()},
-                        {"final_loss", last.loss},
+                        {"final_loss", trained ? nlohmann::json(last.loss) : nlohmann::json(nullptr)},
                         {"train_time_s", train_s},
                         {"tokens", double(cfg_.data.global_batch) * cfg_.data.seq * (cfg_.data.last_step() - start_step_)}};
     if (last.val_loss >= 0) j["final_val_loss"] = last.val_loss;

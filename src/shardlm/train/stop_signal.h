@@ -1,5 +1,7 @@
 // train/stop_signal.h: SIGINT / SIGTERM end a training run cleanly.
 //
+// SIGUSR2 asks the same: `launch` sends it to mpirun, which forwards it to every rank, where a
+// SIGTERM would make mpirun kill the ranks at once.
 // The handler only sets a flag (async-signal-safe). The trainer folds the flag into the step's world
 // all-reduce (the one that sums the loss), so every rank learns at the same step that some rank was
 // asked to stop; they finish that step, write a checkpoint together (save_checkpoint is collective)
@@ -20,6 +22,10 @@ public:
 
 // The signal received since the handlers were installed (0: none).
 int stop_signal();
-const char* signal_name(int sig);  // "SIGINT", "SIGTERM"
+// The same after looking (at most once a second) whether the `launch` that started this process is gone
+// (run_lock.h: supervisor_gone): then a stop is asked for as if by a signal, SIGHUP, so that ranks
+// whose supervisor was killed write a checkpoint and end instead of training on unsupervised.
+int poll_stop();
+const char* signal_name(int sig);  // "SIGINT", "SIGTERM", "SIGUSR2 (a stop asked for by launch)"
 
 }  // namespace shardlm::train

@@ -362,6 +362,8 @@ void RuntimeSettings::validate() const {
 // Loss spikes, replica checks and timeouts.
 void ReliabilitySettings::validate() const {
     SHARDLM_CHECK(spike_sigma >= 0 && spike_window >= 2, "--spike-sigma must be >= 0 (0 = off) and --spike-window >= 2");
+    SHARDLM_CHECK(health_every >= 0, "--health-every must be >= 0 (0 = off; got ", health_every, ")");
+    SHARDLM_CHECK(on_spike == OnSpike::Warn || spike_sigma > 0, "--on-spike skip needs a spike test: --spike-sigma > 0");
     SHARDLM_CHECK(check_replicas >= 0, "--check-replicas must be >= 0 (0 = off; got ", check_replicas, ")");
     SHARDLM_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0 seconds (0 = off; got ", comm_timeout, ")");
 }

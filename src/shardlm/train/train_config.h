@@ -48,6 +48,9 @@ constexpr const auto& enum_names(AttentionKernel) { return kAttentionKernelNames
 enum class OnNan { Stop, Skip };
 inline constexpr EnumName<OnNan> kOnNanNames[] = {{OnNan::Stop, "stop"}, {OnNan::Skip, "skip"}};
 constexpr const auto& enum_names(OnNan) { return kOnNanNames; }
+enum class OnSpike { Warn, Skip };
+inline constexpr EnumName<OnSpike> kOnSpikeNames[] = {{OnSpike::Warn, "warn"}, {OnSpike::Skip, "skip"}};
+constexpr const auto& enum_names(OnSpike) { return kOnSpikeNames; }
 
 // The gradients' type on the wire: Default is the gradients' own (fp32).
 enum class ReduceType { Default, F32, BF16, F16 };
@@ -235,8 +238,10 @@ struct RuntimeSettings {
 // What a failure does (train/numerics.h, train/rank_check.h, comm/flight.h).
 struct ReliabilitySettings {
     OnNan on_nan = OnNan::Stop;
-    float spike_sigma = 6.0f;     // warn when the loss exceeds mean + spike_sigma x sigma of the window (0 = off)
+    float spike_sigma = 6.0f;     // a spike: the loss or gradient norm above mean + spike_sigma x sigma of the window (0 = off)
     int spike_window = 50;        // steps of that window
+    OnSpike on_spike = OnSpike::Warn;  // skip: no update at a spike's step, on every rank
+    int health_every = 10;        // per-unit update ratios and activation RMS every N steps (train/health.h; 0 = off)
     int check_replicas = 0;       // every N steps compare replicated parameters across ranks (0 = off)
     float comm_timeout = 0.0f;    // seconds a collective may wait before the job ends with a message (0 = off)
     std::string flight_dir;       // flight recorder dumps; empty: <out>/flight, none without out
@@ -479,8 +484,12 @@ template <typename S, typename F>
 void reliability_fields(S& c, F&& f) {
     f("on_nan", c.on_nan,
       "stop | skip: a non-finite loss or gradient stops the run (naming the tensor), or skips that step's update on every rank");
-    f("spike_sigma", c.spike_sigma, "Warn when the loss exceeds the window's mean + this many standard deviations (0 = off)");
-    f("spike_window", c.spike_window, "Steps in the loss-spike window");
+    f("spike_sigma", c.spike_sigma, "A spike: the loss or the gradient norm above the window's mean + this many standard "
+      "deviations; it is named with the unit whose gradient norm rose most (0 = off)");
+    f("spike_window", c.spike_window, "Steps in the spike window");
+    f("on_spike", c.on_spike, "warn | skip: at a spike, warn, or also skip that step's update on every rank");
+    f("health_every", c.health_every, "Every N steps, each unit's update-to-parameter ratio and output RMS into metrics.jsonl's "
+      "\"health\" (its gradient norm every step; 0 = off)");
     f("check_replicas", c.check_replicas,
       "Every N steps, compare hashes of the replicated parameters across data- and tensor-parallel ranks (0 = off)");
     f("comm_timeout", c.comm_timeout,

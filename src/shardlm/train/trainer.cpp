@@ -51,21 +51,6 @@ std::unique_ptr<data::BatchLoader> make_loader(const std::string& path, const Tr
 
 }  // namespace
 
-// More threads than the CPUs a process may use (times the ranks on this machine): the threads of a
-// kernel wait for each other at every barrier (measured 14x slower for 64 threads on 2 cores).
-void Trainer::warn_oversubscribed_threads(const comm::Group& world) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) != 0 || world.rank() != 0) return;
-    const int cpus = std::max(CPU_COUNT(&set), int(std::thread::hardware_concurrency()));
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
-    const int threads = get_threads();
-    if (threads <= 1 || threads * ranks_here <= cpus) return;
-    std::printf("warning: %d thread%s x %d rank%s on this machine, but only %d CPUs: threads will wait for each other "
-                "(much slower)\n---> HINT: --threads %d\n", threads, threads == 1 ? "" : "s", ranks_here,
-                ranks_here == 1 ? "" : "s", cpus, std::max(1, cpus / ranks_here));
-}
-
 Trainer::Trainer(TrainConfig cfg) : own_world_(std::make_unique<comm::Group>(comm::Group::self())), cfg_(std::move(cfg)) {
     init(*own_world_);
 }
@@ -82,9 +67,9 @@ void Trainer::init(comm::Group& world) {
     kernels::set_gemm_backend(cfg_.runtime.gemm);
     start_flight_recorder(cfg_, world);
     set_threads(cfg_.runtime.threads);
-    warn_oversubscribed_threads(world);
     bound_ = bind_threads();
     model_cfg_ = cfg_.model.config();
+    spikes_ = std::make_unique<SpikeWatch>(cfg_.reliability.spike_sigma, cfg_.reliability.spike_window, model_cfg_.n_layer);
     loader_ = make_loader(cfg_.data.train, cfg_, model_cfg_, cfg_.data.data_order);
     if (loader_->num_rows() < cfg_.data.global_batch && world.rank() == 0)
         std::printf("warning: %s holds %lld rows of %d tokens, fewer than one global batch (%d rows): every step "
@@ -94,7 +79,7 @@ void Trainer::init(comm::Group& world) {
     e_ = build_engine(cfg_, model_cfg_, world);
     world.set_name("world");
     scaler_ = optim::LossScaler(cfg_.precision.loss_scale_mode(), cfg_.precision.scale_window);
-    claim_run_dir(cfg_, world);
+    run_locks_ = claim_run_dir(cfg_, world);
     load_or_init();
     lr_schedule_ = {cfg_.optim.lr_schedule, cfg_.optim.lr, cfg_.optim.lr_min, cfg_.optim.warmup, cfg_.data.steps};
     // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
@@ -146,6 +131,7 @@ bool Trainer::resume_from_checkpoint() {
                       start_step_, ", ", all[i], "): resuming would train a negative number of steps",
                       "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.output.out,
                       "/config.json)");
+        check_resume_keeps_records(cfg_, start_step_);
         nothing_to_do_ = start_step_ >= cfg_.data.last_step();
         if (is_root())
             std::printf("resuming from %s%s (step %d of %d)\n", all[i].c_str(),
@@ -163,6 +149,7 @@ bool Trainer::resume_from_checkpoint() {
     SHARDLM_CHECK(damaged.empty(), "--resume: ", cfg_.output.out, " holds no good checkpoint, only damaged ones set aside earlier (",
                   damaged, "): resuming would start again from step 0 and rewrite the run's metrics",
                   "\n---> HINT: --overwrite to start afresh, or repair a checkpoint and rename it back (drop .damaged)");
+    check_resume_keeps_records(cfg_, 0);
     if (is_root()) std::printf("no checkpoint in %s yet: starting from step 0\n", cfg_.output.out.c_str());
     return false;
 }
@@ -261,8 +248,14 @@ StepStats Trainer::train_step(int step) {
     // the global mean (summing over ranks gives the full gradient), times the loss scale; where each
     // replica steps on its own gradient (--dp-algo other than allreduce), its own rows' mean
     const float dloss = scaler_.scale() / float(cfg_.data.global_batch * cfg_.data.seq) * e_.sync->local_mean_factor();
+    s.health = health_due(step);
+    if (s.health) {  // every unit's output, over this step's training forwards
+        act_sq_.assign(size_t(model_cfg_.n_layer + 2), 0.0), act_n_.assign(size_t(model_cfg_.n_layer + 2), 0.0);
+        e_.part->set_activation_probe(act_sq_.data(), act_n_.data());
+    }
     const parallel::PipelineExecutor::Result r =
         e_.exec->run(e_.schedule, step_batch(step), cfg_.data.micro_batch, e_.seq_local, dloss, reduce, update);
+    e_.part->set_activation_probe(nullptr, nullptr);
     if (!s.skipped && e_.optimizer->hessian_due(step)) s.hessian = hessian_pass(step) ? 1 : -1;
     s.bytes_sent = e_.grid->dp_cp().stats().total_bytes_sent();
     if (e_.sync->replicas_differ() && cfg_.dp_algo.consensus_every > 0 && (step + 1) % cfg_.dp_algo.consensus_every == 0)
@@ -279,18 +272,22 @@ StepStats Trainer::train_step(int step) {
 // summed over the world in one message: every rank sees a NaN, an overflow, or a signal any rank got,
 // at the same step. Returns the norm the clipping reads.
 double Trainer::sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r) {
-    const int sig = stop_signal();
+    const int sig = poll_stop();
     const std::vector<double>& moe = e_.part->moe_stats().sums();
-    const size_t moe_at = size_t(kStepSums + e_.sync->replica_slots());
-    std::vector<double> sums(moe_at + moe.size(), 0.0);
+    const size_t moe_at = size_t(kStepSums + e_.sync->replica_slots()), units = size_t(model_cfg_.n_layer + 2);
+    const size_t unit_at = moe_at + moe.size(), act_at = unit_at + units;  // each unit's gradient, its outputs' squares
+    std::vector<double> sums(world_sums(s.health), 0.0);
     sums[2] = double(sig), sums[3] = sig ? 1.0 : 0.0;
-    e_.sync->put_norm_sq(sums[1], sums.data() + kStepSums);
+    e_.sync->put_norm_sq(sums[1], sums.data() + kStepSums, sums.data() + unit_at);
+    if (s.health)
+        for (size_t u = 0; u < units; u++) sums[act_at + u] = act_sq_[u], sums[act_at + units + u] = act_n_[u];
     if (holds_head() && e_.grid->tp_rank() == 0)
         for (double x : r.loss_sum) sums[0] += x;
     // each MoE layer's statistics once: a tensor-parallel group routes alike, a cp group's ranks hold its sums
     if (e_.grid->tp_rank() == 0 && e_.grid->cp_rank() == 0) std::copy(moe.begin(), moe.end(), sums.begin() + long(moe_at));
     world_->all_reduce_sum(sums.data(), sums.size());
     moe_step_stats(s, sums.data() + moe_at);
+    unit_stats(s, sums.data() + unit_at, s.health ? sums.data() + act_at : nullptr);
     const parallel::GradNormsSq norms = e_.sync->norms_sq(sums[1], sums.data() + kStepSums);
     s.loss = sums[0] / (double(cfg_.data.global_batch) * cfg_.data.seq);  // the losses of G rows of T tokens
     s.grad_norm = std::sqrt(norms.reported) / scaler_.scale();
@@ -359,11 +356,51 @@ void Trainer::update_or_skip(StepStats& s, double clip_norm) {
         e_.sync->skip(*e_.optimizer, s.step, /*overflow=*/!s.nonfinite);
         return;
     }
+    // a spike (the world's sums: every rank decides alike), and with --on-spike skip no update
+    const SpikeWatch::Verdict spike = spikes_->check(s.step, s.loss, s.grad_norm, s.unit_grad_norm);
+    if (spike.spike) {
+        s.spike = spike.message + (cfg_.reliability.on_spike == OnSpike::Skip ? ": the update is skipped (--on-spike skip)" : "");
+        s.spike_unit = spike.unit;
+        if (cfg_.reliability.on_spike == OnSpike::Skip) {
+            s.skipped = true;
+            e_.sync->skip(*e_.optimizer, s.step, /*overflow=*/false);
+            return;
+        }
+    }
     // torch.nn.utils.clip_grad_norm_: scale by min(1, max_norm / (norm + 1e-6)); the optimiser
     // applies the scale (and undoes the loss scale) as it reads each gradient.
     float grad_scale = 1.0f;
     if (cfg_.optim.grad_clip > 0) grad_scale = std::min(1.0f, float(cfg_.optim.grad_clip / (clip_norm + 1e-6)));
+    if (s.health) update_probe_.before(e_.sync->store());
     e_.sync->step(*e_.optimizer, s.lr, grad_scale / used, s.step, /*touched_after=*/faults_ != nullptr);
+    if (s.health) measure_update(s);
+}
+
+size_t Trainer::world_sums(bool health) const {
+    const size_t units = size_t(model_cfg_.n_layer + 2);
+    return size_t(kStepSums + e_.sync->replica_slots()) + e_.part->moe_stats().sums().size() + units * (health ? 3 : 1);
+}
+
+// Each unit's gradient norm (the world's sum of its squares; a replica's own where replicas differ: their
+// mean), and on a health step the RMS of its outputs.
+void Trainer::unit_stats(StepStats& s, const double* grad_sq, const double* act) {
+    const size_t units = size_t(model_cfg_.n_layer + 2);
+    const double replicas = e_.sync->replicas_differ() ? double(e_.grid->dp_size()) : 1.0;
+    s.unit_grad_norm.resize(units);
+    for (size_t u = 0; u < units; u++) s.unit_grad_norm[u] = std::sqrt(grad_sq[u] / replicas) / scaler_.scale();
+    if (!act) return;
+    s.act_rms.resize(units);
+    for (size_t u = 0; u < units; u++) s.act_rms[u] = act[units + u] > 0 ? std::sqrt(act[u] / act[units + u]) : NAN;
+}
+
+// ||update|| / ||parameters before it|| per unit, summed over the world (each rank its counted slices).
+void Trainer::measure_update(StepStats& s) {
+    const size_t units = size_t(model_cfg_.n_layer + 2);
+    std::vector<double> sums(2 * units, 0.0);
+    update_probe_.after(e_.sync->store(), sums.data(), sums.data() + units);
+    world_->all_reduce_sum(sums.data(), sums.size());
+    s.update_ratio.resize(units);
+    for (size_t u = 0; u < units; u++) s.update_ratio[u] = sums[units + u] > 0 ? std::sqrt(sums[u] / sums[units + u]) : NAN;
 }
 
 double Trainer::evaluate() {
@@ -404,7 +441,6 @@ int Trainer::run() {
     open_run_dir();
     print_header();
     StopSignals signals;  // SIGINT/SIGTERM: finish the step, checkpoint, return
-    LossSpikes spikes(cfg_.reliability.spike_sigma, cfg_.reliability.spike_window);
     const double t_start = now_s();
     StepStats last;
     double bubble_mean = 0;
@@ -420,7 +456,7 @@ int Trainer::run() {
             status = 1;
             break;
         }
-        if (const std::string w = spikes.add(step, s.loss); !w.empty() && is_root()) std::printf("%s\n", w.c_str());
+        if (!s.spike.empty() && is_root()) std::printf("%s\n", s.spike.c_str());
         if (val_loader_ && !s.skipped && ((cfg_.output.val_every > 0 && (step + 1) % cfg_.output.val_every == 0) || final)) {
             s.val_loss = evaluate();
             last_val_ = s.val_loss;

@@ -21,7 +21,9 @@
 #include "shardlm/train/checkpoint.h"
 #include "shardlm/train/engine.h"
 #include "shardlm/train/fault_injection.h"
+#include "shardlm/train/health.h"
 #include "shardlm/train/numerics.h"
+#include "shardlm/train/run_dir.h"
 #include "shardlm/train/train_config.h"
 
 namespace shardlm::train {
@@ -52,6 +54,12 @@ struct StepStats {
     };
     double aux_loss = -1, z_loss = -1, moe_dropped = -1;  // < 0: a dense model
     std::vector<MoeLoad> moe_load;
+    // training health (train/health.h), per compute unit (embedding, blocks, head): the gradient norm every
+    // step; on --health-every steps also the update-to-parameter ratio and the output RMS (health true)
+    std::vector<double> unit_grad_norm, update_ratio, act_rms;
+    bool health = false;
+    std::string spike;    // a spike's warning, naming the unit ("" without one)
+    int spike_unit = -1;  // the unit it names (-1: none)
 };
 
 class Trainer {
@@ -111,6 +119,7 @@ private:
     std::vector<RankTensor> checkpoint_rank_tensors(std::vector<AlignedBuffer<float>>& replica);
     void restore_replica(std::vector<AlignedBuffer<float>>& replica);
     void open_run_dir();
+    void trim_metrics(const std::string& path);
     void print_header();
     void write_metrics(const StepStats& s, const std::string& row);  // row: stats_json(s)
     bool on_nonfinite(StepStats& s);           // reports a non-finite step; whether training goes on
@@ -120,7 +129,6 @@ private:
     // refuses (false) if a parameter is non-finite; background: written by async_ckpt_'s thread
     bool save_finite_checkpoint(int steps_done, bool background = false);
     void publish_async_checkpoint(bool wait);
-    void warn_oversubscribed_threads(const comm::Group& world);  // collective: async_ckpt_.poll and the tests' hook
     // --resume: the run's config.json replaced by `now`: warns about changed training settings and
     // appends the old one to config_history.jsonl
     void keep_config_history(const std::string& path, const nlohmann::json& now);
@@ -136,6 +144,15 @@ private:
     nlohmann::json writer_json() const;
 
     std::unique_ptr<FaultInjector> faults_;
+    RunDirLocks run_locks_;
+    // training health (train/health.h): the update's probe, the activations' sums (n_layer + 2 each), spikes
+    UpdateProbe update_probe_;
+    std::vector<double> act_sq_, act_n_;
+    std::unique_ptr<SpikeWatch> spikes_;
+    bool health_due(int step) const { return cfg_.reliability.health_every > 0 && (step + 1) % cfg_.reliability.health_every == 0; }
+    size_t world_sums(bool health) const;  // doubles of the step's world all-reduce
+    void unit_stats(StepStats& s, const double* grad_sq, const double* act);
+    void measure_update(StepStats& s);  // one job per run directory (train/run_lock.h), held while the trainer lives
     std::unique_ptr<comm::Group> own_world_;  // the self group of the one-process constructor
     comm::Group* world_ = nullptr;
     TrainConfig cfg_;
