@@ -60,6 +60,21 @@ TEST_F(CheckpointIntegrity, DamagedCheckpointFallsBackToThePreviousOne) {
     for (size_t i = 0; i < 6; i++) EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i;
 }
 
+// generate --ckpt RUN_DIR takes the newest good checkpoint, as --resume does, saying which it passed over
+// (and renames nothing: a reader leaves the run as it is).
+TEST_F(CheckpointIntegrity, GenerateFromARunDirectoryPassesOverADamagedNewestCheckpoint) {
+    const fs::path run = tmp / "run";
+    ASSERT_EQ(train("--steps 4 --ckpt-every 2 --out " + run.string()).code, 0);
+    flip_byte(run / "ckpt_00000004" / "model.rank00000-of-00001.safetensors");
+    // (the fixture's 211-token vocabulary then meets the GPT-2 tokenizer's 50257: sampling itself is refused, after the choice)
+    const CmdResult r = cmd("generate --ckpt " + run.string() + " --max-tokens 4 --prompt hello");
+    EXPECT_NE(r.out.find("ckpt_00000004/model.rank00000-of-00001.safetensors: checksum mismatch"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("the file is damaged: passed over"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("sampling from " + (run / "ckpt_00000002").string() + ", the newest good checkpoint"), std::string::npos)
+        << r.out;
+    EXPECT_TRUE(fs::exists(run / "ckpt_00000004"));
+}
+
 TEST_F(CheckpointIntegrity, DamagedCheckpointIsRefusedAsWeights) {
     const fs::path run = tmp / "run";
     ASSERT_EQ(train("--steps 2 --out " + run.string()).code, 0);

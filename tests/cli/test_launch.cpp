@@ -164,6 +164,31 @@ TEST_F(Launch, RanksWhoseLaunchIsKilledCheckpointAndStop) {
     expect_every_step_once(a / "metrics.jsonl", k + 3);
 }
 
+// --max-np: the rank lost before step 5 can run again at once on this machine, so at the next checkpoint the
+// ranks stop after a checkpoint and the job goes on on 2 ranks again: no step lost by growing, every step
+// logged once, growing not counted as a restart.
+TEST_F(Launch, GrowsBackToMaxNpAtTheNextCheckpoint) {
+    const fs::path a = tmp / "a";
+    const std::string flags = "--model tiny --n-layer 2 --n-head 4 --n-embd 48 --vocab-size 211 --data " + kFix +
+                              "/data.bin --seq 16 --global-batch 4 --micro-batch 1 --threads 1 --ckpt-every 100 --steps 4000 --out " +
+                              a.string();
+    const CmdResult r = launch("SHARDLM_TEST_SIGNAL=1:5:9", "-np 2 --max-np 2 --max-restarts 1", flags);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("layout dp2 tp1 pp1 (2 ranks) -> dp1 tp1 pp1 (1 rank)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("launch: growing back: layout dp1 tp1 pp1 (1 rank) -> dp2 tp1 pp1 (2 ranks), global batch 4 unchanged"),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("no step lost"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("launch: training finished on attempt 3 (dp2 tp1 pp1), after 1 restart"), std::string::npos) << r.out;
+    std::vector<std::string> events;
+    for (const auto& e : jsonl(a / "launch.jsonl")) events.push_back(e["event"]);
+    EXPECT_EQ(events, (std::vector<std::string>{"start", "failure", "restart", "start", "grow", "start", "done"}));
+    expect_every_step_once(a / "metrics.jsonl", 4000);
+    // a bad --max-np
+    const CmdResult bad = sh(kBin + " launch -np 2 --max-np 1 --oversubscribe -- train " + train_flags(tmp / "b", "--steps 2"), tmp / "u.txt");
+    EXPECT_NE(bad.code, 0);
+    EXPECT_NE(bad.out.find("--max-np must be at least -np 2 (got 1)"), std::string::npos) << bad.out;
+}
+
 TEST_F(Launch, GivesUpOnFailuresThatAreNotALostRankAndBelowMinNp) {
     // a missing data file fails every attempt the same way: no restart
     const fs::path a = tmp / "a";

@@ -43,7 +43,7 @@ void add_generate_command(CLI::App& app) {
             const std::string good = train::newest_good_checkpoint(dir, &damaged);
             SHARDLM_CHECK(!good.empty() || !damaged.empty(), "'", dir, "' is neither a checkpoint or HF directory (config.json + model ",
                           "tensors) nor a run directory with checkpoints\n---> HINT: train with --out RUN_DIR first");
-            for (const std::string& d : damaged) std::fprintf(stderr, "warning: %s/%s is damaged: passed over\n", dir.c_str(), d.c_str());
+            for (const std::string& d : damaged) std::fprintf(stderr, "warning: %s: passed over\n", d.c_str());
             SHARDLM_CHECK(!good.empty(), "every checkpoint in '", dir, "' is damaged (", damaged.size(), ")",
                           "\n---> HINT: repair one, or sample from an exported HF directory");
             if (!damaged.empty()) std::fprintf(stderr, "sampling from %s, the newest good checkpoint\n", good.c_str());

@@ -16,7 +16,7 @@ namespace shardlm::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: shardlm launch -np N [--min-np M] [--max-restarts R] [--hostfile H] [--oversubscribe]\n"
+    "usage: shardlm launch -np N [--min-np M] [--max-np X] [--max-restarts R] [--hostfile H] [--oversubscribe]\n"
     "                      [--mpirun CMD] [--mpi-arg ARG]... -- train <train flags>";
 
 int to_int(const std::string& flag, const std::string& v) {
@@ -35,10 +35,12 @@ void add_launch_command(CLI::App& app) {
     CLI::App* c = app.add_subcommand(
         "launch",
         "Run `train` under mpirun and restart it on the ranks left when a rank dies or a collective times out.\n"
-        "  shardlm launch -np N [--min-np M] [--max-restarts R] [--hostfile H] [--oversubscribe] [--mpirun CMD]\n"
+        "  shardlm launch -np N [--min-np M] [--max-np X] [--max-restarts R] [--hostfile H] [--oversubscribe] [--mpirun CMD]\n"
         "                 [--mpi-arg ARG]... -- train <train flags>\n"
         "  -np N             ranks of the first attempt (the train command's dp x tp x pp)\n"
         "  --min-np M        fewest ranks to go on with (default 1)\n"
+        "  --max-np X        after losing ranks, grow back up to X ranks at a checkpoint when they can run again\n"
+        "                    (default: never grow)\n"
         "  --max-restarts R  restarts before giving up (default 3)\n"
         "  --hostfile H      passed to mpirun\n"
         "  --oversubscribe   passed to mpirun (more ranks than cores)\n"
@@ -67,6 +69,7 @@ void add_launch_command(CLI::App& app) {
             if (a == "-np" || a == "--np" || a == "-n") o.np = to_int(a, value(a)), np_given = true;
             else if (a == "--min-np") o.min_np = to_int(a, value(a));
             else if (a == "--max-restarts") o.max_restarts = to_int(a, value(a));
+            else if (a == "--max-np") o.max_np = to_int(a, value(a));
             else if (a == "--hostfile") o.hostfile = value(a);
             else if (a == "--mpirun") o.mpirun = value(a);
             else if (a == "--mpi-arg") o.mpi_args.push_back(value(a));

@@ -91,11 +91,11 @@ uint64_t long_wait(double now) {
     return 0;
 }
 
-// The signals our handlers take: SIGUSR1 (here), SIGINT and SIGTERM (train/stop_signal.cpp)
+// The signals our handlers take: SIGUSR1 (here), SIGINT, SIGTERM and SIGUSR2 (train/stop_signal.cpp)
 sigset_t handled_signals() {
     sigset_t set;
     sigemptyset(&set);
-    for (int s : {SIGUSR1, SIGINT, SIGTERM}) sigaddset(&set, s);
+    for (int s : {SIGUSR1, SIGINT, SIGTERM, SIGUSR2}) sigaddset(&set, s);
     return set;
 }
 

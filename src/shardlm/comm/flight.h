@@ -38,7 +38,7 @@ void set_capacity(size_t n);
 void set_dump_dir(const std::string& dir);
 const std::string& dump_dir();
 // Installs SIGUSR1 (dump and go on) and starts the watcher thread; SIGTERM handlers call poke(). From then on
-// SIGUSR1, SIGINT and SIGTERM never reach a thread that computes: the calling thread and its OpenMP team block
+// SIGUSR1, SIGINT, SIGTERM and SIGUSR2 never reach a thread that computes: the calling thread and its OpenMP team block
 // them, and the threads they start inherit that (a handler never interrupts a product: flight.cpp); the
 // watcher thread takes them (or threads started before, such as Open MPI's).
 void install_signal_dump();

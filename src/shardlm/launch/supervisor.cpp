@@ -18,6 +18,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -133,13 +134,16 @@ private:
 struct AttemptResult {
     int exit_code = 0;  // the shell convention: 128 + signal when mpirun itself was killed
     std::string tail;   // the last lines of its output
+    bool stopped = false;  // the supervisor asked the ranks to stop (stop_when): a checkpoint ends it
 };
 
 // Runs argv with stdout and stderr into log (a file, not a pipe: mpirun aborts the job when a pipe's
 // reader dies, and the ranks must outlive a killed supervisor long enough to checkpoint), copying every
 // line to our stdout as it grows and keeping the last kTail bytes. SHARDLM_TEST_* variables are dropped
-// unless keep_test_env.
-AttemptResult run_attempt(const std::vector<std::string>& argv, const std::string& log, bool keep_test_env, bool fast_kill) {
+// unless keep_test_env. stop_when is asked about once a second: once it says yes, the ranks are asked to stop
+// after a checkpoint (SIGUSR2 to mpirun, as on an interrupt).
+AttemptResult run_attempt(const std::vector<std::string>& argv, const std::string& log, bool keep_test_env, bool fast_kill,
+                          const std::function<bool()>& stop_when) {
     constexpr size_t kTail = 64 * 1024;
     const int wfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     SHARDLM_CHECK(wfd >= 0, "launch: cannot write the attempt's log '", log, "': ", std::strerror(errno));
@@ -191,7 +195,12 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, const std::strin
     AttemptResult r;
     char buf[4096];
     int status = 0;
+    double asked = now_s();
     for (bool exited = false;;) {
+        if (!exited && !r.stopped && stop_when && now_s() - asked >= 1.0) {
+            asked = now_s();
+            if (stop_when()) r.stopped = ::kill(pid, SIGUSR2) == 0;
+        }
         const ssize_t n = ::read(rfd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n > 0) {
@@ -335,6 +344,7 @@ Layout checked_first_layout(const LaunchOptions& o, const train::TrainConfig& cf
     SHARDLM_CHECK(o.np >= 1, "launch: -np must be at least 1 (got ", o.np, ")");
     SHARDLM_CHECK(o.min_np >= 1 && o.min_np <= o.np, "launch: --min-np must be in 1..", o.np, " (got ", o.min_np, ")");
     SHARDLM_CHECK(o.max_restarts >= 0, "launch: --max-restarts must be >= 0 (got ", o.max_restarts, ")");
+    SHARDLM_CHECK(o.max_np == 0 || o.max_np >= o.np, "launch: --max-np must be at least -np ", o.np, " (got ", o.max_np, ")");
     const Layout l0 = first_layout(cfg, o.np);
     SHARDLM_CHECK(l0.ranks() == o.np, "launch: -np ", o.np, " does not equal the train command's layout ", describe(l0), " (",
                   l0.ranks(), " ranks)", "\n---> HINT: -np ", l0.ranks(), ", or --dp ", o.np / std::max(1, cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp));
@@ -449,6 +459,10 @@ public:
             const Attempt a = start();
             if (a.r.exit_code == 0) return finished();
             if (const int sig = g_interrupt.load()) return interrupted(a, sig);
+            if (a.r.stopped && grow_ && !train::latest_checkpoint(cfg_.output.out).empty()) {
+                grow(*grow_);
+                continue;
+            }
             if (const std::optional<int> code = restart_after(a)) return *code;
         }
     }
@@ -474,13 +488,59 @@ private:
         log_.event({{"event", "start"}, {"attempt", attempt_ + 1}, {"np", layout_.ranks()}, {"layout", layout_text()}, {"log", path}});
         a.ckpt_before = train::latest_checkpoint(cfg_.output.out);
         a.t0 = now_s();
-        a.r = run_attempt(mpirun_argv(o_, hostfile_, layout_, exe_, targs_), path, attempt_ == 0, cfg_.reliability.comm_timeout <= 0);
+        grow_.reset();
+        a.r = run_attempt(mpirun_argv(o_, hostfile_, layout_, exe_, targs_), path, attempt_ == 0, cfg_.reliability.comm_timeout <= 0,
+                          [&] { return growth_due(a.ckpt_before); });
         return a;
+    }
+
+    // Whether to stop the attempt and grow: fewer ranks than --max-np, a checkpoint newer than the attempt's
+    // start, and a larger layout that fits the ranks available now (asked once per checkpoint).
+    bool growth_due(const std::string& ckpt_before) {
+        if (max_np_ <= 0 || layout_.ranks() >= max_np_) return false;
+        const std::string ckpt = train::latest_checkpoint(cfg_.output.out);
+        if (ckpt.empty() || ckpt == ckpt_before || ckpt == asked_at_) return false;
+        asked_at_ = ckpt;
+        if (!lost_nodes_.empty() && !lost_nodes_answer()) return false;
+        train::TrainConfig next = cfg_;
+        std::string why;
+        const std::optional<Layout> nl = choose_layout(next, mc_, max_np_, available_bytes(), &why);
+        if (!nl || nl->ranks() <= layout_.ranks()) return false;
+        grow_ = *nl;
+        std::printf("launch: %s written; %d rank%s can run again: the ranks stop after a checkpoint, then %s\n",
+                    fs::path(ckpt).filename().c_str(), nl->ranks(), nl->ranks() > 1 ? "s" : "", describe(*nl).c_str());
+        std::fflush(stdout);
+        return true;
+    }
+
+    // Every lost node runs a process again (mpirun --host NODE -np 1 true, within 20 s).
+    bool lost_nodes_answer() const {
+        for (const std::string& node : lost_nodes_) {
+            std::string cmd = "timeout 20 " + o_.mpirun + (::geteuid() == 0 ? " --allow-run-as-root" : "") + " --host " + node +
+                              " -np 1 true > /dev/null 2>&1";
+            if (std::system(cmd.c_str()) != 0) return false;
+        }
+        return true;
+    }
+
+    void grow(const Layout& nl) {
+        const std::string ckpt = train::latest_checkpoint(cfg_.output.out);
+        const int resume = checkpoint_step(ckpt);
+        std::printf("launch: growing back: layout %s (%d rank%s) -> %s (%d ranks), global batch %d unchanged; resuming from %s "
+                    "(step %d), no step lost\n",
+                    layout_text().c_str(), layout_.ranks(), layout_.ranks() > 1 ? "s" : "", describe(nl).c_str(), nl.ranks(),
+                    cfg_.data.global_batch, fs::path(ckpt).filename().c_str(), resume);
+        std::fflush(stdout);
+        log_.event({{"event", "grow"}, {"attempt", attempt_ + 2}, {"old_layout", layout_text()}, {"new_layout", describe(nl)},
+                    {"np", nl.ranks()}, {"resume_step", resume}});
+        targs_ = next_train_args(targs_, nl, nl.pp != layout_.pp);
+        layout_ = nl;
+        if (!lost_nodes_.empty()) hostfile_ = o_.hostfile, lost_nodes_.clear();  // every node answered
     }
 
     int finished() {
         std::printf("launch: training finished on attempt %d (%s)%s\n", attempt_ + 1, layout_text().c_str(),
-                    attempt_ > 0 ? (", after " + std::to_string(attempt_) + " restart" + (attempt_ > 1 ? "s" : "")).c_str() : "");
+                    restarts_ > 0 ? (", after " + std::to_string(restarts_) + " restart" + (restarts_ > 1 ? "s" : "")).c_str() : "");
         log_.event({{"event", "done"}, {"attempt", attempt_ + 1}, {"np", layout_.ranks()}, {"layout", layout_text()}});
         return 0;
     }
@@ -510,7 +570,7 @@ private:
         log_.event({{"event", "failure"}, {"attempt", attempt_ + 1}, {"np", layout_.ranks()}, {"layout", layout_text()},
                     {"reason", f.reason}, {"lost_ranks", f.lost}, {"exit_code", a.r.exit_code}});
         if (!f.rank_lost) return give_up(a, "the failure is not a lost rank: a restart would fail the same way");
-        if (attempt_ >= o_.max_restarts) return give_up(a, "--max-restarts " + std::to_string(o_.max_restarts) + " reached");
+        if (restarts_ >= o_.max_restarts) return give_up(a, "--max-restarts " + std::to_string(o_.max_restarts) + " reached");
         const int left = layout_.ranks() - std::max<int>(1, int(f.lost.size()));
         if (left < o_.min_np)
             return give_up(a, std::to_string(left) + " rank" + (left == 1 ? "" : "s") + " left, below --min-np " +
@@ -520,9 +580,11 @@ private:
         const std::optional<Layout> nl = choose_layout(next, mc_, left, available_bytes(), &why);
         if (!nl) return give_up(a, why);
         announce_restart(f, *nl);
+        restarts_++;
         targs_ = next_train_args(targs_, *nl, nl->pp != layout_.pp);
         layout_ = *nl;
         if (!hostfile_.empty() && !f.nodes.empty()) {  // the lost ranks' slots are gone from their nodes
+            lost_nodes_.insert(lost_nodes_.end(), f.nodes.begin(), f.nodes.end());
             hostfile_ = next_hostfile(hostfile_, f.nodes, cfg_.output.out, attempt_ + 2);
             std::printf("launch: hostfile for the next attempt: %s\n", hostfile_.c_str());
         }
@@ -538,7 +600,7 @@ private:
         auto ranks = [](int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); };
         std::printf("launch: restart %d of at most %d: %s; layout %s (%s) -> %s (%s), global batch %d "
                     "unchanged; resuming from %s (step %d), %d step%s lost\n",
-                    attempt_ + 1, o_.max_restarts, f.reason.c_str(), layout_text().c_str(), ranks(layout_.ranks()).c_str(),
+                    restarts_ + 1, o_.max_restarts, f.reason.c_str(), layout_text().c_str(), ranks(layout_.ranks()).c_str(),
                     describe(nl).c_str(), ranks(nl.ranks()).c_str(), cfg_.data.global_batch,
                     ckpt.empty() ? "the start (no checkpoint yet)" : fs::path(ckpt).filename().string().c_str(), resume,
                     steps_lost, steps_lost == 1 ? "" : "s");
@@ -556,7 +618,11 @@ private:
     std::string hostfile_;
     std::vector<std::string> targs_;
     const std::string exe_;
-    int attempt_ = 0;
+    const int max_np_ = o_.max_np;          // 0: never grows
+    int attempt_ = 0, restarts_ = 0;       // attempts started, restarts after a failure (growing is neither)
+    std::vector<std::string> lost_nodes_;  // the nodes the hostfile lost slots on (growing back probes them)
+    std::optional<Layout> grow_;           // the layout the running attempt stops for
+    std::string asked_at_;                 // the checkpoint growth was last looked at
 };
 
 }  // namespace

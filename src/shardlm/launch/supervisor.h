@@ -1,7 +1,8 @@
 // launch/supervisor.h: `shardlm launch`, a supervisor around mpirun that restarts a training job on
 // the ranks left after one dies or hangs.
 //
-// One attempt is one `mpirun -np N shardlm train ...`. Its output passes through (and is scanned).
+// One attempt is one `mpirun -np N shardlm train ...`. Its output passes through (and is scanned), from
+// <out>/launch.attempt-<n>.log; a SIGINT/SIGTERM to the supervisor asks the ranks for a checkpoint.
 // When it fails, the supervisor names the reason from what mpirun and the ranks printed:
 //   - a rank killed by a signal (mpirun: "process rank R ... exited on signal S"): that rank is lost
 //     (with --hostfile, the next attempt's hostfile has one slot fewer on its node);
@@ -15,10 +16,17 @@
 // killed attempt's later metrics rows are dropped, so metrics.jsonl holds every step once). At
 // most --max-restarts restarts; never below --min-np ranks.
 //
+// Growing back (--max-np N; off without it): while an attempt runs on fewer than N ranks, at each new
+// checkpoint the supervisor looks whether more can run (on this machine they can at once: a killed rank's
+// CPU is free again; with --hostfile a lost node counts again when `mpirun --host NODE -np 1 true` succeeds
+// on it), and if so asks the ranks to stop after a checkpoint and starts the next attempt on the largest
+// layout that fits (launch.jsonl: "grow"). Growing is not a failure: it does not count as a restart.
+//
 // Every event goes to stdout ("launch: ...") and, one JSON object a line, to <out>/launch.jsonl:
-// {"event": "start" | "failure" | "restart" | "done" | "gave_up", "attempt", "time" (Unix seconds),
-//  "np", "layout", and for a failure "reason", "lost_ranks", "exit_code"; for a restart
-//  "old_layout", "new_layout", "resume_step", "last_step", "steps_lost"}.
+// {"event": "start" | "failure" | "restart" | "grow" | "done" | "gave_up", "attempt", "time" (Unix seconds),
+//  "np", "layout", and for a start "log" (<out>/launch.attempt-<n>.log, the attempt's output); for a
+//  failure "reason", "lost_ranks", "exit_code"; for a restart "old_layout", "new_layout", "resume_step",
+//  "last_step", "steps_lost"; for a grow "old_layout", "new_layout", "resume_step"}.
 //
 // Fault injection (tests): SHARDLM_TEST_* variables reach the first attempt only.
 #pragma once
@@ -34,6 +42,7 @@ struct LaunchOptions {
     int np = 0;                           // ranks of the first attempt
     int min_np = 1;                       // fewest ranks to go on with
     int max_restarts = 3;
+    int max_np = 0;                       // grow back up to this many ranks at a checkpoint (0: never grow)
     std::string hostfile;                 // passed to mpirun
     std::string mpirun = "mpirun";
     std::vector<std::string> mpi_args;    // more mpirun arguments (e.g. --oversubscribe)

@@ -292,7 +292,7 @@ std::string newest_good_checkpoint(const std::string& run_dir, std::vector<std::
     for (const std::string& c : checkpoints_newest_first(run_dir)) {
         const std::string problem = verify_checkpoint(c);
         if (problem.empty()) return c;
-        damaged->push_back(fs::path(c).filename().string() + ": " + problem);
+        damaged->push_back(problem);  // (it names the file)
     }
     return "";
 }

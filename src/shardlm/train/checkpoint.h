@@ -110,8 +110,8 @@ std::string latest_checkpoint(const std::string& run_dir);
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
 
 // The newest checkpoint in RUN_DIR whose files match their checksums (verify_checkpoint), for the readers
-// that take a run directory (generate); "" if none. Each newer damaged one is appended to *damaged as
-// "ckpt_00000012: <what is wrong>" (nothing is renamed: a reader leaves the run as it is).
+// that take a run directory (generate); "" if none. What is wrong with each newer one (verify_checkpoint's
+// answer, naming the file) is appended to *damaged (nothing is renamed: a reader leaves the run as it is).
 std::string newest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* damaged);
 
 // Checks that meta.json reads and that every file it lists exists and has the XXH64 recorded there.
