@@ -92,19 +92,6 @@ double available_bytes() {
     return 0;
 }
 
-// The largest step number in a metrics file plus one (the steps it records), or -1 without one.
-int recorded_steps(const std::string& path) {
-    std::ifstream in(path);
-    std::string line;
-    int best = -1;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer())
-            best = std::max(best, j["step"].get<int>() + 1);
-    }
-    return best;
-}
-
 int checkpoint_step(const std::string& dir) {
     if (dir.empty()) return 0;
     const std::string n = fs::path(dir).filename().string();
@@ -592,8 +579,9 @@ private:
     }
 
     void announce_restart(const Failure& f, const Layout& nl) {
-        const std::string metrics = cfg_.output.metrics.empty() ? (fs::path(cfg_.output.out) / "metrics.jsonl").string() : cfg_.output.metrics;
-        const int last = recorded_steps(metrics);
+        // the steps the metrics record (-1 without a row), read as a resume reads them
+        const train::MetricsFile m = train::read_metrics_file(train::metrics_path(cfg_));
+        const int last = m.rows.empty() ? -1 : m.steps();
         const std::string ckpt = train::latest_checkpoint(cfg_.output.out);
         const int resume = checkpoint_step(ckpt);
         const int steps_lost = std::max(0, last - resume);
