@@ -36,7 +36,7 @@ OUTPUTS = {
     "plan.svg", "model.json",   # plan --svg, plan --model examples
     "m.jsonl", "t.json",        # train --metrics, --trace examples
     "gpt2-hf", "llama-hf",      # export --out examples
-    "summary.json",             # what a run directory holds
+    "summary.json", "memory_checkpoints.json",  # what a run directory holds
     "moe_balance.svg", "moe_load.svg",  # what `report` draws for a mixture of experts
     "unit_grad_norm.svg", "update_ratio.svg", "act_rms.svg",  # ... and of training health
 }

@@ -10,8 +10,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "shardlm/io/atomic_file.h"
 
@@ -58,6 +62,14 @@ inline int wait_status(pid_t pid) {
     waitpid(pid, &st, 0);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
+// The objects of a JSONL file (metrics.jsonl, launch.jsonl), one per non-empty line.
+inline std::vector<nlohmann::json> jsonl(const std::filesystem::path& p) {
+    std::vector<nlohmann::json> v;
+    std::ifstream in(p);
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+    return v;
+}
 // Waits (at most 60 s) until done() holds.
 template <class Done>
 void wait_until(const Done& done) {
@@ -86,7 +98,22 @@ protected:
         std::filesystem::remove_all(tmp);
         std::filesystem::create_directories(tmp);
     }
-    void TearDown() override { std::filesystem::remove_all(tmp); }
+    void TearDown() override {
+        remove_memory_checkpoints(tmp);
+        std::filesystem::remove_all(tmp);
+    }
+    // The checkpoints kept in memory of the runs under dir (train/memory_checkpoint.h: each run directory's
+    // memory_checkpoints.json names them): a run that did not end at --steps leaves them in /dev/shm.
+    static void remove_memory_checkpoints(const std::filesystem::path& dir) {
+        std::error_code ec;
+        for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::recursive_directory_iterator();
+             it.increment(ec))
+            if (it->path().filename() == "memory_checkpoints.json") {
+                const nlohmann::json j = nlohmann::json::parse(io::read_file(it->path().string()), nullptr, false);
+                std::error_code gone;
+                if (j.is_object() && j.contains("dir") && j["dir"].is_string()) std::filesystem::remove_all(j["dir"].get<std::string>(), gone);
+            }
+    }
 
     // Runs cmd (its output in tmp/<name>.log) and expects it to succeed; returns the output.
     std::string run(const std::string& cmd, const std::string& name) {

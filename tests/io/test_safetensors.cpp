@@ -221,6 +221,24 @@ TEST(Safetensors, LargeRefTensorStreamsInChunks) {
     EXPECT_EQ(got[n - 1], shardlm::bf16_to_f32(shardlm::f32_to_bf16(v[n - 1])));
 }
 
+// bytes() is the file write() writes (the checkpoints kept in memory send it, train/memory_checkpoint.h).
+TEST(Safetensors, BytesAreTheFileWritten) {
+    TempDir td;
+    std::string path = td.file("same.safetensors");
+    const size_t n = 65536 + 77;
+    std::vector<float> v = ramp(n, 0.01f);
+    SafetensorsWriter w;
+    w.add_f32("copied", {7, 3}, v.data());
+    w.add_f32_ref("f32", {int64_t(n)}, v.data());
+    w.add_f32_ref("bf16", {int64_t(n)}, v.data(), DType::BF16);
+    w.add_raw("odd", "U8", {3}, "abc", 3);
+    w.set_metadata("format", "pt");
+    w.write(path);
+    const std::string b = w.bytes();
+    EXPECT_EQ(b.size(), w.size_bytes());
+    EXPECT_TRUE(b == shardlm::io::read_file(path));
+}
+
 TEST(Safetensors, MetadataRoundTrip) {
     TempDir td;
     std::string path = td.file("meta.safetensors");

@@ -9,7 +9,9 @@
 #include "shardlm/cli/commands.h"
 #include "shardlm/cli/train_flags.h"
 #include "shardlm/core/check.h"
+#include "shardlm/io/json_file.h"
 #include "shardlm/launch/supervisor.h"
+#include "shardlm/parallel/dp_algo_config.h"
 
 namespace shardlm::cli {
 
@@ -29,6 +31,14 @@ int to_int(const std::string& flag, const std::string& v) {
     fail("launch: ", flag, " wants a whole number (got '", v, "')\n", kUsage);
 }
 
+// launch's default --mem-ckpt-every 1 (launch/supervisor.h), unless the train command sets it (a flag, or a key
+// of its --config) or a --dp-algo whose replicas differ would average them at every step.
+bool keeps_memory_checkpoints(const TrainFlags& flags, const train::TrainConfig& cfg) {
+    if (flags.options->at("mem_ckpt_every")->count() > 0) return false;
+    if (!flags.config_file->empty() && io::read_json_file(*flags.config_file).contains("mem_ckpt_every")) return false;
+    return !parallel::replicas_differ(cfg.dp_algo.algo);
+}
+
 }  // namespace
 
 void add_launch_command(CLI::App& app) {
@@ -39,15 +49,18 @@ void add_launch_command(CLI::App& app) {
         "                 [--mpi-arg ARG]... -- train <train flags>\n"
         "  -np N             ranks of the first attempt (the train command's dp x tp x pp)\n"
         "  --min-np M        fewest ranks to go on with (default 1)\n"
-        "  --max-np X        after losing ranks, grow back up to X ranks at a checkpoint when they can run again\n"
+        "  --max-np X        after losing ranks, grow back up to X ranks: without --hostfile at the restart (a lost\n"
+        "                    rank's CPU is free again), with one at a checkpoint once the lost nodes run again\n"
         "                    (default: never grow)\n"
         "  --max-restarts R  restarts before giving up (default 3)\n"
         "  --hostfile H      passed to mpirun\n"
         "  --oversubscribe   passed to mpirun (more ranks than cores)\n"
         "  --mpirun CMD      the mpirun to use (default mpirun); --mpi-arg ARG: one more mpirun argument\n"
         "A restart keeps the global batch, takes the largest layout that fits the ranks left (the same tp x pp\n"
-        "if it fits) and resumes from the newest good checkpoint; each restart is logged with its reason,\n"
-        "old and new layout and the steps lost (stdout and <out>/launch.jsonl).");
+        "if it fits; without --hostfile, --max-np ranks at once) and resumes from the newest good checkpoint: the\n"
+        "one kept in memory after every step (train --mem-ckpt-every 1 unless the train command sets it) when it\n"
+        "is newer than the disk's; each restart is logged with its reason, old and new layout and the steps lost\n"
+        "(stdout and <out>/launch.jsonl).");
     c->prefix_command();
     c->allow_extras();
     c->callback([c] {
@@ -92,7 +105,11 @@ void add_launch_command(CLI::App& app) {
         } catch (const CLI::ParseError& e) {
             fail("launch: the train command: ", e.what(), "\n---> HINT: shardlm train --help lists its flags");
         }
-        const train::TrainConfig cfg = flags.resolve();
+        train::TrainConfig cfg = flags.resolve();
+        if (keeps_memory_checkpoints(flags, cfg)) {
+            o.train_args.insert(o.train_args.end(), {"--mem-ckpt-every", "1"});
+            cfg.output.mem_ckpt_every = 1;
+        }
         const int status = launch::supervise(o, cfg);
         if (status != 0) throw CLI::RuntimeError(status);
     });

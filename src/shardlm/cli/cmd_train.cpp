@@ -84,7 +84,7 @@ void add_train_command(CLI::App& app) {
             comm::MpiEnv env;
             try {
                 train::Trainer t(run, env.world());
-                t.set_faults(train::faults_from_env(env.world_rank()));  // tests only
+                t.set_faults(train::faults_from_env(env.world_rank(), t.node_memory()));  // tests only
                 status = t.run();
             } catch (const std::bad_alloc&) {
                 const std::string msg = "out of memory while setting up or training the model"

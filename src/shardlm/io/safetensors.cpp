@@ -412,21 +412,21 @@ size_t SafetensorsWriter::size_bytes() const {
     return n;
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+template <class Sink>
+void SafetensorsWriter::emit(Sink&& sink) const {
     std::string h = header();
     unsigned char len[8];
     uint64_t n = h.size();
     for (int i = 0; i < 8; i++) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    AtomicFile out(path);
-    out.write(len, 8);
-    out.write(h.data(), h.size());
+    sink(len, 8);
+    sink(h.data(), h.size());
     std::vector<unsigned char> buf;
     for (const Entry& e : entries_) {
         if (e.nbytes == 0) continue;
         if (!e.ref) {
-            out.write(e.owned.data(), e.nbytes);
+            sink(e.owned.data(), e.nbytes);
         } else if (e.ref_dtype == DType::F32) {
-            out.write(e.ref, e.nbytes);
+            sink(e.ref, e.nbytes);
         } else {
             constexpr size_t kChunk = 1 << 16;
             const size_t eb = dtype_bytes(e.ref_dtype), total = e.nbytes / eb;
@@ -434,11 +434,23 @@ void SafetensorsWriter::write(const std::string& path) const {
             for (size_t i = 0; i < total; i += kChunk) {
                 size_t k = std::min(kChunk, total - i);
                 convert_from_f32(buf.data(), e.ref_dtype, e.ref + i, k);
-                out.write(buf.data(), k * eb);
+                sink(buf.data(), k * eb);
             }
         }
     }
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+    AtomicFile out(path);
+    emit([&](const void* p, size_t n) { out.write(p, n); });
     out.commit();
+}
+
+std::string SafetensorsWriter::bytes() const {
+    std::string out;
+    out.reserve(size_bytes());
+    emit([&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
+    return out;
 }
 
 }  // namespace shardlm::io

@@ -100,6 +100,8 @@ public:
     // Writes atomically via io::AtomicFile (temp, fsync, rename). The header is padded with spaces to a
     // multiple of 8 bytes; tensors are packed in insertion order. May be called more than once.
     void write(const std::string& path) const;
+    // The file write() produces, in memory.
+    std::string bytes() const;
     // Size in bytes of the file write() produces.
     size_t size_bytes() const;
     size_t num_tensors() const { return entries_.size(); }
@@ -115,6 +117,8 @@ private:
         DType ref_dtype = DType::F32;
     };
     Entry& add_entry(std::string name, std::string dtype, std::vector<int64_t> shape);
+    template <class Sink>
+    void emit(Sink&& sink) const;  // the file's bytes, in order, to sink(pointer, bytes)
     std::string header() const;  // JSON + padding
 
     std::vector<Entry> entries_;

@@ -30,6 +30,7 @@
 #include "shardlm/core/check.h"
 #include "shardlm/core/timer.h"
 #include "shardlm/train/checkpoint.h"
+#include "shardlm/train/memory_checkpoint.h"
 #include "shardlm/train/run_dir.h"
 #include "shardlm/train/run_lock.h"
 
@@ -92,12 +93,6 @@ double available_bytes() {
     return 0;
 }
 
-int checkpoint_step(const std::string& dir) {
-    if (dir.empty()) return 0;
-    const std::string n = fs::path(dir).filename().string();
-    return std::atoi(n.c_str() + 5);  // ckpt_<8 digits>
-}
-
 class Log {
 public:
     explicit Log(const std::string& out) : path_(out.empty() ? "" : (fs::path(out) / "launch.jsonl").string()) {}
@@ -146,8 +141,9 @@ AttemptResult run_attempt(const std::vector<std::string>& argv, const std::strin
     }
     // When a rank dies, mpirun SIGTERMs the others and waits this long before SIGKILL (default 1 s):
     // ranks whose peer died cannot finish a step or a checkpoint, so the wait only delays the restart.
-    // With --comm-timeout the wait stays: after a hang, the waiting ranks need it to write the flight
-    // records that name the stalled rank.
+    // With --comm-timeout and a hostfile the wait stays: after a hang a rank that began to wait less than half
+    // the timeout before (comm/flight.h dumps at half) writes its flight record in it, and the records decide
+    // which node loses a slot. On one machine no slot is lost: the records only name the rank in the log.
     if (!sigkill_set && fast_kill) env.push_back("OMPI_MCA_odls_base_sigkill_timeout=0");
     // the ranks answer to this process: they stop after a checkpoint when it is gone (train/stop_signal.h)
     env.push_back(std::string(train::kSupervisorEnv) + "=" + train::supervisor_env_value());
@@ -476,8 +472,8 @@ private:
         a.ckpt_before = train::latest_checkpoint(cfg_.output.out);
         a.t0 = now_s();
         grow_.reset();
-        a.r = run_attempt(mpirun_argv(o_, hostfile_, layout_, exe_, targs_), path, attempt_ == 0, cfg_.reliability.comm_timeout <= 0,
-                          [&] { return growth_due(a.ckpt_before); });
+        a.r = run_attempt(mpirun_argv(o_, hostfile_, layout_, exe_, targs_), path, attempt_ == 0,
+                          cfg_.reliability.comm_timeout <= 0 || o_.hostfile.empty(), [&] { return growth_due(a.ckpt_before); });
         return a;
     }
 
@@ -512,7 +508,7 @@ private:
 
     void grow(const Layout& nl) {
         const std::string ckpt = train::latest_checkpoint(cfg_.output.out);
-        const int resume = checkpoint_step(ckpt);
+        const int resume = train::checkpoint_step(ckpt);
         std::printf("launch: growing back: layout %s (%d rank%s) -> %s (%d ranks), global batch %d unchanged; resuming from %s "
                     "(step %d), no step lost\n",
                     layout_text().c_str(), layout_.ranks(), layout_.ranks() > 1 ? "s" : "", describe(nl).c_str(), nl.ranks(),
@@ -558,7 +554,9 @@ private:
                     {"reason", f.reason}, {"lost_ranks", f.lost}, {"exit_code", a.r.exit_code}});
         if (!f.rank_lost) return give_up(a, "the failure is not a lost rank: a restart would fail the same way");
         if (restarts_ >= o_.max_restarts) return give_up(a, "--max-restarts " + std::to_string(o_.max_restarts) + " reached");
-        const int left = layout_.ranks() - std::max<int>(1, int(f.lost.size()));
+        // on this machine (no --hostfile) a lost rank's CPU is free again at once: with --max-np the restart takes it back
+        const int lost = std::max<int>(1, int(f.lost.size()));
+        const int left = max_np_ > 0 && o_.hostfile.empty() ? std::max(layout_.ranks() - lost, max_np_) : layout_.ranks() - lost;
         if (left < o_.min_np)
             return give_up(a, std::to_string(left) + " rank" + (left == 1 ? "" : "s") + " left, below --min-np " +
                                   std::to_string(o_.min_np));
@@ -582,19 +580,24 @@ private:
         // the steps the metrics record (-1 without a row), read as a resume reads them
         const train::MetricsFile m = train::read_metrics_file(train::metrics_path(cfg_));
         const int last = m.rows.empty() ? -1 : m.steps();
-        const std::string ckpt = train::latest_checkpoint(cfg_.output.out);
-        const int resume = checkpoint_step(ckpt);
+        // the newest checkpoint, on disk or kept in memory (train/memory_checkpoint.h: the ranks take the newer)
+        const std::string on_disk = train::latest_checkpoint(cfg_.output.out);
+        const int in_memory = train::newest_memory_checkpoint_step(cfg_);
+        const bool memory = in_memory > train::checkpoint_step(on_disk);
+        const std::string ckpt = memory ? "memory" : on_disk;
+        const int resume = memory ? in_memory : train::checkpoint_step(on_disk);
         const int steps_lost = std::max(0, last - resume);
         auto ranks = [](int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); };
         std::printf("launch: restart %d of at most %d: %s; layout %s (%s) -> %s (%s), global batch %d "
                     "unchanged; resuming from %s (step %d), %d step%s lost\n",
                     restarts_ + 1, o_.max_restarts, f.reason.c_str(), layout_text().c_str(), ranks(layout_.ranks()).c_str(),
                     describe(nl).c_str(), ranks(nl.ranks()).c_str(), cfg_.data.global_batch,
-                    ckpt.empty() ? "the start (no checkpoint yet)" : fs::path(ckpt).filename().string().c_str(), resume,
+                    ckpt.empty() ? "the start (no checkpoint yet)" : memory ? "the checkpoint kept in memory" : fs::path(ckpt).filename().string().c_str(), resume,
                     steps_lost, steps_lost == 1 ? "" : "s");
         std::fflush(stdout);
         log_.event({{"event", "restart"}, {"attempt", attempt_ + 2}, {"reason", f.reason}, {"old_layout", layout_text()},
-                    {"new_layout", describe(nl)}, {"np", nl.ranks()}, {"resume_step", resume}, {"last_step", last},
+                    {"new_layout", describe(nl)}, {"np", nl.ranks()}, {"resume_step", resume},
+                    {"resume_from", memory ? "memory" : "disk"}, {"last_step", last},
                     {"steps_lost", steps_lost}});
     }
 

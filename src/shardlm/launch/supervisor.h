@@ -10,13 +10,18 @@
 //     (comm/flight.h) name the rank that did not enter it; that rank is lost;
 //   - anything else (a bad flag, a diverged loss, a failed write) is not a lost rank: restarting
 //     would fail the same way, so the supervisor stops with the attempt's exit code.
+// Every attempt keeps a checkpoint in memory after each step (train --mem-ckpt-every 1 unless the flags
+// set it, or a --dp-algo whose replicas differ would average them at every step; train/memory_checkpoint.h):
+// the next attempt resumes from it, from the ranks' memory and, for a
+// lost node's part, over MPI from its replica, when it is newer than the newest on disk.
 // It then picks the largest layout that fits the ranks left (launch/relayout.h: the same tp x pp if
 // it fits, else the nearest that holds the model; the global batch unchanged) and starts the next
 // attempt with --resume, which continues from the newest checkpoint whose checksums hold (the
 // killed attempt's later metrics rows are dropped, so metrics.jsonl holds every step once). At
 // most --max-restarts restarts; never below --min-np ranks.
 //
-// Growing back (--max-np N; off without it): while an attempt runs on fewer than N ranks, at each new
+// Growing back (--max-np N; off without it): without --hostfile a restart takes N ranks at once (a lost
+// rank's CPU on this machine is free again as soon as it died); while an attempt runs on fewer than N ranks, at each new
 // checkpoint the supervisor looks whether more can run (on this machine they can at once: a killed rank's
 // CPU is free again; with --hostfile a lost node counts again when `mpirun --host NODE -np 1 true` succeeds
 // on it), and if so asks the ranks to stop after a checkpoint and starts the next attempt on the largest
@@ -26,7 +31,7 @@
 // {"event": "start" | "failure" | "restart" | "grow" | "done" | "gave_up", "attempt", "time" (Unix seconds),
 //  "np", "layout", and for a start "log" (<out>/launch.attempt-<n>.log, the attempt's output); for a
 //  failure "reason", "lost_ranks", "exit_code"; for a restart "old_layout", "new_layout", "resume_step",
-//  "last_step", "steps_lost"; for a grow "old_layout", "new_layout", "resume_step"}.
+//  "resume_from" ("memory" or "disk"), "last_step", "steps_lost"; for a grow "old_layout", "new_layout", "resume_step"}.
 //
 // Fault injection (tests): SHARDLM_TEST_* variables reach the first attempt only.
 #pragma once
@@ -47,7 +52,8 @@ struct LaunchOptions {
     std::string mpirun = "mpirun";
     std::vector<std::string> mpi_args;    // more mpirun arguments (e.g. --oversubscribe)
     std::string exe;                      // the shardlm binary (default: this one)
-    std::vector<std::string> train_args;  // the flags after `-- train`
+    std::vector<std::string> train_args;  // the flags after `-- train` (with --mem-ckpt-every 1 added unless they
+                                          // or their --config set it, or replicas differ: cli/cmd_launch.cpp)
 };
 
 // Why an attempt failed, from its output.

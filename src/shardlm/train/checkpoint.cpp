@@ -89,21 +89,30 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
                                                        comm::Group& world, const nlohmann::json& writer,
                                                        const nlohmann::json& extra,
                                                        const std::vector<RankTensor>& rank_tensors) {
-    auto p = std::unique_ptr<PendingCheckpoint>(new PendingCheckpoint);
-    p->run_dir_ = run_dir;
-    p->step_ = step;
-    p->keep_ = keep;
-    p->rank_ = world.rank();
-    p->n_ = world.size();
-    p->final_dir_ = (fs::path(run_dir) / ckpt_name(step)).string();
-    // the same name on every rank (they share the directory); stale ones are removed at start-up
-    p->tmp_ = (fs::path(run_dir) / ("." + ckpt_name(step) + ".tmp.0")).string();
+    // the same temporary name on every rank (they share the directory); stale ones are removed at start-up
+    const std::string tmp = (fs::path(run_dir) / ("." + ckpt_name(step) + ".tmp.0")).string();
     if (world.rank() == 0) {
         fs::create_directories(run_dir);
-        fs::remove_all(p->tmp_);
-        fs::create_directories(p->tmp_);
+        fs::remove_all(tmp);
+        fs::create_directories(tmp);
     }
     world.barrier();
+    std::unique_ptr<PendingCheckpoint> p = snapshot_state(step, cfg, mc, layout, store, opt, world, writer, extra, rank_tensors);
+    p->run_dir_ = run_dir;
+    p->keep_ = keep;
+    p->final_dir_ = (fs::path(run_dir) / ckpt_name(step)).string();
+    p->tmp_ = tmp;
+    return p;
+}
+
+std::unique_ptr<PendingCheckpoint> snapshot_state(int step, const TrainConfig& cfg, const model::GptConfig& mc,
+                                                  const model::Layout& layout, const parallel::ParamStore& store,
+                                                  optim::Optimizer& opt, comm::Group& world, const nlohmann::json& writer,
+                                                  const nlohmann::json& extra, const std::vector<RankTensor>& rank_tensors) {
+    auto p = std::unique_ptr<PendingCheckpoint>(new PendingCheckpoint);
+    p->step_ = step;
+    p->rank_ = world.rank();
+    p->n_ = world.size();
     // this rank's pieces of the parameters and of the optimiser state, copied into the writers
     std::vector<float> box;
     const auto states = opt.state();
@@ -189,17 +198,41 @@ std::string disk_short_note(const std::string& run_dir, uint64_t bytes_needed, i
 }  // namespace
 
 void PendingCheckpoint::write() {
-    const fs::path tmp = tmp_;
     try {
         errno = 0;
-        model_.write((tmp / rank_file("model", rank_, n_)).string());
-        optimizer_.write((tmp / rank_file("optimizer", rank_, n_)).string());
-        if (has_state_) state_.write((tmp / rank_file("state", rank_, n_)).string());
+        write_files(tmp_);
     } catch (const Error& e) {
         const std::string note = disk_short_note(run_dir_, bytes() * uint64_t(n_), keep_);
         if (note.empty()) throw;
         throw Error(std::string(e.what()) + note);
     }
+}
+
+std::vector<std::string> PendingCheckpoint::file_names() const {
+    std::vector<std::string> out = {rank_file("model", rank_, n_), rank_file("optimizer", rank_, n_)};
+    if (has_state_) out.push_back(rank_file("state", rank_, n_));
+    return out;
+}
+
+std::vector<std::pair<std::string, std::string>> PendingCheckpoint::take_files() {
+    std::vector<std::pair<std::string, std::string>> out;
+    const std::vector<std::string> names = file_names();
+    out.emplace_back(names[0], model_.bytes());
+    out.emplace_back(names[1], optimizer_.bytes());
+    if (has_state_) out.emplace_back(names[2], state_.bytes());
+    sums_.clear();
+    for (const auto& [name, bytes] : out) sums_ += name + " " + io::hex64(io::xxh64(bytes)) + "\n";
+    model_ = io::SafetensorsWriter{};
+    optimizer_ = io::SafetensorsWriter{};
+    state_ = io::SafetensorsWriter{};
+    return out;
+}
+
+void PendingCheckpoint::write_files(const std::string& dir) {
+    const fs::path tmp = dir;
+    model_.write((tmp / rank_file("model", rank_, n_)).string());
+    optimizer_.write((tmp / rank_file("optimizer", rank_, n_)).string());
+    if (has_state_) state_.write((tmp / rank_file("state", rank_, n_)).string());
     // checksums of this rank's files (read back from the page cache), collected on rank 0 for meta.json
     sums_.clear();
     for (const char* kind : {"model", "optimizer", "state"}) {
@@ -219,16 +252,7 @@ std::string PendingCheckpoint::commit(comm::Group& world, FaultInjector* faults)
     world.barrier();  // every rank's files are on disk
     if (world.rank() == 0) {
         io::write_file_atomic((tmp / "config.json").string(), hf_config_);
-        nlohmann::json sums_json = nlohmann::json::object();
-        for (const std::string& text : all_sums)
-            for (size_t at = 0; at < text.size();) {
-                const size_t sp = text.find(' ', at), nl = text.find('\n', at);
-                sums_json[text.substr(at, sp - at)] = text.substr(sp + 1, nl - sp - 1);
-                at = nl + 1;
-            }
-        sums_json["config.json"] = io::hex64(io::xxh64_file((tmp / "config.json").string()));
-        meta_["checksums"] = {{"algorithm", "xxh64"}, {"files", sums_json}};
-        io::write_file_atomic((tmp / "meta.json").string(), meta_.dump(2) + "\n");
+        io::write_file_atomic((tmp / "meta.json").string(), meta_json(all_sums));
         io::fsync_dir(tmp.string());
         if (fs::exists(final_dir_)) fs::remove_all(final_dir_);  // a re-run of the same step
         fs::rename(tmp, final_dir_);
@@ -238,6 +262,20 @@ std::string PendingCheckpoint::commit(comm::Group& world, FaultInjector* faults)
     }
     world.barrier();
     return final_dir_;
+}
+
+std::string PendingCheckpoint::meta_json(const std::vector<std::string>& all_sums) const {
+    nlohmann::json sums_json = nlohmann::json::object();
+    for (const std::string& text : all_sums)
+        for (size_t at = 0; at < text.size();) {
+            const size_t sp = text.find(' ', at), nl = text.find('\n', at);
+            sums_json[text.substr(at, sp - at)] = text.substr(sp + 1, nl - sp - 1);
+            at = nl + 1;
+        }
+    sums_json["config.json"] = io::hex64(io::xxh64(hf_config_));
+    nlohmann::json meta = meta_;
+    meta["checksums"] = {{"algorithm", "xxh64"}, {"files", sums_json}};
+    return meta.dump(2) + "\n";
 }
 
 std::string save_checkpoint(const std::string& run_dir, int step, const TrainConfig& cfg, const model::GptConfig& mc,
@@ -282,6 +320,12 @@ std::string latest_checkpoint(const std::string& run_dir) {
     return all.empty() ? "" : all.back().string();
 }
 
+int checkpoint_step(const std::string& dir) {
+    if (dir.empty()) return 0;
+    const std::string n = fs::path(dir).filename().string();
+    return std::atoi(n.c_str() + 5);  // ckpt_<8 digits>
+}
+
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir) {
     std::vector<std::string> out;
     for (const fs::path& p : list_checkpoints(run_dir)) out.insert(out.begin(), p.string());
@@ -297,10 +341,7 @@ std::string newest_good_checkpoint(const std::string& run_dir, std::vector<std::
     return "";
 }
 
-namespace {
-
-// The files of a checkpoint with their recorded checksums ("" for a version 3 checkpoint).
-std::vector<std::pair<std::string, std::string>> listed_files(const nlohmann::json& meta, const std::string& path) {
+std::vector<std::pair<std::string, std::string>> checkpoint_files(const nlohmann::json& meta, const std::string& path) {
     std::vector<std::pair<std::string, std::string>> out;
     const bool has_sums = meta.contains("checksums");
     const nlohmann::json* sums = nullptr;
@@ -332,14 +373,12 @@ std::vector<std::pair<std::string, std::string>> listed_files(const nlohmann::js
     return out;
 }
 
-}  // namespace
-
 std::string verify_checkpoint(const std::string& dir, comm::Group* g) {
     const int rank = g ? g->rank() : 0, size = g ? g->size() : 1;
     std::string problem;
     try {
         const nlohmann::json meta = read_checkpoint_meta(dir);
-        const auto files = listed_files(meta, (fs::path(dir) / "meta.json").string());
+        const auto files = checkpoint_files(meta, (fs::path(dir) / "meta.json").string());
         for (size_t i = size_t(rank); i < files.size() && problem.empty(); i += size_t(size)) {
             const auto& [name, want] = files[i];
             const fs::path p = fs::path(dir) / name;

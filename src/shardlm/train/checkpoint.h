@@ -74,12 +74,27 @@ public:
     void write();
     std::string commit(comm::Group& world, FaultInjector* faults = nullptr);
 
+    // The parts, for a checkpoint kept elsewhere (train/memory_checkpoint.h): this rank's file names;
+    // take_files gives their contents (and frees the copy) instead of write(); either keeps their
+    // checksums (sums(): "<file> <xxh64>\n" lines); rank 0's meta.json with every rank's sums, and
+    // config.json's text.
+    std::vector<std::string> file_names() const;
+    std::vector<std::pair<std::string, std::string>> take_files();  // (name, bytes)
+    const std::string& sums() const { return sums_; }
+    std::string meta_json(const std::vector<std::string>& all_sums) const;
+    const std::string& hf_config() const { return hf_config_; }
+
 private:
+    void write_files(const std::string& dir);
     friend std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string&, int, const TrainConfig&,
                                                                   const model::GptConfig&, const model::Layout&,
                                                                   const parallel::ParamStore&, optim::Optimizer&, int,
                                                                   comm::Group&, const nlohmann::json&, const nlohmann::json&,
                                                                   const std::vector<RankTensor>&);
+    friend std::unique_ptr<PendingCheckpoint> snapshot_state(int, const TrainConfig&, const model::GptConfig&,
+                                                             const model::Layout&, const parallel::ParamStore&, optim::Optimizer&,
+                                                             comm::Group&, const nlohmann::json&, const nlohmann::json&,
+                                                             const std::vector<RankTensor>&);
     PendingCheckpoint() = default;
     std::string run_dir_, final_dir_, tmp_, sums_, hf_config_;
     int step_ = 0, keep_ = 1, rank_ = 0, n_ = 1;
@@ -94,6 +109,13 @@ std::unique_ptr<PendingCheckpoint> snapshot_checkpoint(const std::string& run_di
                                                        const nlohmann::json& extra = nlohmann::json::object(),
                                                        const std::vector<RankTensor>& rank_tensors = {});
 
+// snapshot_checkpoint's copy without a directory (collective): for a checkpoint kept in memory.
+std::unique_ptr<PendingCheckpoint> snapshot_state(int step, const TrainConfig& cfg, const model::GptConfig& mc,
+                                                  const model::Layout& layout, const parallel::ParamStore& store,
+                                                  optim::Optimizer& opt, comm::Group& world, const nlohmann::json& writer,
+                                                  const nlohmann::json& extra = nlohmann::json::object(),
+                                                  const std::vector<RankTensor>& rank_tensors = {});
+
 // The directories shardlm writes into a run directory, by their exact names: a checkpoint
 // "ckpt_<8 digits>", its temporary ".ckpt_<8 digits>.tmp.<digits>" and one set aside as damaged
 // "ckpt_<8 digits>.damaged". Anything else (a user's "ckpt_backup") is not shardlm's.
@@ -106,6 +128,9 @@ void remove_stale_checkpoint_temps(const std::string& run_dir);
 // The newest complete checkpoint directory in RUN_DIR, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
 
+// The step of a checkpoint directory's name (ckpt_<8 digits>); 0 for "".
+int checkpoint_step(const std::string& dir);
+
 // Complete checkpoint directories in RUN_DIR, newest first.
 std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
 
@@ -113,6 +138,10 @@ std::vector<std::string> checkpoints_newest_first(const std::string& run_dir);
 // that take a run directory (generate); "" if none. What is wrong with each newer one (verify_checkpoint's
 // answer, naming the file) is appended to *damaged (nothing is renamed: a reader leaves the run as it is).
 std::string newest_good_checkpoint(const std::string& run_dir, std::vector<std::string>* damaged);
+
+// The files a checkpoint's meta.json (read from path) lists: the model, optimizer and state files and
+// config.json, each with its recorded xxh64 ("" in a version 3 checkpoint).
+std::vector<std::pair<std::string, std::string>> checkpoint_files(const nlohmann::json& meta, const std::string& path);
 
 // Checks that meta.json reads and that every file it lists exists and has the XXH64 recorded there.
 // Returns "" or what is wrong, naming the file. With g: collective, the files are split between g's

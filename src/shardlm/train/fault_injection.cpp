@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -76,12 +77,22 @@ int env_step(const char* name) {
     return e ? std::atoi(e) : -1;
 }
 
+void apply_test_lose_node(int step, int world_rank, const std::string& node_memory) {
+    const char* env = std::getenv("SHARDLM_TEST_LOSE_NODE");
+    int rank = -1, at_step = -1;
+    if (!env || std::sscanf(env, "%d:%d", &rank, &at_step) != 2 || rank != world_rank || at_step != step) return;
+    std::error_code ec;
+    if (!node_memory.empty()) std::filesystem::remove_all(node_memory, ec);
+    std::raise(SIGKILL);
+}
+
 class EnvFaults : public FaultInjector {
 public:
-    explicit EnvFaults(int rank) : rank_(rank) {}
+    EnvFaults(int rank, std::string node_memory) : rank_(rank), node_memory_(std::move(node_memory)) {}
     void before_step(int step) override {
         apply_test_stall(step, rank_);
         apply_test_signal(step, rank_);
+        apply_test_lose_node(step, rank_, node_memory_);
     }
     void on_reduced_grads(int step, const OwnedTensors& mine) override {
         apply_test_poison("grad", step, rank_, mine);
@@ -97,14 +108,15 @@ public:
 
 private:
     int rank_;
+    std::string node_memory_;
 };
 
 }  // namespace
 
-std::unique_ptr<FaultInjector> faults_from_env(int world_rank) {
+std::unique_ptr<FaultInjector> faults_from_env(int world_rank, const std::string& node_memory) {
     for (const char* v : {"SHARDLM_TEST_POISON", "SHARDLM_TEST_INF_GRAD", "SHARDLM_TEST_STALL", "SHARDLM_TEST_SIGNAL",
-                          "SHARDLM_TEST_KILL_AFTER_CKPT", "SHARDLM_TEST_KILL_IN_CKPT"})
-        if (std::getenv(v)) return std::make_unique<EnvFaults>(world_rank);
+                          "SHARDLM_TEST_KILL_AFTER_CKPT", "SHARDLM_TEST_KILL_IN_CKPT", "SHARDLM_TEST_LOSE_NODE"})
+        if (std::getenv(v)) return std::make_unique<EnvFaults>(world_rank, node_memory);
     return nullptr;
 }
 

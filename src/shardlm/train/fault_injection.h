@@ -10,8 +10,12 @@
 //   SHARDLM_TEST_SIGNAL="<world rank>:<step>:<signal>"   that rank raises the signal before the step
 //   SHARDLM_TEST_KILL_AFTER_CKPT=<step>, SHARDLM_TEST_KILL_IN_CKPT=<step>   SIGKILL right after / while
 //       writing that checkpoint
+//   SHARDLM_TEST_LOSE_NODE="<world rank>:<step>"   before the step that rank deletes its node's memory
+//       (node_memory: the stores of train/memory_checkpoint.h) and SIGKILLs itself: a lost node (with
+//       SHARDLM_MEM_CKPT_HOSTS=per-rank, so that the node is that rank's alone)
 #pragma once
 #include <memory>
+#include <string>
 
 #include "shardlm/train/numerics.h"
 
@@ -28,6 +32,6 @@ public:
 };
 
 // The injector the SHARDLM_TEST_* variables describe for this rank, or null when none is set.
-std::unique_ptr<FaultInjector> faults_from_env(int world_rank);
+std::unique_ptr<FaultInjector> faults_from_env(int world_rank, const std::string& node_memory = "");
 
 }  // namespace shardlm::train

@@ -22,9 +22,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Files a run writes (train: config, metrics, summary; report: the charts and the page).
-const char* const kRunFiles[] = {"config.json", "metrics.jsonl",    "summary.json", "report.html",  "loss.svg",
-                                 "tokens_per_s.svg", "lr.svg", "grad_norm.svg", "config_history.jsonl"};
+// Files a run writes (train: config, metrics, summary, the id of its checkpoints kept in memory; report: the
+// charts and the page).
+const char* const kRunFiles[] = {"config.json",      "metrics.jsonl", "summary.json",  "report.html",
+                                 "loss.svg",         "tokens_per_s.svg", "lr.svg",     "grad_norm.svg",
+                                 "config_history.jsonl", "memory_checkpoints.json"};
 
 // How many of dir's directories are shardlm's own of the kind k (checkpoint_dir_kind).
 int count_checkpoint_dirs(const std::string& dir, CheckpointDir k) {

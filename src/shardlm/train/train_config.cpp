@@ -336,6 +336,8 @@ void OutputSettings::validate() const {
     SHARDLM_CHECK(ckpt_every_seconds >= 0 && std::isfinite(ckpt_every_seconds),
                   "--ckpt-every-seconds must be >= 0 (0 = off; got ", ckpt_every_seconds, ")");
     SHARDLM_CHECK(keep_ckpts >= 1, "--keep-ckpts must be >= 1 (got ", keep_ckpts, ")");
+    SHARDLM_CHECK(mem_ckpt_every >= 0, "--mem-ckpt-every must be >= 0 (0 = off; got ", mem_ckpt_every, ")");
+    SHARDLM_CHECK(mem_ckpt_every == 0 || !out.empty(), "--mem-ckpt-every needs --out RUN_DIR (the run a restart continues)");
     SHARDLM_CHECK(!resume || !out.empty(), "--resume needs --out RUN_DIR (the run to continue)");
     SHARDLM_CHECK(sample_tokens >= 0, "--sample-tokens must be >= 0 (got ", sample_tokens, ")");
     SHARDLM_CHECK(!(resume && overwrite), "give one of --resume (continue the run in --out) and --overwrite (replace it)");

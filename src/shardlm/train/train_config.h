@@ -154,6 +154,8 @@ struct OutputSettings {
     bool resume = false;     // continue from the latest complete checkpoint in out
     bool overwrite = false;  // train into an out that holds another run, replacing it
     int keep_ckpts = 2;      // complete checkpoints kept in out
+    int mem_ckpt_every = 0;  // also keep a checkpoint in memory and on a replica every N steps (0 = off)
+    std::string mem_ckpt_dir = "/dev/shm";  // where: node-local memory (train/memory_checkpoint.h)
     int log_every = 10;      // plain log line every N steps when stdout is not a TTY
     int sample_tokens = 0;   // after training, print a sample of this many tokens (needs the GPT-2 vocab)
     std::string sample_prompt = "\n";
@@ -382,6 +384,10 @@ void output_fields(S& c, F&& f) {
     f("resume", c.resume, "Continue from the latest complete checkpoint in --out");
     f("overwrite", c.overwrite, "Train into an --out that holds another run, deleting that run's files");
     f("keep_ckpts", c.keep_ckpts, "Complete checkpoints to keep");
+    f("mem_ckpt_every", c.mem_ckpt_every,
+      "Also keep a checkpoint in node-local memory and on the next data-parallel replica every N steps (0 = off; launch "
+      "sets 1): a restart after a lost rank resumes from it, losing at most the step it was in");
+    f("mem_ckpt_dir", c.mem_ckpt_dir, "Node-local memory for --mem-ckpt-every (a tmpfs)");
     f("log_every", c.log_every, "Log line every N steps when not on a TTY");
     f("sample_tokens", c.sample_tokens, "Print a sample of N tokens after training (0 = off)");
     f("sample_prompt", c.sample_prompt, "Prompt for that sample");

@@ -80,6 +80,7 @@ void Trainer::init(comm::Group& world) {
     world.set_name("world");
     scaler_ = optim::LossScaler(cfg_.precision.loss_scale_mode(), cfg_.precision.scale_window);
     run_locks_ = claim_run_dir(cfg_, world);
+    if (!cfg_.output.out.empty()) open_memory_checkpoints();
     load_or_init();
     lr_schedule_ = {cfg_.optim.lr_schedule, cfg_.optim.lr, cfg_.optim.lr_min, cfg_.optim.warmup, cfg_.data.steps};
     // A progress bar on a terminal; plain lines otherwise. Under mpirun, stdout is a pseudo-terminal
@@ -88,8 +89,27 @@ void Trainer::init(comm::Group& world) {
     tty_ = is_root() && ::isatty(STDOUT_FILENO) && world.size() == 1 && !std::getenv("OMPI_COMM_WORLD_SIZE");
 }
 
+// The stores of --mem-ckpt-every (train/memory_checkpoint.h): each rank's copy goes to its next data-parallel
+// replica (else the next rank) when that is on another host. A fresh start clears what earlier runs of --out left.
+void Trainer::open_memory_checkpoints() {
+    const comm::GridDims& d = e_.grid->dims();
+    std::vector<int> next(size_t(world_->size()));
+    for (int r = 0; r < world_->size(); r++) {
+        comm::GridCoords c = comm::Grid::coords_of(d, r);
+        c.dp = (c.dp + 1) % d.dp;
+        next[size_t(r)] = d.dp > 1 ? comm::Grid::rank_of(d, c) : (r + 1) % world_->size();
+    }
+    mem_ckpt_ = std::make_unique<MemoryCheckpoints>(cfg_, *world_, next);
+    if (!cfg_.output.resume) mem_ckpt_->clear(/*earlier_runs=*/true);
+    if (is_root() && cfg_.output.mem_ckpt_every > 0 && e_.sync->replicas_differ())
+        std::printf("note: --mem-ckpt-every %d with --dp-algo %s: each checkpoint kept in memory holds the replicas' mean, as a "
+                    "disk checkpoint does (an all-reduce of the parameters and optimiser state each time)\n",
+                    cfg_.output.mem_ckpt_every, setting_text(cfg_.dp_algo.algo).c_str());
+}
+
 void Trainer::load_or_init() {
     const model::Layout& layout = e_.part->layout();
+    if (cfg_.output.resume && resume_from_memory()) return;
     if (cfg_.output.resume && resume_from_checkpoint()) {
         load_rank_state();
         e_.sync->params_loaded(/*start_algorithm=*/false);  // mixed precision: the 16-bit copy from the fp32 master
@@ -107,6 +127,45 @@ void Trainer::load_or_init() {
     e_.sync->params_loaded();  // a dp algorithm's start, and mixed precision's 16-bit copy
 }
 
+// The checkpoint kept in memory (train/memory_checkpoint.h), if it is newer than the newest on disk.
+bool Trainer::resume_from_memory() {
+    if (!mem_ckpt_) return false;
+    const double t0 = now_s();
+    const std::string on_disk = latest_checkpoint(cfg_.output.out);
+    int at_least = on_disk.empty() ? 1 : checkpoint_step(on_disk) + 1;
+    world_->broadcast_bytes(&at_least, sizeof at_least, 0);  // rank 0's view of the disk, for every rank
+    MemoryRecovery r = mem_ckpt_->recover(at_least);
+    if (r.step < 0) return false;
+    load_resumed(r.dir);
+    load_rank_state();
+    e_.sync->params_loaded(/*start_algorithm=*/false);
+    mem_ckpt_->release(r);
+    resumed_from_.clear();  // (gone with the assembled directory)
+    if (is_root())
+        std::printf("resuming from memory: step %d of %d (%.1f MB from the hosts' own memory, %.1f MB over MPI from other hosts; "
+                    "newest on disk: %s) in %.2f s\n",
+                    start_step_, cfg_.data.steps, r.local_mb, r.mpi_mb,
+                    on_disk.empty() ? "none" : fs::path(on_disk).filename().string().c_str(), now_s() - t0);
+    return true;
+}
+
+// Loads the checkpoint in dir (whose files the caller checked) and the run's state it records: the step, the loss
+// scale, the expert bias; checks that resuming there keeps the run's records.
+void Trainer::load_resumed(const std::string& dir) {
+    nlohmann::json meta = load_checkpoint(dir, model_cfg_, e_.part->layout(), e_.sync->store(), *e_.optimizer);
+    resumed_from_ = dir;
+    start_step_ = meta["step"];
+    if (meta.contains("loss_scaler"))
+        scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
+    restore_expert_bias(meta, dir);
+    SHARDLM_CHECK(start_step_ <= cfg_.data.steps, "--steps ", cfg_.data.steps, " is below the step of the checkpoint to resume (",
+                  start_step_, ", ", dir, "): resuming would train a negative number of steps",
+                  "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.output.out,
+                  "/config.json)");
+    check_resume_keeps_records(cfg_, start_step_);
+    nothing_to_do_ = start_step_ >= cfg_.data.last_step();
+}
+
 bool Trainer::resume_from_checkpoint() {
     // the newest checkpoint whose files match their checksums; damaged ones are set aside
     const std::vector<std::string> all = checkpoints_newest_first(cfg_.output.out);
@@ -121,18 +180,7 @@ bool Trainer::resume_from_checkpoint() {
             }
             continue;
         }
-        nlohmann::json meta = load_checkpoint(all[i], model_cfg_, e_.part->layout(), e_.sync->store(), *e_.optimizer);
-        resumed_from_ = all[i];
-        start_step_ = meta["step"];
-        if (meta.contains("loss_scaler"))
-            scaler_.restore(meta["loss_scaler"].value("scale", 1.0f), meta["loss_scaler"].value("clean_steps", 0));
-        restore_expert_bias(meta, all[i]);
-        SHARDLM_CHECK(start_step_ <= cfg_.data.steps, "--steps ", cfg_.data.steps, " is below the step of the checkpoint to resume (",
-                      start_step_, ", ", all[i], "): resuming would train a negative number of steps",
-                      "\n---> HINT: --steps ", start_step_, " or more (the run's own --steps is in ", cfg_.output.out,
-                      "/config.json)");
-        check_resume_keeps_records(cfg_, start_step_);
-        nothing_to_do_ = start_step_ >= cfg_.data.last_step();
+        load_resumed(all[i]);
         if (is_root())
             std::printf("resuming from %s%s (step %d of %d)\n", all[i].c_str(),
                         i > 0 ? ", the newest good checkpoint" : "", start_step_, cfg_.data.steps);
@@ -512,8 +560,11 @@ double Trainer::report_last_step(const StepStats& s) {
 // (rank 0's clock), at the run's end and on a stop signal (those two written before returning, the
 // others in the background with --async-ckpt). False: the parameters are not finite, nothing written.
 bool Trainer::checkpoint_if_due(const StepStats& s, bool final, double& t_last_ckpt) {
-    if (async_ckpt_.pending()) publish_async_checkpoint(false);
     const int steps_done = s.step + 1;
+    // memory first: a disk checkpoint that fails (a full disk) ends the run with this step kept
+    if (mem_ckpt_ && mem_ckpt_->enabled() && cfg_.output.mem_ckpt_every > 0 && steps_done % cfg_.output.mem_ckpt_every == 0 && !final)
+        save_memory_checkpoint(steps_done);
+    if (async_ckpt_.pending()) publish_async_checkpoint(false);
     bool due = (cfg_.output.ckpt_every > 0 && steps_done % cfg_.output.ckpt_every == 0) || final || s.stop_signal;
     if (!due && cfg_.output.ckpt_every_seconds > 0 && !cfg_.output.out.empty()) {
         float late = is_root() && now_s() - t_last_ckpt >= cfg_.output.ckpt_every_seconds ? 1.0f : 0.0f;
@@ -543,6 +594,7 @@ int Trainer::finish_run(int status, int done, const StepStats& last, double bubb
     if (is_root()) std::printf("GEMMs: %s\n", kernels::gemm_summary().c_str());  // what --gemm chose
     std::string sample = cfg_.output.sample_tokens > 0 ? sample_text() : "";
     write_summary(last, train_s, sample);
+    if (mem_ckpt_ && cfg_.data.last_step() == cfg_.data.steps) mem_ckpt_->clear();  // the run is whole on disk
     return 0;
 }
 
@@ -569,6 +621,23 @@ void Trainer::publish_async_checkpoint(bool wait) {
     if (const int step = async_ckpt_.poll(*world_, wait, faults_.get()); step > 0 && faults_) faults_->after_checkpoint(step);
 }
 
+// A checkpoint kept in memory and on the partner (train/memory_checkpoint.h), what save_checkpoint writes.
+void Trainer::save_memory_checkpoint(int steps_done) {
+    std::vector<AlignedBuffer<float>> replica;
+    const std::vector<RankTensor> rank = checkpoint_rank_tensors(replica);
+    std::unique_ptr<PendingCheckpoint> p = snapshot_state(steps_done, cfg_, model_cfg_, e_.part->layout(), e_.sync->store(),
+                                                          *e_.optimizer, *world_, writer_json(), checkpoint_extra(), rank);
+    restore_replica(replica);
+    mem_ckpt_->save(*p);
+}
+
+nlohmann::json Trainer::checkpoint_extra() const {
+    nlohmann::json extra = nlohmann::json::object();
+    if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
+    if (!e_.part->expert_bias().empty()) extra["expert_bias"] = e_.part->expert_bias();
+    return extra;
+}
+
 bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
     if (!params_finite(*world_, owned(false))) {
         const NonFiniteReport rep = find_nonfinite(*world_, owned(false), true);
@@ -577,9 +646,7 @@ bool Trainer::save_finite_checkpoint(int steps_done, bool background) {
                                  "---> HINT: a lower --lr or --grad-clip 1.0\n", steps_done, rep.message.c_str());
         return false;
     }
-    nlohmann::json extra = nlohmann::json::object();
-    if (scaler_.enabled()) extra["loss_scaler"] = {{"scale", scaler_.scale()}, {"clean_steps", scaler_.clean_steps()}};
-    if (!e_.part->expert_bias().empty()) extra["expert_bias"] = e_.part->expert_bias();
+    const nlohmann::json extra = checkpoint_extra();
     if (async_ckpt_.pending()) publish_async_checkpoint(true);  // one in flight at a time, in order
     std::vector<AlignedBuffer<float>> replica;  // where replicas differ: this rank's own, while the mean is written
     const std::vector<RankTensor> rank = checkpoint_rank_tensors(replica);

@@ -22,6 +22,7 @@
 #include "shardlm/train/engine.h"
 #include "shardlm/train/fault_injection.h"
 #include "shardlm/train/health.h"
+#include "shardlm/train/memory_checkpoint.h"
 #include "shardlm/train/numerics.h"
 #include "shardlm/train/run_dir.h"
 #include "shardlm/train/train_config.h"
@@ -90,6 +91,8 @@ public:
     int start_step() const { return start_step_; }
     // Faults to inject (tests only: train/fault_injection.h); none by default.
     void set_faults(std::unique_ptr<FaultInjector> f) { faults_ = std::move(f); }
+    // This rank's node's stores of checkpoints kept in memory ("" without --out): what a lost node loses.
+    std::string node_memory() const { return mem_ckpt_ ? mem_ckpt_->host_dir() : ""; }
     bool is_root() const { return e_.grid->world_rank() == 0; }
 
 private:
@@ -107,7 +110,12 @@ private:
     double sum_over_world(StepStats& s, const parallel::PipelineExecutor::Result& r);
     void update_or_skip(StepStats& s, double clip_norm);
     void load_or_init();
+    void open_memory_checkpoints();
+    bool resume_from_memory();      // loads the checkpoint kept in memory if it is newer than the disk's; false if not
     bool resume_from_checkpoint();  // loads the newest good checkpoint of --out; false if there is none
+    void load_resumed(const std::string& dir);
+    void save_memory_checkpoint(int steps_done);
+    nlohmann::json checkpoint_extra() const;  // meta.json's keys beyond the model: the loss scale, the expert bias
     // the data-parallel algorithm's per-rank state (train/checkpoint.h: state.rank<r>-of-<n>): what a
     // checkpoint keeps, and its load from the checkpoint resumed (afresh if another layout wrote it)
     std::vector<RankTensor> rank_tensors();
@@ -164,6 +172,7 @@ private:
     std::FILE* metrics_ = nullptr;
     std::string metrics_path_;
     AsyncCheckpoint async_ckpt_;  // --async-ckpt: the checkpoint being written in the background
+    std::unique_ptr<MemoryCheckpoints> mem_ckpt_;  // --mem-ckpt-every (and a resume's search of memory)
     int start_step_ = 0;
     std::string resumed_from_;    // the checkpoint resumed, if any
     bool nothing_to_do_ = false;  // resumed at exactly --steps
