@@ -554,9 +554,13 @@ private:
                     {"reason", f.reason}, {"lost_ranks", f.lost}, {"exit_code", a.r.exit_code}});
         if (!f.rank_lost) return give_up(a, "the failure is not a lost rank: a restart would fail the same way");
         if (restarts_ >= o_.max_restarts) return give_up(a, "--max-restarts " + std::to_string(o_.max_restarts) + " reached");
-        // on this machine (no --hostfile) a lost rank's CPU is free again at once: with --max-np the restart takes it back
+        // a rank lost on this machine (no --hostfile, and mpirun names no other node) leaves its CPU free again at
+        // once: with --max-np the restart takes it back (under a scheduler's allocation mpirun may span nodes)
         const int lost = std::max<int>(1, int(f.lost.size()));
-        const int left = max_np_ > 0 && o_.hostfile.empty() ? std::max(layout_.ranks() - lost, max_np_) : layout_.ranks() - lost;
+        const bool here = o_.hostfile.empty() && std::all_of(f.nodes.begin(), f.nodes.end(), [](const std::string& n) {
+            return same_host(n, "localhost");
+        });
+        const int left = max_np_ > 0 && here ? std::max(layout_.ranks() - lost, max_np_) : layout_.ranks() - lost;
         if (left < o_.min_np)
             return give_up(a, std::to_string(left) + " rank" + (left == 1 ? "" : "s") + " left, below --min-np " +
                                   std::to_string(o_.min_np));

@@ -20,8 +20,9 @@
 // killed attempt's later metrics rows are dropped, so metrics.jsonl holds every step once). At
 // most --max-restarts restarts; never below --min-np ranks.
 //
-// Growing back (--max-np N; off without it): without --hostfile a restart takes N ranks at once (a lost
-// rank's CPU on this machine is free again as soon as it died); while an attempt runs on fewer than N ranks, at each new
+// Growing back (--max-np N; off without it): without --hostfile, when the lost ranks ran on this machine, a
+// restart takes N ranks at once (their CPUs are free again as soon as they died); while an attempt runs on
+// fewer than N ranks, at each new
 // checkpoint the supervisor looks whether more can run (on this machine they can at once: a killed rank's
 // CPU is free again; with --hostfile a lost node counts again when `mpirun --host NODE -np 1 true` succeeds
 // on it), and if so asks the ranks to stop after a checkpoint and starts the next attempt on the largest
