@@ -30,11 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string ckpt_name(int step) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "ckpt_%08d", step);
-    return buf;
-}
+std::string ckpt_name(int step) { return checkpoint_name(step); }
 
 // Complete checkpoints in run_dir, oldest first.
 std::vector<fs::path> list_checkpoints(const std::string& run_dir) {
@@ -318,6 +314,12 @@ void remove_stale_checkpoint_temps(const std::string& run_dir) {
 std::string latest_checkpoint(const std::string& run_dir) {
     auto all = list_checkpoints(run_dir);
     return all.empty() ? "" : all.back().string();
+}
+
+std::string checkpoint_name(int step) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "ckpt_%08d", step);
+    return buf;
 }
 
 int checkpoint_step(const std::string& dir) {

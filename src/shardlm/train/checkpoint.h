@@ -128,6 +128,8 @@ void remove_stale_checkpoint_temps(const std::string& run_dir);
 // The newest complete checkpoint directory in RUN_DIR, or "" if there is none.
 std::string latest_checkpoint(const std::string& run_dir);
 
+// A checkpoint directory's name: "ckpt_<step, 8 digits>".
+std::string checkpoint_name(int step);
 // The step of a checkpoint directory's name (ckpt_<8 digits>); 0 for "".
 int checkpoint_step(const std::string& dir);
 

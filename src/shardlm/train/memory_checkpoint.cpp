@@ -28,8 +28,6 @@ namespace {
 
 constexpr int kTagSize = 7101, kTagBlob = 7102, kTagFile = 7103;
 
-std::string ckpt_name(int step) { return format("ckpt_%08d", step); }
-
 // The step of a "ckpt_<8 digits>" name, or -1.
 int ckpt_step(const std::string& name) {
     return checkpoint_dir_kind(name) == CheckpointDir::Complete ? std::atoi(name.c_str() + 5) : -1;
@@ -178,7 +176,7 @@ std::string MemoryCheckpoints::first_problem(const std::string& mine) {
 
 void MemoryCheckpoints::save(PendingCheckpoint& p) {
     if (!enabled_ || root_.empty()) return;
-    const fs::path dir = store(), tmp = dir / ("." + ckpt_name(p.step()) + ".tmp"), final_dir = dir / ckpt_name(p.step());
+    const fs::path dir = store(), tmp = dir / ("." + checkpoint_name(p.step()) + ".tmp"), final_dir = dir / checkpoint_name(p.step());
     const std::vector<std::pair<std::string, std::string>> mine = p.take_files();
     std::string problem = write_own(mine, tmp.string());
     const std::string received = partner_ >= 0 ? exchange_with_partner(mine, problem.empty() ? tmp.string() : "") : "";
@@ -352,7 +350,7 @@ MemoryRecovery MemoryCheckpoints::recover(int at_least) {
     if (!snap) return MemoryRecovery{};
     MemoryRecovery r;
     r.step = snap->first;
-    r.dir = (fs::path(host_dir()) / (".recover_" + ckpt_name(r.step))).string();
+    r.dir = (fs::path(host_dir()) / (".recover_" + checkpoint_name(r.step))).string();
     std::string problem = first_problem(assemble(c, *snap, r));  // (also the barrier before the checks)
     if (problem.empty()) problem = first_problem(check_assembled(r.dir));
     if (!problem.empty()) {
