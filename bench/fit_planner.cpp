@@ -1,6 +1,7 @@
 // bench/fit_planner.cpp: the planner against published training runs (issue 24's validation protocol).
 //
-//   ./build/fit_planner [--cases tests/planner/published_runs.json] [--fit] [--show CASE_ID]
+//   ./build/fit_planner [--cases tests/planner/published_runs.json] [--fit] [--show CASE_ID] [--contract]
+//                       [--out docs/planner_cases.md]
 //
 // Without --fit: every case predicted with the presets' constants (planner/hardware.cpp), the ratio of
 // predicted to published throughput (tokens/s per GPU) and peak memory, and per family and split the
@@ -10,7 +11,14 @@
 // attention's efficiency is the published kernels', not fitted), and the held-out error those constants
 // give. The test (tests/planner/test_published_runs.cpp) holds the presets' constants to the held-out
 // goals.
+//
+// Every case is read twice (validation.h Reading): as its source states it, and as a user who writes
+// only the plan contract's keys on a GPU preset would ask it. The report (stdout, and --out FILE) has
+// the summary per reading and split (within the bounds, the median and mean absolute error) and a
+// row per case: prediction, published value and error in both readings, and the source. --contract
+// with --show prints the contract reading's estimate.
 #include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <map>
 #include <string>
@@ -22,22 +30,103 @@
 
 using namespace shardlm;
 using planner::PublishedCase;
+using planner::Reading;
+
+namespace {
+
+struct Row {
+    const PublishedCase* stated;
+    planner::CaseResult as_stated, as_contract;
+};
+
+std::string percent(double ratio) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%+.1f %%", (ratio - 1) * 100);
+    return b;
+}
+
+std::string fmt(const char* f, double v) {
+    char b[64];
+    std::snprintf(b, sizeof(b), f, v);
+    return b;
+}
+
+// | reading | split | throughput within 15 % | median | mean | memory within 10 % | median |
+std::string summary(const std::vector<Row>& rows) {
+    std::map<std::string, std::pair<planner::Score, planner::Score>> by[2];  // reading -> family/split
+    for (const Row& r : rows)
+        for (int k = 0; k < 2; k++) {
+            const planner::CaseResult& res = k ? r.as_contract : r.as_stated;
+            for (const std::string& key : {r.stated->split, r.stated->family + " / " + r.stated->split}) {
+                by[k][key].first.add(res.throughput_ratio, 0.15);
+                by[k][key].second.add(res.memory_ratio, 0.10);
+            }
+        }
+    std::string out =
+        "| reading | cases | throughput within 15 % | median abs. error | mean | memory within 10 % | median abs. error |\n"
+        "|---|---|---|---|---|---|---|\n";
+    for (int k = 0; k < 2; k++)
+        for (const auto& [key, s] : by[k])
+            out += "| " + std::string(k ? "contract" : "stated") + " | " + key + " | " + std::to_string(s.first.within) +
+                   " of " + std::to_string(s.first.total) + " | " + fmt("%.1f %%", 100 * s.first.median_error()) +
+                   " | " + fmt("%.1f %%", 100 * s.first.mean_error()) + " | " + std::to_string(s.second.within) +
+                   " of " + std::to_string(s.second.total) + " | " + fmt("%.1f %%", 100 * s.second.median_error()) +
+                   " |\n";
+    return out;
+}
+
+std::string case_table(const std::vector<Row>& rows) {
+    std::string out =
+        "| case | family | split | policy (stated) | tokens/s/GPU published | stated: predicted | error | contract: "
+        "predicted | error | memory GB published | stated | error | contract | error | source |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const Row& r : rows) {
+        const PublishedCase& c = *r.stated;
+        out += "| " + c.id + " | " + c.family + " | " + c.split + " | " +
+               (r.as_stated.estimate.consistent ? planner::describe(r.as_stated.estimate.policy)
+                                                : "inconsistent: " + r.as_stated.estimate.reason);
+        if (c.tokens_per_s_per_gpu > 0)
+            out += " | " + fmt("%.0f", c.tokens_per_s_per_gpu) + " | " +
+                   fmt("%.0f", r.as_stated.estimate.tokens_per_s_per_gpu) + " | " + percent(r.as_stated.throughput_ratio) +
+                   " | " + fmt("%.0f", r.as_contract.estimate.tokens_per_s_per_gpu) + " | " +
+                   percent(r.as_contract.throughput_ratio);
+        else
+            out += " | | | | | ";
+        if (c.memory_bytes > 0)
+            out += " | " + fmt("%.1f", c.memory_bytes / 1e9) + " | " +
+                   fmt("%.1f", r.as_stated.memory_ratio * c.memory_bytes / 1e9) + " | " +
+                   percent(r.as_stated.memory_ratio) + " | " +
+                   fmt("%.1f", r.as_contract.memory_ratio * c.memory_bytes / 1e9) + " | " +
+                   percent(r.as_contract.memory_ratio);
+        else
+            out += " | | | | | ";
+        std::string source = c.source;
+        for (char& ch : source)
+            if (ch == '|') ch = '/';
+        out += " | " + source + " |\n";
+    }
+    return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-    std::string path = "tests/planner/published_runs.json";
-    bool fit = false;
-    std::string show;
+    std::string path = "tests/planner/published_runs.json", show, out_path;
+    bool fit = false, contract = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--cases") && i + 1 < argc) path = argv[++i];
         else if (!std::strcmp(argv[i], "--show") && i + 1 < argc) show = argv[++i];
+        else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!std::strcmp(argv[i], "--fit")) fit = true;
+        else if (!std::strcmp(argv[i], "--contract")) contract = true;
         else {
-            std::fprintf(stderr, "usage: fit_planner [--cases FILE.json] [--fit] [--show ID]\n");
+            std::fprintf(stderr, "usage: fit_planner [--cases FILE.json] [--fit] [--show ID] [--contract] [--out FILE.md]\n");
             return 2;
         }
     }
     const std::vector<PublishedCase> cases = planner::load_published_cases(path);
-    for (const PublishedCase& c : cases)
+    const std::vector<PublishedCase> as_contract = planner::load_published_cases(path, Reading::Contract);
+    for (const PublishedCase& c : contract ? as_contract : cases)
         if (c.id == show) {  // one case's whole estimate, every term
             const planner::CaseResult r = planner::predict(c);
             nlohmann::json j = planner::estimate_to_json(r.estimate);
@@ -51,32 +140,24 @@ int main(int argc, char** argv) {
         std::printf("%s\n", fitted.log.c_str());
     }
     auto cluster_of = [&](const PublishedCase& c) { return fit ? planner::with_constants(c.cluster, fitted) : c.cluster; };
-    std::printf("| case | family | split | policy | tokens/s/GPU published | predicted | ratio | memory GB published | "
-                "predicted | ratio |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    std::map<std::string, std::map<std::string, std::pair<planner::Score, planner::Score>>> by;  // family -> split -> (time, memory)
-    for (const PublishedCase& c : cases) {
-        const planner::CaseResult r = planner::predict(c, cluster_of(c));
-        auto& [t, m] = by[c.family][c.split];
-        t.add(r.throughput_ratio, 0.15);
-        m.add(r.memory_ratio, 0.10);
-        auto& [tt, mm] = by["all"][c.split];
-        tt.add(r.throughput_ratio, 0.15);
-        mm.add(r.memory_ratio, 0.10);
-        char tput[96] = "| | | ", mem[96] = "| | | ";
-        if (c.tokens_per_s_per_gpu > 0)
-            std::snprintf(tput, sizeof(tput), "| %.0f | %.0f | %.3f ", c.tokens_per_s_per_gpu,
-                          r.estimate.tokens_per_s_per_gpu, r.throughput_ratio);
-        if (c.memory_bytes > 0)
-            std::snprintf(mem, sizeof(mem), "| %.1f | %.1f | %.3f ", c.memory_bytes / 1e9,
-                          r.memory_ratio * c.memory_bytes / 1e9, r.memory_ratio);
-        std::printf("| %s | %s | %s | %s %s%s|%s\n", c.id.c_str(), c.family.c_str(), c.split.c_str(),
-                    planner::describe(r.estimate.policy).c_str(), tput, mem,
-                    r.estimate.consistent ? "" : (" inconsistent: " + r.estimate.reason).c_str());
+    std::vector<Row> rows;
+    for (size_t i = 0; i < cases.size(); i++)
+        rows.push_back({&cases[i], planner::predict(cases[i], cluster_of(cases[i])),
+                        planner::predict(as_contract[i], cluster_of(as_contract[i]))});
+    const std::string report = "## Summary\n\n" + summary(rows) + "\n## Every case\n\n" + case_table(rows);
+    std::printf("%s", report.c_str());
+    if (!out_path.empty()) {
+        std::ofstream f(out_path);
+        f << "# The planner against published runs\n\nWritten by `./build/fit_planner --out " << out_path
+          << "` from `" << path
+          << "` (docs/PLANNER.md, \"Validation\"). Each case read as its source states it (*stated*) and as a user "
+             "who writes only the plan contract's policy keys on the GPU preset by name would ask it (*contract*); "
+             "error = predicted / published - 1.\n\n"
+          << report;
+        if (!f) {
+            std::fprintf(stderr, "fit_planner: cannot write '%s'\n", out_path.c_str());
+            return 1;
+        }
     }
-    std::printf("\n| family | split | throughput within 15 %% | memory within 10 %% |\n|---|---|---|---|\n");
-    for (const auto& [family, splits] : by)
-        for (const auto& [split, s] : splits)
-            std::printf("| %s | %s | %d of %d | %d of %d |\n", family.c_str(), split.c_str(), s.first.within,
-                        s.first.total, s.second.within, s.second.total);
     return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "shardlm/core/check.h"
 #include "shardlm/planner/plan_io.h"
+#include "shardlm/planner/search.h"
 
 namespace {
 
@@ -74,6 +75,67 @@ TEST(Contract, MissingPolicyKeysTakeTheDefaults) {
     EXPECT_FALSE(e.feasible);  // 175B replicated on every GPU
     EXPECT_NE(e.reason.find("GB"), std::string::npos) << e.reason;
     EXPECT_GT(e.memory.total(), 80e9);
+}
+
+// What a policy file leaves out is the planner's: the micro-batch (the fastest that fits, the rest as
+// named), the framework (the one such a policy runs with) and that framework's attention kernel and
+// gradient accumulation; null leaves a published case's unstated fields open too.
+TEST(Contract, WhatAPolicyLeavesOutThePlannerChooses) {
+    const planner::PolicyRequest none = planner::policy_request_from_json(json::object(), "p.json");
+    EXPECT_TRUE(none.open.micro_batch && none.open.framework && none.open.attention && none.open.grad_accum_fp32);
+    EXPECT_FALSE(none.open.virtual_stages || none.open.recompute || none.open.sequence_parallel);  // the contract's defaults
+    const planner::PolicyRequest named = planner::policy_request_from_json(
+        {{"micro_batch", 2}, {"framework", "megatron"}, {"attention", "flash"}, {"grad_accum_fp32", false}}, "p.json");
+    EXPECT_FALSE(named.open.micro_batch || named.open.framework || named.open.attention || named.open.grad_accum_fp32);
+    EXPECT_EQ(named.policy.micro_batch, 2);
+    const planner::PolicyRequest nulls = planner::policy_request_from_json(
+        {{"virtual_stages", nullptr}, {"recompute", nullptr}, {"sequence_parallel", nullptr}, {"micro_batch", 4}}, "p.json");
+    EXPECT_TRUE(nulls.open.virtual_stages && nulls.open.recompute && nulls.open.sequence_parallel);
+    EXPECT_FALSE(nulls.open.micro_batch);
+
+    const cost::ModelShape m = planner::model_from_json(kModel, "model.json");
+    const planner::Cluster a100 = planner::cluster_from_json(kCluster, "cluster.json");
+    const planner::Cluster h100 = planner::make_cluster(planner::find_gpu("H100-SXM"), 8, 128);
+    planner::Policy p;
+    EXPECT_EQ(planner::default_framework(a100, p), planner::Framework::Megatron);
+    EXPECT_EQ(planner::default_framework(h100, p), planner::Framework::MegatronCore);
+    p.zero_stage = 3;
+    EXPECT_EQ(planner::default_framework(h100, p), planner::Framework::Pytorch);  // FSDP
+    planner::Cluster cpu = a100;
+    cpu.threads_per_rank = 2;
+    EXPECT_EQ(planner::default_framework(cpu, p), planner::Framework::Shardlm);
+    EXPECT_EQ(planner::default_attention(planner::Framework::Megatron), cost::Attention::Naive);
+    EXPECT_EQ(planner::default_attention(planner::Framework::MegatronCore), cost::Attention::Flash);
+    EXPECT_TRUE(planner::default_grad_accum_fp32(planner::Framework::MegatronCore, planner::Precision::Bf16));
+    EXPECT_FALSE(planner::default_grad_accum_fp32(planner::Framework::Megatron, planner::Precision::Fp16));
+    EXPECT_FALSE(planner::default_grad_accum_fp32(planner::Framework::Pytorch, planner::Precision::Bf16));
+
+    // the open micro-batch: as fast as every micro-batch that fits, with the named fields kept
+    const planner::PolicyRequest r =
+        planner::policy_request_from_json({{"tp", 8}, {"pp", 8}, {"zero_stage", 1}, {"recompute", "full"}}, "p.json");
+    const planner::Job job{1536, 2048};
+    const planner::Estimate chosen = planner::evaluate_request(m, h100, job, r);
+    ASSERT_TRUE(chosen.feasible) << chosen.reason;
+    EXPECT_EQ(chosen.policy.tp, 8);
+    EXPECT_EQ(chosen.policy.pp, 8);
+    EXPECT_EQ(chosen.policy.zero_stage, 1);
+    EXPECT_EQ(chosen.policy.framework, planner::Framework::MegatronCore);
+    EXPECT_TRUE(chosen.policy.grad_accum_fp32);
+    int fits = 0;
+    for (int64_t mb : {1, 2, 3, 4, 6, 8}) {
+        planner::Policy q = chosen.policy;
+        q.micro_batch = mb;
+        const planner::Estimate e = planner::evaluate(m, h100, job, q);
+        if (!e.feasible) continue;
+        fits++;
+        EXPECT_LE(e.tokens_per_s, chosen.tokens_per_s * (1 + 1e-12)) << "micro-batch " << mb;
+    }
+    EXPECT_GE(fits, 2);
+    const json chose = planner::chosen_json(r, h100, chosen.policy);
+    EXPECT_EQ(chose["framework"]["value"], "megatron-core");
+    EXPECT_NE(chose["framework"]["why"].get<std::string>().find("Hopper"), std::string::npos);
+    EXPECT_EQ(chose["micro_batch"]["value"], chosen.policy.micro_batch);
+    EXPECT_FALSE(chose.contains("recompute"));
 }
 
 TEST(Contract, InconsistentPoliciesGiveAReasonNotAnException) {

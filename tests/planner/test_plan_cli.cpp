@@ -66,6 +66,12 @@ TEST_F(PlanCli, ContractCommandPrintsOneJsonObject) {
         EXPECT_TRUE(j["memory_gb_per_gpu"].contains(k)) << k;
     EXPECT_TRUE(j["feasible"].get<bool>()) << j.dump(2);
     EXPECT_EQ(j["policy"]["dp"], 16);
+    // the file names no framework: the answer says which it took and why (Megatron-LM on A100s), and
+    // names nothing it did not choose
+    EXPECT_EQ(j["planner_chose"]["framework"]["value"], "megatron") << j["planner_chose"].dump();
+    EXPECT_EQ(j["policy"]["framework"], "megatron");
+    EXPECT_FALSE(j["planner_chose"].contains("micro_batch"));
+    EXPECT_EQ(j["policy"]["micro_batch"], 1);
 }
 
 // A policy that cannot run (inconsistent, impossible values such as tp 0 or ZeRO stage 5, or too large) is a
@@ -227,7 +233,8 @@ TEST_F(PlanCli, SophiaAddsItsHessianPassToTheStep) {
 // not (a whole replica to each of two neighbours every step).
 TEST_F(PlanCli, DpAlgosShowWhenEachBeatsTheAllReduce) {
     const std::string policy = write("dp.json", R"({"tp": 1, "pp": 1, "zero_stage": 0, "micro_batch": 4,
-        "recompute": "none", "sequence_parallel": false, "precision": "bf16"})");
+        "recompute": "none", "sequence_parallel": false, "precision": "bf16", "framework": "megatron",
+        "attention": "flash", "grad_accum_fp32": false})");
     auto table = [&](double gbps) {
         const std::string cl = write("net.json", R"({"gpu": "A100-80GB", "num_gpus": 32, "gpus_per_node": 8,
             "peak_tflops": 312, "memory_gb": 80, "intra_node_GBps": 300, "inter_node_link_efficiency": 1,

@@ -24,7 +24,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, cluster, gpu = "A100-80GB", policy, svg, arch, recompute, sp, precision = "bf16", schedule;
-    std::string attention = "flash", framework = "megatron", compile = "none", cp_comm;
+    std::string attention, framework, compile = "none", cp_comm;
     optim::Kind optimizer = optim::Kind::AdamW;
     int gpus_per_node = 8, nodes = 1, seq = -1, top = 5;  // seq -1: not given
     int64_t global_batch = 0;
@@ -111,10 +111,16 @@ planner::SearchSpace resolve_space(const PlanArgs& a) {
     planner::SearchSpace s;
     SHARDLM_CHECK(planner::precision_from_name(a.precision, &s.precision), "--precision '", a.precision,
                   "' is not known\n---> HINT: use bf16, fp16, fp32 or fp8");
-    SHARDLM_CHECK(cost::attention_from_name(a.attention, &s.attention), "--attention '", a.attention,
+    cost::Attention att = cost::Attention::Flash;
+    SHARDLM_CHECK(a.attention.empty() || cost::attention_from_name(a.attention, &att), "--attention '", a.attention,
                   "' is not known\n---> HINT: use flash or naive");
-    SHARDLM_CHECK(planner::framework_from_name(a.framework, &s.framework), "--framework '", a.framework,
-                  "' is not known\n---> HINT: use megatron, megatron-deepspeed, megatron-core, pytorch or shardlm");
+    if (!a.attention.empty()) s.attention = att;
+    if (!a.framework.empty()) {
+        planner::Framework f;
+        SHARDLM_CHECK(planner::framework_from_name(a.framework, &f), "--framework '", a.framework,
+                      "' is not known\n---> HINT: use megatron, megatron-deepspeed, megatron-core, pytorch or shardlm");
+        s.framework = f;
+    }
     SHARDLM_CHECK(enum_from_name(planner::kCompileNames, a.compile, &s.compile), "--compile '", a.compile,
                   "' is not known\n---> HINT: use ", names_list(planner::kCompileNames));
     if (a.tp) s.tp = {a.tp};
@@ -175,10 +181,12 @@ void print_dp_algos(const cost::ModelShape& m, const planner::Cluster& c, const 
 }
 
 void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Cluster& c, const planner::Job& job) {
-    const planner::Estimate e = planner::evaluate(m, c, job, planner::load_policy_file(a.policy));
+    const planner::PolicyRequest request = planner::load_policy_request(a.policy);
+    const planner::Estimate e = planner::evaluate_request(m, c, job, request);
     if (a.json) {
         nlohmann::json j = planner::estimate_to_json(e);
         j.update(problem_json(m, c, job));
+        j["planner_chose"] = planner::chosen_json(request, c, e.policy);
         if (a.explain) j["explanation"] = planner::dominant_terms(e);
         std::printf("%s\n", j.dump(2).c_str());
     } else {
@@ -300,15 +308,15 @@ void add_plan_command(CLI::App& app) {
     c->add_option("--framework", a->framework,
                   "The software style whose costs apply (search): megatron (2021), megatron-deepspeed (its bf16 "
                   "optimiser keeps 16-bit gradients too), megatron-core (TP and pipeline transfers overlapped, fused "
-                  "attention, FP8), pytorch (FSDP-style: FlashAttention-2, float8), shardlm")
-        ->capture_default_str();
+                  "attention, FP8), pytorch (FSDP-style: FlashAttention-2, float8), shardlm; not given: the one each "
+                  "policy runs with (ZeRO-3: pytorch; otherwise megatron-core on H100/H200, megatron on A100)");
     c->add_option("--compile", a->compile,
                   "What torch.compile covers in a pytorch-style run (search): none, blocks or blocks_and_loss (a "
                   "compiled loss keeps 4 bytes a logit)")
         ->capture_default_str();
     c->add_option("--attention", a->attention,
-                  "flash (fused kernel: no s x s activations, the causal half computed) or naive (search)")
-        ->capture_default_str();
+                  "flash (fused kernel: no s x s activations, the causal half computed) or naive (search); not given: "
+                  "the framework's (naive for megatron and megatron-deepspeed, flash for the others)");
     c->add_option_function<std::string>(
            "--optimizer", [a](const std::string& s) { train::parse_setting("--optimizer", s, &a->optimizer); },
            "The optimiser whose state is counted (as `train --optimizer` with its defaults; sophia also adds its "

@@ -84,12 +84,15 @@ struct Cluster {
     int nodes() const { return gpus_per_node > 0 ? (num_gpus + gpus_per_node - 1) / gpus_per_node : 0; }
 };
 // The GPU presets' allocator_overhead and allocator_overhead_pytorch (PyTorch's caching allocator,
-// reserved over allocated at the peak): fitted on the fit half of the published memory figures of each
+// reserved over allocated at the peak): fitted on the fit cases' published memory figures of each
 // framework style (hardware.cpp).
-inline constexpr double kGpuAllocatorOverhead = 0.09, kGpuAllocatorOverheadPytorch = 0.14;
+inline constexpr double kGpuAllocatorOverhead = 0.09, kGpuAllocatorOverheadPytorch = 0.12;
 // The most GPUs a cluster may have (ten million: far beyond any built, far below int's range).
 inline constexpr int kMaxGpus = 10'000'000;
 Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes);
+// "ampere" (A100 presets) or "hopper" (H100, H200, and any other GPU): the generations whose constants
+// are fitted apart (validation.h) and whose Megatron differs (policy.h default_framework).
+std::string generation(const Cluster& c);
 // Empty if usable, else what is wrong.
 std::string check_cluster(const Cluster& c);
 

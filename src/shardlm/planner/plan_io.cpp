@@ -144,6 +144,28 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     return c;
 }
 
+PolicyRequest policy_request_from_json(const json& j, const std::string& source) {
+    PolicyRequest r;
+    json named = j;
+    if (named.is_object()) {
+        // null: left to the planner (a published case's unstated field)
+        auto open = [&](const char* key, bool* flag) {
+            if (named.contains(key) && named[key].is_null()) named.erase(key), *flag = true;
+        };
+        open("micro_batch", &r.open.micro_batch), open("virtual_stages", &r.open.virtual_stages);
+        open("recompute", &r.open.recompute), open("sequence_parallel", &r.open.sequence_parallel);
+        open("framework", &r.open.framework), open("attention", &r.open.attention);
+        open("grad_accum_fp32", &r.open.grad_accum_fp32);
+        // not named: the micro-batch is the planner's choice, the framework default_framework's and its
+        // attention kernel and gradient accumulation that framework's; the rest take their defaults
+        for (auto [key, flag] : {std::pair{"micro_batch", &r.open.micro_batch}, {"framework", &r.open.framework},
+                                 {"attention", &r.open.attention}, {"grad_accum_fp32", &r.open.grad_accum_fp32}})
+            *flag = *flag || !named.contains(key);
+    }
+    r.policy = policy_from_json(named, source);
+    return r;
+}
+
 Policy policy_from_json(const json& j, const std::string& source) {
     const Fields f(j, source, "policy",
                    {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
@@ -183,6 +205,9 @@ Policy policy_from_json(const json& j, const std::string& source) {
 cost::ModelShape load_model_file(const std::string& path) { return model_from_json(io::read_json_file(path), path); }
 Cluster load_cluster_file(const std::string& path) { return cluster_from_json(io::read_json_file(path), path); }
 Policy load_policy_file(const std::string& path) { return policy_from_json(io::read_json_file(path), path); }
+PolicyRequest load_policy_request(const std::string& path) {
+    return policy_request_from_json(io::read_json_file(path), path);
+}
 
 json model_to_json(const cost::ModelShape& m) {
     return {{"name", m.name},         {"layers", m.layers},         {"hidden", m.hidden},
@@ -277,6 +302,18 @@ json estimate_to_json(const Estimate& e) {
             {"hfu_tflops_per_gpu", e.hfu_tflops_per_gpu},
             {"mfu", e.mfu},
             {"links", {{"tp", link(e.tp_in_node)}, {"dp", link(e.dp_in_node)}, {"pp", link(e.pp_in_node)}}}};
+}
+
+json chosen_json(const PolicyRequest& r, const Cluster& c, const Policy& resolved) {
+    json out = json::object();
+    if (r.open.framework)
+        out["framework"] = {{"value", framework_name(resolved.framework)}, {"why", default_framework_reason(c, resolved)}};
+    const char* fastest = "the fastest that fits, the rest of the policy as named (the leanest if none fits)";
+    if (r.open.micro_batch) out["micro_batch"] = {{"value", resolved.micro_batch}, {"why", fastest}};
+    if (r.open.virtual_stages) out["virtual_stages"] = {{"value", resolved.virtual_stages}, {"why", fastest}};
+    if (r.open.recompute) out["recompute"] = {{"value", cost::recompute_name(resolved.recompute)}, {"why", fastest}};
+    if (r.open.sequence_parallel) out["sequence_parallel"] = {{"value", resolved.sequence_parallel}, {"why", fastest}};
+    return out;
 }
 
 }  // namespace shardlm::planner

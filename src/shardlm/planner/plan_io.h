@@ -31,10 +31,16 @@ namespace shardlm::planner {
 
 cost::ModelShape model_from_json(const nlohmann::json& j, const std::string& source);
 Cluster cluster_from_json(const nlohmann::json& j, const std::string& source);
+// Every named key (defaults for the rest: micro_batch 1, framework megatron, ...).
 Policy policy_from_json(const nlohmann::json& j, const std::string& source);
+// What a policy file asks for: the named keys, and open what it leaves to the planner (policy.h
+// OpenChoices): micro_batch and framework when not named, and any of micro_batch, virtual_stages,
+// recompute, sequence_parallel and framework named as null.
+PolicyRequest policy_request_from_json(const nlohmann::json& j, const std::string& source);
 cost::ModelShape load_model_file(const std::string& path);
 Cluster load_cluster_file(const std::string& path);
 Policy load_policy_file(const std::string& path);
+PolicyRequest load_policy_request(const std::string& path);
 
 nlohmann::json model_to_json(const cost::ModelShape& m);  // the model file format, plus "params"
 nlohmann::json cluster_to_json(const Cluster& c);         // the cluster file format (every key)
@@ -42,5 +48,8 @@ nlohmann::json policy_to_json(const Policy& p);           // the policy file for
 // One evaluated policy: feasible, reason, policy, memory_gb_per_gpu {...}, time_s {...}, step_time_s,
 // tokens_per_s, tokens_per_s_per_gpu, tflops_per_gpu, hfu_tflops_per_gpu, mfu, ...
 nlohmann::json estimate_to_json(const Estimate& e);
+// What the planner chose for a request's open fields: {"framework": {"value", "why"}, "micro_batch": ...}
+// (the "planner_chose" object of `plan --policy --json`).
+nlohmann::json chosen_json(const PolicyRequest& r, const Cluster& c, const Policy& resolved);
 
 }  // namespace shardlm::planner

@@ -16,6 +16,35 @@ constexpr EnumName<Framework> kFrameworkNames[] = {
 std::string framework_name(Framework f) { return enum_name(kFrameworkNames, f); }
 bool framework_from_name(const std::string& s, Framework* out) { return enum_from_name(kFrameworkNames, s, out); }
 
+Framework default_framework(const Cluster& c, const Policy& p) {
+    if (c.threads_per_rank > 0) return Framework::Shardlm;
+    if (p.zero_stage == 3) return Framework::Pytorch;
+    return generation(c) == "hopper" ? Framework::MegatronCore : Framework::Megatron;
+}
+
+std::string default_framework_reason(const Cluster& c, const Policy& p) {
+    if (c.threads_per_rank > 0) return "a calibrated CPU cluster runs this engine";
+    if (p.zero_stage == 3) return "ZeRO-3 is FSDP (PyTorch's or DeepSpeed's): the pytorch style";
+    return generation(c) == "hopper" ? "Megatron on Hopper GPUs is Megatron-Core with Transformer Engine"
+                                     : "Megatron on Ampere GPUs is Megatron-LM";
+}
+
+cost::Attention default_attention(Framework f) {
+    return f == Framework::Megatron || f == Framework::MegatronDeepspeed ? cost::Attention::Naive : cost::Attention::Flash;
+}
+
+bool default_grad_accum_fp32(Framework f, Precision prec) {
+    const bool megatron = f == Framework::Megatron || f == Framework::MegatronDeepspeed || f == Framework::MegatronCore;
+    return megatron && (prec == Precision::Bf16 || prec == Precision::Fp8);
+}
+
+Policy with_defaults(const Cluster& c, Policy p, const OpenChoices& open) {
+    if (open.framework) p.framework = default_framework(c, p);
+    if (open.attention) p.attention = default_attention(p.framework);
+    if (open.grad_accum_fp32) p.grad_accum_fp32 = default_grad_accum_fp32(p.framework, p.precision);
+    return p;
+}
+
 double logits_bytes(const Policy& p) {
     switch (p.framework) {
         case Framework::Shardlm: return 4;  // fp32 logits, the gradient written in place

@@ -66,6 +66,42 @@ struct Policy {
     Framework framework = Framework::Megatron;
     Compile compile = Compile::None;
 };
+// What a policy file leaves to the planner: a key it does not name (the micro-batch, the framework) or
+// names as null (a published case's unstated micro-batch, virtual stages, recomputation, sequence
+// parallelism). The planner takes the framework such a policy runs with (default_framework) and, for
+// the rest, the fastest choice that fits with everything named pinned (search.h, evaluate_request).
+struct OpenChoices {
+    bool micro_batch = false, virtual_stages = false, recompute = false, sequence_parallel = false;
+    bool framework = false, attention = false, grad_accum_fp32 = false;  // the framework's defaults
+    bool any_searched() const { return micro_batch || virtual_stages || recompute || sequence_parallel; }
+};
+struct PolicyRequest {
+    Policy policy;  // what was named; the open fields hold their plain defaults
+    OpenChoices open;
+};
+
+// The software a policy is run with when it names none (docs/PLANNER.md "The framework a policy names
+// none of"): ZeRO-3 without a framework is FSDP, PyTorch's or DeepSpeed's (torchtitan, llm-foundry,
+// DeepSpeed: eager PyTorch with library kernels): the pytorch style; Megatron's own stack did not shard
+// parameters before Megatron-FSDP (2025). Otherwise Megatron: on Hopper (H100, H200) as Megatron-Core
+// with Transformer Engine (the stack NVIDIA ships for them, 2023 on), on Ampere as Megatron-LM;
+// calibrate's CPU clusters run this engine.
+Framework default_framework(const Cluster& c, const Policy& p);
+// Why default_framework chose what it did, one clause ("ZeRO-3 is FSDP: PyTorch style").
+std::string default_framework_reason(const Cluster& c, const Policy& p);
+// The attention kernel a framework runs unless told otherwise: Megatron-LM and Megatron-DeepSpeed the
+// fused scale-mask-softmax over the materialised scores (naive; --use-flash-attn was opt-in), the
+// others a flash kernel (Transformer Engine / cuDNN, SDPA, this engine's fused attention).
+cost::Attention default_attention(Framework f);
+// Whether a framework accumulates and reduces 16-bit runs' gradients in fp32 unless told otherwise:
+// the Megatron styles in bf16 (and FP8, which runs with --bf16) do (megatron/training/arguments.py:
+// "bfloat16 requires gradient accumulation and all-reduce to be done in fp32", unless
+// --grad-reduce-in-bf16); fp16 runs and the others do not.
+bool default_grad_accum_fp32(Framework f, Precision prec);
+// p with its framework-dependent fields that `open` leaves to the planner filled in, in order: the
+// framework (default_framework), then its attention kernel and gradient accumulation.
+Policy with_defaults(const Cluster& c, Policy p, const OpenChoices& open);
+
 // "tp=8 pp=16 dp=8 cp=1 v=3 mb=1 zero=1 recompute=selective sp=on bf16" (+ " naive-attention")
 std::string describe(const Policy& p);
 // Bytes one logit takes at the loss's peak, on the last stage (docs/PLANNER.md "The loss"): megatron

@@ -124,6 +124,8 @@ struct Searcher {
                             if (zb && r == cost::Recompute::Full) continue;  // refused: W needs the activations
                             p.schedule = sched, p.virtual_stages = v, p.zero_stage = zero, p.recompute = r;
                             p.sequence_parallel = sp;
+                            p = with_defaults(c, p, {.framework = !space.framework, .attention = !space.attention,
+                                                     .grad_accum_fp32 = !space.grad_accum_fp32});
                             micro_batch_series(p);
                         }
             }
@@ -132,8 +134,10 @@ struct Searcher {
     void run() {
         Policy p;
         p.precision = space.precision;
-        p.attention = space.attention;
-        p.framework = space.framework, p.grad_accum_fp32 = space.grad_accum_fp32, p.compile = space.compile;
+        p.framework = space.framework.value_or(Framework::Megatron);
+        p.attention = space.attention.value_or(cost::Attention::Flash);
+        p.grad_accum_fp32 = space.grad_accum_fp32.value_or(false);
+        p.compile = space.compile;
         const int64_t n = c.num_gpus;
         for (int tp : or_default(space.tp, tp_candidates(m, c))) {
             if (n % tp) continue;
@@ -171,6 +175,25 @@ SearchResult search(const cost::ModelShape& m, const Cluster& c, const Job& job,
     r.top.assign(s.feasible.begin(), s.feasible.begin() + long(k));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
+}
+
+Estimate evaluate_request(const cost::ModelShape& m, const Cluster& c, const Job& job, const PolicyRequest& r) {
+    const Policy p = with_defaults(c, r.policy, r.open);
+    const Estimate plain = evaluate(m, c, job, p);
+    if (!r.open.any_searched() || !plain.consistent) return plain;
+    SearchSpace space;
+    space.tp = {p.tp}, space.pp = {p.pp}, space.cp = {p.cp}, space.ep = {p.ep}, space.zero_stage = {p.zero_stage};
+    space.cp_comm = {p.cp_comm}, space.schedule = {p.schedule};
+    space.precision = p.precision, space.attention = p.attention;
+    space.framework = p.framework, space.grad_accum_fp32 = p.grad_accum_fp32, space.compile = p.compile;
+    if (!r.open.micro_batch) space.micro_batch = {p.micro_batch};
+    if (!r.open.virtual_stages) space.virtual_stages = {p.virtual_stages};
+    if (!r.open.recompute) space.recompute = {p.recompute};
+    if (!r.open.sequence_parallel) space.sequence_parallel = {p.sequence_parallel};
+    space.max_micro_batch = std::max<int64_t>(space.max_micro_batch, job.global_batch);
+    const SearchResult found = search(m, c, job, space, 1);
+    if (!found.top.empty()) return found.top.front();
+    return found.leanest.consistent ? found.leanest : plain;
 }
 
 }  // namespace shardlm::planner

@@ -9,6 +9,7 @@
 // predicted tokens/s; ties go to the one using less memory.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,11 @@ struct SearchSpace {
     // empty: 1F1B and its interleaving (Megatron's); the zero-bubble ones when named
     std::vector<cost::Schedule> schedule;
     Precision precision = Precision::Bf16;
-    cost::Attention attention = cost::Attention::Flash;
-    Framework framework = Framework::Megatron;
-    bool grad_accum_fp32 = false;
+    // none: each policy's default_framework (policy.h), and that framework's attention kernel and
+    // gradient accumulation (default_attention, default_grad_accum_fp32)
+    std::optional<Framework> framework;
+    std::optional<cost::Attention> attention;
+    std::optional<bool> grad_accum_fp32;
     Compile compile = Compile::None;
     int64_t max_micro_batch = 16;  // when micro_batch is empty
     int max_virtual_stages = 8;    // when virtual_stages is empty
@@ -44,5 +47,10 @@ struct SearchResult {
 };
 
 SearchResult search(const cost::ModelShape& m, const Cluster& c, const Job& job, const SearchSpace& space, int top_k);
+
+// A policy file's request evaluated: an open framework is default_framework's; with open choices, the
+// fastest feasible policy that keeps every named field (the leanest consistent one if none fits, the
+// request with its plain defaults if none is consistent: its reason says why).
+Estimate evaluate_request(const cost::ModelShape& m, const Cluster& c, const Job& job, const PolicyRequest& r);
 
 }  // namespace shardlm::planner

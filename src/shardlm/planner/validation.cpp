@@ -1,5 +1,6 @@
 #include "shardlm/planner/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -63,7 +64,27 @@ double published_flops_per_token(const std::string& convention, const cost::Mode
     fail("unknown FLOP convention '", convention, "'\n---> HINT: use megatron, megatron-core, 6N+12lhs, 6Nne+12lhs or 6N");
 }
 
-std::vector<PublishedCase> load_published_cases(const std::string& path) {
+namespace {
+
+// The plan contract's policy keys (issue 12) and the cluster as a GPU preset by name.
+nlohmann::json contract_policy(const nlohmann::json& policy) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const char* k : {"tp", "pp", "dp", "cp", "zero_stage", "micro_batch", "virtual_stages", "recompute",
+                          "sequence_parallel", "precision"})
+        if (policy.contains(k) && !policy[k].is_null()) out[k] = policy[k];
+    return out;
+}
+
+nlohmann::json contract_cluster(const nlohmann::json& cluster) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const char* k : {"gpu", "num_gpus", "gpus_per_node"})
+        if (cluster.contains(k)) out[k] = cluster[k];
+    return out;
+}
+
+}  // namespace
+
+std::vector<PublishedCase> load_published_cases(const std::string& path, Reading reading) {
     const nlohmann::json all = io::read_json_file(path);
     SHARDLM_CHECK(all.is_array(), path, ": expected a JSON array of cases");
     std::vector<PublishedCase> out;
@@ -84,17 +105,12 @@ std::vector<PublishedCase> load_published_cases(const std::string& path) {
         SHARDLM_CHECK(j.contains("model") && j.contains("cluster") && j.contains("policy"), where,
                       ": needs \"model\", \"cluster\" and \"policy\" objects");
         c.model = model_from_json(j["model"], where + " model");
-        c.cluster = cluster_from_json(j["cluster"], where + " cluster");
-        nlohmann::json policy = j["policy"];
-        SHARDLM_CHECK(policy.is_object(), where, ": \"policy\" must be an object");
-        auto unstated = [&](const char* key) {
-            if (!policy.contains(key) || !policy[key].is_null()) return false;
-            policy.erase(key);
-            return true;
-        };
-        c.free_micro_batch = unstated("micro_batch"), c.free_virtual_stages = unstated("virtual_stages");
-        c.free_recompute = unstated("recompute"), c.free_sp = unstated("sequence_parallel");
-        c.policy = policy_from_json(policy, where + " policy");
+        const bool contract = reading == Reading::Contract;
+        c.cluster = cluster_from_json(contract ? contract_cluster(j["cluster"]) : j["cluster"], where + " cluster");
+        SHARDLM_CHECK(j["policy"].is_object(), where, ": \"policy\" must be an object");
+        PolicyRequest request =
+            policy_request_from_json(contract ? contract_policy(j["policy"]) : j["policy"], where + " policy");
+        c.policy = request.policy, c.open = request.open;
         c.job.global_batch = int64_t(number(j, "global_batch", where));
         c.job.seq = int(number(j, "seq", where));
         SHARDLM_CHECK(c.job.global_batch > 0 && c.job.seq > 0, where, ": needs global_batch and seq");
@@ -132,32 +148,9 @@ std::vector<PublishedCase> load_published_cases(const std::string& path) {
 
 CaseResult predict(const PublishedCase& c) { return predict(c, c.cluster); }
 
-namespace {
-
-Estimate best_policy(const PublishedCase& c, const Cluster& cluster) {
-    const Policy& p = c.policy;
-    if (!c.free_micro_batch && !c.free_virtual_stages && !c.free_recompute && !c.free_sp)
-        return evaluate(c.model, cluster, c.job, p);
-    SearchSpace space;
-    space.tp = {p.tp}, space.pp = {p.pp}, space.cp = {p.cp}, space.zero_stage = {p.zero_stage};
-    space.precision = p.precision, space.attention = p.attention;
-    space.framework = p.framework, space.grad_accum_fp32 = p.grad_accum_fp32, space.compile = p.compile;
-    if (!c.free_micro_batch) space.micro_batch = {p.micro_batch};
-    if (!c.free_virtual_stages) space.virtual_stages = {p.virtual_stages};
-    if (!c.free_recompute) space.recompute = {p.recompute};
-    if (!c.free_sp) space.sequence_parallel = {p.sequence_parallel};
-    if (p.schedule != cost::Schedule::OneFOneB) space.schedule = {p.schedule};
-    space.max_micro_batch = std::max<int64_t>(space.max_micro_batch, c.job.global_batch);
-    const SearchResult r = search(c.model, cluster, c.job, space, 1);
-    if (!r.top.empty()) return r.top.front();
-    return r.leanest.consistent ? r.leanest : evaluate(c.model, cluster, c.job, p);
-}
-
-}  // namespace
-
 CaseResult predict(const PublishedCase& c, const Cluster& cluster) {
     CaseResult r;
-    r.estimate = best_policy(c, cluster);
+    r.estimate = evaluate_request(c.model, cluster, c.job, {c.policy, c.open});
     if (!r.estimate.consistent) return r;
     if (c.tokens_per_s_per_gpu > 0) r.throughput_ratio = r.estimate.tokens_per_s_per_gpu / c.tokens_per_s_per_gpu;
     if (c.memory_bytes > 0) {
@@ -169,13 +162,26 @@ CaseResult predict(const PublishedCase& c, const Cluster& cluster) {
 
 // ---- the fit ------------------------------------------------------------------------------------
 
-std::string generation(const Cluster& c) { return c.gpu.name.rfind("A100", 0) == 0 ? "ampere" : "hopper"; }
-
 void Score::add(double ratio, double bound) {
     if (ratio <= 0) return;
     total++;
     within += std::fabs(ratio - 1) <= bound;
     log_err += std::fabs(std::log(ratio));
+    errors.push_back(std::fabs(ratio - 1));
+}
+
+double Score::median_error() const {
+    if (errors.empty()) return 0;
+    std::vector<double> e = errors;
+    std::sort(e.begin(), e.end());
+    const size_t n = e.size();
+    return n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
+}
+
+double Score::mean_error() const {
+    double sum = 0;
+    for (double e : errors) sum += e;
+    return errors.empty() ? 0 : sum / double(errors.size());
 }
 
 bool Score::better_than(const Score& o) const { return within != o.within ? within > o.within : log_err < o.log_err; }

@@ -34,8 +34,8 @@ struct PublishedCase {
     Cluster cluster;
     Policy policy;
     // what the source leaves out ("null" in the file): the planner's best choice is taken (searched
-    // with everything else pinned), and the case says so in "assumed"
-    bool free_micro_batch = false, free_virtual_stages = false, free_recompute = false, free_sp = false;
+    // with everything else pinned: search.h evaluate_request), and the case says so in "assumed"
+    OpenChoices open;
     Job job;
     double tokens_per_s_per_gpu = 0;  // the source's throughput as tokens/s per GPU (0: none printed)
     double memory_bytes = 0;          // its peak memory per GPU (0: none printed)
@@ -44,9 +44,17 @@ struct PublishedCase {
     bool memory_has_context = false;
 };
 
+// How a case is read:
+//   Stated    as the source states it: every policy key (framework, attention, compile, ...) and the
+//             cluster's own hardware (a power-capped host's HBM, say)
+//   Contract  as a user who writes only the plan contract's keys would ask (issue 12's: tp, pp, dp, cp,
+//             zero_stage, micro_batch, virtual_stages, recompute, sequence_parallel, precision; an
+//             unstated one not named) on the GPU preset by name: the planner's defaults decide the rest
+enum class Reading { Stated, Contract };
+
 // Every case, checked: unknown GPU, model or policy keys, an unknown convention or split name an error
 // with the case's id and the fix.
-std::vector<PublishedCase> load_published_cases(const std::string& path);
+std::vector<PublishedCase> load_published_cases(const std::string& path, Reading reading = Reading::Stated);
 
 struct CaseResult {
     Estimate estimate;
@@ -60,15 +68,16 @@ CaseResult predict(const PublishedCase& c, const Cluster& cluster);
 
 // ---- the fit (bench/fit_planner.cpp --fit; tested: tests/planner/test_published_runs.cpp) ----------
 
-// "ampere" (A100 presets) or "hopper" (H100, H200): the generations whose constants are fitted apart.
-std::string generation(const Cluster& c);
-
-// Cases within the bound of 1 (throughput +-15 %, memory +-10 %) and the sum of |log ratio|.
+// Cases within the bound of 1 (throughput +-15 %, memory +-10 %), the sum of |log ratio|, and each
+// case's absolute error |ratio - 1| for the median and mean.
 struct Score {
     int within = 0, total = 0;
     double log_err = 0;
+    std::vector<double> errors;
     void add(double ratio, double bound);
     bool better_than(const Score& o) const;
+    double median_error() const;  // 0 without cases
+    double mean_error() const;
 };
 
 // The constants chosen on the "fit" cases only, in this order: the allocator's overhead of each
