@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
             const planner::CaseResult r = planner::predict(c);
             nlohmann::json j = planner::estimate_to_json(r.estimate);
             j["explanation"] = planner::dominant_terms(r.estimate);
-            std::printf("%s\n%s\n", c.id.c_str(), j.dump(1).c_str());
+            std::printf("%s\n%s\n%s", c.id.c_str(), j.dump(1).c_str(),
+                        planner::format_terms(planner::explain_terms(c.model, c.cluster, c.job, r.estimate), r.estimate).c_str());
             return 0;
         }
     planner::FittedConstants fitted;

@@ -138,6 +138,47 @@ TEST(Contract, WhatAPolicyLeavesOutThePlannerChooses) {
     EXPECT_FALSE(chose.contains("recompute"));
 }
 
+// plan --explain's terms: compute piece by piece adds up to the estimate's compute, the exposed
+// collectives to its communication, under every kind of policy; each product names its shape and the
+// share of the peak it runs at.
+TEST(Contract, ExplainTermsAddUpToTheStep) {
+    const cost::ModelShape m = planner::model_from_json(kModel, "model.json");
+    const planner::Cluster h100 = planner::make_cluster(planner::find_gpu("H100-SXM"), 8, 128);
+    const planner::Cluster a100 = planner::cluster_from_json(kCluster, "cluster.json");
+    const std::pair<json, const planner::Cluster*> policies[] = {
+        {{{"zero_stage", 3}, {"micro_batch", 1}, {"recompute", "full"}, {"framework", "pytorch"}}, &h100},
+        {{{"tp", 8}, {"pp", 8}, {"virtual_stages", 4}, {"zero_stage", 1}, {"sequence_parallel", true},
+          {"precision", "fp8"}, {"framework", "megatron-core"}, {"recompute", "selective"}}, &h100},
+        {{{"tp", 8}, {"pp", 16}, {"zero_stage", 0}, {"attention", "naive"}, {"recompute", "selective"},
+          {"precision", "fp16"}}, &a100},
+        {{{"tp", 8}, {"pp", 8}, {"cp", 2}, {"cp_comm", "ring"}, {"zero_stage", 2}, {"sequence_parallel", true}}, &h100},
+        {{{"tp", 4}, {"pp", 8}, {"zero_stage", 3}, {"framework", "pytorch"}, {"recompute", "selective"}}, &h100},
+    };
+    for (const auto& [policy, cluster] : policies) {
+        const planner::Job job{1024, 2048};
+        const planner::Estimate e = planner::evaluate(m, *cluster, job, planner::policy_from_json(policy, "p.json"));
+        ASSERT_TRUE(e.consistent) << policy.dump() << ": " << e.reason;
+        const planner::Terms t = planner::explain_terms(m, *cluster, job, e);
+        double compute = 0, comm = 0;
+        for (const planner::Term& x : t.compute) {
+            compute += x.seconds;
+            if (!x.shape.empty()) {
+                EXPECT_TRUE(x.efficiency > 0 && x.efficiency <= 1) << x.what;
+            }
+        }
+        for (const planner::Term& x : t.communication) comm += x.seconds;
+        const planner::TimeBreakdown& b = e.time;
+        EXPECT_NEAR(compute, b.compute, 1e-9 * b.compute) << policy.dump();
+        EXPECT_NEAR(comm, b.tp_comm + b.cp_comm + b.ep_comm + b.dp_comm + b.pp_comm, 1e-9 * e.step_time_s) << policy.dump();
+        EXPECT_EQ(t.pipeline_bubble_s, b.pp_bubble);
+        EXPECT_EQ(t.optimizer_s, b.optimizer);
+        EXPECT_NE(t.compute.front().shape, "") << "a product leads the compute of a 175B model: " << t.compute.front().what;
+        const json j = planner::terms_to_json(t, e.step_time_s);
+        EXPECT_EQ(j["compute"].size(), t.compute.size());
+        EXPECT_TRUE(j["compute"][0].contains("shape") && j["compute"][0].contains("efficiency"));
+    }
+}
+
 TEST(Contract, InconsistentPoliciesGiveAReasonNotAnException) {
     const std::pair<json, const char*> cases[] = {
         {{{"tp", 7}}, "tp*pp*cp"},                    // does not divide 1024

@@ -328,6 +328,23 @@ TEST_F(PlanCli, ExplainNamesTheDominantTerms) {
     EXPECT_NE(plan("--model llama3-70b --gpu A100-80GB --nodes 8 --global-batch 512 --precision fp8", &out), 0);
     EXPECT_NE(out.find("no FP8 tensor cores"), std::string::npos) << out;
     EXPECT_NE(out.find("H100-SXM"), std::string::npos) << out;
+    // one policy: every term, the products with their shapes, in the table and in the JSON
+    const std::string policy = write("p.json", R"({"tp": 8, "pp": 8, "zero_stage": 1, "micro_batch": 1,
+        "virtual_stages": 4, "recompute": "selective", "sequence_parallel": true})");
+    ASSERT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
+                   " --global-batch 1536 --seq 2048 --explain", &out), 0) << out;
+    for (const char* k : {"\ncompute ", "MLP up projection", " x 6144 x 12288", "% of peak", "exposed communication ",
+                          "TP all-gathers and reduce-scatters", "ZeRO-1 reduce-scatter of the gradients",
+                          "pipeline bubble ", "\nmemory "})
+        EXPECT_NE(out.find(k), std::string::npos) << k << "\n" << out;
+    ASSERT_EQ(plan("--model " + model() + " --cluster " + cluster() + " --policy " + policy +
+                   " --global-batch 1536 --seq 2048 --explain --json", &out), 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    ASSERT_TRUE(j.contains("terms")) << out;
+    double sum = 0;
+    for (const auto& t : j["terms"]["compute"]) sum += t["seconds"].get<double>();
+    EXPECT_NEAR(sum, j["time_s"]["compute"].get<double>(), 1e-9 * sum);
+    EXPECT_EQ(j["terms"]["compute"][0]["shape"].get<std::string>().find(" x "), 4u) << j["terms"].dump(1);
 }
 
 }  // namespace

@@ -187,13 +187,17 @@ void run_policy(const PlanArgs& a, const cost::ModelShape& m, const planner::Clu
         nlohmann::json j = planner::estimate_to_json(e);
         j.update(problem_json(m, c, job));
         j["planner_chose"] = planner::chosen_json(request, c, e.policy);
-        if (a.explain) j["explanation"] = planner::dominant_terms(e);
+        if (a.explain) {
+            j["explanation"] = planner::dominant_terms(e);
+            j["terms"] = planner::terms_to_json(planner::explain_terms(m, c, job, e), e.step_time_s);
+        }
         std::printf("%s\n", j.dump(2).c_str());
     } else {
         std::printf("%s\n%s", planner::describe_problem(m, c, job, e.policy.precision).c_str(),
                     planner::format_estimate(e, c).c_str());
         if (e.consistent) std::printf("%s: %s\n", a.explain ? "explain" : "dominant terms",
                                       (a.explain ? planner::dominant_terms(e) : planner::dominant_summary(e)).c_str());
+        if (e.consistent && a.explain) std::printf("\n%s", planner::format_terms(planner::explain_terms(m, c, job, e), e).c_str());
         if (a.dp_algos) print_dp_algos(m, c, e);
     }
     if (!a.svg.empty()) write_svg(a.svg, planner::plan_svg({e}, c, m.name + ": " + planner::describe(e.policy)));

@@ -143,4 +143,50 @@ Estimate evaluate(const cost::ModelShape& m, const Cluster& c, const Job& job, P
     return e;
 }
 
+Terms explain_terms(const cost::ModelShape& m, const Cluster& c, const Job& job, const Estimate& e) {
+    Terms out;
+    if (!e.consistent) return out;
+    const Policy& p = e.policy;
+    const detail::StageModel sm(m, c, job, p);
+    const MicroBatch first = sm.micro_batch_time(0), last = sm.micro_batch_time(p.pp - 1);
+    const int pace = last.total() > first.total() ? p.pp - 1 : 0;  // as fill_time
+    const MicroBatch& slow = pace == 0 ? first : last;
+    // Sophia's Hessian pass repeats the passes and their transfers (fill_time)
+    const double again = job.hessian_interval > 0 ? 1.0 + 1.0 / job.hessian_interval : 1.0;
+    const double per_step = double(sm.micro_batches) * again;
+    for (const auto& w : sm.compute_work(pace)) {
+        Term t{w.what, per_step * (w.forward + w.backward), "", w.efficiency};
+        if (w.M > 0) t.shape = cat(int64_t(w.M), " x ", int64_t(w.N), " x ", int64_t(w.K));
+        out.compute.push_back(t);
+    }
+    auto comm = [&](std::string what, double s) {
+        if (s <= 0) return;
+        Term t;
+        t.what = std::move(what), t.seconds = s;
+        out.communication.push_back(t);
+    };
+    const char* tp_what = p.sequence_parallel ? "TP all-gathers and reduce-scatters (sequence parallel)" : "TP all-reduces";
+    comm(p.framework == Framework::MegatronCore ? cat(tp_what, ", beyond the GEMMs they overlap") : tp_what,
+         per_step * slow.tp);
+    comm(p.cp_comm == cost::CpComm::Ring ? "CP ring: key and value blocks passed on"
+                                         : "CP: keys and values all-gathered, their gradients reduce-scattered",
+         per_step * slow.cp);
+    comm("EP all-to-alls: dispatch and combine", per_step * slow.ep);
+    detail::StageModel::DpExposed dp;
+    for (int stage : extreme_stages(p)) {
+        const detail::StageModel::DpExposed x = sm.dp_exposed(stage, sm.micro_batch_time(stage));
+        if (x.total() > dp.total()) dp = x;
+    }
+    comm("DP all-reduce of the gradients", again * dp.all_reduce);
+    comm(cat("ZeRO-", p.zero_stage, " reduce-scatter of the gradients"), again * dp.reduce_scatter);
+    comm(cat("ZeRO-", p.zero_stage, " all-gather of the parameters"), again * dp.all_gather);
+    comm("pipeline send/recv of activations and their gradients", again * sm.pp_comm_s());
+    out.pipeline_bubble_s = e.time.pp_bubble;
+    out.optimizer_s = e.time.optimizer;
+    auto larger = [](const Term& a, const Term& b) { return a.seconds > b.seconds; };
+    std::stable_sort(out.compute.begin(), out.compute.end(), larger);
+    std::stable_sort(out.communication.begin(), out.communication.end(), larger);
+    return out;
+}
+
 }  // namespace shardlm::planner

@@ -26,6 +26,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shardlm/cost/shape.h"
 #include "shardlm/planner/hardware.h"
@@ -50,5 +51,22 @@ struct Estimate {
 };
 
 Estimate evaluate(const cost::ModelShape& m, const Cluster& c, const Job& job, Policy p);
+
+// The terms that decide an estimate (`plan --explain`), seconds per step on the stage that sets the
+// pace: compute piece by piece (each product with its shape per layer and the share of its precision's
+// peak it runs at), exposed communication collective by collective, the pipeline's bubble and the
+// optimiser. compute sums to the estimate's time.compute, communication to its tp, cp, ep, dp and pp
+// transfers.
+struct Term {
+    std::string what;
+    double seconds = 0;
+    std::string shape;      // a product's "M x N x K" ((M x K) @ (K x N)) per layer; empty otherwise
+    double efficiency = 0;  // of the precision's peak (products, attention's kernel); 0 otherwise
+};
+struct Terms {
+    std::vector<Term> compute, communication;
+    double pipeline_bubble_s = 0, optimizer_s = 0;
+};
+Terms explain_terms(const cost::ModelShape& m, const Cluster& c, const Job& job, const Estimate& e);
 
 }  // namespace shardlm::planner

@@ -56,10 +56,10 @@ std::string zero_sentence(const Estimate& b) {
                " s of DP/ZeRO traffic left exposed");
 }
 
-using Terms = std::vector<std::pair<const char*, double>>;
+using NamedValues = std::vector<std::pair<const char*, double>>;
 
-Terms time_terms(const TimeBreakdown& t) {
-    Terms v = {{"compute", t.compute},          {"TP communication", t.tp_comm},
+NamedValues time_terms(const TimeBreakdown& t) {
+    NamedValues v = {{"compute", t.compute},          {"TP communication", t.tp_comm},
                {"CP communication", t.cp_comm}, {"EP all-to-all", t.ep_comm}, {"pipeline bubble", t.pp_bubble},
                {"pipeline send/recv", t.pp_comm}, {"exposed DP communication", t.dp_comm},
                {"optimizer", t.optimizer}};
@@ -67,14 +67,14 @@ Terms time_terms(const TimeBreakdown& t) {
     return v;
 }
 
-Terms memory_terms(const MemoryBreakdown& m) {
-    Terms v = {{"parameters", m.params}, {"gradients", m.grads}, {"optimizer state", m.optimizer},
+NamedValues memory_terms(const MemoryBreakdown& m) {
+    NamedValues v = {{"parameters", m.params}, {"gradients", m.grads}, {"optimizer state", m.optimizer},
                {"activations", m.activations}, {"buffers", m.buffers}};
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     return v;
 }
 
-std::string list_terms(const Terms& v, double total, double scale, const char* unit) {
+std::string list_terms(const NamedValues& v, double total, double scale, const char* unit) {
     std::string out;
     for (const auto& [name, x] : v)
         if (x >= 0.01 * total)
@@ -151,6 +151,36 @@ std::string explain_best(const std::vector<Estimate>& ranked, const std::vector<
         parts.push_back(cat("#2 (", policy_diff(best.policy, ranked[1].policy), ") is ", slower(best, ranked[1])));
     std::string out;
     for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+    return out;
+}
+
+std::string format_terms(const Terms& t, const Estimate& e) {
+    const double step = e.step_time_s;
+    auto share = [&](double x) { return cat(fmt("%.3g s", x), " (", fmt("%.0f %%", step > 0 ? 100 * x / step : 0), ")"); };
+    auto sum = [](const std::vector<Term>& v) {
+        double s = 0;
+        for (const Term& x : v) s += x.seconds;
+        return s;
+    };
+    std::string out = cat("compute ", share(sum(t.compute)), "\n");
+    char line[256];
+    for (const Term& x : t.compute) {
+        const std::string eff = x.efficiency > 0 ? cat("at ", fmt("%.0f", 100 * x.efficiency), " % of peak") : "";
+        std::snprintf(line, sizeof(line), "  %-62s %-22s %-17s %s\n", x.what.c_str(), x.shape.c_str(), eff.c_str(),
+                      share(x.seconds).c_str());
+        out += line;
+    }
+    out += cat("exposed communication ", share(sum(t.communication)), "\n");
+    for (const Term& x : t.communication) {
+        std::snprintf(line, sizeof(line), "  %-102s %s\n", x.what.c_str(), share(x.seconds).c_str());
+        out += line;
+    }
+    out += cat("pipeline bubble ", share(t.pipeline_bubble_s), ", optimizer ", share(t.optimizer_s), "\n");
+    const MemoryBreakdown& m = e.memory;
+    out += cat("memory ", fmt("%.1f GB", m.total() / 1e9), " (stage ", e.fullest_stage, "): parameters ",
+               fmt("%.1f", m.params / 1e9), ", gradients ", fmt("%.1f", m.grads / 1e9), ", optimizer state ",
+               fmt("%.1f", m.optimizer / 1e9), ", activations ", fmt("%.1f", m.activations / 1e9), ", buffers ",
+               fmt("%.1f", m.buffers / 1e9), "\n");
     return out;
 }
 

@@ -20,6 +20,14 @@ std::string explain_best(const std::vector<Estimate>& ranked, const std::vector<
 //    memory 71.2 GB: activations 38.0 GB (53 %), optimizer 18.2 GB (26 %), ..."
 // (terms under 1 % are left out). The first term of each is the one to attack.
 std::string dominant_terms(const Estimate& e);
+// The terms of explain_terms as a table, each with its share of the step:
+//   compute 9.1 s (74 %)
+//     MLP up projection            8192 x 3072 x 12288   at 51 % of peak   2.9 s (24 %)
+//     ...
+//   exposed communication 1.9 s (15 %)
+//     ZeRO-1 reduce-scatter of the gradients                                1.2 s (10 %)
+//   pipeline bubble 1.2 s (10 %), optimizer 0.01 s
+std::string format_terms(const Terms& t, const Estimate& e);
 // Just the two leaders: "step: compute 74 %; memory: activations 53 %".
 std::string dominant_summary(const Estimate& e);
 

@@ -316,4 +316,19 @@ json chosen_json(const PolicyRequest& r, const Cluster& c, const Policy& resolve
     return out;
 }
 
+json terms_to_json(const Terms& t, double step_time_s) {
+    auto list = [&](const std::vector<Term>& terms) {
+        json out = json::array();
+        for (const Term& x : terms) {
+            json j = {{"what", x.what}, {"seconds", x.seconds}, {"share", step_time_s > 0 ? x.seconds / step_time_s : 0}};
+            if (!x.shape.empty()) j["shape"] = x.shape;
+            if (x.efficiency > 0) j["efficiency"] = x.efficiency;
+            out.push_back(j);
+        }
+        return out;
+    };
+    return {{"compute", list(t.compute)}, {"communication", list(t.communication)},
+            {"pipeline_bubble_s", t.pipeline_bubble_s}, {"optimizer_s", t.optimizer_s}};
+}
+
 }  // namespace shardlm::planner

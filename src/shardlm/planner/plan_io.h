@@ -48,6 +48,10 @@ nlohmann::json policy_to_json(const Policy& p);           // the policy file for
 // One evaluated policy: feasible, reason, policy, memory_gb_per_gpu {...}, time_s {...}, step_time_s,
 // tokens_per_s, tokens_per_s_per_gpu, tflops_per_gpu, hfu_tflops_per_gpu, mfu, ...
 nlohmann::json estimate_to_json(const Estimate& e);
+// `plan --explain --json`'s "terms": {"compute": [{"what", "seconds", "share", "shape", "efficiency"}, ...],
+// "communication": [{"what", "seconds", "share"}, ...], "pipeline_bubble_s", "optimizer_s"}, largest first,
+// shares of the step time (shape and efficiency for products and attention's kernel only).
+nlohmann::json terms_to_json(const Terms& t, double step_time_s);
 // What the planner chose for a request's open fields: {"framework": {"value", "why"}, "micro_batch": ...}
 // (the "planner_chose" object of `plan --policy --json`).
 nlohmann::json chosen_json(const PolicyRequest& r, const Cluster& c, const Policy& resolved);

@@ -139,10 +139,14 @@ double StageModel::fp8_weight_bytes(int /*stage*/) const {
 
 // ---- time -------------------------------------------------------------------------------------------
 
-double StageModel::gemm_s(double M, double N, double K, Precision prec) const {
+double StageModel::gemm_efficiency(double M, double N, double K, Precision prec) const {
     const bool lanes = c.threads_per_rank > 1 &&
                        cost::runs_lanes(int(p.micro_batch), job.seq / p.cp, c.threads_per_rank, p.tp);
-    return 2 * M * N * K / gemm_flops(c, prec, std::min({M, N, K}), lanes, p.framework == Framework::Pytorch);
+    return gemm_flops(c, prec, std::min({M, N, K}), lanes, p.framework == Framework::Pytorch) / peak_flops(c, prec);
+}
+
+double StageModel::gemm_s(double M, double N, double K, Precision prec) const {
+    return 2 * M * N * K / (peak_flops(c, prec) * gemm_efficiency(M, N, K, prec));
 }
 
 double StageModel::block_gemm_s() const {
@@ -217,28 +221,82 @@ double StageModel::head_forward_s() const {
     return gemm_s(M, v, m.hidden, compute_precision(p.precision)) + 2 * M * v * 4 / hbm_bytes_per_s(c);
 }
 
+std::vector<StageModel::Work> StageModel::compute_work(int stage) const {
+    const double L = layers_per_stage(), M = double(p.micro_batch) * job.seq / p.cp, h = m.hidden, t = p.tp;
+    const bool full = p.recompute == Recompute::Full, selective = p.recompute == Recompute::Selective;
+    const Precision q = p.precision;
+    std::vector<Work> w;
+    // a block's forward work of s seconds: L times forward, twice backward, once more when fully recomputed
+    auto block = [&](std::string what, double s) {
+        Work x;
+        x.what = std::move(what), x.forward = L * s, x.backward = L * s * (full ? 3 : 2);
+        return x;
+    };
+    auto product = [&](const char* what, double n, double k, double count) {
+        Work x = block(what, count * gemm_s(M, n, k, q));
+        x.M = M, x.N = n, x.K = k, x.efficiency = gemm_efficiency(M, n, k, q);
+        w.push_back(x);
+    };
+    product("QKV projection", (h + 2 * double(m.kv_dim())) / t, h, 1);
+    product("attention output projection", h, h / t, 1);
+    if (m.moe()) {
+        w.push_back(block("MLP: routed and shared experts, router", mlp_gemm_s()));
+    } else {
+        const double f = double(m.ffn_hidden) / t;
+        product(m.arch == cost::Arch::Llama ? "MLP gate and up projections" : "MLP up projection", f, h,
+                m.arch == cost::Arch::Llama ? 2 : 1);
+        product("MLP down projection", h, f, 1);
+    }
+    // attention's core: the fused kernel (its backward recomputes Q K^T), or Q K^T and P V as products
+    Work attention = block(flash() ? "attention (fused kernel)" : "attention Q K^T and P V", attention_gemm_s());
+    if (flash()) {
+        attention.backward += 0.5 * L * attention_gemm_s();
+        attention.efficiency = p.framework == Framework::Pytorch ? c.efficiency.flash_pytorch : c.efficiency.flash;
+    } else {
+        attention.M = double(job.seq) / p.cp, attention.N = job.seq, attention.K = m.head_dim();
+        attention.efficiency = gemm_efficiency(attention.M, attention.N, attention.K, compute_precision(q));
+    }
+    if (selective && !flash()) attention.backward += L * attention_gemm_s();  // the dropped core rebuilt
+    w.push_back(attention);
+    Work memory_bound = block("memory-bound work: norms, activations, softmax, residuals", block_memory_bound_s());
+    if (selective && !flash()) memory_bound.backward += L * attention_memory_bound_s();
+    // op-level selective recomputation (with flash): the dropped element-wise results rebuilt, read and written
+    if (selective && flash() && p.framework != Framework::Pytorch)
+        memory_bound.backward += L * 2 * cost::op_selective_recomputed_bytes(m, activation_spec(Recompute::None)) /
+                                 hbm_bytes_per_s(c);
+    w.push_back(memory_bound);
+    if (selective && flash() && p.framework == Framework::Pytorch) {  // every other GEMM of the block run again
+        const double dim = std::min<double>(h / t, M);
+        Work again;
+        again.what = "every other product recomputed (op-level selective checkpointing)";
+        again.backward = L * M * cost::every_other_gemm_recomputed_flops_per_token(m, p.tp) /
+                         gemm_flops(c, q, dim, false, true);
+        again.efficiency = gemm_flops(c, q, dim, false, true) / peak_flops(c, q);
+        w.push_back(again);
+    }
+    if (q == Precision::Fp8) {
+        Work casts;
+        casts.what = "FP8 casts of the linear layers' inputs, gradients and weights";
+        casts.forward = L * fp8_cast_s(false);
+        casts.backward = L * (fp8_cast_s(true) + (full ? fp8_cast_s(false) : 0));
+        w.push_back(casts);
+    }
+    if (stage == p.pp - 1) {
+        Work head;
+        head.what = "output layer: logits and cross-entropy";
+        head.forward = head_forward_s(), head.backward = 2 * head_forward_s();
+        head.M = M, head.N = padded_vocab() / p.tp, head.K = h;
+        head.efficiency = gemm_efficiency(head.M, head.N, head.K, compute_precision(q));
+        w.push_back(head);
+    }
+    return w;
+}
+
 StageModel::MicroBatch StageModel::micro_batch_time(int stage) const {
     const double L = layers_per_stage();
     const double attn = attention_gemm_s() + attention_memory_bound_s();
-    const double block_fwd = block_gemm_s() + block_memory_bound_s() + attention_gemm_s();
     MicroBatch t;
-    t.forward = L * block_fwd;
-    t.backward = 2 * L * block_fwd;
-    if (flash()) t.backward += 0.5 * L * attention_gemm_s();  // the fused backward recomputes Q K^T
-    t.forward += L * fp8_cast_s(false), t.backward += L * fp8_cast_s(true);
-    if (p.recompute == Recompute::Full) t.backward += L * (block_fwd + fp8_cast_s(false));
-    if (p.recompute == Recompute::Selective && !flash()) t.backward += L * attn;
-    // op-level selective recomputation (with flash): the dropped element-wise results rebuilt, read and written
-    if (p.recompute == Recompute::Selective && flash()) {
-        if (p.framework == Framework::Pytorch)  // every other GEMM of the block run again
-            t.backward += L * double(p.micro_batch) * job.seq / p.cp *
-                          cost::every_other_gemm_recomputed_flops_per_token(m, p.tp) /
-                          gemm_flops(c, p.precision, std::min<double>(m.hidden / p.tp, double(p.micro_batch) * job.seq / p.cp),
-                                     false, true);
-        else
-            t.backward += L * 2 * cost::op_selective_recomputed_bytes(m, activation_spec(Recompute::None)) / hbm_bytes_per_s(c);
-    }
-    if (stage == p.pp - 1) t.forward += head_forward_s(), t.backward += 2 * head_forward_s();
+    for (const Work& w : compute_work(stage)) t.forward += w.forward, t.backward += w.backward;
 
     const cost::Link tp_link = group_link(c, p.tp);
     const double tp_one = cost::tp_block_time_s(
@@ -278,14 +336,19 @@ double StageModel::cp_layer_s(double attn) const {
     return steps * (left(step_kv, window) + left(step_kv + step_dkv, 2 * window)) + step_dkv;
 }
 
-double StageModel::dp_exposed_s(int stage, const MicroBatch& mb) const {
+StageModel::DpExposed StageModel::dp_exposed(int stage, const MicroBatch& mb) const {
     const double experts = stage_experts(stage);
-    return reduction_exposed_s(stage_params(stage) - experts, zero_group(), group_link(c, p.tp * p.cp * p.dp), mb) +
-           reduction_exposed_s(experts, expert_zero_group(), group_link(c, p.tp * p.cp * p.dp), mb);
+    const cost::Link link = group_link(c, p.tp * p.cp * p.dp);
+    const DpExposed dense = reduction_exposed(stage_params(stage) - experts, zero_group(), link, mb);
+    const DpExposed routed = reduction_exposed(experts, expert_zero_group(), link, mb);
+    return {dense.all_reduce + routed.all_reduce, dense.reduce_scatter + routed.reduce_scatter,
+            dense.all_gather + routed.all_gather};
 }
 
-double StageModel::reduction_exposed_s(double numel, int n, const cost::Link& link, const MicroBatch& mb) const {
-    if (n <= 1 || numel <= 0) return 0;
+StageModel::DpExposed StageModel::reduction_exposed(double numel, int n, const cost::Link& link,
+                                                   const MicroBatch& mb) const {
+    DpExposed out;
+    if (n <= 1 || numel <= 0) return out;
     const cost::StateBytes sb = state_bytes();
     const double units = layers_per_stage() + 1;  // blocks, and the embedding or head
     // a collective of time x that may overlap a window w: the last unit's share is never hidden
@@ -297,18 +360,23 @@ double StageModel::reduction_exposed_s(double numel, int n, const cost::Link& li
     auto time = [&](Collective k, double bytes) { return units * cost::collective_time_s(k, bytes / units, n, link); };
     const double grads = numel * sb.grads, params = numel * sb.params, m_count = double(micro_batches);
     const double bwd = mb.backward + mb.tp, fwd = mb.forward;
+    const double rs = time(Collective::ReduceScatter, grads), ag = time(Collective::AllGather, params);
     switch (p.zero_stage) {
-        case 0: return exposed(time(Collective::AllReduce, grads), bwd);
-        case 1: return exposed(time(Collective::ReduceScatter, grads), bwd) + exposed(time(Collective::AllGather, params), fwd);
-        case 2:
-            return m_count * exposed(time(Collective::ReduceScatter, grads), bwd) +
-                   exposed(time(Collective::AllGather, params), fwd);
+        case 0: out.all_reduce = exposed(time(Collective::AllReduce, grads), bwd); break;
+        case 1: out.reduce_scatter = exposed(rs, bwd), out.all_gather = exposed(ag, fwd); break;
+        case 2: out.reduce_scatter = m_count * exposed(rs, bwd), out.all_gather = exposed(ag, fwd); break;
         default:
-            if (p.pp > 1)  // the stage gathered once, its gradients reduce-scattered once (memory() above)
-                return exposed(time(Collective::AllGather, params), fwd) + exposed(time(Collective::ReduceScatter, grads), bwd);
-            return m_count * (exposed(time(Collective::AllGather, params), fwd) +
-                              exposed(time(Collective::AllGather, params) + time(Collective::ReduceScatter, grads), bwd));
+            if (p.pp > 1) {  // the stage gathered once, its gradients reduce-scattered once (memory() above)
+                out.all_gather = exposed(ag, fwd), out.reduce_scatter = exposed(rs, bwd);
+                break;
+            }
+            // every micro-batch: the gather before the forward, and the backward's gather and reduce-scatter
+            // sharing its window (what stays exposed split in proportion to their times)
+            const double backward = exposed(ag + rs, bwd);
+            out.all_gather = m_count * (exposed(ag, fwd) + backward * ag / (ag + rs));
+            out.reduce_scatter = m_count * backward * rs / (ag + rs);
     }
+    return out;
 }
 
 double StageModel::optimizer_s(int stage) const {

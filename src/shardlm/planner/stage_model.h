@@ -2,6 +2,8 @@
 // holds and how long its work takes for one micro-batch. evaluate.cpp combines the stages into a step.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "shardlm/cost/memory.h"
 #include "shardlm/cost/shape.h"
@@ -42,6 +44,19 @@ struct StageModel {
     double stage_experts(int stage) const { return layers_per_stage() * block_experts(); }
     MemoryBreakdown memory(int stage) const;
 
+    // One piece of a micro-batch's compute on one GPU of `stage`: seconds forward and backward (the
+    // backward with its recomputation), and for a product its shape per layer, (M x K) @ (K x N), and
+    // the fraction of its precision's peak it runs at (attention's kernel: its efficiency too).
+    struct Work {
+        std::string what;
+        double forward = 0, backward = 0;
+        double M = 0, N = 0, K = 0;
+        double efficiency = 0;
+    };
+    // Every piece, in the block's order, then the head on the last stage; their sums are
+    // micro_batch_time's forward and backward.
+    std::vector<Work> compute_work(int stage) const;
+
     // One micro-batch on one GPU of `stage`, seconds.
     struct MicroBatch {
         double forward = 0, backward = 0;  // compute; backward includes the recomputed forward
@@ -49,8 +64,13 @@ struct StageModel {
         double total() const { return forward + backward + tp + cp + ep; }
     };
     MicroBatch micro_batch_time(int stage) const;
-    // Exposed data-parallel communication per step, given the stage's micro-batch times.
-    double dp_exposed_s(int stage, const MicroBatch& mb) const;
+    // Exposed data-parallel communication per step, given the stage's micro-batch times, by collective.
+    struct DpExposed {
+        double all_reduce = 0, reduce_scatter = 0, all_gather = 0;
+        double total() const { return all_reduce + reduce_scatter + all_gather; }
+    };
+    DpExposed dp_exposed(int stage, const MicroBatch& mb) const;
+    double dp_exposed_s(int stage, const MicroBatch& mb) const { return dp_exposed(stage, mb).total(); }
     double optimizer_s(int stage) const;
     double pp_comm_s() const;
 
@@ -62,6 +82,7 @@ private:
     // one (M x K) @ (K x N) product in precision `prec` (the linear layers run in the policy's, fp8
     // included; attention and the head in compute_precision)
     double gemm_s(double M, double N, double K, Precision prec) const;
+    double gemm_efficiency(double M, double N, double K, Precision prec) const;  // of prec's peak
     double block_gemm_s() const;                        // forward matrices of one block
     double fp8_cast_s(bool backward) const;             // FP8 casts of one block, forward or backward
     // forward Q K^T and P V of one block: the whole square in separate GEMMs (naive), or the causal
@@ -73,7 +94,7 @@ private:
     double ep_layer_s() const;                           // expert parallelism's all-to-alls a layer, forward and backward
     double mlp_gemm_s() const;                           // forward products of one block's MLP (or experts)
     // the exposed reductions of numel parameters over a group of n ranks
-    double reduction_exposed_s(double numel, int n, const cost::Link& link, const MicroBatch& mb) const;
+    DpExposed reduction_exposed(double numel, int n, const cost::Link& link, const MicroBatch& mb) const;
     double head_forward_s() const;                      // logits GEMM + softmax/cross-entropy
 };
 
