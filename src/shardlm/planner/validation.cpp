@@ -245,24 +245,22 @@ FittedConstants fit_constants(const std::vector<PublishedCase>& cases) {
                      top.total, " fit memory cases within 10 %\n");
     }
     for (const char* gen : {"ampere", "hopper"}) {
-        std::vector<const PublishedCase*> sixteen, fp8, fp8_pt, pytorch;
+        std::vector<const PublishedCase*> sixteen, fp8, fp8_pt, pytorch;  // sixteen: Megatron styles'
         for (const PublishedCase& c : cases) {
             if (c.split != "fit" || generation(c.cluster) != gen || c.tokens_per_s_per_gpu <= 0) continue;
             const bool pt = c.policy.framework == Framework::Pytorch;
             if (c.policy.precision == Precision::Fp8) (pt ? fp8_pt : fp8).push_back(&c);
-            else sixteen.push_back(&c), pt ? pytorch.push_back(&c) : void();
+            else (pt ? pytorch : sixteen).push_back(&c);
         }
         if (sixteen.empty()) continue;
         FittedConstants::Generation& g = f.generations[gen];
-        // the GEMM curve first, the PyTorch-style runs' attention at the Megatron-style kernels' (a
-        // source, not a fit) so that the result does not depend on the presets' fitted values
-        const auto neutral = [](Cluster& c) { c.efficiency.flash_pytorch = c.efficiency.flash; };
+        // the GEMM curve first, on the Megatron-style runs (their attention kernel's efficiency is a
+        // source, not a fit; the PyTorch-style runs' attention is fitted next, on its own runs)
         Score top;
         top.within = -1;
         for (double gm : grid(0.40, 0.90, 0.01))
             for (double half : {16.0, 32.0, 64.0, 96.0, 128.0, 192.0, 256.0}) {
                 const Score s = score(sixteen, [&](Cluster& c) {
-                    neutral(c);
                     c.efficiency.gemm_max = gm, c.efficiency.gemm_half_dim = half;
                     c.allocator_overhead = f.allocator_overhead, c.allocator_overhead_pytorch = f.allocator_overhead_pytorch;
                 }, false);
@@ -270,8 +268,10 @@ FittedConstants fit_constants(const std::vector<PublishedCase>& cases) {
             }
         f.log += cat(gen, ": gemm_max ", g.gemm_max, ", gemm_half_dim ", g.gemm_half_dim, ": ", top.within, " of ",
                      top.total, " fit cases within 15 %\n");
+        // the PyTorch style's attention at the Megatron style's until fitted, so that nothing depends on
+        // the presets' fitted values
         auto base = [&](Cluster& c) {
-            neutral(c);
+            c.efficiency.flash_pytorch = c.efficiency.flash;
             c.efficiency.gemm_max = g.gemm_max, c.efficiency.gemm_half_dim = g.gemm_half_dim;
             c.allocator_overhead = f.allocator_overhead, c.allocator_overhead_pytorch = f.allocator_overhead_pytorch;
             if (g.flash_pytorch > 0) c.efficiency.flash_pytorch = g.flash_pytorch;

@@ -82,9 +82,9 @@ struct Score {
 
 // The constants chosen on the "fit" cases only, in this order: the allocator's overhead of each
 // framework style (the Megatron styles' and the PyTorch style's, each on that style's memory cases),
-// then per generation gemm_max and gemm_half_dim (16-bit throughput cases; flash attention's
-// Megatron-style efficiency and the links are the sources', hardware.cpp), flash_pytorch (the
-// PyTorch-style 16-bit cases), fp8_gemm_max (Megatron-style FP8) and fp8_gemm_max_pytorch, each on a
+// then per generation gemm_max and gemm_half_dim on the Megatron-style 16-bit cases (whose every other
+// term has a source: flash attention's efficiency and the links, hardware.cpp), flash_pytorch on the
+// PyTorch-style 16-bit cases, fp8_gemm_max (Megatron-style FP8) and fp8_gemm_max_pytorch, each on a
 // grid, each the one with the most cases within bounds (ties: the least log error).
 struct FittedConstants {
     struct Generation {
