@@ -127,6 +127,35 @@ TEST(MemoryRules, MegatronDeepspeedKeepsTheBf16GradientsBesideTheFp32Accumulatio
     EXPECT_DOUBLE_EQ(stage_memory(c, {8, 8192}, p, 0).grads, megatron.grads / 2);
 }
 
+// Transformer Engine's FP8 linear layers keep their inputs for the weight gradient cast to FP8
+// (linear.py: inputmat_t, not inputmat_no_fp8): the QKV, projection, MLP and MLP-down inputs, one byte
+// a value in place of two. One sequence of 8192 on one GPU: 8192 x (4096 + 2 x 4096 + 14336) values;
+// under tp 4 with sequence parallelism a quarter; with op-level selective recomputation (which drops the
+// norms' and the activation's outputs) the projection's input alone. torchao's float8 keeps 16 bits.
+TEST(MemoryRules, TransformerEngineKeepsTheLinearInputsInFp8) {
+    cost::ActivationSpec a;
+    a.seq = 8192, a.attention = cost::Attention::Flash;
+    auto saved = [&](cost::ActivationSpec x) {
+        const double bf16 = cost::block_activation_bytes(kLlama8b, x);
+        x.fp8_linear_inputs = true;
+        return bf16 - cost::block_activation_bytes(kLlama8b, x);
+    };
+    EXPECT_DOUBLE_EQ(saved(a), 8192.0 * (4096 + 2 * 4096 + 14336));
+    a.tp = 4, a.sequence_parallel = true;
+    EXPECT_DOUBLE_EQ(saved(a), 8192.0 * (4096 + 2 * 4096 + 14336) / 4);
+    a.recompute = cost::Recompute::Selective;
+    EXPECT_DOUBLE_EQ(saved(a), 8192.0 * 4096 / 4);
+    a.recompute = cost::Recompute::Full;
+    EXPECT_DOUBLE_EQ(saved(a), 0.0);  // only the block's input is kept
+    // the planner sets it for FP8 runs of the Megatron styles, not the PyTorch style's
+    const planner::Cluster c = h100s(1);
+    planner::Policy p = fsdp8(planner::Framework::MegatronCore);
+    p.precision = planner::Precision::Fp8, p.recompute = cost::Recompute::None;
+    const double te = stage_memory(c, {16, 8192}, p, 0).activations;
+    p.framework = planner::Framework::Pytorch;
+    EXPECT_LT(te, stage_memory(c, {16, 8192}, p, 0).activations);
+}
+
 // The allocator's overhead is fitted per framework style (a constant, not a mechanism): a PyTorch-style
 // run takes allocator_overhead_pytorch, the others allocator_overhead, on what the tensors take (not on
 // the CUDA context).

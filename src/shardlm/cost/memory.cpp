@@ -89,7 +89,15 @@ double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
         bytes += sb * (double(m.hidden + m.kv_dim()) * a.value_bytes / a.tp + 2 * 4);
     }
     if (a.recompute == Recompute::None || a.attention == Attention::Flash) bytes += attention_core_activation_bytes(m, a);
-    if (a.recompute == Recompute::Selective && a.attention == Attention::Flash) bytes -= op_selective_recomputed_bytes(m, a);
+    const bool op_selective = a.recompute == Recompute::Selective && a.attention == Attention::Flash;
+    if (op_selective) bytes -= op_selective_recomputed_bytes(m, a);
+    if (a.fp8_linear_inputs) {
+        // the projection's input, and unless recomputed the QKV and MLP inputs (the norms' outputs) and the
+        // MLP-down input (the activation's output), one byte a value in place of value_bytes
+        const double sb = double(a.micro_batch) * (double(a.seq) / a.cp), h = m.hidden, f = m.ffn_hidden;
+        const double values = sb * h / a.tp + (op_selective ? 0 : sb * (2 * h / sp_div + f / a.tp));
+        bytes -= values * (a.value_bytes - 1);
+    }
     return bytes;
 }
 

@@ -101,6 +101,10 @@ struct ActivationSpec {
     // forward order) are kept, all else recomputed (every_other_gemm_saved_bytes). Off: element-wise
     // (op_selective_recomputed_bytes).
     bool every_other_gemm = false;
+    // The linear layers keep their inputs for the weight gradient in FP8, one byte a value (Transformer
+    // Engine's Linear, LayerNormLinear and LayerNormMLP with fp8 save the cast input, inputmat_t, not the
+    // 16-bit one): the QKV, projection, MLP and MLP-down inputs. torchao's float8 keeps 16-bit ones.
+    bool fp8_linear_inputs = false;
 };
 // Bytes one block keeps for its backward, for one micro-batch, on one rank.
 double block_activation_bytes(const ModelShape& m, const ActivationSpec& a);

@@ -49,7 +49,7 @@ const std::vector<GpuSpec>& gpu_presets() {
     // gemm_max, gemm_half_dim, memory, fp8_gemm_max, flash, fp8_gemm_max_pytorch, flash_pytorch,
     // intra_link, inter_link
     const Efficiency ampere{0.68, 16, 0.80, 0.0, 0.60, 0.0, 0.38, 0.77, 0.80};
-    const Efficiency hopper{0.55, 256, 0.80, 0.65, 0.60, 0.60, 0.18, 0.82, 0.80};
+    const Efficiency hopper{0.55, 256, 0.80, 0.64, 0.60, 0.60, 0.18, 0.82, 0.80};
     static const std::vector<GpuSpec> p = {
         // name         16-bit  TF32   FP32   FP8  HBM GB  HBM GB/s NVLink GB/s  net GB/s
         {"A100-40GB",     312,  156,  19.5,     0,    40,    1555,     300,        25, ampere},

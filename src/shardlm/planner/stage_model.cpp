@@ -26,6 +26,7 @@ cost::ActivationSpec StageModel::activation_spec(Recompute r) const {
     a.value_bytes = value_bytes();
     a.attention = p.attention;
     a.every_other_gemm = p.framework == Framework::Pytorch;  // torchtitan's op-level selective checkpointing
+    a.fp8_linear_inputs = p.precision == Precision::Fp8 && p.framework != Framework::Pytorch;  // Transformer Engine
     return a;
 }
 
