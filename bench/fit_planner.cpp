@@ -1,4 +1,4 @@
-// bench/fit_planner.cpp: the planner against published training runs (issue 24's validation protocol).
+// bench/fit_planner.cpp: the planner against published training runs (docs/PLANNER.md, "Validation against published runs").
 //
 //   ./build/fit_planner [--cases tests/planner/published_runs.json] [--fit] [--show CASE_ID] [--contract]
 //                       [--out docs/planner_cases.md]
@@ -65,13 +65,18 @@ std::string summary(const std::vector<Row>& rows) {
     std::string out =
         "| reading | cases | throughput within 15 % | median abs. error | mean | memory within 10 % | median abs. error |\n"
         "|---|---|---|---|---|---|---|\n";
+    auto cells = [](const planner::Score& s, bool mean) {
+        if (s.total == 0) return std::string(mean ? "| | | " : "| | ");
+        return "| " + std::to_string(s.within) + " of " + std::to_string(s.total) + " | " +
+               fmt("%.1f %%", 100 * s.median_error()) + (mean ? " | " + fmt("%.1f %%", 100 * s.mean_error()) : "") + " ";
+    };
     for (int k = 0; k < 2; k++)
-        for (const auto& [key, s] : by[k])
-            out += "| " + std::string(k ? "contract" : "stated") + " | " + key + " | " + std::to_string(s.first.within) +
-                   " of " + std::to_string(s.first.total) + " | " + fmt("%.1f %%", 100 * s.first.median_error()) +
-                   " | " + fmt("%.1f %%", 100 * s.first.mean_error()) + " | " + std::to_string(s.second.within) +
-                   " of " + std::to_string(s.second.total) + " | " + fmt("%.1f %%", 100 * s.second.median_error()) +
-                   " |\n";
+        for (bool families : {false, true})  // each split, then each family within it
+            for (const auto& [key, s] : by[k]) {
+                if ((key.find(" / ") != std::string::npos) != families) continue;
+                out += "| " + std::string(k ? "contract" : "stated") + " | " + key + " " + cells(s.first, true) +
+                       cells(s.second, false) + "|\n";
+            }
     return out;
 }
 
@@ -100,7 +105,9 @@ std::string case_table(const std::vector<Row>& rows) {
                    percent(r.as_contract.memory_ratio);
         else
             out += " | | | | | ";
+        // the source's first 140 characters (the JSON has it whole)
         std::string source = c.source;
+        if (source.size() > 140) source = source.substr(0, source.rfind(' ', 140)) + " ...";
         for (char& ch : source)
             if (ch == '|') ch = '/';
         out += " | " + source + " |\n";
@@ -151,7 +158,7 @@ int main(int argc, char** argv) {
         std::ofstream f(out_path);
         f << "# The planner against published runs\n\nWritten by `./build/fit_planner --out " << out_path
           << "` from `" << path
-          << "` (docs/PLANNER.md, \"Validation\"). Each case read as its source states it (*stated*) and as a user "
+          << "` (docs/PLANNER.md, \"Validation against published runs\"; each case's whole source is in the JSON). Each case read as its source states it (*stated*) and as a user "
              "who writes only the plan contract's policy keys on the GPU preset by name would ask it (*contract*); "
              "error = predicted / published - 1.\n\n"
           << report;

@@ -1,4 +1,4 @@
-// The GPU frameworks' memory rules of issue 24's second round (docs/PLANNER.md "What changed"), each on
+// The GPU frameworks' memory rules (docs/PLANNER.md "FP8, attention kernels and framework styles"), each on
 // one configuration whose bytes are worked out by hand: Llama 3.1 8B (h 4096, 8 KV heads of 128, MLP
 // 14336, vocabulary 128256, blocks of 218,112,000 parameters, embedding and head 525,336,576 each) on
 // H100s, with the allocator's overheads set to 0 so that what the tensors take is compared exactly.

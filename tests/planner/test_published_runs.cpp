@@ -78,4 +78,28 @@ TEST(PublishedRuns, FitError) {
     }
 }
 
+// The held-out error in both readings, as reported at the end of the round (docs/PLANNER.md: 63 and
+// 61 of 85 throughput figures within 15 %, 8 and 0 of 8 memory figures within 10 %; the goals, 80 % and
+// a median of 8 %, are not met yet): a change that loses held-out ground fails.
+TEST(PublishedRuns, HeldOutError) {
+    for (planner::Reading reading : {planner::Reading::Stated, planner::Reading::Contract}) {
+        planner::Score time, memory;
+        for (const auto& c : cases(reading)) {
+            if (c.split != "held_out") continue;
+            const planner::CaseResult r = planner::predict(c);
+            time.add(r.throughput_ratio, 0.15);
+            memory.add(r.memory_ratio, 0.10);
+        }
+        const bool stated = reading == planner::Reading::Stated;
+        std::printf("  %s: throughput %d of %d within 15 %% (median %.1f %%), memory %d of %d within 10 %%\n",
+                    stated ? "stated" : "contract", time.within, time.total, 100 * time.median_error(), memory.within,
+                    memory.total);
+        EXPECT_EQ(time.total, 85);
+        EXPECT_GE(time.within, stated ? 63 : 61) << "of " << time.total << " held-out throughput figures within 15 %";
+        EXPECT_LE(time.median_error(), stated ? 0.093 : 0.078);
+        EXPECT_GE(memory.within, stated ? 8 : 0) << "of " << memory.total << " held-out memory figures within 10 %";
+    }
+}
+
 }  // namespace
+

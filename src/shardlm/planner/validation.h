@@ -1,4 +1,4 @@
-// planner/validation.h: the planner against published training runs (issue 24's protocol).
+// planner/validation.h: the planner against published training runs (docs/PLANNER.md, "Validation against published runs").
 //
 // tests/planner/published_runs.json holds cases gathered from papers and repositories: the model, the
 // cluster (a GPU preset, GPUs, GPUs per node), the policy the run used, the batch and sequence, and
