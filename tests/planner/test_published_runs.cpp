@@ -23,7 +23,7 @@ std::vector<planner::PublishedCase> cases(planner::Reading reading = planner::Re
 
 TEST(PublishedRuns, EveryCaseIsAConsistentPolicyWithASourceAndASplit) {
     const auto all = cases();
-    ASSERT_GE(all.size(), 190u);
+    ASSERT_GE(all.size(), 290u);
     std::map<std::string, int> held_out;
     for (planner::Reading reading : {planner::Reading::Stated, planner::Reading::Contract})
         for (const auto& c : cases(reading)) {
@@ -33,7 +33,7 @@ TEST(PublishedRuns, EveryCaseIsAConsistentPolicyWithASourceAndASplit) {
             EXPECT_TRUE(c.tokens_per_s_per_gpu > 0 || c.memory_bytes > 0) << c.id;
             if (c.split == "held_out" && reading == planner::Reading::Stated) held_out[c.family]++;
         }
-    for (const char* family : {"korthikanti-a100", "megascale", "fp8", "torchtitan", "mosaic", "bloom", "deepspeed"})
+    for (const char* family : {"nanotron", "megatron-bridge", "zero-bubble", "fms-fsdp", "olmo", "mosaic"})
         EXPECT_GE(held_out[family], 3) << family << ": too few held-out cases to say anything";
 }
 
@@ -78,23 +78,23 @@ TEST(PublishedRuns, FitError) {
     for (planner::Reading reading : {planner::Reading::Stated, planner::Reading::Contract}) {
         const bool stated = reading == planner::Reading::Stated;
         const auto [time, memory] = scores(reading, "fit");
-        EXPECT_GE(time.within, stated ? 80 : 75) << "of " << time.total << " fit throughput figures within 15 %";
-        EXPECT_LE(time.median_error(), stated ? 0.062 : 0.070);
-        EXPECT_GE(memory.within, stated ? 25 : 18) << "of " << memory.total << " fit memory figures within 10 %";
+        EXPECT_GE(time.within, stated ? 147 : 130) << "of " << time.total << " fit throughput figures within 15 %";
+        EXPECT_LE(time.median_error(), stated ? 0.084 : 0.094);
+        EXPECT_GE(memory.within, stated ? 33 : 20) << "of " << memory.total << " fit memory figures within 10 %";
     }
 }
 
-// The held-out error in both readings, as reported at the end of the round (docs/PLANNER.md: 63 and
-// 61 of 85 throughput figures within 15 %, 8 and 0 of 8 memory figures within 10 %; the goals, 80 % and
-// a median of 8 %, are not met yet): a change that loses held-out ground fails.
+// The held-out error in both readings, as reported at the end of the round (docs/PLANNER.md: 38 and
+// 51 of 98 throughput figures within 15 %, 4 and 3 of 26 memory figures within 10 %; the goals, 80 %
+// and a median of 8 %, are far off): a change that loses held-out ground fails.
 TEST(PublishedRuns, HeldOutError) {
     for (planner::Reading reading : {planner::Reading::Stated, planner::Reading::Contract}) {
         const bool stated = reading == planner::Reading::Stated;
         const auto [time, memory] = scores(reading, "held_out");
-        EXPECT_EQ(time.total, 85);
-        EXPECT_GE(time.within, stated ? 63 : 61) << "of " << time.total << " held-out throughput figures within 15 %";
-        EXPECT_LE(time.median_error(), stated ? 0.093 : 0.078);
-        EXPECT_GE(memory.within, stated ? 8 : 0) << "of " << memory.total << " held-out memory figures within 10 %";
+        EXPECT_EQ(time.total, 98);
+        EXPECT_GE(time.within, stated ? 38 : 51) << "of " << time.total << " held-out throughput figures within 15 %";
+        EXPECT_LE(time.median_error(), stated ? 0.184 : 0.145);
+        EXPECT_GE(memory.within, stated ? 4 : 3) << "of " << memory.total << " held-out memory figures within 10 %";
     }
 }
 

@@ -41,15 +41,15 @@ bool precision_from_name(const std::string& s, Precision* out) { return enum_fro
 //     backward lower).
 //   fitted on the "fit" cases of tests/planner/published_runs.json only (bench/fit_planner.cpp --fit;
 //     planner::fit_constants; the test checks these equal its output): gemm_max, gemm_half_dim,
-//     flash_pytorch (PyTorch-style runs' FlashAttention-2/Triton/SDPA kernels: A100 0.38, H100 0.18),
+//     flash_pytorch (PyTorch-style runs' FlashAttention-2/Triton/SDPA kernels: A100 0.47, H100 0.18),
 //     fp8_gemm_max (Transformer Engine) and fp8_gemm_max_pytorch (torchao float8), and the allocator's
 //     overhead per framework style (kGpuAllocatorOverhead, kGpuAllocatorOverheadPytorch). The held-out
 //     cases' error is in docs/PLANNER.md. memory 0.8: Megatron-LM's table (docs/PLANNER.md).
 const std::vector<GpuSpec>& gpu_presets() {
     // gemm_max, gemm_half_dim, memory, fp8_gemm_max, flash, fp8_gemm_max_pytorch, flash_pytorch,
     // intra_link, inter_link
-    const Efficiency ampere{0.68, 16, 0.80, 0.0, 0.60, 0.0, 0.38, 0.77, 0.80};
-    const Efficiency hopper{0.55, 256, 0.80, 0.64, 0.60, 0.60, 0.18, 0.82, 0.80};
+    const Efficiency ampere{0.64, 16, 0.80, 0.0, 0.60, 0.0, 0.47, 0.77, 0.80};
+    const Efficiency hopper{0.55, 256, 0.80, 0.65, 0.60, 0.61, 0.18, 0.82, 0.80};
     static const std::vector<GpuSpec> p = {
         // name         16-bit  TF32   FP32   FP8  HBM GB  HBM GB/s NVLink GB/s  net GB/s
         {"A100-40GB",     312,  156,  19.5,     0,    40,    1555,     300,        25, ampere},

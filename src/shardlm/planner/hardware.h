@@ -86,7 +86,7 @@ struct Cluster {
 // The GPU presets' allocator_overhead and allocator_overhead_pytorch (PyTorch's caching allocator,
 // reserved over allocated at the peak): fitted on the fit cases' published memory figures of each
 // framework style (hardware.cpp).
-inline constexpr double kGpuAllocatorOverhead = 0.09, kGpuAllocatorOverheadPytorch = 0.12;
+inline constexpr double kGpuAllocatorOverhead = 0.11, kGpuAllocatorOverheadPytorch = 0.12;
 // The most GPUs a cluster may have (ten million: far beyond any built, far below int's range).
 inline constexpr int kMaxGpus = 10'000'000;
 Cluster make_cluster(const GpuSpec& gpu, int gpus_per_node, int nodes);
