@@ -26,10 +26,10 @@ std::string human_count(double n) {
 
 std::string policy_row(int rank, const Estimate& e) {
     const Policy& p = e.policy;
-    return printf_string("%3d %4d %4d %5d %3d %3d %4lld %4d %-9s %-3s | %8.3f %10.0f %8.1f %5.1f %%", rank, p.tp, p.pp,
-                         p.dp, p.cp, p.virtual_stages, (long long)p.micro_batch, p.zero_stage,
-                         cost::recompute_name(p.recompute).c_str(), p.sequence_parallel ? "on" : "off", e.step_time_s,
-                         e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu);
+    return printf_string("%3d %4d %4d %5d %3d %3d %4lld %4d %-9s %-3s %-18s | %8.3f %10.0f %8.1f %5.1f %%", rank, p.tp,
+                         p.pp, p.dp, p.cp, p.virtual_stages, (long long)p.micro_batch, p.zero_stage,
+                         cost::recompute_name(p.recompute).c_str(), p.sequence_parallel ? "on" : "off",
+                         framework_name(p.framework).c_str(), e.step_time_s, e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu);
 }
 
 std::string breakdown_row(int rank, const Estimate& e) {
@@ -61,7 +61,8 @@ std::string describe_problem(const cost::ModelShape& m, const Cluster& c, const 
 }
 
 std::string format_table(const std::vector<Estimate>& rows, const Cluster& c) {
-    std::string out = "  #   tp   pp    dp  cp   v   mb zero recompute sp  |   step s   tokens/s  TFLOP/s   MFU\n";
+    std::string out =
+        "  #   tp   pp    dp  cp   v   mb zero recompute sp  framework          |   step s   tokens/s  TFLOP/s   MFU\n";
     for (size_t i = 0; i < rows.size(); i++) out += policy_row(int(i + 1), rows[i]) + "\n";
     out += cat("\n    memory per GPU, GB (fullest stage; GPU has ", c.gpu.memory_gb,
                ")          | step time, s (exposed)\n");
