@@ -228,9 +228,9 @@ std::vector<StageModel::Work> StageModel::compute_work(int stage) const {
     const Precision q = p.precision;
     std::vector<Work> w;
     // a block's forward work of s seconds: L times forward, twice backward, once more when fully recomputed
-    auto block = [&](std::string what, double s) {
+    auto block = [&](const char* what, double s) {
         Work x;
-        x.what = std::move(what), x.forward = L * s, x.backward = L * s * (full ? 3 : 2);
+        x.what = what, x.forward = L * s, x.backward = L * s * (full ? 3 : 2);
         return x;
     };
     auto product = [&](const char* what, double n, double k, double count) {
@@ -270,9 +270,9 @@ std::vector<StageModel::Work> StageModel::compute_work(int stage) const {
         const double dim = std::min<double>(h / t, M);
         Work again;
         again.what = "every other product recomputed (op-level selective checkpointing)";
-        again.backward = L * M * cost::every_other_gemm_recomputed_flops_per_token(m, p.tp) /
-                         gemm_flops(c, q, dim, false, true);
-        again.efficiency = gemm_flops(c, q, dim, false, true) / peak_flops(c, q);
+        const double flops = gemm_flops(c, q, dim, false, true);
+        again.backward = L * M * cost::every_other_gemm_recomputed_flops_per_token(m, p.tp) / flops;
+        again.efficiency = flops / peak_flops(c, q);
         w.push_back(again);
     }
     if (q == Precision::Fp8) {

@@ -48,7 +48,7 @@ struct StageModel {
     // backward with its recomputation), and for a product its shape per layer, (M x K) @ (K x N), and
     // the fraction of its precision's peak it runs at (attention's kernel: its efficiency too).
     struct Work {
-        std::string what;
+        const char* what = "";  // a literal: the search builds these for every policy it evaluates
         double forward = 0, backward = 0;
         double M = 0, N = 0, K = 0;
         double efficiency = 0;
