@@ -104,7 +104,15 @@ TEST_F(CalibrateCli, TwoRanksWriteAClusterFileThePlannerReads) {
     EXPECT_GT(c.reserve_gb, 0.001);
     const nlohmann::json j = nlohmann::json::parse(io::read_file(out));
     EXPECT_EQ(j["measured"]["collectives"].size(), 20u);  // 4 operations x 5 sizes
-    EXPECT_EQ(j["measured"]["gemm"].size(), 24u);
+    EXPECT_EQ(j["measured"]["gemm"].size(), 26u);
+    // each product's own efficiency, for the planner's correction of the curve near it
+    ASSERT_TRUE(c.efficiency.gemm_shapes);
+    EXPECT_EQ(c.efficiency.gemm_shapes->size(), 26u);
+    for (const planner::MeasuredGemm& g : *c.efficiency.gemm_shapes) {
+        EXPECT_GT(g.efficiency, 0);
+        EXPECT_LE(g.efficiency, 1);
+    }
+    EXPECT_FALSE(c.efficiency.lanes_gemm_shapes);  // one thread a rank: no lanes
     EXPECT_EQ(j["measured"]["collectives_backend"], "ring");
     // --collectives mpi: the links measured through the MPI library's collectives, as train would use them
     const std::string out_mpi = (tmp / "cpu-mpi.json").string();

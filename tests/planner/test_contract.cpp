@@ -239,6 +239,56 @@ TEST(Contract, ClusterFileOfAnUnknownGpuNeedsOnlyTheContractKeys) {
     EXPECT_EQ(planner::cluster_to_json(back), planner::cluster_to_json(cl));
 }
 
+// A cluster file's measured products correct the curve where they were measured and leave it far away;
+// a bad entry is named.
+TEST(Contract, MeasuredGemmShapesCorrectTheCurveNearThem) {
+    json c = {{"gpu", "cpu-1x2"}, {"num_gpus", 1}, {"gpus_per_node", 1}, {"peak_tflops", 0.4}, {"peak_tflops_fp32", 0.2},
+              {"memory_gb", 16}, {"intra_node_GBps", 30}, {"inter_node_GBps", 30}, {"gemm_max", 0.8},
+              {"gemm_half_dim", 0}};
+    const planner::Cluster plain = planner::cluster_from_json(c, "c.json");
+    const auto P = planner::Precision::Fp32;
+    EXPECT_DOUBLE_EQ(planner::gemm_efficiency_at(plain, P, 1024, 50304, 256), 0.8);  // the curve alone
+    c["gemm_shapes"] = json::array({{{"M", 1024}, {"N", 32768}, {"K", 256}, {"efficiency", 0.6}},
+                                    {{"M", 1024}, {"N", 1024}, {"K", 256}, {"efficiency", 0.8}}});
+    const planner::Cluster measured = planner::cluster_from_json(c, "c.json");
+    EXPECT_NEAR(planner::gemm_efficiency_at(measured, P, 1024, 32768, 256), 0.6, 1e-12);  // its measurement
+    EXPECT_NEAR(planner::gemm_efficiency_at(measured, P, 1024, 1024, 256), 0.8, 1e-12);
+    const double head = planner::gemm_efficiency_at(measured, P, 1024, 50304, 256);  // near the slow one
+    EXPECT_GT(head, 0.6);
+    EXPECT_LT(head, 0.7);
+    EXPECT_NEAR(planner::gemm_efficiency_at(measured, P, 1 << 20, 1 << 20, 1 << 20), 0.8, 0.01);  // far: the curve
+    // the lanes' own list serves ranks that run lanes, the other one the rest
+    c["threads_per_rank"] = 2, c["lanes_gemm_max"] = 0.5, c["lanes_gemm_half_dim"] = 0;
+    c["lanes_gemm_shapes"] = json::array({{{"M", 1024}, {"N", 32768}, {"K", 256}, {"efficiency", 0.25}}});
+    const planner::Cluster lanes = planner::cluster_from_json(c, "c.json");
+    EXPECT_NEAR(planner::gemm_efficiency_at(lanes, P, 1024, 32768, 256, true), 0.25, 1e-12);
+    EXPECT_NEAR(planner::gemm_efficiency_at(lanes, P, 1024, 32768, 256, false), 0.6, 1e-12);
+    // written back as read
+    const planner::Cluster back = planner::cluster_from_json(planner::cluster_to_json(lanes), "back.json");
+    EXPECT_EQ(planner::cluster_to_json(back), planner::cluster_to_json(lanes));
+    EXPECT_FALSE(planner::cluster_to_json(plain).contains("gemm_shapes"));
+    // bad entries: the file, the entry and the fix
+    auto error_of = [](const json& bad) {
+        try {
+            planner::cluster_from_json(bad, "cpu.json");
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    json bad = c;
+    bad["gemm_shapes"][1]["efficiency"] = 1.5;
+    std::string m = error_of(bad);
+    EXPECT_NE(m.find("cpu.json: gemm_shapes[1].efficiency is 1.5, above the peak"), std::string::npos) << m;
+    EXPECT_NE(m.find("HINT"), std::string::npos) << m;
+    bad = c, bad["lanes_gemm_shapes"][0].erase("K");
+    m = error_of(bad);
+    EXPECT_NE(m.find("lanes_gemm_shapes[0] needs a positive number 'K'"), std::string::npos) << m;
+    bad = c, bad["gemm_shapes"] = 3;
+    m = error_of(bad);
+    EXPECT_NE(m.find("'gemm_shapes' must be a list"), std::string::npos) << m;
+}
+
 TEST(Contract, LlamaModelFile) {
     const json j = {{"layers", 80}, {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"ffn_hidden", 28672},
                     {"vocab", 32000}, {"seq_len", 4096}, {"arch", "llama"}};

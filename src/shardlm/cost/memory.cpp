@@ -71,8 +71,14 @@ double block_activation_bytes(const ModelShape& m, const ActivationSpec& a) {
         ModelShape dense = m;
         dense.experts = 0, dense.ffn_hidden = (m.top_k + m.shared_experts) * m.expert_ffn;
         const double tokens = double(a.micro_batch) * (double(a.seq) / a.cp), copies = a.ep > 1 ? 2 : 1;
+        // room for every ep rank's rows: ep - 1 more of each received row's input and output, and of its
+        // expert_ffn-wide tensors (the first product, SwiGLU's two, and the activation), beyond the balanced count
+        const double wide = (m.arch == Arch::Llama ? 3.0 : 2.0) * m.expert_ffn / a.tp;
+        const double room = a.expert_rows_for_every_rank && a.ep > 1
+                                ? (a.ep - 1) * m.top_k * (m.hidden * (a.value_bytes + 4) + wide * a.value_bytes)
+                                : 0;
         return block_activation_bytes(dense, a) +
-               tokens * (copies * m.top_k * m.hidden * (a.value_bytes + 4) + 2.0 * m.experts * 4);
+               tokens * (copies * m.top_k * m.hidden * (a.value_bytes + 4) + 2.0 * m.experts * 4 + room);
     }
     const double sp_div = a.sequence_parallel ? a.tp : 1;
     if (a.recompute == Recompute::Full) {

@@ -105,6 +105,10 @@ struct ActivationSpec {
     // Engine's Linear, LayerNormLinear and LayerNormMLP with fp8 save the cast input, inputmat_t, not the
     // 16-bit one): the QKV, projection, MLP and MLP-down inputs. torchao's float8 keeps 16-bit ones.
     bool fp8_linear_inputs = false;
+    // Under expert parallelism the side that receives the experts' rows holds room for every ep rank's
+    // N k rows, not the balanced N k: this engine sizes those buffers before the all-to-all tells how
+    // many come (model/moe.h, MoeActs: dropless, any routing fits). The GPU frameworks allocate what came.
+    bool expert_rows_for_every_rank = false;
 };
 // Bytes one block keeps for its backward, for one micro-batch, on one rank.
 double block_activation_bytes(const ModelShape& m, const ActivationSpec& a);

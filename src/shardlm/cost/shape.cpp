@@ -108,6 +108,10 @@ LaneGroups lane_groups(int B, int T, int lanes, int rows) {
     return {g, (B + g - 1) / g};
 }
 
+int weight_block_rows(int n, int tp, int min_rows) {
+    return tp > 1 ? std::max(n, 1) : std::max(min_rows, (n / 16 + 15) / 16 * 16);
+}
+
 bool runs_lanes(int B, int T, int threads, int tp) {
     return tp == 1 && threads > 1 && lane_groups(B, T, std::min(threads, B)).count >= 2 * threads;
 }

@@ -88,6 +88,10 @@ struct LaneGroups {
 };
 LaneGroups lane_groups(int B, int T, int lanes, int rows = 256);
 bool runs_lanes(int B, int T, int threads, int tp);
+// A weight gradient of n output rows is computed over all the micro-batch's rows a block of output rows at a
+// time (the W phase, model/unit_ops.h): blocks of max(min_rows, n / 16) rows, a multiple of 16, the last
+// shorter; under tensor parallelism the whole gradient at once. calibrate times its products so.
+int weight_block_rows(int n, int tp, int min_rows = 512);
 
 // Seed 002's estimate 12 l h^2 + 2 V h (blocks without their small terms, embedding and an untied head).
 int64_t estimate_params_12lh2_2vh(const ModelShape& m);

@@ -135,7 +135,7 @@ OutputItems::OutputItems(const UnitContext& u, const int* sizes, int n_tasks) {
         const int n = sizes[k];
         // tensor parallelism (one lane, every product over the threads): whole tasks, so a weight gradient
         // whose input is all-gathered under sequence parallelism gathers it once
-        const int blk = u.tp_size() > 1 ? std::max(n, 1) : std::max(min_rows, (n / kOutputBlocks + 15) / 16 * 16);
+        const int blk = cost::weight_block_rows(n, u.tp_size(), min_rows);
         size_[tasks_] = n, block_[tasks_] = blk, first_[tasks_] = count_;
         count_ += (n + blk - 1) / blk;
         tasks_++;

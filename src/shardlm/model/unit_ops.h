@@ -87,14 +87,13 @@ Groups sequence_groups(int B, int T, int lanes);
 inline Groups sequence_groups(const UnitContext& u, int B, int T) { return sequence_groups(B, T, u.lanes); }
 
 // The output phase's items: tasks (weight gradients, LayerNorm parameter gradients) over n output
-// rows or columns each, in blocks of max(512, n / kOutputBlocks) rows (multiples of 16, the last one
-// shorter; at most 16 a task), whatever the lanes and threads: a product's shape, so its library
+// rows or columns each, in blocks of cost::weight_block_rows (max(512, n / 16) rows, multiples of 16, the
+// last one shorter; at most 16 a task), whatever the lanes and threads: a product's shape, so its library
 // (--gemm auto's choice per shape) and its bits, do not depend on them (one thread runs the blocks in
 // turn). Under tensor parallelism (one lane) whole tasks. (512, not 256, since the native GEMMs: an item
 // packs its B (the unit's input, all rows) again, and with 256-row items that packing was an eighth of
 // the weight gradients; bf16 GPT-2 at 4 x 256 5 % faster.)
 // Item i is found by arithmetic over at most kMaxTasks tasks: nothing is allocated in the step.
-inline constexpr int kOutputBlocks = 16;
 struct OutputItem {
     int task, begin, end;
 };

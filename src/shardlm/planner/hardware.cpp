@@ -1,6 +1,7 @@
 #include "shardlm/planner/hardware.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 
 #include "shardlm/core/check.h"
@@ -48,8 +49,8 @@ bool precision_from_name(const std::string& s, Precision* out) { return enum_fro
 const std::vector<GpuSpec>& gpu_presets() {
     // gemm_max, gemm_half_dim, memory, fp8_gemm_max, flash, fp8_gemm_max_pytorch, flash_pytorch,
     // intra_link, inter_link
-    const Efficiency ampere{0.64, 16, 0.80, 0.0, 0.60, 0.0, 0.47, 0.77, 0.80};
-    const Efficiency hopper{0.55, 256, 0.80, 0.65, 0.60, 0.61, 0.18, 0.82, 0.80};
+    const Efficiency ampere{0.64, 16, 0.80, 0.0, 0.60, 0.0, 0.47, 0.77, 0.80, 0, 0, {}, {}};
+    const Efficiency hopper{0.55, 256, 0.80, 0.65, 0.60, 0.61, 0.18, 0.82, 0.80, 0, 0, {}, {}};
     static const std::vector<GpuSpec> p = {
         // name         16-bit  TF32   FP32   FP8  HBM GB  HBM GB/s NVLink GB/s  net GB/s
         {"A100-40GB",     312,  156,  19.5,     0,    40,    1555,     300,        25, ampere},
@@ -145,6 +146,25 @@ double gemm_flops(const Cluster& c, Precision p, double min_dim, bool lanes, boo
         return peak_flops(c, p) * e.lanes_gemm_max * min_dim / (min_dim + e.lanes_gemm_half_dim);
     const double top = p == Precision::Fp8 ? (pytorch ? e.fp8_gemm_max_pytorch : e.fp8_gemm_max) : e.gemm_max;
     return peak_flops(c, p) * top * min_dim / (min_dim + e.gemm_half_dim);
+}
+
+double gemm_efficiency_at(const Cluster& c, Precision p, double M, double N, double K, bool lanes, bool pytorch) {
+    const auto curve = [&](double m, double n, double k) {
+        return gemm_flops(c, p, std::min({m, n, k}), lanes, pytorch) / peak_flops(c, p);
+    };
+    const double at = curve(M, N, K);
+    const Efficiency& e = c.efficiency;
+    const auto& shapes = lanes && e.lanes_gemm_max > 0 ? e.lanes_gemm_shapes : e.gemm_shapes;
+    if (!shapes || shapes->empty() || p == Precision::Fp8) return at;
+    const double prior = std::log(4.0);  // the curve's own weight: a measured shape this far away counts as much
+    double weights = 1 / (prior * prior), sum = 0;
+    for (const MeasuredGemm& g : *shapes) {
+        const double d2 = std::pow(std::log(M / g.M), 2) + std::pow(std::log(N / g.N), 2) + std::pow(std::log(K / g.K), 2);
+        const double ratio = std::log(g.efficiency / curve(g.M, g.N, g.K));
+        if (d2 < 1e-12) return std::min(1.0, at * std::exp(ratio));
+        weights += 1 / d2, sum += ratio / d2;
+    }
+    return std::min(1.0, at * std::exp(sum / weights));
 }
 
 double hbm_bytes_per_s(const Cluster& c) { return c.gpu.hbm_GBps * 1e9 * c.efficiency.memory; }

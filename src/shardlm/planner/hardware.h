@@ -11,8 +11,11 @@
 // a saturating curve: large GEMMs reach gemm_max of peak, thin ones (small d) much less (tile and
 // wave quantisation, NVIDIA's "Matrix Multiplication Background" guide). Memory-bound work (norms,
 // softmax, dropout, GELU, the optimiser) runs at hbm_GBps x memory_efficiency. The default constants
-// are documented in docs/PLANNER.md, with the published run they were chosen against.
+// are documented in docs/PLANNER.md, with the published run they were chosen against. Where a cluster
+// file lists measured shapes (`shardlm calibrate` writes them), the curve is corrected near each of them:
+// gemm_efficiency_at.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,11 @@ namespace shardlm::planner {
 enum class Precision { Bf16, Fp16, Fp32, Fp8 };
 std::string precision_name(Precision p);  // "bf16" | "fp16" | "fp32" | "fp8"
 bool precision_from_name(const std::string& s, Precision* out);
+
+// One product measured: M x K times K x N, at `efficiency` of the peak of the precision it ran in.
+struct MeasuredGemm {
+    double M = 0, N = 0, K = 0, efficiency = 0;
+};
 
 // One GPU generation's achieved fractions of its datasheet peaks (docs/PLANNER.md: each preset's with
 // its source). The defaults are the A100's.
@@ -43,7 +51,12 @@ struct Efficiency {
     // CPU ranks that run lanes (cost::runs_lanes): the GEMM curve of single-threaded products on every
     // thread at once, per rank (calibrate measures it); 0: the curve above serves every policy
     double lanes_gemm_max = 0, lanes_gemm_half_dim = 0;
+    // Products measured at their shapes (cluster keys gemm_shapes, lanes_gemm_shapes; none on the GPU
+    // presets): what the curve cannot say from the smallest dimension alone, such as a long vocabulary
+    // side whose operand streams from memory. Shared: a search copies the cluster for every policy.
+    std::shared_ptr<const std::vector<MeasuredGemm>> gemm_shapes, lanes_gemm_shapes;
 };
+
 
 struct GpuSpec {
     std::string name;
@@ -101,6 +114,12 @@ double peak_flops(const Cluster& c, Precision p);
 // Achieved FLOP/s of a GEMM with that smallest dimension (fp8: the linear layers' FP8 GEMMs; lanes:
 // the ranks' threads each run whole sequences single-threaded, the lanes curve where measured).
 double gemm_flops(const Cluster& c, Precision p, double min_dim, bool lanes = false, bool pytorch = false);
+// The fraction of peak an M x K by K x N product reaches: the curve at its smallest dimension, times the
+// measured shapes' ratio to the curve (their logarithms averaged with weights 1 / d^2, d the distance
+// in log M, log N, log K, beside the curve's own 0 at distance ln 4): at a measured shape its measurement,
+// among them a blend, far from all of them the curve.
+double gemm_efficiency_at(const Cluster& c, Precision p, double M, double N, double K, bool lanes = false,
+                          bool pytorch = false);
 // The 16-bit (or fp32) precision the rest of the step runs in: bf16 for fp8, else p.
 Precision compute_precision(Precision p);
 double hbm_bytes_per_s(const Cluster& c);                    // achieved, memory-bound kernels

@@ -62,6 +62,36 @@ private:
     std::vector<std::string> keys_;
 };
 
+// A cluster file's list of measured products (gemm_shapes, lanes_gemm_shapes): [{M, N, K, efficiency}, ...].
+std::shared_ptr<const std::vector<MeasuredGemm>> measured_gemms(const json& j, const std::string& source, const char* key) {
+    if (!j.contains(key)) return nullptr;
+    const json& a = j[key];
+    const std::string hint = "\n---> HINT: \"" + std::string(key) +
+                             "\": [{\"M\": 1024, \"N\": 768, \"K\": 256, \"efficiency\": 0.8}, ...] (efficiency: the "
+                             "fraction of the peak; `shardlm calibrate` writes them)";
+    SHARDLM_CHECK(a.is_array(), source, ": key '", key, "' must be a list of measured products", hint);
+    auto v = std::make_shared<std::vector<MeasuredGemm>>();
+    for (size_t i = 0; i < a.size(); i++) {
+        const json& g = a[i];
+        const auto num = [&](const char* k) {
+            SHARDLM_CHECK(g.is_object() && g.contains(k) && g[k].is_number() && g[k].get<double>() > 0, source, ": ", key,
+                          "[", i, "] needs a positive number '", k, "'", hint);
+            return g[k].get<double>();
+        };
+        MeasuredGemm m{num("M"), num("N"), num("K"), num("efficiency")};
+        SHARDLM_CHECK(m.efficiency <= 1, source, ": ", key, "[", i, "].efficiency is ", m.efficiency,
+                      ", above the peak", hint);
+        v->push_back(m);
+    }
+    return v;
+}
+
+json measured_gemms_to_json(const std::shared_ptr<const std::vector<MeasuredGemm>>& v) {
+    json a = json::array();
+    for (const MeasuredGemm& g : *v) a.push_back({{"M", g.M}, {"N", g.N}, {"K", g.K}, {"efficiency", g.efficiency}});
+    return a;
+}
+
 }  // namespace
 
 cost::ModelShape model_from_json(const json& j, const std::string& source) {
@@ -96,7 +126,8 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
                     "peak_tflops_fp8", "fp8_gemm_max", "flash_efficiency", "intra_node_link_efficiency",
                     "inter_node_link_efficiency", "allocator_overhead", "allocator_overhead_pytorch",
                     "fp8_gemm_max_pytorch", "flash_efficiency_pytorch", "threads_per_rank", "lanes_gemm_max",
-                    "lanes_gemm_half_dim", "measured"});  // "measured": what `shardlm calibrate` fitted the constants to (not read)
+                    "lanes_gemm_half_dim", "gemm_shapes", "lanes_gemm_shapes",
+                    "measured"});  // "measured": what `shardlm calibrate` fitted the constants to (not read)
     f.require("num_gpus");
     f.require("gpus_per_node");
     Cluster c;
@@ -139,6 +170,8 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     c.threads_per_rank = f.get<int>("threads_per_rank", c.threads_per_rank);
     c.efficiency.lanes_gemm_max = f.get<double>("lanes_gemm_max", c.efficiency.lanes_gemm_max);
     c.efficiency.lanes_gemm_half_dim = f.get<double>("lanes_gemm_half_dim", c.efficiency.lanes_gemm_half_dim);
+    c.efficiency.gemm_shapes = measured_gemms(j, source, "gemm_shapes");
+    c.efficiency.lanes_gemm_shapes = measured_gemms(j, source, "lanes_gemm_shapes");
     const std::string why = check_cluster(c);
     SHARDLM_CHECK(why.empty(), source, ": ", why, "\n---> HINT: fix the value in the cluster file");
     return c;
@@ -220,7 +253,7 @@ json model_to_json(const cost::ModelShape& m) {
 
 json cluster_to_json(const Cluster& c) {
     const GpuSpec& g = c.gpu;
-    return {{"gpu", g.name},
+    json j = {{"gpu", g.name},
             {"num_gpus", c.num_gpus},
             {"gpus_per_node", c.gpus_per_node},
             {"peak_tflops", g.peak_tflops},
@@ -248,6 +281,9 @@ json cluster_to_json(const Cluster& c) {
             {"threads_per_rank", c.threads_per_rank},
             {"lanes_gemm_max", c.efficiency.lanes_gemm_max},
             {"lanes_gemm_half_dim", c.efficiency.lanes_gemm_half_dim}};
+    if (c.efficiency.gemm_shapes) j["gemm_shapes"] = measured_gemms_to_json(c.efficiency.gemm_shapes);
+    if (c.efficiency.lanes_gemm_shapes) j["lanes_gemm_shapes"] = measured_gemms_to_json(c.efficiency.lanes_gemm_shapes);
+    return j;
 }
 
 json policy_to_json(const Policy& p) {

@@ -27,6 +27,7 @@ cost::ActivationSpec StageModel::activation_spec(Recompute r) const {
     a.attention = p.attention;
     a.every_other_gemm = p.framework == Framework::Pytorch;  // torchtitan's op-level selective checkpointing
     a.fp8_linear_inputs = p.precision == Precision::Fp8 && p.framework != Framework::Pytorch;  // Transformer Engine
+    a.expert_rows_for_every_rank = p.framework == Framework::Shardlm;
     return a;
 }
 
@@ -143,7 +144,7 @@ double StageModel::fp8_weight_bytes(int /*stage*/) const {
 double StageModel::gemm_efficiency(double M, double N, double K, Precision prec) const {
     const bool lanes = c.threads_per_rank > 1 &&
                        cost::runs_lanes(int(p.micro_batch), job.seq / p.cp, c.threads_per_rank, p.tp);
-    return gemm_flops(c, prec, std::min({M, N, K}), lanes, p.framework == Framework::Pytorch) / peak_flops(c, prec);
+    return gemm_efficiency_at(c, prec, M, N, K, lanes, p.framework == Framework::Pytorch);
 }
 
 double StageModel::gemm_s(double M, double N, double K, Precision prec) const {

@@ -40,6 +40,7 @@ MemoryNeed estimate_rank_memory(const TrainConfig& cfg, const model::GptConfig& 
     a.seq = cfg.data.seq;
     a.cp = cp;  // this rank holds seq / cp rows of each sequence
     a.ep = cfg.parallel.ep;
+    a.expert_rows_for_every_rank = true;
     a.tp = tp;
     a.sequence_parallel = cfg.parallel.sequence_parallel;
     a.value_bytes = 4;

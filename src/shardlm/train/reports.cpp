@@ -80,6 +80,7 @@ std::string Trainer::block_activation_report() const {
     spec.cp = e_.grid->cp_size();
     spec.tp = e_.grid->tp_size();
     spec.ep = e_.grid->ep_size();
+    spec.expert_rows_for_every_rank = true;
     spec.sequence_parallel = cfg_.parallel.sequence_parallel && spec.tp > 1;
     spec.attention = cfg_.runtime.attention == AttentionKernel::Fused ? cost::Attention::Flash : cost::Attention::Naive;
     // the engine's selective recomputation is the attention probabilities': with the fused kernel
