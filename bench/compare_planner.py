@@ -6,7 +6,7 @@
 
 1. `shardlm calibrate` measures the machine once per rank count, as the runs will use it
    (1 rank x 2 threads, 2 ranks x 1 thread, 4 ranks x 1 thread on the 2 cores), into
-   bench/calibration/cpu-NxT.json.
+   bench/calibration/cpu-NxT.json, just before that rank count's layouts run.
 2. Every layout below trains a small GPT (4 layers, h = 256, 4 heads, GPT-2 vocabulary, T = 128,
    G = 8 sequences, AdamW, fp32), or ("moe ...") the same with 8 experts of width 512 and top 2 in every
    layer, for --steps steps with --memory-report. Measured: the median step
@@ -95,18 +95,20 @@ def main():
     json.dump(MODEL, open(model_files[False], "w"))
     json.dump(MOE_MODEL, open(model_files[True], "w"))
 
-    layouts = [l for l in LAYOUTS if a.only in l[0]]
+    # each kind of rank calibrated just before its own layouts run: this guest's speed drifts by several
+    # per cent over minutes (bench/RESULTS.md), and a prediction is a ratio of the two readings
+    layouts = sorted((l for l in LAYOUTS if a.only in l[0]), key=lambda l: (l[1], l[2]))
     clusters = {}
-    for ranks, threads in sorted({(l[1], l[2]) for l in layouts}):
-        path = f"{a.calibration}/cpu-{ranks}x{threads}.json"
-        if not a.skip_calibrate:
-            # one rank runs without mpirun, as its training run does (mpirun would bind it to one core)
-            launch = mpirun(ranks) if ranks > 1 else ""
-            print(sh(f"{launch}{binary} calibrate --threads {threads} --out {path}"), end="", flush=True)
-        clusters[(ranks, threads)] = path
 
     rows = []
     for name, ranks, threads, flags, policy in layouts:
+        if (ranks, threads) not in clusters:
+            path = f"{a.calibration}/cpu-{ranks}x{threads}.json"
+            if not a.skip_calibrate:
+                # one rank runs without mpirun, as its training run does (mpirun would bind it to one core)
+                launch = mpirun(ranks) if ranks > 1 else ""
+                print(sh(f"{launch}{binary} calibrate --threads {threads} --out {path}"), end="", flush=True)
+            clusters[(ranks, threads)] = path
         run = f"{a.out}/" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         pfile = run + ".policy.json"
         # the engine's attention keeps its probabilities (materialized); its own framework constants

@@ -113,6 +113,10 @@ TEST_F(CalibrateCli, TwoRanksWriteAClusterFileThePlannerReads) {
         EXPECT_LE(g.efficiency, 1);
     }
     EXPECT_FALSE(c.efficiency.lanes_gemm_shapes);  // one thread a rank: no lanes
+    // rank 0's products with the other rank idle: 6 points, and their speed-up over the same shapes together
+    EXPECT_EQ(j["measured"]["alone_gemm"].size(), 6u);
+    EXPECT_GE(c.alone_speedup, 1.0);
+    EXPECT_LE(c.alone_speedup, 4.0);
     EXPECT_EQ(j["measured"]["collectives_backend"], "ring");
     // --collectives mpi: the links measured through the MPI library's collectives, as train would use them
     const std::string out_mpi = (tmp / "cpu-mpi.json").string();

@@ -284,6 +284,9 @@ TEST(Contract, MeasuredGemmShapesCorrectTheCurveNearThem) {
     bad = c, bad["lanes_gemm_shapes"][0].erase("K");
     m = error_of(bad);
     EXPECT_NE(m.find("lanes_gemm_shapes[0] needs a positive number 'K'"), std::string::npos) << m;
+    bad = c, bad["alone_speedup"] = 0.5;
+    m = error_of(bad);
+    EXPECT_NE(m.find("alone_speedup must be in [1, 4] (got 0.5"), std::string::npos) << m;
     bad = c, bad["gemm_shapes"] = 3;
     m = error_of(bad);
     EXPECT_NE(m.find("'gemm_shapes' must be a list"), std::string::npos) << m;

@@ -167,6 +167,40 @@ TEST(Simulator, RecomputationTradesMemoryForTime) {
     EXPECT_GT(naive.memory.activations, none.memory.activations);  // the s x s probabilities kept
 }
 
+// Ranks that share a CPU (calibrate's clusters) compute faster while the others idle: in a pipeline whose
+// last stage carries a large head, that stage computes alone for the part of its time the first stage
+// idles, and only its compute there is faster; equal stages, or one stage, are not touched.
+TEST(Simulator, APipelinesSlowStageComputesAloneWhereRanksShareACpu) {
+    const cost::ModelShape small = cost::gpt_shape("small", 4, 256, 4, 50257, 128);
+    planner::Cluster cpu = planner::make_cluster(planner::find_gpu("A100-80GB"), 2, 1);
+    planner::Policy p;
+    p.pp = 2, p.micro_batch = 2, p.precision = planner::Precision::Fp32;
+    const planner::Job job{8, 128};
+    const planner::Estimate together = planner::evaluate(small, cpu, job, p);
+    cpu.alone_speedup = 1.25;
+    const planner::Estimate alone = planner::evaluate(small, cpu, job, p);
+    ASSERT_TRUE(together.consistent && alone.consistent) << together.reason << alone.reason;
+    // the head's stage is the slow one: alone / together = f + (1 - f) / s, f the first stage's compute over
+    // the last's, the same f whatever s
+    const double f = (alone.time.compute / together.time.compute - 1 / 1.25) / (1 - 1 / 1.25);
+    EXPECT_GT(f, 0.05);
+    EXPECT_LT(f, 0.9);
+    cpu.alone_speedup = 2;
+    EXPECT_NEAR(planner::evaluate(small, cpu, job, p).time.compute / together.time.compute, f + (1 - f) / 2, 1e-9);
+    cpu.alone_speedup = 1.25;
+    planner::Policy one = p;
+    one.pp = 1;
+    // one stage: every rank computes all the time
+    planner::Cluster shared = cpu;
+    shared.alone_speedup = 1;
+    EXPECT_DOUBLE_EQ(planner::evaluate(small, shared, job, one).time.compute, planner::evaluate(small, cpu, job, one).time.compute);
+    // the explanation's compute adds up to the estimate's, its efficiencies above the shared ones
+    const planner::Terms t = planner::explain_terms(small, cpu, job, alone);
+    double sum = 0;
+    for (const planner::Term& x : t.compute) sum += x.seconds;
+    EXPECT_NEAR(sum, alone.time.compute, 1e-9 * alone.time.compute);
+}
+
 TEST(Simulator, ZeroShardsStatesOverDataParallelRanks) {
     // 7.5B (Megatron's shape) on 64 GPUs, pure data parallelism: the ZeRO paper's 31.4 / 16.6 / 1.9 GB
     // of model states (the count here is the model's exact 7.46B parameters)

@@ -43,8 +43,16 @@ double median(std::vector<double> v) {
 }
 
 // Seconds per call of fn on this rank, all ranks running it at once: calls repeated until
-// min_seconds have passed, best of `rounds` such rounds; the slowest rank's figure.
-double timed(comm::Group& world, double min_seconds, const std::function<void()>& fn, int rounds = 3) {
+// min_seconds have passed, best of `rounds` such rounds; the slowest rank's figure. Alone: rank 0 runs
+// it while the others wait in the barriers (asleep), and its figure is the answer.
+double timed(comm::Group& world, double min_seconds, const std::function<void()>& fn, int rounds = 3,
+             bool alone = false) {
+    if (alone && world.rank() != 0) {
+        double none = 0;
+        for (int round = 0; round < rounds; round++) world.barrier();
+        world.all_reduce_max(&none, 1);
+        return none;
+    }
     fn();  // warm-up: first-touch, BLAS buffers
     double best = 1e30;
     for (int round = 0; round < rounds; round++) {
@@ -124,7 +132,7 @@ struct GemmOperands {
 // of all its weights, so the threads are never short of work: here every thread computes a whole gradient
 // of its own and the time per gradient is the elapsed time over the threads.
 double weight_gradient_s(comm::Group& world, const Options& o, GemmOperands& g, int threads, int M, int K, int N,
-                         int rounds) {
+                         int rounds, bool alone) {
     const int block = cost::weight_block_rows(N, 1);
     const kernels::MatmulPrecision mp = matmul_precision(o);
     return timed(world, o.min_seconds, [&] {
@@ -136,19 +144,21 @@ double weight_gradient_s(comm::Group& world, const Options& o, GemmOperands& g, 
                 kernels::matmul_backward_weight(dw, nullptr, g.dy.data(), g.x.data(), DType::F32, M, K, N, b,
                                                 std::min(N, b + block), false, mp);
         }
-    }, rounds) / threads;
+    }, rounds, alone) / threads;
 }
 
 // Kernels split over the rank's threads, as a run without lanes issues them: the forward and the input
-// gradient over all threads, the weight gradient as the W phase runs it.
-GemmPoint gemm_point(comm::Group& world, const Options& o, int threads, int M, int K, int N, int rounds) {
+// gradient over all threads, the weight gradient as the W phase runs it. Alone: on rank 0 while the
+// others idle.
+GemmPoint gemm_point(comm::Group& world, const Options& o, int threads, int M, int K, int N, int rounds,
+                     bool alone = false) {
     GemmOperands g(M, K, N, threads);
     const kernels::MatmulPrecision mp = matmul_precision(o);
     const double s = timed(world, o.min_seconds, [&] {
         kernels::matmul_forward(g.y.data(), g.x.data(), g.w.data(), nullptr, M, K, N, false, mp);
         kernels::matmul_backward(g.dx.data(), nullptr, nullptr, g.dy.data(), g.x.data(), g.w.data(), M, K, N, false, mp);
-    }, rounds);
-    return {M, N, K, 6.0 * M * N * K / (s + weight_gradient_s(world, o, g, threads, M, K, N, rounds)) / 1e9};
+    }, rounds, alone);
+    return {M, N, K, 6.0 * M * N * K / (s + weight_gradient_s(world, o, g, threads, M, K, N, rounds, alone)) / 1e9};
 }
 
 // Lanes (cost::runs_lanes): every thread at once runs its share of the M rows through single-threaded
@@ -169,7 +179,7 @@ GemmPoint lanes_gemm_point(comm::Group& world, const Options& o, int threads, in
                                      rows, K, N, false, mp);
         }
     }, rounds);
-    return {M, N, K, 6.0 * double(M) * N * K / (s + weight_gradient_s(world, o, g, threads, M, K, N, rounds)) / 1e9};
+    return {M, N, K, 6.0 * double(M) * N * K / (s + weight_gradient_s(world, o, g, threads, M, K, N, rounds, false)) / 1e9};
 }
 
 // Every shape at M = 256 and 1024 tokens, best of three passes over the whole list (a round of each
@@ -433,6 +443,18 @@ Calibration run(comm::Group& world, const Options& o) {
                                       {256, 1024}, {512, 512},   {512, 2048}, {1024, 1024}, {128, 8192},
                                       {256, 8192}, {256, 32768}, {32, 256}};
     c.gemm = gemm_points(io, [&](int M, int K, int N, int rounds) { return gemm_point(world, o, c.threads, M, K, N, rounds); });
+    // more than one rank: the tokens x 1024 and x 32768 products again on rank 0 alone, the others idle
+    // (a pipeline's slow stage computes so part of the time): their rate over the same shapes' together
+    if (c.ranks > 1) {
+        const std::pair<int, int> alone_io[] = {{256, 1024}, {1024, 1024}, {256, 32768}};
+        c.alone_gemm = gemm_points(
+            alone_io, [&](int M, int K, int N, int rounds) { return gemm_point(world, o, c.threads, M, K, N, rounds, true); });
+        double log_sum = 0;
+        for (const GemmPoint& a : c.alone_gemm)
+            for (const GemmPoint& t : c.gemm)
+                if (t.M == a.M && t.N == a.N && t.K == a.K) log_sum += std::log(a.gflops / t.gflops);
+        c.alone_speedup = std::clamp(std::exp(log_sum / double(c.alone_gemm.size())), 1.0, 4.0);
+    }
     // the same shapes as lanes run them (more than one thread: a run with lanes uses these)
     if (c.threads > 1)
         c.lanes_gemm = gemm_points(
@@ -487,6 +509,7 @@ planner::Cluster to_cluster(const Calibration& c) {
     cl.efficiency.lanes_gemm_max = c.lanes_gemm_max;
     cl.efficiency.lanes_gemm_half_dim = c.lanes_gemm_half_dim;
     cl.efficiency.memory = std::clamp(c.memory_bound_GBps / c.triad_GBps, 0.01, 1.0);
+    cl.alone_speedup = c.alone_speedup;
     // each shape's own measurement, for what the curve cannot say (hardware.h gemm_efficiency_at)
     const double peak = c.precision == planner::Precision::Fp32 ? c.fp32_peak_gflops : c.bf16_products_peak_gflops;
     const auto shapes = [&](const std::vector<GemmPoint>& points) -> std::shared_ptr<const std::vector<planner::MeasuredGemm>> {
@@ -506,6 +529,8 @@ nlohmann::json to_json(const Calibration& c) {
     nlohmann::json lanes = nlohmann::json::array();
     for (const GemmPoint& g : c.gemm) gemm.push_back({{"M", g.M}, {"N", g.N}, {"K", g.K}, {"gflops", g.gflops}});
     for (const GemmPoint& g : c.lanes_gemm) lanes.push_back({{"M", g.M}, {"N", g.N}, {"K", g.K}, {"gflops", g.gflops}});
+    nlohmann::json alone = nlohmann::json::array();
+    for (const GemmPoint& g : c.alone_gemm) alone.push_back({{"M", g.M}, {"N", g.N}, {"K", g.K}, {"gflops", g.gflops}});
     for (const MemoryPoint& m : c.memory)
         mem.push_back({{"kernel", m.kernel}, {"bytes", m.bytes}, {"seconds", m.seconds}, {"GBps", m.bytes / m.seconds / 1e9}});
     for (const CommPoint& p : c.comm)
@@ -522,6 +547,7 @@ nlohmann::json to_json(const Calibration& c) {
                      {"gemm_fit_rms_relative_error", c.gemm_fit_rms},
                      {"lanes_gemm", lanes},
                      {"lanes_gemm_fit_rms_relative_error", c.lanes_gemm_fit_rms},
+                     {"alone_gemm", alone},
                      {"triad_GBps", c.triad_GBps},
                      {"memory_bound_kernels", mem},
                      {"memory_bound_GBps", c.memory_bound_GBps},
@@ -553,6 +579,11 @@ std::string summary(const Calibration& c) {
         line("  lanes GEMMs         %d single-threaded products at once; fit lanes_gemm_max %.3f, lanes_gemm_half_dim "
              "%.0f (rms error %.1f %%)", c.threads, c.lanes_gemm_max, c.lanes_gemm_half_dim, 100 * c.lanes_gemm_fit_rms);
         for (const GemmPoint& g : c.lanes_gemm)
+            line("      M %5d  N %5d  K %5d  %7.1f GFLOP/s", g.M, g.N, g.K, g.gflops);
+    }
+    if (!c.alone_gemm.empty()) {
+        line("  alone               rank 0's products with the other ranks idle: alone_speedup %.3f", c.alone_speedup);
+        for (const GemmPoint& g : c.alone_gemm)
             line("      M %5d  N %5d  K %5d  %7.1f GFLOP/s", g.M, g.N, g.K, g.gflops);
     }
     line("  memory              triad %.1f GB/s; the engine's memory-bound kernels %.1f GB/s (efficiency %.2f)",

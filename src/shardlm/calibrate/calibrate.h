@@ -82,6 +82,10 @@ struct Calibration {
     double alpha_us = 0, link_GBps = 0;
     double idle_alpha_us = 0, loaded_alpha_us = 0;  // the fit's, and the one measured under load
     double overlap = 1;                             // comm_overlap
+    // more than one rank: how much faster rank 0's products run while the others idle (alone_speedup), and
+    // the shapes it was measured on, timed alone
+    double alone_speedup = 1;
+    std::vector<GemmPoint> alone_gemm;
     int cpus = 0;                                   // CPUs this rank may run on (its affinity mask)
     double reserve_gb = 0, memory_gb = 0;
 };

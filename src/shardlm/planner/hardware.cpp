@@ -116,6 +116,8 @@ std::string check_cluster(const Cluster& c) {
     if (!(e.lanes_gemm_max >= 0 && e.lanes_gemm_max <= 1) || !(e.lanes_gemm_half_dim >= 0))
         return "lanes_gemm_max must be in [0, 1], lanes_gemm_half_dim >= 0";
     if (c.threads_per_rank < 0) return cat("threads_per_rank must be >= 0 (got ", c.threads_per_rank, ")");
+    if (!(c.alone_speedup >= 1 && c.alone_speedup <= 4))
+        return cat("alone_speedup must be in [1, 4] (got ", c.alone_speedup, "; 1: ranks that share nothing)");
     for (auto [key, v] : {std::pair{"allocator_overhead", c.allocator_overhead},
                           {"allocator_overhead_pytorch", c.allocator_overhead_pytorch}})
         if (!(v >= 0 && v < 1)) return cat(key, " must be in [0, 1) (got ", v, ")");

@@ -93,6 +93,10 @@ struct Cluster {
     // measures resident memory).
     double allocator_overhead = 0, allocator_overhead_pytorch = 0;
     int threads_per_rank = 0;  // CPU ranks (calibrate): their threads, for the lanes rule; 0 on GPUs
+    // How much faster a rank computes while the other ranks idle than while they compute too (ranks that
+    // share a CPU's cores and caches; calibrate measures it; 1: GPUs, which share nothing). The constants
+    // above are measured with every rank computing: a pipeline's slow stage computes alone part of the time.
+    double alone_speedup = 1.0;
     Efficiency efficiency;
     int nodes() const { return gpus_per_node > 0 ? (num_gpus + gpus_per_node - 1) / gpus_per_node : 0; }
 };

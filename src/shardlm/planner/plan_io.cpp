@@ -126,7 +126,7 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
                     "peak_tflops_fp8", "fp8_gemm_max", "flash_efficiency", "intra_node_link_efficiency",
                     "inter_node_link_efficiency", "allocator_overhead", "allocator_overhead_pytorch",
                     "fp8_gemm_max_pytorch", "flash_efficiency_pytorch", "threads_per_rank", "lanes_gemm_max",
-                    "lanes_gemm_half_dim", "gemm_shapes", "lanes_gemm_shapes",
+                    "lanes_gemm_half_dim", "gemm_shapes", "lanes_gemm_shapes", "alone_speedup",
                     "measured"});  // "measured": what `shardlm calibrate` fitted the constants to (not read)
     f.require("num_gpus");
     f.require("gpus_per_node");
@@ -170,6 +170,7 @@ Cluster cluster_from_json(const json& j, const std::string& source) {
     c.threads_per_rank = f.get<int>("threads_per_rank", c.threads_per_rank);
     c.efficiency.lanes_gemm_max = f.get<double>("lanes_gemm_max", c.efficiency.lanes_gemm_max);
     c.efficiency.lanes_gemm_half_dim = f.get<double>("lanes_gemm_half_dim", c.efficiency.lanes_gemm_half_dim);
+    c.alone_speedup = f.get<double>("alone_speedup", c.alone_speedup);
     c.efficiency.gemm_shapes = measured_gemms(j, source, "gemm_shapes");
     c.efficiency.lanes_gemm_shapes = measured_gemms(j, source, "lanes_gemm_shapes");
     const std::string why = check_cluster(c);
@@ -280,7 +281,8 @@ json cluster_to_json(const Cluster& c) {
             {"flash_efficiency_pytorch", c.efficiency.flash_pytorch},
             {"threads_per_rank", c.threads_per_rank},
             {"lanes_gemm_max", c.efficiency.lanes_gemm_max},
-            {"lanes_gemm_half_dim", c.efficiency.lanes_gemm_half_dim}};
+            {"lanes_gemm_half_dim", c.efficiency.lanes_gemm_half_dim},
+            {"alone_speedup", c.alone_speedup}};
     if (c.efficiency.gemm_shapes) j["gemm_shapes"] = measured_gemms_to_json(c.efficiency.gemm_shapes);
     if (c.efficiency.lanes_gemm_shapes) j["lanes_gemm_shapes"] = measured_gemms_to_json(c.efficiency.lanes_gemm_shapes);
     return j;

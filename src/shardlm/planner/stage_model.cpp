@@ -224,6 +224,29 @@ double StageModel::head_forward_s() const {
 }
 
 std::vector<StageModel::Work> StageModel::compute_work(int stage) const {
+    std::vector<Work> w = work_of(stage);
+    const double f = alone_factor(stage);
+    if (f != 1)
+        for (Work& x : w) x.forward *= f, x.backward *= f, x.efficiency /= f;
+    return w;
+}
+
+double StageModel::work_total_s(int stage) const {
+    double s = 0;
+    for (const Work& x : work_of(stage)) s += x.forward + x.backward;
+    return s;
+}
+
+double StageModel::alone_factor(int stage) const {
+    if (c.alone_speedup <= 1 || p.pp == 1) return 1;
+    // the first and the last stage differ (the embedding, the head); the middle ones are the first's
+    const double mine = work_total_s(stage);
+    const double others = stage == p.pp - 1 ? work_total_s(0) : std::max(work_total_s(0), work_total_s(p.pp - 1));
+    const double f = mine > 0 ? std::min(1.0, others / mine) : 1;
+    return f + (1 - f) / c.alone_speedup;
+}
+
+std::vector<StageModel::Work> StageModel::work_of(int stage) const {
     const double L = layers_per_stage(), M = double(p.micro_batch) * job.seq / p.cp, h = m.hidden, t = p.tp;
     const bool full = p.recompute == Recompute::Full, selective = p.recompute == Recompute::Selective;
     const Precision q = p.precision;

@@ -56,6 +56,10 @@ struct StageModel {
     // Every piece, in the block's order, then the head on the last stage; their sums are
     // micro_batch_time's forward and backward.
     std::vector<Work> compute_work(int stage) const;
+    // The factor on a stage's compute for the time it computes alone (Cluster::alone_speedup): in a
+    // pipeline whose stages differ, the slow stage's ranks compute while the others idle for 1 - f of
+    // their time, f the other stages' compute over theirs: f + (1 - f) / alone_speedup. 1 elsewhere.
+    double alone_factor(int stage) const;
 
     // One micro-batch on one GPU of `stage`, seconds.
     struct MicroBatch {
@@ -79,6 +83,8 @@ struct StageModel {
 
 private:
     bool flash() const { return p.attention == cost::Attention::Flash; }
+    std::vector<Work> work_of(int stage) const;  // compute_work before alone_factor
+    double work_total_s(int stage) const;         // its forward and backward, summed
     // one (M x K) @ (K x N) product in precision `prec` (the linear layers run in the policy's, fp8
     // included; attention and the head in compute_precision)
     double gemm_s(double M, double N, double K, Precision prec) const;
