@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "shardlm/planner/validation.h"
 
@@ -35,6 +36,24 @@ TEST(PublishedRuns, EveryCaseIsAConsistentPolicyWithASourceAndASplit) {
         }
     for (const char* family : {"nanotron", "megatron-bridge", "zero-bubble", "fms-fsdp", "olmo", "mosaic"})
         EXPECT_GE(held_out[family], 3) << family << ": too few held-out cases to say anything";
+}
+
+// The next round's held-out set (docs/PLANNER.md, "The split"), sealed: gathered from sources no case above
+// came from and committed before any rule of its round. Only that it loads and that every case is a policy
+// the planner can price, in both readings; its errors are read once, when the round ends.
+TEST(PublishedRuns, TheSealedNextRoundLoads) {
+    const std::string path = std::string(SHARDLM_SOURCE_DIR) + "/tests/planner/published_runs_round4.json";
+    std::set<std::string> earlier;
+    for (const auto& c : cases()) earlier.insert(c.id);
+    for (planner::Reading reading : {planner::Reading::Stated, planner::Reading::Contract}) {
+        const auto sealed = planner::load_published_cases(path, reading);
+        ASSERT_GE(sealed.size(), 50u);
+        for (const auto& c : sealed) {
+            EXPECT_EQ(c.split, "held_out") << c.id;
+            EXPECT_EQ(earlier.count(c.id), 0u) << c.id;
+            EXPECT_TRUE(planner::predict(c).estimate.consistent) << c.id;
+        }
+    }
 }
 
 // The presets' constants are what the fit cases give: nobody tuned them on the held-out ones.
