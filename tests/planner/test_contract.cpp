@@ -256,7 +256,21 @@ TEST(Contract, MeasuredGemmShapesCorrectTheCurveNearThem) {
     const double head = planner::gemm_efficiency_at(measured, P, 1024, 50304, 256);  // near the slow one
     EXPECT_GT(head, 0.6);
     EXPECT_LT(head, 0.7);
-    EXPECT_NEAR(planner::gemm_efficiency_at(measured, P, 1 << 20, 1 << 20, 1 << 20), 0.8, 0.01);  // far: the curve
+    EXPECT_DOUBLE_EQ(planner::gemm_efficiency_at(measured, P, 1 << 20, 1 << 20, 1 << 20), 0.8);  // far: the curve
+    // calibrate's 26 shapes, all measured at 0.6: within a factor of 4 of one of them the correction, past
+    // every one the curve, however many there are
+    json many = c;
+    many["gemm_shapes"] = json::array();
+    for (int M : {256, 1024})
+        for (auto [K, N] : {std::pair{64, 192}, {64, 256}, {128, 384}, {128, 512}, {256, 768}, {256, 1024}, {512, 512},
+                            {512, 2048}, {1024, 1024}, {128, 8192}, {256, 8192}, {256, 32768}, {32, 256}})
+            many["gemm_shapes"].push_back({{"M", M}, {"N", N}, {"K", K}, {"efficiency", 0.6}});
+    const planner::Cluster all = planner::cluster_from_json(many, "c.json");
+    EXPECT_DOUBLE_EQ(planner::gemm_efficiency_at(all, P, 8192, 4096, 4096), 0.8);
+    EXPECT_NEAR(planner::gemm_efficiency_at(all, P, 1024, 768, 256), 0.6, 1e-12);
+    const double between = planner::gemm_efficiency_at(all, P, 2048, 1024, 256);
+    EXPECT_GT(between, 0.6);
+    EXPECT_LT(between, 0.75);
     // the lanes' own list serves ranks that run lanes, the other one the rest
     c["threads_per_rank"] = 2, c["lanes_gemm_max"] = 0.5, c["lanes_gemm_half_dim"] = 0;
     c["lanes_gemm_shapes"] = json::array({{{"M", 1024}, {"N", 32768}, {"K", 256}, {"efficiency", 0.25}}});

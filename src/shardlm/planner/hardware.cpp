@@ -158,13 +158,18 @@ double gemm_efficiency_at(const Cluster& c, Precision p, double M, double N, dou
     const Efficiency& e = c.efficiency;
     const auto& shapes = lanes && e.lanes_gemm_max > 0 ? e.lanes_gemm_shapes : e.gemm_shapes;
     if (!shapes || shapes->empty() || p == Precision::Fp8) return at;
-    const double prior = std::log(4.0);  // the curve's own weight: a measured shape this far away counts as much
-    double weights = 1 / (prior * prior), sum = 0;
+    // Franke and Nielson's modified Shepard weights ((R - d)+ / (R d))^2, R = ln 4: a measured shape counts
+    // only within a factor of 4 along the diagonal; the curve weighs 1 / R^2, as much as one at R / 2
+    const double R = std::log(4.0);
+    double weights = 1 / (R * R), sum = 0;
     for (const MeasuredGemm& g : *shapes) {
-        const double d2 = std::pow(std::log(M / g.M), 2) + std::pow(std::log(N / g.N), 2) + std::pow(std::log(K / g.K), 2);
+        const double d =
+            std::sqrt(std::pow(std::log(M / g.M), 2) + std::pow(std::log(N / g.N), 2) + std::pow(std::log(K / g.K), 2));
         const double ratio = std::log(g.efficiency / curve(g.M, g.N, g.K));
-        if (d2 < 1e-12) return std::min(1.0, at * std::exp(ratio));
-        weights += 1 / d2, sum += ratio / d2;
+        if (d < 1e-6) return std::min(1.0, at * std::exp(ratio));
+        if (d >= R) continue;
+        const double w = std::pow((R - d) / (R * d), 2);
+        weights += w, sum += w * ratio;
     }
     return std::min(1.0, at * std::exp(sum / weights));
 }

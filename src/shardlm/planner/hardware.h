@@ -57,7 +57,6 @@ struct Efficiency {
     std::shared_ptr<const std::vector<MeasuredGemm>> gemm_shapes, lanes_gemm_shapes;
 };
 
-
 struct GpuSpec {
     std::string name;
     double peak_tflops = 0;       // dense bf16/fp16 tensor-core peak
@@ -96,6 +95,7 @@ struct Cluster {
     // How much faster a rank computes while the other ranks idle than while they compute too (ranks that
     // share a CPU's cores and caches; calibrate measures it; 1: GPUs, which share nothing). The constants
     // above are measured with every rank computing: a pipeline's slow stage computes alone part of the time.
+    // Measured with one rank busy; a stage of several ranks gets it in proportion to the ranks left idle.
     double alone_speedup = 1.0;
     Efficiency efficiency;
     int nodes() const { return gpus_per_node > 0 ? (num_gpus + gpus_per_node - 1) / gpus_per_node : 0; }
@@ -119,9 +119,9 @@ double peak_flops(const Cluster& c, Precision p);
 // the ranks' threads each run whole sequences single-threaded, the lanes curve where measured).
 double gemm_flops(const Cluster& c, Precision p, double min_dim, bool lanes = false, bool pytorch = false);
 // The fraction of peak an M x K by K x N product reaches: the curve at its smallest dimension, times the
-// measured shapes' ratio to the curve (their logarithms averaged with weights 1 / d^2, d the distance
-// in log M, log N, log K, beside the curve's own 0 at distance ln 4): at a measured shape its measurement,
-// among them a blend, far from all of them the curve.
+// measured shapes' ratio to the curve, their logarithms averaged with modified Shepard weights that vanish
+// at d = ln 4 (d the distance in log M, log N, log K) beside the curve's own ratio of 1: at a measured shape
+// its measurement, among them a blend, farther than a factor of 4 from all of them the curve.
 double gemm_efficiency_at(const Cluster& c, Precision p, double M, double N, double K, bool lanes = false,
                           bool pytorch = false);
 // The 16-bit (or fp32) precision the rest of the step runs in: bf16 for fp8, else p.

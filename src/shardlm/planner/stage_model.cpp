@@ -225,9 +225,9 @@ double StageModel::head_forward_s() const {
 
 std::vector<StageModel::Work> StageModel::compute_work(int stage) const {
     std::vector<Work> w = work_of(stage);
-    const double f = alone_factor(stage);
-    if (f != 1)
-        for (Work& x : w) x.forward *= f, x.backward *= f, x.efficiency /= f;
+    const double factor = alone_factor(stage);
+    if (factor != 1)  // (the efficiency against the peak measured with every rank busy: at most 1 shown)
+        for (Work& x : w) x.forward *= factor, x.backward *= factor, x.efficiency = std::min(1.0, x.efficiency / factor);
     return w;
 }
 
@@ -239,11 +239,14 @@ double StageModel::work_total_s(int stage) const {
 
 double StageModel::alone_factor(int stage) const {
     if (c.alone_speedup <= 1 || p.pp == 1) return 1;
-    // the first and the last stage differ (the embedding, the head); the middle ones are the first's
-    const double mine = work_total_s(stage);
-    const double others = stage == p.pp - 1 ? work_total_s(0) : std::max(work_total_s(0), work_total_s(p.pp - 1));
+    // the other stages' compute: the last carries the head; the first and the middle ones hold blocks only
+    const double mine = work_total_s(stage), first = work_total_s(0), last = work_total_s(p.pp - 1);
+    const double others = stage == p.pp - 1 ? first : p.pp > 2 ? std::max(first, last) : last;
     const double f = mine > 0 ? std::min(1.0, others / mine) : 1;
-    return f + (1 - f) / c.alone_speedup;
+    // measured with one rank busy and the rest idle; a stage's ranks are 1 / pp of them
+    const double ranks = c.num_gpus, idle = ranks > 1 ? (1 - 1.0 / p.pp) / (1 - 1 / ranks) : 1;
+    const double speedup = 1 + (c.alone_speedup - 1) * std::min(1.0, idle);
+    return f + (1 - f) / speedup;
 }
 
 std::vector<StageModel::Work> StageModel::work_of(int stage) const {

@@ -58,7 +58,9 @@ struct StageModel {
     std::vector<Work> compute_work(int stage) const;
     // The factor on a stage's compute for the time it computes alone (Cluster::alone_speedup): in a
     // pipeline whose stages differ, the slow stage's ranks compute while the others idle for 1 - f of
-    // their time, f the other stages' compute over theirs: f + (1 - f) / alone_speedup. 1 elsewhere.
+    // their time, f the other stages' compute over theirs: f + (1 - f) / s, s the speed-up measured with
+    // one rank busy scaled to a stage's share of the ranks, 1 + (alone_speedup - 1)(1 - 1/pp)/(1 - 1/ranks).
+    // 1 elsewhere.
     double alone_factor(int stage) const;
 
     // One micro-batch on one GPU of `stage`, seconds.
