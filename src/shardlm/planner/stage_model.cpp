@@ -240,7 +240,8 @@ double StageModel::work_total_s(int stage) const {
 double StageModel::alone_factor(int stage) const {
     if (c.alone_speedup <= 1 || p.pp == 1) return 1;
     // the other stages' compute: the last carries the head; the first and the middle ones hold blocks only
-    const double mine = work_total_s(stage), first = work_total_s(0), last = work_total_s(p.pp - 1);
+    // (work_of differs between stages only by the head: every stage but the last is the first's)
+    const double first = work_total_s(0), last = work_total_s(p.pp - 1), mine = stage == p.pp - 1 ? last : first;
     const double others = stage == p.pp - 1 ? first : p.pp > 2 ? std::max(first, last) : last;
     const double f = mine > 0 ? std::min(1.0, others / mine) : 1;
     // measured with one rank busy and the rest idle; a stage's ranks are 1 / pp of them
